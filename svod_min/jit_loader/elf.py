@@ -1,0 +1,276 @@
+"""A validating reader for 64-bit little-endian relocatable ELF objects.
+
+Only what the relocator needs is parsed: the header, the section table, the
+symbol table and RELA sections. Everything is read with precompiled
+``struct`` formats and every offset is bounds-checked before use, so a
+malformed object gives :class:`ElfFormatError`, never an IndexError or a
+read of the wrong bytes.
+
+Why not pyelftools here: constructing ``elftools.elf.elffile.ELFFile`` alone
+costs ~750 µs on the reference machine, three times the whole cold-load
+budget. pyelftools remains the independent cross-check in the tests and the
+source of names in diagnostics (:func:`describe_machine`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from ..error import ElfFormatError, UnsupportedRelocationError
+
+# --- constants we rely on (System V gABI) -----------------------------------
+
+ET_REL = 1
+EM_X86_64 = 62
+EM_AARCH64 = 183
+
+SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA = 0, 1, 2, 3, 4
+SHT_NOBITS, SHT_REL = 8, 9
+SHT_SYMTAB_SHNDX = 18
+
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
+
+SHN_UNDEF, SHN_ABS, SHN_COMMON, SHN_XINDEX = 0, 0xFFF1, 0xFFF2, 0xFFFF
+SHN_LORESERVE = 0xFF00
+
+STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
+STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE, STT_TLS = 0, 1, 2, 3, 4, 6
+
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+_RELA = struct.Struct("<QQq")
+
+_ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (shared object)", 4: "ET_CORE"}
+
+#: Largest section alignment we honour (the image base is page-aligned).
+MAX_ALIGN = 4096
+
+
+@dataclass
+class Section:
+    index: int
+    name: str
+    type: int
+    flags: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    align: int
+    entsize: int
+
+    @property
+    def is_alloc(self) -> bool:
+        return bool(self.flags & SHF_ALLOC)
+
+    @property
+    def is_nobits(self) -> bool:
+        return self.type == SHT_NOBITS
+
+
+@dataclass
+class Symbol:
+    index: int
+    name: str
+    bind: int
+    type: int
+    shndx: int
+    value: int
+    size: int
+
+    @property
+    def is_undefined(self) -> bool:
+        return self.shndx == SHN_UNDEF
+
+
+@dataclass
+class Relocation:
+    """One RELA entry: patch ``target`` section at ``offset`` using symbol ``sym``."""
+
+    offset: int
+    type: int
+    sym: int
+    addend: int
+
+
+@dataclass
+class ElfObject:
+    data: bytes
+    machine: int
+    sections: List[Section]
+    symbols: List[Symbol] = field(default_factory=list)
+    # target section index -> its relocations
+    relocations: Dict[int, List[Relocation]] = field(default_factory=dict)
+
+
+def describe_machine(machine: int) -> str:
+    """A readable name for an e_machine value (pyelftools' table, loaded only on error)."""
+    try:
+        from elftools.elf.enums import ENUM_E_MACHINE
+    except ImportError:  # pragma: no cover - pyelftools is a declared dependency
+        return "EM %d" % machine
+    for name, value in ENUM_E_MACHINE.items():
+        if value == machine:
+            return "%s (%d)" % (name, machine)
+    return "EM %d" % machine
+
+
+def _fail(msg: str) -> ElfFormatError:
+    return ElfFormatError("malformed ELF object: " + msg)
+
+
+def _cstring(data: bytes, table: Section, offset: int, what: str) -> str:
+    if offset >= table.size:
+        raise _fail("%s name offset %d is outside %s (%d bytes)" % (what, offset, table.name or "string table", table.size))
+    start = table.offset + offset
+    end = data.find(b"\0", start, table.offset + table.size)
+    if end < 0:
+        raise _fail("%s name at offset %d is not NUL-terminated" % (what, offset))
+    return data[start:end].decode("utf-8", errors="replace")
+
+
+def _read_header(data: bytes, supported: Tuple[int, ...]) -> tuple:
+    if len(data) < _EHDR.size:
+        raise _fail("truncated: %d bytes, the ELF header alone needs %d" % (len(data), _EHDR.size))
+    fields = _EHDR.unpack_from(data, 0)
+    ident = fields[0]
+    if ident[:4] != b"\x7fELF":
+        raise ElfFormatError("not an ELF object: bad magic %r" % ident[:4])
+    if ident[4] != 2:
+        raise ElfFormatError("unsupported ELF class %d: only 64-bit (ELFCLASS64) objects are loaded" % ident[4])
+    if ident[5] != 1:
+        raise ElfFormatError("unsupported data encoding %d: only little-endian objects are loaded" % ident[5])
+    e_type, machine = fields[1], fields[2]
+    if e_type != ET_REL:
+        raise ElfFormatError(
+            "not a relocatable object: e_type is %s; compile with -c" % _ET_NAMES.get(e_type, str(e_type))
+        )
+    if machine not in supported:
+        raise ElfFormatError(
+            "unsupported machine %s: this loader handles x86_64 and aarch64" % describe_machine(machine)
+        )
+    return fields
+
+
+def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx: int) -> List[Section]:
+    if shoff == 0:
+        raise _fail("no section header table")
+    if shentsize != _SHDR.size:
+        raise _fail("e_shentsize is %d, expected %d" % (shentsize, _SHDR.size))
+    if shnum == 0:  # extended numbering: the real count is in section 0
+        if shoff + _SHDR.size > len(data):
+            raise _fail("section header table at %d is past the end (%d bytes)" % (shoff, len(data)))
+        shnum = _SHDR.unpack_from(data, shoff)[5]
+    if shoff + shnum * _SHDR.size > len(data):
+        raise _fail(
+            "section header table (%d entries at offset %d) runs past the end of the %d-byte object"
+            % (shnum, shoff, len(data))
+        )
+    raw = [_SHDR.unpack_from(data, shoff + i * _SHDR.size) for i in range(shnum)]
+    if shstrndx == SHN_XINDEX:
+        shstrndx = raw[0][6]
+    if not 0 < shstrndx < shnum:
+        raise _fail("section name table index %d out of range (%d sections)" % (shstrndx, shnum))
+    sections = [Section(i, "", *_shdr_fields(r)) for i, r in enumerate(raw)]
+    for sec in sections:
+        _check_section_bounds(sec, len(data))
+    names = sections[shstrndx]
+    if names.type != SHT_STRTAB:
+        raise _fail("section name table (index %d) is not a string table" % shstrndx)
+    for sec, r in zip(sections, raw):
+        sec.name = _cstring(data, names, r[0], "section")
+    return sections
+
+
+def _shdr_fields(r: tuple) -> tuple:
+    # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+    return (r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9])
+
+
+def _check_section_bounds(sec: Section, length: int) -> None:
+    if sec.type not in (SHT_NOBITS, SHT_NULL) and sec.offset + sec.size > length:
+        raise _fail(
+            "section %d: offset %d + size %d is past the end of the %d-byte object"
+            % (sec.index, sec.offset, sec.size, length)
+        )
+    if sec.align > 1 and sec.align & (sec.align - 1):
+        raise _fail("section %d: alignment %d is not a power of two" % (sec.index, sec.align))
+    if sec.flags & SHF_ALLOC and sec.align > MAX_ALIGN:
+        raise _fail("section %d: alignment %d exceeds the supported %d" % (sec.index, sec.align, MAX_ALIGN))
+
+
+def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[Symbol]]:
+    tables = [s for s in sections if s.type == SHT_SYMTAB]
+    if not tables:
+        return None, []
+    if len(tables) > 1:
+        raise _fail("more than one symbol table")
+    symtab = tables[0]
+    if symtab.entsize != _SYM.size or symtab.size % _SYM.size:
+        raise _fail("symbol table entry size %d / size %d is not a multiple of %d" % (symtab.entsize, symtab.size, _SYM.size))
+    if not 0 < symtab.link < len(sections) or sections[symtab.link].type != SHT_STRTAB:
+        raise _fail("symbol table's string table index %d is invalid" % symtab.link)
+    strtab = sections[symtab.link]
+    nsec = len(sections)
+    out = []
+    chunk = data[symtab.offset : symtab.offset + symtab.size]
+    for i, (name, info, _other, shndx, value, size) in enumerate(_SYM.iter_unpack(chunk)):
+        if shndx == SHN_XINDEX:
+            raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
+        if shndx >= nsec and shndx < SHN_LORESERVE:
+            raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
+        label = _cstring(data, strtab, name, "symbol") if name else ""
+        out.append(Symbol(i, label, info >> 4, info & 0xF, shndx, value, size))
+    return symtab.index, out
+
+
+def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> None:
+    nsec, nsym = len(obj.sections), len(obj.symbols)
+    for sec in obj.sections:
+        if sec.type == SHT_REL:
+            target = obj.sections[sec.info] if sec.info < nsec else None
+            if target is not None and target.is_alloc:
+                raise UnsupportedRelocationError(
+                    "section %s uses REL (implicit addend) relocations; only RELA is supported" % sec.name
+                )
+            continue
+        if sec.type != SHT_RELA:
+            continue
+        if not 0 < sec.info < nsec:
+            raise _fail("relocation section %s targets section %d of %d" % (sec.name, sec.info, nsec))
+        target = obj.sections[sec.info]
+        if not target.is_alloc:
+            continue  # debug info etc.: never loaded, never patched
+        if sec.link != symtab_index:
+            raise _fail("relocation section %s does not use the symbol table" % sec.name)
+        if sec.entsize not in (0, _RELA.size) or sec.size % _RELA.size:
+            raise _fail("relocation section %s has entry size %d / size %d" % (sec.name, sec.entsize, sec.size))
+        chunk = data[sec.offset : sec.offset + sec.size]
+        relocs = obj.relocations.setdefault(target.index, [])
+        for r_offset, r_info, addend in _RELA.iter_unpack(chunk):
+            sym = r_info >> 32
+            if sym >= nsym:
+                raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, sym, nsym))
+            if r_offset >= target.size:
+                raise _fail(
+                    "relocation in %s at offset %d is outside %s (%d bytes)"
+                    % (sec.name, r_offset, target.name, target.size)
+                )
+            relocs.append(Relocation(r_offset, r_info & 0xFFFFFFFF, sym, addend))
+
+
+def parse_object(data: bytes, supported_machines: Tuple[int, ...] = (EM_X86_64, EM_AARCH64)) -> ElfObject:
+    """Parse and validate ``data``; raises ElfFormatError (or another LoaderError)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ElfFormatError("expected ELF object bytes, got %s" % type(data).__name__)
+    data = bytes(data)
+    fields = _read_header(data, supported_machines)
+    shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
+    sections = _section_table(data, shoff, shentsize, shnum, shstrndx)
+    obj = ElfObject(data, fields[2], sections)
+    symtab_index, obj.symbols = _symbols(data, sections)
+    _relocations(data, obj, symtab_index)
+    return obj

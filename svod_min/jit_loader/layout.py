@@ -1,0 +1,404 @@
+"""Lay out a relocatable object as one image and relocate it for a base address.
+
+The work splits in two:
+
+* :func:`plan_layout` (base-independent, cached per object): place every
+  ``SHF_ALLOC`` section by its flags into three page-aligned segments —
+  text (read+execute; code, then call stubs), rodata (read-only; constants,
+  then the GOT) and data (read-write; ``.data``, ``.bss``, COMMON) — and turn
+  every relocation into a patch against an image offset, a resolved
+  external, or an absolute value.
+* :func:`apply_layout` (cheap): resolve externals, fill GOT slots and stubs,
+  and patch the fields for a concrete ``base``.
+
+Because GOT slots and stubs live inside the image, every PC-relative
+displacement the compiler emitted stays within the image and fits.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
+from .aarch64 import AARCH64
+from .arch import CALL, GOT, Arch, FieldOverflow, RelocSpec
+from .elf import (
+    SHF_EXECINSTR,
+    SHF_TLS,
+    SHF_WRITE,
+    SHN_ABS,
+    SHN_COMMON,
+    SHN_UNDEF,
+    STB_LOCAL,
+    STB_WEAK,
+    STT_FILE,
+    STT_SECTION,
+    ElfObject,
+    Section,
+    Symbol,
+    parse_object,
+)
+from .x86_64 import X86_64
+
+ARCHES: Dict[int, Arch] = {X86_64.machine: X86_64, AARCH64.machine: AARCH64}
+
+PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+PAGE = max(mmap.PAGESIZE, 4096)
+
+Resolver = Callable[[str], int]
+
+# A reference to an address: ("img", offset) | ("ext", name) | ("abs", value).
+Ref = Tuple[str, object]
+
+_Q = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str  # "text", "rodata" or "data"
+    offset: int
+    size: int
+    prot: int
+
+
+@dataclass
+class Patch:
+    offset: int  # image offset of the field (P - base)
+    spec: RelocSpec
+    ref: Ref  # what S is
+    addend: int
+    where: str  # "section+0xoff" for messages
+    symbol: str
+
+
+@dataclass
+class Layout:
+    arch: Arch
+    size: int
+    template: bytes
+    segments: List[Segment]
+    sections: Dict[str, int]  # name -> image offset
+    symbols: Dict[str, int]  # defined symbol -> image offset
+    externals: Dict[str, bool]  # undefined name -> is weak
+    got: List[Tuple[int, Ref, int]] = field(default_factory=list)  # (offset, ref, addend)
+    stubs: List[Tuple[int, Ref, int]] = field(default_factory=list)
+    patches: List[Patch] = field(default_factory=list)
+
+
+@dataclass
+class RelocatedImage:
+    """The result of :func:`relocate`: bytes to place at ``base``, and where things are."""
+
+    image: bytes
+    base: int
+    size: int
+    sections: Dict[str, int]
+    symbols: Dict[str, int]
+    segments: List[Segment]
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) & ~(alignment - 1) if alignment > 1 else value
+
+
+def _segment_of(sec: Section) -> str:
+    if sec.flags & SHF_TLS:
+        raise UnsupportedRelocationError("section %s holds thread-local storage, not supported in kernels" % sec.name)
+    if sec.flags & SHF_EXECINSTR and sec.flags & SHF_WRITE:
+        raise LoaderError("section %s is both writable and executable; refusing it (W^X)" % sec.name)
+    if sec.flags & SHF_EXECINSTR:
+        return "text"
+    return "data" if sec.flags & SHF_WRITE else "rodata"
+
+
+class _Builder:
+    """One pass over a parsed object producing a :class:`Layout`."""
+
+    def __init__(self, obj: ElfObject, arch: Arch) -> None:
+        self.obj = obj
+        self.arch = arch
+        self.offsets: Dict[int, int] = {}  # section index -> image offset
+        self.common: Dict[int, int] = {}  # symbol index -> image offset
+        self.got_keys: Dict[tuple, int] = {}
+        self.stub_keys: Dict[tuple, int] = {}
+
+    # -- symbols -------------------------------------------------------------
+
+    def _is_external(self, sym: Symbol) -> bool:
+        return sym.shndx in (SHN_UNDEF, SHN_ABS)
+
+    def _ident(self, sym: Symbol) -> tuple:
+        return ("ext", sym.name) if sym.shndx == SHN_UNDEF else ("sym", sym.index)
+
+    def _ref(self, sym: Symbol, where: str) -> Ref:
+        if sym.shndx == SHN_UNDEF:
+            if not sym.name:
+                raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % where)
+            return ("ext", sym.name)
+        if sym.shndx == SHN_ABS:
+            return ("abs", sym.value)
+        if sym.shndx == SHN_COMMON:
+            return ("img", self.common[sym.index])
+        if sym.shndx not in self.offsets:
+            sec = self.obj.sections[sym.shndx]
+            raise ElfFormatError(
+                "relocation at %s refers to %s in section %s, which is not loaded (not SHF_ALLOC)"
+                % (where, sym.name or "a symbol", sec.name)
+            )
+        return ("img", self.offsets[sym.shndx] + sym.value)
+
+    # -- relocation classification ------------------------------------------
+
+    def _spec(self, rtype: int, where: str) -> Optional[RelocSpec]:
+        if rtype in self.arch.none_types:
+            return None
+        spec = self.arch.relocs.get(rtype)
+        if spec is not None:
+            return spec
+        if rtype in self.arch.refused:
+            raise UnsupportedRelocationError(
+                "%s (type %d) at %s: %s"
+                % (self.arch.refused[rtype], rtype, where, self.arch.refuse_reason[rtype])
+            )
+        raise UnsupportedRelocationError(
+            "unknown %s relocation type %d at %s" % (self.arch.name, rtype, where)
+        )
+
+    def _indirection_key(self, sym: Symbol, addend: int) -> tuple:
+        return (self._ident(sym), addend if self.arch.addend_on_target else 0)
+
+    def _collect_indirections(self) -> None:
+        for sec_index, relocs in self.obj.relocations.items():
+            sec = self.obj.sections[sec_index]
+            for rel in relocs:
+                where = "%s+0x%x" % (sec.name, rel.offset)
+                spec = self._spec(rel.type, where)
+                if spec is None:
+                    continue
+                if rel.offset + spec.width > sec.size:
+                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, where, sec.name))
+                if sec.is_nobits:
+                    raise ElfFormatError("relocation at %s patches a section with no contents" % where)
+                sym = self.obj.symbols[rel.sym]
+                key = self._indirection_key(sym, rel.addend)
+                if spec.via == GOT:
+                    self.got_keys.setdefault(key, len(self.got_keys))
+                elif spec.via == CALL and self._is_external(sym):
+                    self.stub_keys.setdefault(key, len(self.stub_keys))
+
+    # -- placement -----------------------------------------------------------
+
+    def _place(self, sections: List[Section], cursor: int) -> int:
+        for sec in sections:
+            cursor = _align(cursor, max(sec.align, 1))
+            self.offsets[sec.index] = cursor
+            cursor += sec.size
+        return cursor
+
+    def _place_common(self, cursor: int) -> int:
+        for sym in self.obj.symbols:
+            if sym.shndx == SHN_COMMON:
+                cursor = _align(cursor, max(sym.value, 1))  # st_value is the alignment
+                self.common[sym.index] = cursor
+                cursor += sym.size
+        return cursor
+
+    def build(self) -> Layout:
+        self._collect_indirections()
+        groups: Dict[str, List[Section]] = {"text": [], "rodata": [], "data": []}
+        for sec in self.obj.sections:
+            if sec.is_alloc and sec.size > 0:
+                groups[_segment_of(sec)].append(sec)
+        # Within data, contents first and zero-fill (NOBITS) last.
+        groups["data"].sort(key=lambda s: s.is_nobits)
+
+        segments: List[Segment] = []
+        cursor = self._place(groups["text"], 0)
+        stub_base = _align(cursor, 16)
+        cursor = stub_base + self.arch.stub_size * len(self.stub_keys)
+        segments.append(Segment("text", 0, cursor, PROT_READ | PROT_EXEC))
+
+        start = cursor = _align(cursor, PAGE)
+        cursor = self._place(groups["rodata"], cursor)
+        got_base = _align(cursor, 8)
+        cursor = got_base + 8 * len(self.got_keys)
+        segments.append(Segment("rodata", start, cursor - start, PROT_READ))
+
+        start = cursor = _align(cursor, PAGE)
+        cursor = self._place_common(self._place(groups["data"], cursor))
+        segments.append(Segment("data", start, cursor - start, PROT_READ | PROT_WRITE))
+
+        size = max(_align(cursor, PAGE), PAGE)
+        layout = Layout(
+            arch=self.arch,
+            size=size,
+            template=self._template(size),
+            segments=[s for s in segments if s.size > 0],
+            sections=self._section_names(),
+            symbols=self._symbol_names(),
+            externals=self._externals(),
+        )
+        layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
+        layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
+        layout.patches = self._patches(got_base, stub_base)
+        return layout
+
+    def _key_ref(self, key: tuple) -> Tuple[Ref, int]:
+        (kind, value), addend = key
+        if kind == "ext":
+            return ("ext", value), addend
+        return self._ref(self.obj.symbols[value], "GOT/stub entry"), addend
+
+    def _template(self, size: int) -> bytes:
+        image = bytearray(size)
+        data = self.obj.data
+        for index, off in self.offsets.items():
+            sec = self.obj.sections[index]
+            if not sec.is_nobits:
+                image[off : off + sec.size] = data[sec.offset : sec.offset + sec.size]
+        return bytes(image)
+
+    def _section_names(self) -> Dict[str, int]:
+        names: Dict[str, int] = {}
+        for index, off in sorted(self.offsets.items()):
+            names.setdefault(self.obj.sections[index].name, off)
+        return names
+
+    def _symbol_names(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        # Locals first so a global of the same name overrides them.
+        for sym in sorted(self.obj.symbols, key=lambda s: s.bind != STB_LOCAL):
+            if not sym.name or sym.type in (STT_SECTION, STT_FILE):
+                continue
+            if sym.shndx in self.offsets:
+                out[sym.name] = self.offsets[sym.shndx] + sym.value
+            elif sym.shndx == SHN_COMMON:
+                out[sym.name] = self.common[sym.index]
+        return out
+
+    def _externals(self) -> Dict[str, bool]:
+        needed = {self.obj.symbols[r.sym].index for rels in self.obj.relocations.values() for r in rels}
+        return {
+            s.name: s.bind == STB_WEAK
+            for s in self.obj.symbols
+            if s.shndx == SHN_UNDEF and s.index in needed and s.name
+        }
+
+    def _patches(self, got_base: int, stub_base: int) -> List[Patch]:
+        patches = []
+        for sec_index, relocs in self.obj.relocations.items():
+            sec = self.obj.sections[sec_index]
+            base = self.offsets[sec_index]
+            for rel in relocs:
+                where = "%s+0x%x" % (sec.name, rel.offset)
+                spec = self._spec(rel.type, where)
+                if spec is None:
+                    continue
+                sym = self.obj.symbols[rel.sym]
+                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
+                patches.append(Patch(base + rel.offset, spec, ref, addend, where, sym.name))
+        return patches
+
+    def _patch_target(
+        self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, where: str
+    ) -> Tuple[Ref, int]:
+        key = self._indirection_key(sym, addend)
+        field_addend = 0 if self.arch.addend_on_target else addend
+        if spec.via == GOT:
+            return ("img", got_base + 8 * self.got_keys[key]), field_addend
+        if spec.via == CALL and self._is_external(sym):
+            return ("img", stub_base + self.arch.stub_size * self.stub_keys[key]), field_addend
+        return self._ref(sym, where), addend
+
+
+_cache_lock = threading.Lock()
+_layout_cache: "OrderedDict[bytes, Layout]" = OrderedDict()
+_CACHE_LIMIT = 256
+
+
+def plan_layout(obj: bytes) -> Layout:
+    """Parse, validate and lay out ``obj`` (memoised per object contents)."""
+    key = bytes(obj) if not isinstance(obj, bytes) else obj
+    with _cache_lock:
+        hit = _layout_cache.get(key)
+        if hit is not None:
+            _layout_cache.move_to_end(key)
+            return hit
+    parsed = parse_object(key, tuple(ARCHES))
+    layout = _Builder(parsed, ARCHES[parsed.machine]).build()
+    with _cache_lock:
+        _layout_cache[key] = layout
+        while len(_layout_cache) > _CACHE_LIMIT:
+            _layout_cache.popitem(last=False)
+    return layout
+
+
+def _resolve_externals(layout: Layout, resolve: Resolver) -> Dict[str, int]:
+    resolved: Dict[str, int] = {}
+    for name, weak in layout.externals.items():
+        try:
+            address = resolve(name)
+        except SymbolNotFoundError:
+            if not weak:
+                raise
+            address = 0
+        if not address:
+            if not weak:
+                raise SymbolNotFoundError("undefined symbol %r could not be resolved" % name)
+            address = 0  # an unresolved weak symbol is null by definition
+        resolved[name] = int(address)
+    return resolved
+
+
+def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
+    kind, value = ref
+    if kind == "img":
+        return base + value  # type: ignore[operator]
+    if kind == "ext":
+        return resolved[value]  # type: ignore[index]
+    return value  # type: ignore[return-value]
+
+
+def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
+    """Produce the relocated image of ``layout`` for load address ``base``."""
+    if base % PAGE:
+        raise LoaderError("load address 0x%x is not page-aligned" % base)
+    resolved = _resolve_externals(layout, resolve)
+    image = bytearray(layout.template)
+    for off, ref, addend in layout.got:
+        _Q.pack_into(image, off, (_address(ref, base, resolved) + addend) & 0xFFFFFFFFFFFFFFFF)
+    for off, ref, addend in layout.stubs:
+        layout.arch.write_stub(image, off, _address(ref, base, resolved) + addend)
+    for p in layout.patches:
+        s = _address(p.ref, base, resolved)
+        try:
+            p.spec.apply(image, p.offset, s, p.addend, base + p.offset)
+        except FieldOverflow as exc:
+            raise RelocationRangeError(
+                "%s against %r at %s: %s (value 0x%x); refusing to truncate"
+                % (p.spec.name, p.symbol or "section", p.where, exc.detail, exc.value & 0xFFFFFFFFFFFFFFFF)
+            ) from None
+    return image
+
+
+def relocate(obj: bytes, base: int, resolve: Resolver) -> RelocatedImage:
+    """Lay out and relocate ``obj`` as if loaded at ``base``; a pure function.
+
+    ``resolve(name)`` returns the address of an undefined symbol (0 or
+    :class:`SymbolNotFoundError` when it has none).
+    """
+    layout = plan_layout(obj)
+    image = apply_layout(layout, base, resolve)
+    return RelocatedImage(
+        image=bytes(image),
+        base=base,
+        size=layout.size,
+        sections={k: base + v for k, v in layout.sections.items()},
+        symbols={k: base + v for k, v in layout.symbols.items()},
+        segments=list(layout.segments),
+    )
