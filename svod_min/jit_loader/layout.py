@@ -323,7 +323,9 @@ _CACHE_LIMIT = 256
 
 def plan_layout(obj: bytes) -> Layout:
     """Parse, validate and lay out ``obj`` (memoised per object contents)."""
-    key = bytes(obj) if not isinstance(obj, bytes) else obj
+    if not isinstance(obj, (bytes, bytearray, memoryview)):
+        raise ElfFormatError("expected ELF object bytes, got %s" % type(obj).__name__)
+    key = obj if isinstance(obj, bytes) else bytes(obj)
     with _cache_lock:
         hit = _layout_cache.get(key)
         if hit is not None:
