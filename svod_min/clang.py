@@ -11,6 +11,7 @@ cache keys.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import os
 import platform
@@ -120,12 +121,68 @@ def _probe(path: str) -> CompilerInfo:
     return CompilerInfo(path, family, version, target[0] if target else "unknown")
 
 
+def _probe_store() -> Optional[str]:
+    """Where probe results persist across processes (None: do not persist)."""
+    if os.environ.get("SVOD_OBJECT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    root = os.environ.get("SVOD_OBJECT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "svod_min"
+    )
+    return os.path.join(root, "compilers.json")
+
+
+def _binary_fingerprint(path: str) -> str:
+    # An upgraded compiler changes its binary, so (realpath, mtime, size) keys
+    # a probe result safely without running the compiler (~60 ms for clang).
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return "%s|%d|%d" % (real, st.st_mtime_ns, st.st_size)
+
+
+def _load_probes(store: str) -> Dict[str, list]:
+    try:
+        with open(store) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_probe(store: str, fingerprint: str, info: CompilerInfo) -> None:
+    data = _load_probes(store)
+    data[fingerprint] = [info.path, info.family, info.version, info.target]
+    try:
+        os.makedirs(os.path.dirname(store), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(store), prefix=".compilers-")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, store)
+    except OSError as exc:  # a read-only cache only costs us the probe next time
+        log.debug("cannot persist compiler probe to %s: %s", store, exc)
+
+
+def _probe_persistent(path: str) -> CompilerInfo:
+    store = _probe_store()
+    try:
+        fingerprint = _binary_fingerprint(path)
+    except OSError:
+        return _probe(path)
+    if store is not None:
+        hit = _load_probes(store).get(fingerprint)
+        if isinstance(hit, list) and len(hit) == 4 and all(isinstance(x, str) for x in hit):
+            return CompilerInfo(path, hit[1], hit[2], hit[3])
+    info = _probe(path)
+    if store is not None:
+        _save_probe(store, fingerprint, info)
+    return info
+
+
 def probe_compiler(path: str) -> CompilerInfo:
-    """Identity of the compiler at ``path`` (cached for the process)."""
+    """Identity of the compiler at ``path``: cached per process and on disk."""
     with _probe_lock:
         info = _probed.get(path)
         if info is None:
-            info = _probe(path)
+            info = _probe_persistent(path)
             _probed[path] = info
         return info
 

@@ -12,6 +12,20 @@ needs_clang = pytest.mark.skipif(not HAVE_CLANG, reason="clang is not installed"
 needs_cc = pytest.mark.skipif(not COMPILERS, reason="no C compiler installed")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_object_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Never let the suite write into the user's real ~/.cache."""
+    import os
+
+    old = os.environ.get("SVOD_OBJECT_CACHE_DIR")
+    os.environ["SVOD_OBJECT_CACHE_DIR"] = str(tmp_path_factory.mktemp("object-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SVOD_OBJECT_CACHE_DIR", None)
+    else:
+        os.environ["SVOD_OBJECT_CACHE_DIR"] = old
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Tests that take a `cc` argument run once per installed compiler.
     if "cc" in metafunc.fixturenames:

@@ -15,12 +15,14 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
+from ..clang import host_arch
 from ..error import LoaderError, SymbolNotFoundError
 from .layout import PAGE, Layout, RelocatedImage, Segment, apply_layout, plan_layout, relocate
 from .memory import map_image, unmap, wx_mode
 from .symbols import chain_resolvers, default_resolver, lookup
 
 Resolver = Callable[[str], int]
+HOST_ARCH = host_arch()
 
 
 class LoadedObject:
@@ -95,12 +97,10 @@ class LoadedObject:
 
 
 def _check_host_arch(layout: Layout) -> None:
-    from ..clang import host_arch
-
-    if layout.arch.name != host_arch():
+    if layout.arch.name != HOST_ARCH:
         raise LoaderError(
             "object is for %s but this host is %s: it can be relocated (relocate()) but not run here"
-            % (layout.arch.name, host_arch())
+            % (layout.arch.name, HOST_ARCH)
         )
 
 

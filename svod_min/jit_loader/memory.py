@@ -25,7 +25,7 @@ import threading
 from typing import List, Optional
 
 from ..error import ExecMemoryError, LoaderError
-from .layout import PROT_EXEC, PROT_READ, PROT_WRITE, Segment
+from .layout import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, Segment
 
 log = logging.getLogger("svod_min.loader")
 
@@ -111,8 +111,6 @@ def _commit_anon(base: int, image: bytes, segments: List[Segment]) -> None:
 
 
 def _page_span(seg: Segment) -> int:
-    from .layout import PAGE
-
     return (seg.size + PAGE - 1) // PAGE * PAGE
 
 

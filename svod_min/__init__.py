@@ -1,0 +1,62 @@
+"""svod_min: a minimal-dependency runtime for compiled compute kernels.
+
+C (or LLVM IR) -> relocatable ELF object -> pure-Python relocator -> W^X
+pages -> ctypes call. Names follow svod-runtime. Public names are imported
+lazily (PEP 562), so ``import svod_min`` is cheap and never runs a compiler.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict
+
+from .error import *  # noqa: F401,F403 - the error hierarchy is small and always needed
+from .error import __all__ as _error_all
+
+__version__ = "0.1.0"
+
+_LAZY: Dict[str, str] = {
+    # compiler driver and loader
+    "compile_c": "clang",
+    "compile_ir": "clang",
+    "compile_source": "clang",
+    "CpuBackend": "clang",
+    "find_compiler": "clang",
+    "relocate": "jit_loader",
+    "load_object": "jit_loader",
+    "LoadedObject": "jit_loader",
+    "wx_mode": "jit_loader",
+    # devices
+    "DEVICE_FACTORIES": "device_registry",
+    "DeviceSpec": "device_registry",
+    "DeviceRegistry": "device_registry",
+    "create_cpu_device": "devices.cpu",
+    "create_cpu_device_with_backend": "devices.cpu",
+    "ensure_thread_pool": "devices.cpu",
+    "CpuDevice": "devices.cpu",
+    "CpuBuffer": "devices.cpu",
+    "CpuProgram": "devices.cpu",
+    # caches
+    "CompiledSpec": "kernel_cache",
+    "CachedKernel": "kernel_cache",
+    "KernelCache": "kernel_cache",
+    "ObjectCache": "kernel_cache",
+    "compile_cached": "kernel_cache",
+    "get_or_compile_kernel": "kernel_cache",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError("module 'svod_min' has no attribute %r" % name)
+    value = getattr(importlib.import_module("." + module, __name__), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(set(_LAZY) | set(_error_all))

@@ -1,0 +1,246 @@
+"""Device specs and the device factory registry (svod's ``DEVICE_FACTORIES``).
+
+``DeviceSpec.parse("cuda:1")`` turns a user string into a canonical, hashable
+spec. A :class:`DeviceRegistry` maps a device kind to a factory and caches one
+device per spec; each cache slot has its own lock, so two threads asking for
+the same spec build it once while different specs build concurrently. A
+factory that fails is not cached: the next call tries again.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from .error import DeviceError, InvalidDeviceError, SvodError, UnsupportedDeviceError
+
+#: Every kind ``DeviceSpec.parse`` understands (whether or not a factory exists).
+KNOWN_KINDS = ("CPU", "CUDA", "METAL", "WEBGPU", "DISK", "AMD")
+_ALIASES = {"GPU": "CUDA"}
+_INDEXED = frozenset(("CUDA", "METAL", "AMD"))  # kinds printed as KIND:N
+_INDEX_RE = re.compile(r"[0-9]+\Z")  # ASCII digits only: no sign, no "²"
+_MAX_INDEX = 2**31 - 1
+
+Device = Any  # a device object (CpuDevice, later CudaDevice ...)
+Factory = Callable[["DeviceSpec"], Device]
+SpecLike = Union[str, "DeviceSpec"]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A canonical device name: ``kind`` upper-case, ``index`` for GPUs, ``path`` for DISK."""
+
+    kind: str
+    index: int = 0
+    path: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        # Normalise so DeviceSpec("gpu") == DeviceSpec.parse("CUDA") (same cache slot).
+        kind = str(self.kind).strip().upper()
+        object.__setattr__(self, "kind", _ALIASES.get(kind, kind))
+        if not isinstance(self.index, int) or self.index < 0:
+            raise InvalidDeviceError("device index must be a non-negative int, got %r" % (self.index,))
+        if (self.kind == "DISK") != bool(self.path):
+            raise InvalidDeviceError("a path goes with DISK and only DISK, got %r for %s" % (self.path, self.kind))
+
+    @classmethod
+    def parse(cls, text: str) -> "DeviceSpec":
+        """Parse ``CPU``, ``CUDA[:N]``/``GPU[:N]``, ``METAL[:N]``, ``WEBGPU``, ``DISK:<path>``, ``AMD[:N]``."""
+        if not isinstance(text, str):
+            raise InvalidDeviceError("device spec must be a string, got %r" % (text,))
+        stripped = text.strip()
+        if not stripped:
+            raise InvalidDeviceError("invalid device %r: empty device spec" % (text,))
+        head, sep, rest = stripped.partition(":")
+        kind = _ALIASES.get(head.strip().upper(), head.strip().upper())
+        if kind == "DISK":
+            return cls._parse_disk(text, rest)
+        if kind not in KNOWN_KINDS:
+            raise InvalidDeviceError(
+                "invalid device %r: unknown kind %r (expected one of %s, GPU)"
+                % (text, head, ", ".join(KNOWN_KINDS))
+            )
+        if not sep:
+            return cls(kind)
+        return cls(kind, _parse_index(text, kind, rest.strip()))
+
+    @classmethod
+    def _parse_disk(cls, text: str, rest: str) -> "DeviceSpec":
+        # The path keeps its case (and inner spaces); only the whole spec was stripped.
+        if not rest:
+            raise InvalidDeviceError("invalid device %r: DISK needs a path (DISK:<path>)" % (text,))
+        return cls("DISK", 0, rest)
+
+    def __str__(self) -> str:
+        if self.kind == "DISK":
+            return "DISK:%s" % (self.path,)
+        if self.kind in _INDEXED:
+            return "%s:%d" % (self.kind, self.index)
+        return self.kind
+
+
+def _parse_index(text: str, kind: str, raw: str) -> int:
+    if not _INDEX_RE.match(raw) or int(raw) > _MAX_INDEX:
+        raise InvalidDeviceError(
+            "invalid device %r: index %r is not a non-negative integer" % (text, raw)
+        )
+    index = int(raw)
+    if kind not in _INDEXED and index != 0:
+        # CPU and WEBGPU are single devices; "CPU:0" is tolerated, "CPU:1" is a typo.
+        raise InvalidDeviceError("invalid device %r: %s takes no device index" % (text, kind))
+    return index
+
+
+def as_spec(spec: SpecLike) -> DeviceSpec:
+    """A :class:`DeviceSpec` from a spec or a string."""
+    return spec if isinstance(spec, DeviceSpec) else DeviceSpec.parse(spec)
+
+
+class _Slot:
+    """One cache entry: its own lock so a slow factory blocks only its own spec."""
+
+    __slots__ = ("lock", "device")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.device: Optional[Device] = None
+
+
+class DeviceRegistry:
+    """Device kind -> factory, plus a per-spec device cache."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards the two dicts, never held while building
+        self._factories: Dict[str, Factory] = {}
+        self._slots: Dict[DeviceSpec, _Slot] = {}
+
+    def register_factory(self, kind: str, factory: Factory) -> None:
+        """Register (or replace) the factory for ``kind`` (case-insensitive; GPU means CUDA)."""
+        if not callable(factory):
+            raise TypeError("factory must be callable, got %r" % (factory,))
+        key = _normalise_kind(kind)
+        with self._lock:
+            self._factories[key] = factory
+
+    def unregister_factory(self, kind: str) -> bool:
+        """Remove the factory and the cached devices of ``kind``; False if none was registered."""
+        key = _normalise_kind(kind)
+        with self._lock:
+            found = self._factories.pop(key, None) is not None
+            for spec in [s for s in self._slots if s.kind == key]:
+                del self._slots[spec]
+        return found
+
+    def available_kinds(self) -> List[str]:
+        """The kinds that have a factory, sorted."""
+        with self._lock:
+            return sorted(self._factories)
+
+    def clear_cache(self) -> None:
+        """Forget every cached device (the devices themselves live on while referenced)."""
+        with self._lock:
+            self._slots.clear()
+
+    def device(self, spec: SpecLike) -> Device:
+        """The cached device for ``spec``, built by its kind's factory on first use."""
+        parsed = as_spec(spec)
+        slot = self._slot(parsed)
+        with slot.lock:
+            if slot.device is None:
+                slot.device = self._build(parsed)
+            return slot.device
+
+    def _slot(self, spec: DeviceSpec) -> _Slot:
+        with self._lock:
+            if spec.kind not in self._factories:
+                raise _unsupported(spec, sorted(self._factories))
+            slot = self._slots.get(spec)
+            if slot is None:
+                slot = self._slots[spec] = _Slot()
+            return slot
+
+    def _build(self, spec: DeviceSpec) -> Device:
+        with self._lock:
+            factory = self._factories.get(spec.kind)
+            kinds = sorted(self._factories)
+        if factory is None:  # unregistered while we waited for the slot
+            raise _unsupported(spec, kinds)
+        try:
+            built = factory(spec)
+        except SvodError:
+            raise
+        except Exception as exc:
+            raise DeviceError("failed to create device %s: %s" % (spec, exc)) from exc
+        if built is None:
+            raise DeviceError("factory for %s returned None" % (spec,))
+        return built
+
+
+def _normalise_kind(kind: str) -> str:
+    key = str(kind).strip().upper()
+    return _ALIASES.get(key, key)
+
+
+def _cuda_driver_hint() -> str:
+    # Only on the error path: find_library may run ldconfig (milliseconds).
+    try:
+        found = ctypes.util.find_library("cuda")
+    except Exception:  # find_library shells out; never let a hint crash
+        found = None
+    if found is None:
+        return "no NVIDIA driver (libcuda.so.1) was found, so the CUDA device is not available here"
+    return "an NVIDIA driver (%s) is present, but this svod_min has no CUDA device registered" % found
+
+
+def _unsupported(spec: DeviceSpec, kinds: List[str]) -> UnsupportedDeviceError:
+    registered = ", ".join(kinds) if kinds else "none"
+    message = "device %s is not supported (registered kinds: %s)" % (spec, registered)
+    if spec.kind == "CUDA":
+        message += "; " + _cuda_driver_hint()
+    return UnsupportedDeviceError(message)
+
+
+def _cpu_factory(spec: DeviceSpec) -> Device:
+    # Lazy import: building the registry must not import the compiler driver.
+    from .devices.cpu import create_cpu_device
+
+    return create_cpu_device()
+
+
+def _register_optional_devices(registry: DeviceRegistry) -> None:
+    """HOOK for devices that need a driver (CUDA in a later issue; METAL/AMD never here).
+
+    Must never raise: it runs at import time. A future CUDA entry should probe
+    for libcuda.so.1 cheaply and register a lazily-importing factory only
+    when found. Registers nothing for now.
+    """
+    return None
+
+
+DEVICE_FACTORIES = DeviceRegistry()
+DEVICE_FACTORIES.register_factory("CPU", _cpu_factory)
+_register_optional_devices(DEVICE_FACTORIES)
+
+
+def device(spec: SpecLike, registry: Optional[DeviceRegistry] = None) -> Device:
+    """The device for ``spec`` from ``registry`` (default :data:`DEVICE_FACTORIES`)."""
+    return (DEVICE_FACTORIES if registry is None else registry).device(spec)
+
+
+def available_kinds() -> List[str]:
+    """Kinds registered in :data:`DEVICE_FACTORIES`."""
+    return DEVICE_FACTORIES.available_kinds()
+
+
+__all__ = [
+    "DEVICE_FACTORIES",
+    "DeviceRegistry",
+    "DeviceSpec",
+    "KNOWN_KINDS",
+    "as_spec",
+    "available_kinds",
+    "device",
+]

@@ -1,0 +1,639 @@
+"""The CPU device: page-aligned host buffers, JIT-loaded kernels, a thread pool.
+
+Calling convention (svod's): ``void k(T* restrict buf0, .., const int var0, ..)``:
+buffers first in slot order as ``c_void_p``, then integer variables as
+``c_int32``. A kernel whose ``global_size[0]`` is ``n > 1`` is invoked ``n``
+times with ``vals[core_id] = 0..n-1``, spread over the device's thread pool
+(ctypes releases the GIL around foreign calls, so the calls really run in
+parallel). Inside a pool worker the loop runs serially instead, so nested
+dispatch can never deadlock the pool.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import logging
+import mmap
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..clang import CpuBackend
+from ..device_registry import DeviceSpec
+from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
+from ..error import (
+    BufferAllocationError,
+    ExecutionError,
+    NotSupportedError,
+    VariableBoundsError,
+)
+
+log = logging.getLogger("svod_min.devices.cpu")
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+PAGE_SIZE = mmap.PAGESIZE
+_THREADS_ENV = "SVOD_THREADS"
+
+_worker = threading.local()  # .active is True on svod pool threads
+
+Shape = Tuple[int, ...]
+BufferLike = Any  # a CpuBuffer, or anything with an int ``address`` (or a raw int)
+
+
+# --- numpy (optional) ------------------------------------------------------
+
+_np_module: Any = None
+_np_checked = False
+
+
+def _numpy() -> Any:
+    """The numpy module, or None when it is not installed (imported once, lazily)."""
+    global _np_module, _np_checked
+    if not _np_checked:
+        try:
+            import numpy
+
+            _np_module = numpy
+        except ImportError:
+            _np_module = None
+        _np_checked = True
+    return _np_module
+
+
+# --- buffers ---------------------------------------------------------------
+
+
+class CpuStorage:
+    """One anonymous private mapping; every view of it shares this object.
+
+    ``address`` comes from a ``c_char`` exported from the mmap. That export
+    pins the mapping (``mmap.close()`` would raise while it exists), which is
+    what we want: the pages stay valid for as long as any buffer, view or
+    numpy array refers to them, and are unmapped by the GC afterwards.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        # mmap refuses length 0; a 0-byte buffer still gets a (1-page) mapping.
+        self.capacity = max(nbytes, 1)
+        self.mm = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE)
+        self._anchor = ctypes.c_char.from_buffer(self.mm)
+        self.address: int = ctypes.addressof(self._anchor)
+
+    def __repr__(self) -> str:
+        return "<CpuStorage 0x%x+%d>" % (self.address, self.capacity)
+
+
+@dataclass(eq=False)
+class CpuBuffer:
+    """A typed window ``[offset, offset + nbytes)`` of a :class:`CpuStorage`."""
+
+    storage: CpuStorage
+    offset: int
+    nbytes: int
+    dtype: DType
+    shape: Shape
+    device: Optional["CpuDevice"] = None
+    address: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.address = self.storage.address + self.offset
+
+    def __len__(self) -> int:
+        return self.nbytes // self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return "<CpuBuffer %s%s %d B @0x%x>" % (self.dtype.name, list(self.shape), self.nbytes, self.address)
+
+    @property
+    def size(self) -> int:
+        """Element count (same as ``len``)."""
+        return len(self)
+
+    def byte_range(self) -> Tuple[int, int]:
+        """``(start, end)`` byte offsets inside :attr:`storage`, for hazard checks."""
+        return self.offset, self.offset + self.nbytes
+
+    def view(
+        self,
+        byte_offset: int,
+        nbytes: int,
+        dtype: Optional[DTypeLike] = None,
+        shape: Optional[Sequence[int]] = None,
+    ) -> "CpuBuffer":
+        """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
+        dt = self.dtype if dtype is None else to_dtype(dtype)
+        byte_offset, nbytes = _index(byte_offset, "view offset"), _index(nbytes, "view size")
+        if byte_offset + nbytes > self.nbytes:
+            raise BufferAllocationError(
+                "view [%d, %d) is out of range for a %d-byte buffer" % (byte_offset, byte_offset + nbytes, self.nbytes)
+            )
+        return CpuBuffer(self.storage, self.offset + byte_offset, nbytes, dt, _shape_for(nbytes, dt, shape), self.device)
+
+    # --- data movement ---
+
+    def copyin(self, data: Any) -> "CpuBuffer":
+        """Overwrite the whole buffer from bytes-like data, a numpy array, or a list of numbers."""
+        src = self._source_bytes(data)
+        if len(src) != self.nbytes:
+            raise BufferAllocationError(
+                "copyin size mismatch: got %d bytes, buffer holds %d bytes" % (len(src), self.nbytes)
+            )
+        if self.nbytes:
+            self.storage.mm[self.offset : self.offset + self.nbytes] = src
+        return self
+
+    def copyout(self) -> bytes:
+        """The buffer's bytes (a copy)."""
+        return self.storage.mm[self.offset : self.offset + self.nbytes]
+
+    def numpy(self) -> Any:
+        """A zero-copy numpy array over the buffer (writes go straight to the buffer)."""
+        np = _numpy()
+        if np is None:
+            raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
+        if self.dtype.numpy_name is None:
+            raise NotSupportedError(
+                "%s has no numpy dtype; use view(..., dtype='uint16') for its raw bits" % self.dtype.name
+            )
+        count = len(self)
+        if count == 0:  # frombuffer cannot view zero bytes of a mapping
+            return np.zeros(self.shape, dtype=self.dtype.numpy_name)
+        flat = np.frombuffer(self.storage.mm, dtype=self.dtype.numpy_name, count=count, offset=self.offset)
+        return flat.reshape(self.shape)
+
+    def tolist(self) -> Any:
+        """Nested Python lists (or a scalar for shape ``()``); needs no numpy."""
+        raw = memoryview(self.storage.mm)[self.offset : self.offset + self.nbytes]
+        try:
+            flat = unpack_values(self.dtype, raw)
+        finally:
+            raw.release()  # a live memoryview export would pin the mapping
+        return _nest(flat, self.shape)
+
+    def _source_bytes(self, data: Any) -> Any:
+        np = _numpy()
+        if np is not None and isinstance(data, np.ndarray):
+            return _numpy_bytes(np, data, self.dtype)
+        if isinstance(data, (list, tuple)):
+            return pack_values(self.dtype, data)
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise BufferAllocationError("cannot copy %s into a buffer" % type(data).__name__) from None
+        return view.cast("B") if view.c_contiguous else view.tobytes()
+
+
+def _numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
+    if arr.dtype.itemsize != dt.itemsize:
+        raise BufferAllocationError(
+            "array dtype %s (%d bytes/element) does not match buffer dtype %s (%d bytes/element)"
+            % (arr.dtype, arr.dtype.itemsize, dt.name, dt.itemsize)
+        )
+    arr = np.ascontiguousarray(arr)
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def _index(value: Any, what: str) -> int:
+    try:
+        number = value.__index__()
+    except AttributeError:
+        raise BufferAllocationError("%s must be an integer, got %r" % (what, value)) from None
+    if number < 0:
+        raise BufferAllocationError("%s must be >= 0, got %d" % (what, number))
+    return number
+
+
+def _shape_for(nbytes: int, dt: DType, shape: Optional[Sequence[int]]) -> Shape:
+    if nbytes % dt.itemsize:
+        raise BufferAllocationError("%d bytes is not a whole number of %s elements" % (nbytes, dt.name))
+    if shape is None:
+        return (nbytes // dt.itemsize,)
+    dims = tuple(_index(d, "shape dimension") for d in shape)
+    if _product(dims) * dt.itemsize != nbytes:
+        raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(dims), dt.name, nbytes))
+    return dims
+
+
+def _product(dims: Sequence[int]) -> int:
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def _nest(flat: List[Any], shape: Shape) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+# --- programs ---------------------------------------------------------------
+
+
+def _check_vals(names: Sequence[str], vals: Sequence[Any]) -> List[int]:
+    # ctypes' c_int32 silently truncates, so the range check must happen here.
+    out = []
+    for name, value in zip(names, vals):
+        if type(value) is not int:  # numpy ints, bools...; floats are refused
+            try:
+                value = value.__index__()
+            except AttributeError:
+                raise VariableBoundsError("variable %s=%r is not an integer" % (name, value)) from None
+        if not INT32_MIN <= value <= INT32_MAX:
+            raise VariableBoundsError(
+                "variable %s=%d does not fit the kernel's int32 parameter [%d, %d]" % (name, value, INT32_MIN, INT32_MAX)
+            )
+        out.append(value)
+    return out
+
+
+def _run_range(fn: Callable[..., None], args: List[Any], pos: int, lo: int, hi: int) -> None:
+    call_args = list(args)  # private copy: other workers patch their own core id
+    for core_id in range(lo, hi):
+        call_args[pos] = core_id
+        fn(*call_args)
+
+
+def _chunks(n: int, parts: int) -> List[Tuple[int, int]]:
+    """``n`` calls split into at most ``parts`` contiguous, near-equal ranges."""
+    parts = max(1, min(n, parts))
+    base, extra = divmod(n, parts)
+    ranges, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+class CpuProgram:
+    """A JIT-loaded kernel entry point with svod's calling convention."""
+
+    def __init__(
+        self,
+        loaded: Any,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        device: Optional["CpuDevice"] = None,
+        name: Optional[str] = None,
+    ) -> None:
+        if not isinstance(buf_count, int) or buf_count < 0:
+            raise ExecutionError("buf_count must be a non-negative int, got %r" % (buf_count,))
+        self.entry_point = entry_point
+        self.name = name or entry_point
+        self.buf_count = buf_count
+        self.var_names: Tuple[str, ...] = tuple(var_names)
+        self.device = device
+        self._loaded = loaded
+        argtypes = [ctypes.c_void_p] * buf_count + [ctypes.c_int32] * len(self.var_names)
+        self._fn: Optional[Callable[..., None]] = loaded.function(entry_point, None, *argtypes)
+
+    @classmethod
+    def from_object(
+        cls,
+        obj_bytes: bytes,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        device: Optional["CpuDevice"] = None,
+        name: Optional[str] = None,
+    ) -> "CpuProgram":
+        """Relocate and map an ELF object, then wrap ``entry_point``."""
+        from ..jit_loader import load_object
+
+        return cls(load_object(obj_bytes), entry_point, buf_count=buf_count, var_names=var_names, device=device, name=name)
+
+    @property
+    def address(self) -> int:
+        """Entry point address (for diagnostics)."""
+        return self._loaded.address(self.entry_point)
+
+    def close(self) -> None:
+        """Unmap the code; the program cannot be called afterwards."""
+        self._fn = None
+        self._loaded.close()
+
+    def __repr__(self) -> str:
+        return "<CpuProgram %s bufs=%d vars=%s>" % (self.name, self.buf_count, list(self.var_names))
+
+    # --- dispatch ---
+
+    def execute(
+        self,
+        buffers: Sequence[BufferLike],
+        vals: Sequence[int] = (),
+        *,
+        global_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+    ) -> None:
+        """Run the kernel once, or ``global_size[0]`` times (one per core id) on the pool.
+
+        Everything is validated before the first call: on error nothing ran.
+        """
+        fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
+        if n <= 1:
+            fn(*args)
+        else:
+            self._dispatch(fn, args, pos, n)
+
+    def execute_timed(
+        self,
+        buffers: Sequence[BufferLike],
+        vals: Sequence[int] = (),
+        *,
+        global_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+    ) -> float:
+        """Like :meth:`execute`; returns wall seconds of the dispatch (argument checks excluded)."""
+        call = self.bind(buffers, vals, global_size=global_size, core_id_index=core_id_index)
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    def bind(
+        self,
+        buffers: Sequence[BufferLike],
+        vals: Sequence[int] = (),
+        *,
+        global_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+    ) -> Callable[[], None]:
+        """Validate once; return a zero-argument callable that dispatches (for replay loops).
+
+        Single calls get prebuilt ``c_void_p``/``c_int32`` objects, which skips
+        ctypes' per-call int conversion. The callable holds raw addresses:
+        keep the buffers alive while it is used.
+        """
+        fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
+        if n > 1:
+            return partial(self._dispatch, fn, args, pos, n)
+        nbuf = self.buf_count
+        cargs = [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
+        return partial(fn, *cargs)
+
+    def _prepare(
+        self,
+        buffers: Sequence[BufferLike],
+        vals: Sequence[Any],
+        global_size: Optional[Sequence[int]],
+        core_id_index: Optional[int],
+    ) -> Tuple[Callable[..., None], List[Any], int, int]:
+        fn = self._fn
+        if fn is None:
+            raise ExecutionError("program %s is closed" % self.name)
+        args = self._args(buffers, vals)
+        n = int(global_size[0]) if global_size else 1
+        if n <= 1:
+            return fn, args, -1, n
+        return fn, args, self.buf_count + self._core_id_pos(core_id_index, n), n
+
+    def _args(self, buffers: Sequence[BufferLike], vals: Sequence[Any]) -> List[Any]:
+        if len(buffers) != self.buf_count:
+            raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, len(buffers)))
+        if len(vals) != len(self.var_names):
+            raise ExecutionError(
+                "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), len(vals))
+            )
+        try:  # per-dispatch hot path: CpuBuffer / anything with .address / a raw int
+            args = [b if type(b) is int else b.address for b in buffers]
+        except AttributeError as exc:
+            raise ExecutionError("%s: buffer argument has no address (%s)" % (self.name, exc)) from None
+        if vals:
+            args.extend(_check_vals(self.var_names, vals))
+        return args
+
+    def _core_id_pos(self, core_id_index: Optional[int], n: int) -> int:
+        if core_id_index is None and "core_id" in self.var_names:
+            core_id_index = self.var_names.index("core_id")
+        if core_id_index is None or not 0 <= core_id_index < len(self.var_names):
+            raise ExecutionError(
+                "%s: global_size[0]=%d needs a core id variable, got core_id_index=%r for vars %s"
+                % (self.name, n, core_id_index, list(self.var_names))
+            )
+        if n - 1 > INT32_MAX:
+            raise VariableBoundsError("global_size[0]=%d: core ids would overflow int32" % n)
+        return core_id_index
+
+    def _dispatch(self, fn: Callable[..., None], args: List[Any], pos: int, n: int) -> None:
+        device = self.device or create_cpu_device()
+        if device.threads <= 1 or getattr(_worker, "active", False):
+            _run_range(fn, args, pos, 0, n)  # nested in a pool worker: never wait on the pool
+            return
+        pool = device.pool
+        futures = [pool.submit(_run_range, fn, args, pos, lo, hi) for lo, hi in _chunks(n, device.threads)]
+        _wait_all(futures, self.name)
+
+
+def _wait_all(futures: List["concurrent.futures.Future[None]"], name: str) -> None:
+    concurrent.futures.wait(futures)  # all must finish before buffers may be reused
+    for fut in futures:
+        exc = fut.exception()
+        if exc is not None:
+            raise ExecutionError("kernel %s failed on a pool thread: %s" % (name, exc)) from exc
+
+
+# --- device ------------------------------------------------------------------
+
+
+def _default_threads() -> int:
+    return os.cpu_count() or 1
+
+
+def threads_from_env() -> int:
+    """``SVOD_THREADS`` (a positive int), else the CPU count; bad values warn."""
+    raw = os.environ.get(_THREADS_ENV, "").strip()
+    if not raw:
+        return _default_threads()
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        warnings.warn(
+            "%s=%r is not a positive integer; using %d threads" % (_THREADS_ENV, raw, _default_threads()),
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return _default_threads()
+    return value
+
+
+def _mark_worker() -> None:
+    _worker.active = True
+
+
+class CpuDevice:
+    """The host CPU as a device: allocation, compilation and a kernel thread pool."""
+
+    def __init__(self, backend: Optional[CpuBackend] = None, *, threads: Optional[int] = None) -> None:
+        self.spec = DeviceSpec("CPU")
+        self.backend = CpuBackend.from_env() if backend is None else backend
+        self.threads = threads_from_env() if threads is None else _positive(threads, "threads")
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return str(self.spec)
+
+    def __repr__(self) -> str:
+        return "<CpuDevice backend=%s threads=%d>" % (self.backend.value, self.threads)
+
+    # --- threads ---
+
+    @property
+    def pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The kernel thread pool, created on first use with :attr:`threads` workers."""
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=self.threads, thread_name_prefix="svod-cpu", initializer=_mark_worker
+                    )
+                pool = self._pool
+        return pool
+
+    def set_threads(self, n: int) -> None:
+        """Resize the pool; work already submitted to the old pool still completes."""
+        n = _positive(n, "threads")
+        with self._pool_lock:
+            old, self._pool = self._pool, None
+            self.threads = n
+        if old is not None:
+            old.shutdown(wait=False)
+
+    def synchronize(self) -> None:
+        """No-op: CPU dispatch is synchronous (exists for symmetry with GPU devices)."""
+
+    # --- memory ---
+
+    def allocate(self, nbytes_or_shape: Union[int, Sequence[int]], dtype: DTypeLike = "uint8") -> CpuBuffer:
+        """A zero-filled, page-aligned buffer: ``int`` = size in bytes, a sequence = shape."""
+        dt = to_dtype(dtype)
+        if isinstance(nbytes_or_shape, (list, tuple)):
+            shape = tuple(_index(d, "shape dimension") for d in nbytes_or_shape)
+            nbytes = _product(shape) * dt.itemsize
+        else:
+            nbytes = _index(nbytes_or_shape, "buffer size")
+            shape = _shape_for(nbytes, dt, None)
+        return CpuBuffer(_new_storage(nbytes), 0, nbytes, dt, shape, self)
+
+    # --- code ---
+
+    def compile_object(self, source: str, *, extra_flags: Sequence[str] = ()) -> bytes:
+        """C (or LLVM IR for the LLVM backend) -> ELF object bytes, via the disk cache when present."""
+        from ..kernel_cache import compile_cached
+
+        kind = "ir" if self.backend is CpuBackend.LLVM else "c"
+        return compile_cached(source, kind=kind, extra_flags=tuple(extra_flags))
+
+    def load(
+        self, obj_bytes: bytes, entry_point: str, *, buf_count: int, var_names: Sequence[str] = ()
+    ) -> CpuProgram:
+        """Map an already compiled object and wrap ``entry_point``."""
+        return CpuProgram.from_object(obj_bytes, entry_point, buf_count=buf_count, var_names=var_names, device=self)
+
+    def compile(
+        self,
+        source: str,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        extra_flags: Sequence[str] = (),
+    ) -> CpuProgram:
+        """Compile ``source`` and load ``entry_point`` as a :class:`CpuProgram`."""
+        obj = self.compile_object(source, extra_flags=extra_flags)
+        return self.load(obj, entry_point, buf_count=buf_count, var_names=var_names)
+
+
+def _positive(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("%s must be a positive int, got %r" % (what, value))
+    return value
+
+
+def _new_storage(nbytes: int) -> CpuStorage:
+    try:
+        return CpuStorage(nbytes)
+    except (MemoryError, OSError, OverflowError, ValueError) as exc:
+        raise BufferAllocationError("cannot allocate %d bytes of host memory: %s" % (nbytes, exc)) from exc
+
+
+# --- factories -----------------------------------------------------------------
+
+_devices: Dict[CpuBackend, CpuDevice] = {}
+_devices_lock = threading.Lock()
+
+
+def create_cpu_device_with_backend(backend: Union[CpuBackend, str]) -> CpuDevice:
+    """The process-wide CPU device for ``backend`` (memoised: one per backend)."""
+    key = backend if isinstance(backend, CpuBackend) else CpuBackend(str(backend).strip().lower())
+    with _devices_lock:
+        dev = _devices.get(key)
+        if dev is None:
+            dev = _devices[key] = CpuDevice(key)
+        return dev
+
+
+def create_cpu_device(backend: Optional[Union[CpuBackend, str]] = None) -> CpuDevice:
+    """The CPU device for ``backend`` (default ``CpuBackend.from_env()``)."""
+    return create_cpu_device_with_backend(CpuBackend.from_env() if backend is None else backend)
+
+
+def ensure_thread_pool(n: Optional[int] = None) -> concurrent.futures.ThreadPoolExecutor:
+    """Size (``n``, default ``SVOD_THREADS``) and warm the default CPU device's pool.
+
+    Warming starts every worker thread now, so the first timed kernel does
+    not pay for thread creation. Returns the pool.
+    """
+    dev = create_cpu_device()
+    if n is not None and n != dev.threads:
+        dev.set_threads(n)
+    pool = dev.pool
+    if not getattr(_worker, "active", False):
+        _warm(pool, dev.threads)
+    return pool
+
+
+def _warm(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
+    # n tasks that wait for each other force n distinct threads into existence.
+    barrier = threading.Barrier(n)
+    futures = [pool.submit(_barrier_wait, barrier) for _ in range(n)]
+    concurrent.futures.wait(futures, timeout=5.0)
+
+
+def _barrier_wait(barrier: threading.Barrier) -> None:
+    try:
+        barrier.wait(timeout=2.0)
+    except threading.BrokenBarrierError:
+        pass  # pool busy with other work: warming is best effort
+
+
+__all__ = [
+    "CpuBackend",
+    "CpuBuffer",
+    "CpuDevice",
+    "CpuProgram",
+    "CpuStorage",
+    "INT32_MAX",
+    "INT32_MIN",
+    "PAGE_SIZE",
+    "create_cpu_device",
+    "create_cpu_device_with_backend",
+    "ensure_thread_pool",
+    "threads_from_env",
+]

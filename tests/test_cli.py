@@ -1,0 +1,67 @@
+"""`python -m svod_min`: the main job, info, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import needs_cc
+
+from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, main
+
+
+def _cli(*args: str, env: "dict | None" = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "svod_min", *args], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, **(env or {})),
+    )
+
+
+@needs_cc
+def test_run_builtin_check_passes_and_prints_a_table() -> None:
+    result = _cli("run")
+    assert result.returncode == EXIT_OK, result.stderr
+    for kernel in ("add", "softplus", "weighted", "matmul"):
+        assert kernel in result.stdout
+    assert "FAIL" not in result.stdout
+
+
+@needs_cc
+def test_selfcheck_detects_a_wrong_answer(monkeypatch) -> None:
+    from svod_min import selfcheck
+
+    monkeypatch.setattr(selfcheck, "SOURCE", selfcheck.SOURCE.replace("a[i] + b[i]", "a[i] - b[i]"))
+    results = {r.name: r.ok for r in selfcheck.run_selfcheck()}
+    assert results["add"] is False and results["weighted"] is True
+
+
+def test_info_lists_compilers_wx_mode_and_cache() -> None:
+    result = _cli("info")
+    assert result.returncode == EXIT_OK
+    assert "devices: CPU" in result.stdout
+    assert "W^X mode:" in result.stdout
+    assert "object cache:" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["run", "--device", "CUDA"], EXIT_DEVICE, "CUDA"),
+        (["run", "--device", "CPU:x"], EXIT_BAD_INPUT, "invalid device 'CPU:x'"),
+        (["run", "plan.json"], EXIT_BAD_INPUT, "plan files are not supported yet"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(args, code, message, capsys) -> None:
+    if "CUDA" in args and __import__("ctypes.util").util.find_library("cuda"):
+        pytest.skip("a CUDA driver is present")
+    assert main(args) == code
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_no_command_prints_help_and_exits_2(capsys) -> None:
+    assert main([]) == EXIT_BAD_INPUT
+    assert "run" in capsys.readouterr().out
