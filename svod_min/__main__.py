@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 import traceback
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from .plan_file import LoadedPlan
 
 from .error import (
     CompilationError,
@@ -35,24 +40,110 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_DEVICE if isinstance(exc, SvodError) else EXIT_BAD_INPUT
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from .device_registry import DEVICE_FACTORIES
-    from .selfcheck import format_results, run_selfcheck
+def _parse_vars(items: List[str]) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise PlanError("--var %r: expected NAME=INT" % item)
+        try:
+            out[name.strip()] = int(value, 0)
+        except ValueError:
+            raise PlanError("--var %r: %r is not an integer" % (item, value)) from None
+    return out
 
-    if args.plan is not None:
-        raise PlanError("plan files are not supported yet: run without PLAN for the built-in kernel check")
-    device = DEVICE_FACTORIES.device(args.device)
-    results = run_selfcheck(device)
+
+def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
+    from .default_plan import BATCH, default_plan_document
+    from .plan_file import load_plan
+
+    if args.plan is None:
+        doc = default_plan_document(rows=var_values.get("rows", BATCH))
+        return load_plan(doc, device=args.device, var_values=var_values)
+    return load_plan(args.plan, device=args.device, var_values=var_values)
+
+
+def _timed_runs(plan: Any, repeat: int) -> List[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        plan.execute()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
+    from .npy import write_npy
+
+    os.makedirs(directory, exist_ok=True)
+    outputs = {id(b) for b in loaded.plan.output_buffers()}
+    written = []
+    for name, buf in loaded.buffers.items():
+        if id(buf) in outputs:
+            path = os.path.join(directory, name + ".npy")
+            write_npy(path, buf.dtype, tuple(buf.shape), buf.copyout())
+            written.append(path)
+    return written
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .profiler import profile_table, write_chrome_trace
+
+    if args.repeat < 1:
+        raise PlanError("--repeat must be >= 1, got %d" % args.repeat)
+    loaded = _load(args, _parse_vars(args.var))
+    plan = loaded.plan
+    plan.execute()  # the first run from the initial state is the one verified
+    checks = loaded.verify()
+    saved = _save_outputs(loaded, args.save) if args.save else []
+    profiles = plan.execute_profiled()  # later runs are warm: they profile and time
+    times = _timed_runs(plan, args.repeat)
+    if args.trace:
+        write_chrome_trace(profiles, args.trace)
+    report = {
+        "plan": args.plan or "<default MLP>",
+        "description": loaded.description,
+        "device": str(getattr(plan.device, "spec", plan.device)),
+        "vars": loaded.defaults,
+        "ops": len(plan.prepared_ops()),
+        "verify": [{"buffer": b, "ok": ok, "max_abs_error": err} for b, ok, err in checks],
+        "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
+        "profile": [p.to_dict() for p in profiles],
+        "saved": saved,
+    }
     if args.json:
-        print(json.dumps([r.__dict__ for r in results], indent=1))
+        print(json.dumps(report, indent=1))
     else:
-        print("svod_min built-in kernel check on %s" % args.device)
-        print(format_results(results))
-    failed = [r.name for r in results if not r.ok]
+        _print_report(report, profile_table(profiles) if args.profile or args.plan is None else None)
+    failed = [c["buffer"] for c in report["verify"] if not c["ok"]]
     if failed:
         print("verification failed: %s" % ", ".join(failed), file=sys.stderr)
         return EXIT_VERIFY
     return EXIT_OK
+
+
+def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
+    print("plan: %s%s" % (report["plan"], " (%s)" % report["description"] if report["description"] else ""))
+    print("device: %s   ops: %d   vars: %s" % (report["device"], report["ops"], report["vars"] or "-"))
+    if table:
+        print(table)
+    t = report["time_s"]
+    print("total: min %.1f µs, median %.1f µs over %d run(s)" % (t["min"] * 1e6, t["median"] * 1e6, t["runs"]))
+    for check in report["verify"]:
+        print("verify %s: %s (max |err| %.3g)" % (check["buffer"], "ok" if check["ok"] else "FAILED", check["max_abs_error"]))
+    if not report["verify"]:
+        print("verify: nothing to check (the plan has no \"expect\" section)")
+    for path in report["saved"]:
+        print("saved %s" % path)
+
+
+def _cmd_selfcheck(args: argparse.Namespace) -> int:
+    from .device_registry import DEVICE_FACTORIES
+    from .selfcheck import format_results, run_selfcheck
+
+    results = run_selfcheck(DEVICE_FACTORIES.device(args.device))
+    print(json.dumps([r.__dict__ for r in results], indent=1) if args.json else format_results(results))
+    return EXIT_OK if all(r.ok for r in results) else EXIT_VERIFY
 
 
 def info_lines() -> List[str]:
@@ -89,11 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m svod_min", description="svod_min kernel runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run a plan (default: the built-in kernel check)")
-    run.add_argument("plan", nargs="?", help="plan file (JSON)")
-    run.add_argument("--device", default="CPU", help="device spec (CPU, CUDA:0, ...)")
+    run = sub.add_parser("run", help="run a plan file (default: the embedded MLP plan), verify and time it")
+    run.add_argument("plan", nargs="?", help="plan file (JSON); see docs/plan-format.md")
+    run.add_argument("--device", default=None, help="device spec (CPU, CUDA:0, ...); overrides the plan's")
+    run.add_argument("--var", action="append", default=[], metavar="NAME=INT", help="set a plan variable")
+    run.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
+    run.add_argument("--profile", action="store_true", help="print the per-op profile table")
+    run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of the profiled run")
+    run.add_argument("--save", metavar="DIR", help="write output buffers as .npy files")
     run.add_argument("--json", action="store_true", help="machine-readable output")
     run.set_defaults(func=_cmd_run)
+    check = sub.add_parser("selfcheck", help="compile and verify the built-in kernels")
+    check.add_argument("--device", default="CPU")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=_cmd_selfcheck)
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
     info.set_defaults(func=_cmd_info)
     return parser

@@ -1,0 +1,853 @@
+"""Pre-compiled execution plans: ops run in dependency order, again and again.
+
+A plan owns its buffers and prepared ops (kernels, copies, views, custom
+functions). :class:`ExecutionPlanBuilder` validates everything once —
+indices, dependencies, cycles, views, launch sizes, buffer extents — and
+computes deterministic Kahn levels. Each level is split into groups of ops
+whose byte ranges on the underlying storage do not conflict; groups run in
+order, and the ops of a group overlap on the device's thread pool.
+
+Variables are checked against their bounds before anything is dispatched; a
+failure part-way poisons the plan, which then refuses to run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .error import (
+    BufferAllocationError,
+    ExecutionError,
+    NotSupportedError,
+    PlanError,
+    PlanPoisonedError,
+    SvodError,
+    VariableBoundsError,
+)
+from .expr import compile_expr
+from .kernel_cache import CachedKernel
+from .profiler import KernelProfile
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+# --- prepared ops -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuntimeVar:
+    """A variable the caller may change between runs, with inclusive bounds."""
+
+    name: str
+    min_val: int
+    max_val: int
+
+
+@dataclass
+class PreparedKernel:
+    """A compiled kernel bound to plan buffers (svod's ``PreparedKernel``).
+
+    ``buffer_indices`` index plan buffers in kernel argument order;
+    ``output_indices`` are positions within them that the kernel writes.
+    ``vals`` follows ``kernel.var_names``. ``extents`` optionally maps a
+    position to an element-count expression the buffer must hold.
+    """
+
+    id: int
+    kernel: CachedKernel
+    buffer_indices: List[int]
+    output_indices: List[int]
+    vals: List[int] = field(default_factory=list)
+    fixedvars: Dict[str, int] = field(default_factory=dict)
+    dependencies: List[int] = field(default_factory=list)
+    runtime_vars: List[RuntimeVar] = field(default_factory=list)
+    extents: Dict[int, Union[int, str]] = field(default_factory=dict)
+    flops: Optional[Union[int, str]] = None
+    bytes_moved: Optional[Union[int, str]] = None
+
+    @property
+    def device(self) -> str:
+        return self.kernel.device
+
+    @property
+    def input_indices(self) -> List[int]:
+        outs = set(self.output_indices)
+        return [i for i in range(len(self.buffer_indices)) if i not in outs]
+
+
+@dataclass
+class PreparedCopy:
+    """``buffer_indices = [dst, src]``: copy all of src into dst (same size)."""
+
+    id: int
+    buffer_indices: List[int]
+    dependencies: List[int] = field(default_factory=list)
+
+
+@dataclass
+class PreparedBufferView:
+    """``buffer_indices = [out, base]``: out must be base's bytes [offset, offset+size)."""
+
+    id: int
+    buffer_indices: List[int]
+    byte_offset: int
+    byte_size: int
+    dependencies: List[int] = field(default_factory=list)
+
+
+@dataclass
+class PreparedCustomFunction:
+    """A registered Python callable run on the host with the op's buffers."""
+
+    id: int
+    kind: str
+    buffer_indices: List[int]
+    attrs: Dict[str, Any] = field(default_factory=dict)
+    fixedvars: Dict[str, int] = field(default_factory=dict)
+    dependencies: List[int] = field(default_factory=list)
+    runtime_vars: List[RuntimeVar] = field(default_factory=list)
+
+
+PreparedOp = Union[PreparedKernel, PreparedCopy, PreparedBufferView, PreparedCustomFunction]
+
+# --- custom functions ------------------------------------------------------------
+
+CustomFn = Callable[[List[Any], Dict[str, int], Dict[str, Any]], None]
+_custom_functions: Dict[str, CustomFn] = {}
+
+
+def register_custom_function(kind: str, fn: CustomFn) -> None:
+    """Register ``fn(buffers, vars, attrs)`` for custom ops of ``kind``.
+
+    ``buffers`` are numpy views when numpy is installed, else the plan's buffers.
+    """
+    _custom_functions[kind] = fn
+
+
+def _host_allreduce(buffers: List[Any], vars: Dict[str, int], attrs: Dict[str, Any]) -> None:
+    """Sum all buffers elementwise and write the sum back into each of them."""
+    views = [_as_list(b) for b in buffers]
+    if len({len(v) for v in views}) > 1:
+        raise ExecutionError("allreduce needs buffers of equal length, got %s" % [len(v) for v in views])
+    total = [sum(column) for column in zip(*views)]
+    for buf in buffers:
+        _store(buf, total)
+
+
+def _as_list(buf: Any) -> list:
+    return buf.ravel().tolist() if hasattr(buf, "ravel") else list(_flat(buf.tolist()))
+
+
+def _flat(values: Any) -> Iterable[Any]:
+    for v in values:
+        if isinstance(v, list):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _store(buf: Any, values: list) -> None:
+    if hasattr(buf, "ravel"):
+        buf.ravel()[:] = values
+    else:
+        buf.copyin(values)
+
+
+register_custom_function("allreduce", _host_allreduce)
+
+
+def run_custom_function(op: PreparedCustomFunction, buffers: List[Any], vars: Dict[str, int]) -> None:
+    """Run a custom op (svod's ``run_custom_function``)."""
+    fn = _custom_functions.get(op.kind)
+    if fn is None:
+        raise NotSupportedError("custom function %s is not supported (attrs=%d)" % (op.kind, len(op.attrs)))
+    fn(buffers, vars, dict(op.attrs))
+
+
+# --- ordering -----------------------------------------------------------------------
+
+
+def _resolve_dependencies(ops: List[PreparedOp], instance_deps: Dict[int, List[int]]) -> List[List[int]]:
+    """Predecessor op indices for every op.
+
+    As in svod: when every op id is unique, an id dependency names that op
+    wherever it sits (a dependency on a later-inserted op is fine, and two ops
+    naming each other form a cycle). When ids repeat (expanded schedules), a
+    dependency binds to the latest op *before* this one with that id.
+    Instance dependencies are op indices.
+    """
+    ids = [op.id for op in ops]
+    by_id: Optional[Dict[int, int]] = {i: n for n, i in enumerate(ids)} if len(set(ids)) == len(ids) else None
+    preds: List[List[int]] = []
+    latest: Dict[int, int] = {}
+    for index, op in enumerate(ops):
+        mine = set()
+        for dep in op.dependencies:
+            target = (by_id if by_id is not None else latest).get(dep)
+            if target is None:
+                why = "is only defined later (ids repeat, so dependencies bind to earlier ops)" if dep in ids else "unknown op id"
+                raise PlanError("op %d (id %d) depends on %s: %s" % (index, op.id, dep, why))
+            mine.add(target)
+        for dep_index in instance_deps.get(index, ()):
+            if not 0 <= dep_index < len(ops):
+                raise PlanError("op %d depends on unknown op index %d (%d ops)" % (index, dep_index, len(ops)))
+            if dep_index == index:
+                raise PlanError("op %d depends on itself" % index)
+            mine.add(dep_index)
+        preds.append(sorted(mine))
+        latest[op.id] = index
+    return preds
+
+
+def kahn_levels(preds: List[List[int]], ids: Sequence[int]) -> Tuple[List[int], List[List[int]]]:
+    """Deterministic topological order and levels (ready sets, lowest index first)."""
+    n = len(preds)
+    indegree = [len(p) for p in preds]
+    succs: List[List[int]] = [[] for _ in range(n)]
+    for index, p in enumerate(preds):
+        for q in p:
+            succs[q].append(index)
+    ready = [i for i in range(n) if indegree[i] == 0]
+    heapq.heapify(ready)
+    order: List[int] = []
+    levels: List[List[int]] = []
+    while ready:
+        level = sorted(ready)
+        ready = []
+        levels.append(level)
+        order.extend(level)
+        for i in level:
+            for s in succs[i]:
+                indegree[s] -= 1
+                if indegree[s] == 0:
+                    heapq.heappush(ready, s)
+    if len(order) != n:
+        blocked = sorted({ids[i] for i in range(n) if indegree[i] > 0})
+        raise PlanError("cycle detected in op dependencies: blocked_ids=%s" % blocked)
+    return order, levels
+
+
+# --- byte-range hazards ---------------------------------------------------------------------
+
+Access = Tuple[int, int, int, bool]  # (storage key, start, end, is_write)
+
+
+def _conflicts(a: List[Access], b: List[Access]) -> bool:
+    for sa, lo_a, hi_a, wa in a:
+        for sb, lo_b, hi_b, wb in b:
+            if sa == sb and (wa or wb) and lo_a < hi_b and lo_b < hi_a:
+                return True
+    return False
+
+
+def _group_level(level: List[int], accesses: List[List[Access]], barrier: List[bool]) -> List[List[int]]:
+    """Split a level into conflict-free groups, keeping insertion order between conflicts."""
+    groups: List[List[int]] = []
+    for index in level:
+        if barrier[index]:
+            groups.append([index])
+            continue
+        # An op may join the last group only if no later group blocks it: keep order.
+        target = None
+        for g in reversed(groups):
+            if barrier[g[0]] or any(_conflicts(accesses[index], accesses[j]) for j in g):
+                break
+            target = g
+        if target is None:
+            groups.append([index])
+        else:
+            target.append(index)
+    return groups
+
+
+# --- the builder ------------------------------------------------------------------------------
+
+
+class ExecutionPlanBuilder:
+    """Collects buffers and ops, then :meth:`build` validates them into a plan."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._buffers: List[Any] = []
+        self._ast_to_buffer: Dict[int, int] = {}
+        self._outputs: Optional[List[int]] = None
+        self._ops: List[PreparedOp] = []
+        self._instance_deps: Dict[int, List[int]] = {}
+        self._inputs: List[int] = []
+
+    def add_buffer(self, ast_id: int, buffer: Any) -> int:
+        """Add a buffer; returns its index. ``ast_id`` names it for :meth:`ExecutionPlan.buffer`."""
+        self._buffers.append(buffer)
+        index = len(self._buffers) - 1
+        self._ast_to_buffer[ast_id] = index
+        return index
+
+    def map_buffer(self, ast_id: int, index: int) -> None:
+        """Make ``ast_id`` another name for the buffer at ``index``."""
+        if not 0 <= index < len(self._buffers):
+            raise PlanError("map_buffer: buffer index out of range: %d (%d buffers)" % (index, len(self._buffers)))
+        self._ast_to_buffer[ast_id] = index
+
+    def set_output_buffer(self, index: int) -> None:
+        self.set_output_buffers([index])
+
+    def set_output_buffers(self, indices: Sequence[int]) -> None:
+        self._outputs = list(indices)
+
+    def declare_input(self, index: int) -> None:
+        """Mark a buffer as a per-replica input (snapshotted by ``replicate``)."""
+        self._inputs.append(index)
+
+    def add_kernel(self, kernel: PreparedKernel) -> int:
+        return self.add_op(kernel)
+
+    def add_op(self, op: PreparedOp) -> int:
+        """Append an op; returns its index."""
+        self._ops.append(op)
+        return len(self._ops) - 1
+
+    def add_op_with_instance_dependencies(self, op: PreparedOp, dependencies: Sequence[int]) -> int:
+        """Append an op that also depends on the ops at these indices."""
+        index = self.add_op(op)
+        self._instance_deps[index] = list(dependencies)
+        return index
+
+    @property
+    def op_count(self) -> int:
+        return len(self._ops)
+
+    def build(self) -> "ExecutionPlan":
+        """Validate everything and return the plan; raises PlanError naming the problem."""
+        outputs = self._check_outputs()
+        for index, op in enumerate(self._ops):
+            self._check_op(index, op)
+        preds = _resolve_dependencies(self._ops, self._instance_deps)
+        order, levels = kahn_levels(preds, [op.id for op in self._ops])
+        plan = ExecutionPlan(
+            device=self.device,
+            buffers=list(self._buffers),
+            ast_to_buffer=dict(self._ast_to_buffer),
+            outputs=outputs,
+            ops=list(self._ops),
+            order=order,
+            levels=levels,
+            inputs=list(self._inputs),
+        )
+        plan._prepare()
+        return plan
+
+    def _check_outputs(self) -> List[int]:
+        if self._outputs is None:
+            if self._ops or self._buffers:
+                raise PlanError("output buffers must be set explicitly (set_output_buffer/set_output_buffers)")
+            return []
+        for idx in self._outputs:
+            self._check_index(idx, "output buffer")
+        return list(self._outputs)
+
+    def _check_index(self, idx: int, what: str) -> None:
+        if not isinstance(idx, int) or not 0 <= idx < len(self._buffers):
+            raise PlanError("%s: buffer index out of range: %r (%d buffers)" % (what, idx, len(self._buffers)))
+
+    def _check_op(self, index: int, op: PreparedOp) -> None:
+        where = "op %d (id %d)" % (index, op.id)
+        for idx in op.buffer_indices:
+            self._check_index(idx, where)
+        if isinstance(op, PreparedKernel):
+            if not op.output_indices:
+                raise PlanError("%s: kernel %s has no output indices" % (where, op.kernel.entry_point))
+            for pos in op.output_indices:
+                if not 0 <= pos < len(op.buffer_indices):
+                    raise PlanError("%s: output index out of range: %d (%d buffers)" % (where, pos, len(op.buffer_indices)))
+            if len(op.vals) != len(op.kernel.var_names):
+                raise PlanError("%s: %d values for variables %s" % (where, len(op.vals), op.kernel.var_names))
+        elif isinstance(op, PreparedCopy):
+            if len(op.buffer_indices) != 2:
+                raise PlanError("%s: copy requires two buffer indices [dst, src], got %d" % (where, len(op.buffer_indices)))
+            dst, src = (self._buffers[i] for i in op.buffer_indices)
+            if dst.nbytes != src.nbytes:
+                raise PlanError("%s: copy size mismatch: dst %d bytes, src %d bytes" % (where, dst.nbytes, src.nbytes))
+        elif isinstance(op, PreparedBufferView):
+            self._check_view(where, op)
+        elif isinstance(op, PreparedCustomFunction):
+            if op.kind not in _custom_functions:
+                raise NotSupportedError(
+                    "%s: custom function %s is not supported (attrs=%d); registered: %s"
+                    % (where, op.kind, len(op.attrs), sorted(_custom_functions))
+                )
+        else:
+            raise PlanError("%s: unknown op type %s" % (where, type(op).__name__))
+
+    def _check_view(self, where: str, op: PreparedBufferView) -> None:
+        if len(op.buffer_indices) != 2:
+            raise PlanError("%s: view requires two buffer indices [out, base]" % where)
+        out, base = (self._buffers[i] for i in op.buffer_indices)
+        if out.storage is not base.storage:
+            raise PlanError("%s: view and base do not share storage" % where)
+        if out.offset != base.offset + op.byte_offset or out.nbytes != op.byte_size:
+            raise PlanError(
+                "%s: view is bytes [%d, +%d) of the storage, op says [%d, +%d)"
+                % (where, out.offset, out.nbytes, base.offset + op.byte_offset, op.byte_size)
+            )
+        if op.byte_offset < 0 or op.byte_offset + op.byte_size > base.nbytes:
+            raise PlanError("%s: view [%d, +%d) is outside its %d-byte base" % (where, op.byte_offset, op.byte_size, base.nbytes))
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+class ExecutionPlan:
+    """A validated, repeatedly executable list of ops (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        device: Any,
+        buffers: List[Any],
+        ast_to_buffer: Dict[int, int],
+        outputs: List[int],
+        ops: List[PreparedOp],
+        order: List[int],
+        levels: List[List[int]],
+        inputs: Sequence[int] = (),
+    ) -> None:
+        self._device = device
+        self._buffers = buffers
+        self._ast_to_buffer = ast_to_buffer
+        self._outputs = outputs
+        self._ops = ops
+        self.op_order = order
+        self.op_levels = levels
+        self._inputs = list(inputs)
+        self._lock = threading.Lock()
+        self._poisoned: Optional[str] = None
+        self._released = False
+        self._calls: List[Optional[Callable[[], None]]] = []
+        self._groups: List[List[List[int]]] = []
+        self._threaded: List[bool] = []
+
+    # -- preparation -------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Evaluate launch sizes, check extents, bind calls, compute hazard groups."""
+        self._calls = [None] * len(self._ops)
+        self._threaded = [False] * len(self._ops)
+        for index, op in enumerate(self._ops):
+            if isinstance(op, PreparedKernel):
+                self._bind_kernel(index, op)
+        accesses = [self._accesses(op) for op in self._ops]
+        barrier = [self._is_barrier(op) for op in self._ops]
+        self._groups = [_group_level(level, accesses, barrier) for level in self.op_levels]
+
+    def _env(self, op: Union[PreparedKernel, PreparedCustomFunction]) -> Dict[str, int]:
+        env = dict(zip(op.kernel.var_names, op.vals)) if isinstance(op, PreparedKernel) else {}
+        env.update(op.fixedvars)
+        return env
+
+    def _launch(self, op: PreparedKernel, env: Mapping[str, int]) -> Tuple[int, int, int]:
+        dims = []
+        for expr in op.kernel.global_size:
+            value = compile_expr(expr)(env)
+            if value <= 0:
+                raise PlanError("kernel %s: launch size %r = %d must be positive" % (op.kernel.entry_point, expr, value))
+            dims.append(value)
+        return tuple(dims)  # type: ignore[return-value]
+
+    def _check_extents(self, op: PreparedKernel, env: Mapping[str, int]) -> None:
+        for pos, expr in op.extents.items():
+            buf = self._buffers[op.buffer_indices[pos]]
+            need = compile_expr(expr)(env)
+            have = buf.nbytes // max(buf.dtype.itemsize, 1)
+            if need > have:
+                raise BufferAllocationError(
+                    "kernel %s argument %d needs %d elements (%s) but buffer %d holds %d: refusing to dispatch"
+                    % (op.kernel.entry_point, pos, need, expr, op.buffer_indices[pos], have)
+                )
+
+    def _bind_kernel(self, index: int, op: PreparedKernel) -> None:
+        env = self._env(op)
+        launch = self._launch(op, env)
+        self._check_extents(op, env)
+        bufs = [self._buffers[i] for i in op.buffer_indices]
+        program = op.kernel.program
+        core_index = op.kernel.var_names.index("core_id") if "core_id" in op.kernel.var_names else None
+        self._threaded[index] = launch[0] > 1
+        gs = launch if launch[0] > 1 else None
+        if hasattr(program, "bind"):
+            self._calls[index] = program.bind(bufs, list(op.vals), global_size=gs, core_id_index=core_index)
+        else:
+            vals = list(op.vals)
+            self._calls[index] = lambda: program.execute(bufs, vals, global_size=gs, core_id_index=core_index)
+
+    def _accesses(self, op: PreparedOp) -> List[Access]:
+        def span(idx: int, write: bool) -> Access:
+            buf = self._buffers[idx]
+            return (id(buf.storage), buf.offset, buf.offset + max(buf.nbytes, 1), write)
+
+        if isinstance(op, PreparedKernel):
+            outs = set(op.output_indices)
+            return [span(b, pos in outs) for pos, b in enumerate(op.buffer_indices)]
+        if isinstance(op, PreparedCopy):
+            return [span(op.buffer_indices[0], True), span(op.buffer_indices[1], False)]
+        if isinstance(op, PreparedCustomFunction):
+            return [span(b, True) for b in op.buffer_indices]
+        return []
+
+    def _is_barrier(self, op: PreparedOp) -> bool:
+        if isinstance(op, PreparedKernel):
+            return not op.kernel.host_parallel_safe
+        return isinstance(op, (PreparedCustomFunction, PreparedBufferView))
+
+    # -- running -----------------------------------------------------------------------------
+
+    def _check_runnable(self) -> None:
+        if self._poisoned is not None:
+            raise PlanPoisonedError("plan is poisoned by an earlier failure (%s); build a new plan" % self._poisoned)
+        if self._released:
+            raise ExecutionError("plan's intermediate buffers were released; it cannot run again")
+
+    def _run_op(self, index: int) -> None:
+        op = self._ops[index]
+        call = self._calls[index]
+        if call is not None:
+            call()
+        elif isinstance(op, PreparedCopy):
+            dst, src = (self._buffers[i] for i in op.buffer_indices)
+            _memmove(dst.address, src.address, src.nbytes)
+        elif isinstance(op, PreparedCustomFunction):
+            bufs = [_host_view(self._buffers[i]) for i in op.buffer_indices]
+            run_custom_function(op, bufs, dict(op.fixedvars))
+        # views were validated at build time: nothing to do
+
+    def _run_group(self, group: List[int]) -> None:
+        if len(group) == 1 or any(self._threaded[i] for i in group):
+            for index in group:
+                self._run_op(index)
+            return
+        pool = self._pool()
+        if pool is None:
+            for index in group:
+                self._run_op(index)
+            return
+        futures = [pool.submit(self._run_op, index) for index in group[1:]]
+        errors = []
+        try:
+            self._run_op(group[0])
+        except BaseException as exc:  # noqa: B902 - re-raised below after the others finish
+            errors.append(exc)
+        for fut in futures:
+            try:
+                fut.result()
+            except BaseException as exc:  # noqa: B902
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _pool(self) -> Any:
+        pool = getattr(self._device, "pool", None)
+        threads = getattr(self._device, "threads", 1)
+        return pool if threads > 1 else None
+
+    def _guarded(self, body: Callable[[], Any]) -> Any:
+        if not self._lock.acquire(blocking=True):  # pragma: no cover - blocking acquire
+            raise ExecutionError("plan is busy")
+        try:
+            self._check_runnable()
+            try:
+                return body()
+            except SvodError as exc:
+                self._poisoned = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+                raise
+            except Exception as exc:
+                self._poisoned = "%s: %s" % (type(exc).__name__, exc)
+                raise ExecutionError("plan execution failed: %s: %s" % (type(exc).__name__, exc)) from exc
+        finally:
+            self._lock.release()
+
+    def execute(self) -> None:
+        """Run every op once, level by level."""
+
+        def body() -> None:
+            for groups in self._groups:
+                for group in groups:
+                    self._run_group(group)
+
+        self._guarded(body)
+
+    def execute_profiled(self) -> List[KernelProfile]:
+        """Run every op once, serially, timing each; returns a profile per op in execution order."""
+
+        def body() -> List[KernelProfile]:
+            profiles = []
+            for index in self.op_order:
+                start = time.perf_counter_ns()
+                self._run_op(index)
+                end = time.perf_counter_ns()
+                profiles.append(self._profile(index, start, end))
+            return profiles
+
+        return self._guarded(body)
+
+    def _profile(self, index: int, start: int, end: int) -> KernelProfile:
+        op = self._ops[index]
+        elapsed = (end - start) / 1e9
+        name, kind, flops, moved = "op%d" % op.id, "kernel", None, None
+        if isinstance(op, PreparedKernel):
+            name = op.kernel.entry_point
+            env = self._env(op)
+            flops = compile_expr(op.flops)(env) if op.flops is not None else None
+            moved = compile_expr(op.bytes_moved)(env) if op.bytes_moved is not None else None
+        elif isinstance(op, PreparedCopy):
+            name, kind, moved = "copy", "copy", 2 * self._buffers[op.buffer_indices[1]].nbytes
+        elif isinstance(op, PreparedBufferView):
+            name, kind = "view", "view"
+        else:
+            name, kind = "custom:%s" % op.kind, "custom"
+        return KernelProfile(
+            name=name, device=str(getattr(self._device, "spec", self._device)), num_buffers=len(op.buffer_indices),
+            elapsed=elapsed, wall=elapsed, start_ns=start, end_ns=end, flops=flops, bytes_moved=moved,
+            op_index=index, kind=kind,
+        )
+
+    # -- variables ----------------------------------------------------------------------------
+
+    def runtime_vars(self) -> Dict[str, RuntimeVar]:
+        """Every variable the caller may set, by name (bounds intersected across ops)."""
+        out: Dict[str, RuntimeVar] = {}
+        for op in self._ops:
+            for var in getattr(op, "runtime_vars", ()):
+                prev = out.get(var.name)
+                if prev is not None:
+                    var = RuntimeVar(var.name, max(prev.min_val, var.min_val), min(prev.max_val, var.max_val))
+                out[var.name] = var
+        return out
+
+    def _check_vars(self, var_vals: Mapping[str, int]) -> Dict[str, int]:
+        known = self.runtime_vars()
+        checked = {}
+        for name, value in var_vals.items():
+            if name == "core_id":
+                continue  # internal: set per invocation by the dispatcher
+            var = known.get(name)
+            if var is None:
+                raise PlanError("unknown variable %r (plan variables: %s)" % (name, sorted(known)))
+            if type(value) is not int:
+                raise VariableBoundsError("variable %s=%r must be an int" % (name, value))
+            if not var.min_val <= value <= var.max_val:
+                raise VariableBoundsError(
+                    "variable %s=%d is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val)
+                )
+            checked[name] = value
+        return checked
+
+    def _apply_vars(self, values: Mapping[str, int]) -> None:
+        """Patch vals (not fixed vars, not core_id), then re-validate and re-bind. Dispatches nothing."""
+        staged = []
+        for index, op in enumerate(self._ops):
+            if not isinstance(op, PreparedKernel):
+                continue
+            new_vals = [
+                values[n] if n in values and n not in op.fixedvars and n != "core_id" else v
+                for n, v in zip(op.kernel.var_names, op.vals)
+            ]
+            if new_vals != op.vals:
+                staged.append((index, op, new_vals))
+        old = [(op, op.vals) for _, op, _ in staged]
+        try:
+            for index, op, new_vals in staged:
+                op.vals = new_vals
+                self._bind_kernel(index, op)  # evaluates launch sizes and extents
+        except BaseException:
+            for op, vals in old:  # a rejected value leaves the plan as it was
+                op.vals = vals
+            for index, op, _ in staged:
+                self._bind_kernel(index, op)
+            raise
+
+    def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
+        """Set variables (all checked before any dispatch), then execute."""
+        with self._lock:
+            self._check_runnable()
+            self._apply_vars(self._check_vars(var_vals))
+        self.execute()
+
+    def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
+        with self._lock:
+            self._check_runnable()
+            self._apply_vars(self._check_vars(var_vals))
+        return self.execute_profiled()
+
+    # -- buffers ---------------------------------------------------------------------------------
+
+    def output_buffer(self) -> Optional[Any]:
+        return self.output_buffer_at(0)
+
+    def output_buffer_at(self, position: int) -> Optional[Any]:
+        if 0 <= position < len(self._outputs):
+            return self._buffers[self._outputs[position]]
+        return None
+
+    def output_buffers(self) -> List[Any]:
+        return [self._buffers[i] for i in self._outputs]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self._outputs)
+
+    def output_buffer_idx(self) -> int:
+        if not self._outputs:
+            raise PlanError("plan has no output buffers")
+        return self._outputs[0]
+
+    def buffer(self, ast_id: int) -> Optional[Any]:
+        index = self._ast_to_buffer.get(ast_id)
+        return None if index is None else self._buffers[index]
+
+    def buffers(self) -> List[Any]:
+        return list(self._buffers)
+
+    def buffer_at(self, index: int) -> Optional[Any]:
+        return self._buffers[index] if 0 <= index < len(self._buffers) else None
+
+    @property
+    def ast_to_buffer_map(self) -> Dict[int, int]:
+        return dict(self._ast_to_buffer)
+
+    @property
+    def device(self) -> Any:
+        return self._device
+
+    def prepared_ops(self) -> List[PreparedOp]:
+        return list(self._ops)
+
+    def prepared_kernels(self) -> List[PreparedKernel]:
+        return [op for op in self._ops if isinstance(op, PreparedKernel)]
+
+    def kernels(self) -> List[CachedKernel]:
+        return [op.kernel for op in self.prepared_kernels()]
+
+    @property
+    def poisoned(self) -> bool:
+        return self._poisoned is not None
+
+    def copy_output_region_to_buffer(self, position: int, dst: Any, dst_offset: int, src_offset: int, nbytes: int) -> None:
+        """Copy ``nbytes`` of output ``position`` (from ``src_offset``) into ``dst`` at ``dst_offset``."""
+        src = self.output_buffer_at(position)
+        if src is None:
+            raise PlanError("output position %d out of range (%d outputs)" % (position, self.num_outputs))
+        for what, off, buf in (("source", src_offset, src), ("destination", dst_offset, dst)):
+            if off < 0 or nbytes < 0 or off + nbytes > buf.nbytes:
+                raise BufferAllocationError("%s region [%d, +%d) is outside its %d-byte buffer" % (what, off, nbytes, buf.nbytes))
+        _memmove(dst.address + dst_offset, src.address + src_offset, nbytes)
+
+    def release_intermediate_buffers(self, remove_fn: Optional[Callable[[int], None]] = None) -> None:
+        """Drop every buffer that is neither an output nor a declared input; the plan cannot run after."""
+        with self._lock:
+            keep = set(self._outputs) | set(self._inputs)
+            for ast_id, index in self._ast_to_buffer.items():
+                if index not in keep and remove_fn is not None:
+                    remove_fn(ast_id)
+            self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
+            self._calls = [None] * len(self._ops)
+            self._released = True
+
+    def replicate(self) -> "ExecutionPlan":
+        """A plan sharing kernels and read-only buffers (weights), with its own written buffers.
+
+        Declared inputs are snapshotted; every other buffer an op writes is
+        allocated fresh (zeroed); views are re-derived from the new storage.
+        """
+        with self._lock:
+            self._check_runnable()
+            written = self._written_buffers()
+            mapping: Dict[int, Any] = {}
+            new_storage: Dict[int, Any] = {}
+            for index, buf in enumerate(self._buffers):
+                mapping[index] = self._replicate_buffer(index, buf, written, new_storage)
+            ops = [_copy_op(op) for op in self._ops]
+        plan = ExecutionPlan(
+            device=self._device,
+            buffers=[mapping[i] for i in range(len(self._buffers))],
+            ast_to_buffer=dict(self._ast_to_buffer),
+            outputs=list(self._outputs),
+            ops=ops,
+            order=list(self.op_order),
+            levels=[list(level) for level in self.op_levels],
+            inputs=list(self._inputs),
+        )
+        plan._prepare()
+        return plan
+
+    def _written_buffers(self) -> set:
+        storages = set()
+        for op in self._ops:
+            if isinstance(op, PreparedKernel):
+                storages.update(id(self._buffers[op.buffer_indices[p]].storage) for p in op.output_indices)
+            elif isinstance(op, PreparedCopy):
+                storages.add(id(self._buffers[op.buffer_indices[0]].storage))
+            elif isinstance(op, PreparedCustomFunction):
+                storages.update(id(self._buffers[i].storage) for i in op.buffer_indices)
+        storages.update(id(self._buffers[i].storage) for i in self._inputs)
+        return storages
+
+    def _replicate_buffer(self, index: int, buf: Any, written: set, new_storage: Dict[int, Any]) -> Any:
+        key = id(buf.storage)
+        if key not in written:
+            return buf  # weights and other read-only data are shared
+        base = new_storage.get(key)
+        if base is None:
+            total = _storage_size(self._buffers, buf.storage)
+            base = self._device.allocate(total)
+            if any(i in self._inputs for i, b in enumerate(self._buffers) if b.storage is buf.storage):
+                _memmove(base.address, buf.address - buf.offset, total)
+            new_storage[key] = base
+        return base.view(buf.offset, buf.nbytes, dtype=buf.dtype, shape=buf.shape)
+
+    def __repr__(self) -> str:
+        state = "poisoned" if self.poisoned else "ready"
+        return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
+
+
+def _storage_size(buffers: List[Any], storage: Any) -> int:
+    return max(b.offset + b.nbytes for b in buffers if b is not None and b.storage is storage)
+
+
+def _copy_op(op: PreparedOp) -> PreparedOp:
+    import copy
+
+    clone = copy.copy(op)
+    if isinstance(op, PreparedKernel):
+        clone.vals = list(op.vals)
+    return clone
+
+
+def _memmove(dst: int, src: int, nbytes: int) -> None:
+    import ctypes
+
+    ctypes.memmove(dst, src, nbytes)
+
+
+def _host_view(buf: Any) -> Any:
+    try:
+        return buf.numpy()
+    except SvodError:
+        return buf
+
+
+__all__ = [
+    "ExecutionPlan",
+    "ExecutionPlanBuilder",
+    "PreparedBufferView",
+    "PreparedCopy",
+    "PreparedCustomFunction",
+    "PreparedKernel",
+    "PreparedOp",
+    "RuntimeVar",
+    "kahn_levels",
+    "register_custom_function",
+    "run_custom_function",
+]

@@ -1,0 +1,508 @@
+"""Plan files: a versioned JSON description of buffers, kernels and ops.
+
+See docs/plan-format.md. :func:`load_plan` validates the whole document —
+every error names its JSON path (``ops[3].buffers[1]: unknown buffer 'h2'``)
+— compiles the kernels, builds the :class:`ExecutionPlan` and returns it
+with what is needed to verify it. Nothing is dispatched on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .dtypes import DType, dtype as to_dtype, pack_values
+from .error import PlanError, SvodError
+from .execution_plan import (
+    ExecutionPlan,
+    ExecutionPlanBuilder,
+    PreparedBufferView,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+)
+from .expr import compile_expr
+from .kernel_cache import CachedKernel
+
+FORMAT_VERSION = 1
+MAX_PLAN_BYTES = 64 * 1024 * 1024
+MAX_BUFFER_BYTES = 1 << 34
+_TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
+
+
+class PlanFileError(PlanError):
+    """A plan file problem, with the JSON path of the offending value."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__("%s: %s" % (path, message) if path else message)
+        self.json_path = path
+
+
+@dataclass
+class Expectation:
+    buffer: str
+    values: List[float]
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+
+@dataclass
+class LoadedPlan:
+    """A built plan plus its names, variables and expectations."""
+
+    plan: ExecutionPlan
+    buffers: Dict[str, Any]
+    variables: Dict[str, RuntimeVar]
+    defaults: Dict[str, int]
+    expectations: List[Expectation] = field(default_factory=list)
+    description: str = ""
+
+    def verify(self) -> List[Tuple[str, bool, float]]:
+        """(buffer, ok, max abs error) for every expectation."""
+        return [_check(self.buffers[e.buffer], e) for e in self.expectations]
+
+
+# --- small validators ----------------------------------------------------------------
+
+
+def _need(cond: bool, path: str, message: str) -> None:
+    if not cond:
+        raise PlanFileError(path, message)
+
+
+def _obj(value: Any, path: str) -> Dict[str, Any]:
+    _need(isinstance(value, dict), path, "expected an object, got %s" % _kind(value))
+    return value
+
+
+def _list(value: Any, path: str) -> List[Any]:
+    _need(isinstance(value, list), path, "expected a list, got %s" % _kind(value))
+    return value
+
+
+def _int(value: Any, path: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    _need(type(value) is int, path, "expected an integer, got %s" % _kind(value))
+    _need(lo is None or value >= lo, path, "must be >= %d, got %d" % (lo or 0, value))
+    _need(hi is None or value <= hi, path, "must be <= %d, got %d" % (hi or 0, value))
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    _need(isinstance(value, str) and value != "", path, "expected a non-empty string, got %s" % _kind(value))
+    return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "string %r" % (value[:40],)
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _known_keys(obj: Mapping[str, Any], allowed: set, path: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    _need(not extra, path, "unknown key(s) %s (allowed: %s)" % (extra, sorted(allowed)))
+
+
+# --- reading the document --------------------------------------------------------------
+
+
+def read_plan_document(path: str) -> Dict[str, Any]:
+    """Read and parse a plan file with size and syntax checks."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
+    _need(size <= MAX_PLAN_BYTES, "", "plan file %s is %d bytes; the limit is %d" % (path, size, MAX_PLAN_BYTES))
+    _need(size > 0, "", "plan file %s is empty" % path)
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PlanFileError("", "plan file %s is not UTF-8 text" % path) from None
+    except ValueError as exc:
+        raise PlanFileError("", "plan file %s is not valid JSON: %s" % (path, exc)) from None
+    except RecursionError:
+        raise PlanFileError("", "plan file %s nests too deeply" % path) from None
+    return _obj(doc, "$")
+
+
+def load_plan(
+    source: Any, *, device: Any = None, base_dir: Optional[str] = None, var_values: Optional[Mapping[str, int]] = None
+) -> LoadedPlan:
+    """Build a plan from a path or an already parsed document."""
+    if isinstance(source, str):
+        base_dir = base_dir or os.path.dirname(os.path.abspath(source))
+        doc = read_plan_document(source)
+    else:
+        doc = _obj(source, "$")
+    return _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
+
+
+class _PlanReader:
+    def __init__(self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int]) -> None:
+        self.doc = doc
+        self.base_dir = base_dir
+        self.device_override = device
+        self.var_values = dict(var_values)
+        self.device: Any = None
+        self.variables: Dict[str, RuntimeVar] = {}
+        self.values: Dict[str, int] = {}
+        self.buffers: Dict[str, Any] = {}
+        self.buffer_index: Dict[str, int] = {}
+        self.kernels: Dict[str, Tuple[CachedKernel, Dict[str, Any]]] = {}
+
+    def build(self) -> LoadedPlan:
+        doc = self.doc
+        _known_keys(doc, _TOP_KEYS, "$")
+        _need("svod_plan" in doc, "svod_plan", "missing: a plan file starts with \"svod_plan\": %d" % FORMAT_VERSION)
+        _need(doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
+        self._device()
+        self._vars(_obj(doc.get("vars", {}), "vars"))
+        builder = ExecutionPlanBuilder(self.device)
+        self._buffers(builder, _obj(doc.get("buffers"), "buffers") if "buffers" in doc else _missing("buffers"))
+        self._kernels(_obj(doc.get("kernels", {}), "kernels"))
+        ops = _list(doc.get("ops"), "ops") if "ops" in doc else _missing("ops")
+        _need(len(ops) > 0, "ops", "a plan needs at least one op")
+        for i, op in enumerate(ops):
+            builder.add_op(self._op(i, _obj(op, "ops[%d]" % i)))
+        outputs = [self.buffer_index[n] for n, spec in self.doc["buffers"].items() if spec.get("output")]
+        _need(bool(outputs), "buffers", "no buffer is marked \"output\": true")
+        builder.set_output_buffers(outputs)
+        expectations = self._expect(_obj(doc.get("expect", {}), "expect"))
+        plan = builder.build()
+        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, str(doc.get("description", "")))
+
+    # -- device and variables ------------------------------------------------------------
+
+    def _device(self) -> None:
+        from .device_registry import DEVICE_FACTORIES
+
+        spec = self.device_override or self.doc.get("device", "CPU")
+        if not isinstance(spec, str):
+            spec = getattr(spec, "spec", spec)
+            if not isinstance(spec, str):
+                self.device = self.device_override
+                return
+        self.device = DEVICE_FACTORIES.device(_str(spec, "device"))
+
+    def _vars(self, spec: Dict[str, Any]) -> None:
+        for name, v in spec.items():
+            path = "vars.%s" % name
+            _need(name.isidentifier() and name != "core_id", path, "variable names are identifiers (core_id is reserved)")
+            if isinstance(v, list):
+                _need(len(v) == 3, path, "expected [min, max, default]")
+                lo, hi, default = (_int(x, "%s[%d]" % (path, i), -(1 << 31), (1 << 31) - 1) for i, x in enumerate(v))
+            else:
+                v = _obj(v, path)
+                _known_keys(v, {"min", "max", "default"}, path)
+                lo = _int(v.get("min"), path + ".min", -(1 << 31), (1 << 31) - 1)
+                hi = _int(v.get("max"), path + ".max", -(1 << 31), (1 << 31) - 1)
+                default = _int(v.get("default", hi), path + ".default")
+            _need(lo <= hi, path, "min %d > max %d" % (lo, hi))
+            _need(lo <= default <= hi, path, "default %d is outside [%d, %d]" % (default, lo, hi))
+            self.variables[name] = RuntimeVar(name, lo, hi)
+            self.values[name] = default
+        for name, value in self.var_values.items():
+            var = self.variables.get(name)
+            _need(var is not None, "--var %s" % name, "unknown variable (plan variables: %s)" % sorted(self.variables))
+            _need(type(value) is int and var.min_val <= value <= var.max_val, "--var %s" % name,
+                  "variable %s=%r is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val))
+            self.values[name] = value
+
+    # -- buffers ------------------------------------------------------------------------
+
+    def _buffers(self, builder: ExecutionPlanBuilder, spec: Dict[str, Any]) -> None:
+        _need(len(spec) > 0, "buffers", "a plan needs at least one buffer")
+        for ast_id, (name, b) in enumerate(spec.items()):
+            path = "buffers.%s" % name
+            b = _obj(b, path)
+            _known_keys(b, {"dtype", "shape", "init", "output", "input", "view_of", "offset"}, path)
+            buf = self._view(name, b, path) if "view_of" in b else self._allocate(b, path)
+            self.buffers[name] = buf
+            self.buffer_index[name] = builder.add_buffer(ast_id, buf)
+            if b.get("input"):
+                builder.declare_input(self.buffer_index[name])
+
+    def _shape(self, b: Dict[str, Any], path: str) -> Tuple[DType, Tuple[int, ...], int]:
+        try:
+            dt = to_dtype(_str(b.get("dtype", "float32"), path + ".dtype"))
+        except SvodError as exc:
+            raise PlanFileError(path + ".dtype", str(exc)) from None
+        shape = tuple(_int(d, "%s.shape[%d]" % (path, i), 0, 1 << 40) for i, d in enumerate(_list(b.get("shape"), path + ".shape")))
+        count = math.prod(shape) if hasattr(math, "prod") else _prod(shape)
+        _need(count * dt.itemsize <= MAX_BUFFER_BYTES, path + ".shape", "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES))
+        return dt, shape, count
+
+    def _allocate(self, b: Dict[str, Any], path: str) -> Any:
+        dt, shape, count = self._shape(b, path)
+        data = self._init(b.get("init", "zeros"), dt, shape, count, path + ".init")
+        buf = self.device.allocate(list(shape), dt.name)
+        if data is not None:
+            buf.copyin(data)
+        return buf
+
+    def _view(self, name: str, b: Dict[str, Any], path: str) -> Any:
+        base_name = _str(b["view_of"], path + ".view_of")
+        _need(base_name in self.buffers, path + ".view_of", "unknown buffer %r (views must come after their base)" % base_name)
+        dt, shape, count = self._shape(b, path)
+        offset = _int(b.get("offset", 0), path + ".offset", 0)
+        base = self.buffers[base_name]
+        _need(offset + count * dt.itemsize <= base.nbytes, path, "view [%d, +%d) is outside %r (%d bytes)" % (offset, count * dt.itemsize, base_name, base.nbytes))
+        _need("init" not in b, path + ".init", "views share their base's data and take no init")
+        return base.view(offset, count * dt.itemsize, dtype=dt.name, shape=shape)
+
+    def _init(self, init: Any, dt: DType, shape: Tuple[int, ...], count: int, path: str) -> Optional[bytes]:
+        if init == "zeros":
+            return None
+        if init == "ones":
+            return pack_values(dt, [1] * count)
+        if init == "arange":
+            return pack_values(dt, list(range(count)))
+        init = _obj(init, path)
+        _need(len(init) == 1, path, "expected one of zeros, ones, arange, {random}, {values}, {npy}")
+        kind, arg = next(iter(init.items()))
+        if kind == "values":
+            values = _flatten(_list(arg, path + ".values"), path + ".values")
+            _need(len(values) == count, path + ".values", "%d values for a buffer of %d elements" % (len(values), count))
+            return pack_values(dt, values)
+        if kind == "random":
+            arg = _obj(arg, path + ".random")
+            _known_keys(arg, {"seed", "low", "high"}, path + ".random")
+            rng = random.Random(_int(arg.get("seed", 0), path + ".random.seed"))
+            low, high = float(arg.get("low", -1.0)), float(arg.get("high", 1.0))
+            values = [rng.uniform(low, high) for _ in range(count)]
+            return pack_values(dt, [int(v) for v in values] if not dt.is_float else values)
+        if kind == "npy":
+            return self._npy(_str(arg, path + ".npy"), dt, shape, path + ".npy")
+        raise PlanFileError(path, "unknown init %r (zeros, ones, arange, random, values, npy)" % kind)
+
+    def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> bytes:
+        from .npy import read_npy
+
+        file_dt, file_shape, payload = read_npy(self._path(rel, path))
+        _need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
+        _need(_prod(file_shape) == _prod(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
+        return payload
+
+    def _path(self, rel: str, path: str) -> str:
+        full = os.path.normpath(os.path.join(self.base_dir, rel))
+        _need(os.path.isfile(full), path, "file %r not found (relative to %s)" % (rel, self.base_dir))
+        return full
+
+    # -- kernels -----------------------------------------------------------------------------
+
+    def _kernels(self, spec: Dict[str, Any]) -> None:
+        for name, k in spec.items():
+            path = "kernels.%s" % name
+            k = _obj(k, path)
+            allowed = {"source", "file", "llvm_ir", "ir_file", "library", "params", "entry", "buffers", "outputs",
+                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes"}
+            _known_keys(k, allowed, path)
+            forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
+            _need(len(forms) == 1, path, "give exactly one of source, file, llvm_ir, ir_file, library (got %s)" % (forms or "none"))
+            self.kernels[name] = self._library(name, k, path) if forms[0] == "library" else self._compiled(name, k, forms[0], path)
+
+    def _compiled(self, name: str, k: Dict[str, Any], form: str, path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
+        from .kernel_cache import compile_cached
+
+        text = k[form]
+        if form in ("file", "ir_file"):
+            with open(self._path(_str(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))) as fh:
+                text = fh.read()
+        text = _str(text, "%s.%s" % (path, form))
+        nbuf = _int(k.get("buffers"), path + ".buffers", 1, 64)
+        var_names = [_str(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(_list(k.get("vars", []), path + ".vars"))]
+        outputs = [_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(_list(k.get("outputs", [0]), path + ".outputs"))]
+        entry = _str(k.get("entry", name), path + ".entry")
+        flags = [_str(f, "%s.flags[%d]" % (path, i)) for i, f in enumerate(_list(k.get("flags", []), path + ".flags"))]
+        gsize = self._global_size(k.get("global_size", [1, 1, 1]), path + ".global_size")
+        device = self.device
+        _need(hasattr(device, "load"), path, "device %s cannot run C kernels" % getattr(device, "spec", device))
+        obj = compile_cached(text, kind="ir" if form in ("llvm_ir", "ir_file") else "c", extra_flags=flags)
+        program = device.load(obj, entry, buf_count=nbuf, var_names=var_names)
+        kernel = CachedKernel(program, str(device.spec), text, entry, var_names, list(range(nbuf)), outputs,
+                              [i for i in range(nbuf) if i not in outputs], bool(k.get("parallel_safe", True)), gsize)
+        meta = {"extents": self._extents(k.get("extents", {}), nbuf, path + ".extents"), "flops": k.get("flops"), "bytes": k.get("bytes")}
+        return kernel, meta
+
+    def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
+        try:
+            from . import kernels as library
+        except ImportError:
+            raise PlanFileError(path + ".library", "the kernel library is not available in this build") from None
+        params = _obj(k.get("params", {}), path + ".params")
+        try:
+            lib = library.get(_str(k["library"], path + ".library"), device=str(self.device.spec), **params)
+        except SvodError as exc:
+            raise PlanFileError(path, str(exc).splitlines()[0]) from None
+        outputs = [i for i, arg in enumerate(lib.buffers) if "w" in arg.role]
+        kernel = CachedKernel(lib.program, str(self.device.spec), lib.source, lib.entry_point, list(lib.var_names),
+                              list(range(len(lib.buffers))), outputs, [i for i, a in enumerate(lib.buffers) if "r" in a.role],
+                              True, tuple(lib.global_size))
+        extents = {i: arg.count_expr for i, arg in enumerate(lib.buffers) if getattr(arg, "count_expr", None) is not None}
+        meta = {"extents": extents, "flops": getattr(lib, "flops", None), "bytes": getattr(lib, "bytes", None)}
+        return kernel, meta
+
+    def _global_size(self, value: Any, path: str) -> Tuple[Any, ...]:
+        dims = _list(value, path)
+        _need(len(dims) == 3, path, "expected 3 entries, got %d" % len(dims))
+        out = []
+        for i, d in enumerate(dims):
+            try:
+                out.append(d if type(d) is int else compile_expr(_str(d, "%s[%d]" % (path, i))).text)
+            except PlanError as exc:
+                raise PlanFileError("%s[%d]" % (path, i), str(exc)) from None
+        return tuple(out)
+
+    def _extents(self, value: Any, nbuf: int, path: str) -> Dict[int, Any]:
+        out = {}
+        for key, expr in _obj(value, path).items():
+            _need(key.isdigit() and int(key) < nbuf, "%s.%s" % (path, key), "extent keys are argument positions 0..%d" % (nbuf - 1))
+            try:
+                out[int(key)] = expr if type(expr) is int else compile_expr(_str(expr, "%s.%s" % (path, key))).text
+            except PlanError as exc:
+                raise PlanFileError("%s.%s" % (path, key), str(exc)) from None
+        return out
+
+    # -- ops ------------------------------------------------------------------------------
+
+    def _op(self, i: int, op: Dict[str, Any]) -> Any:
+        path = "ops[%d]" % i
+        kinds = [k for k in ("kernel", "copy", "view", "custom") if k in op]
+        _need(len(kinds) == 1, path, "an op has exactly one of kernel, copy, view, custom (got %s)" % (kinds or "none"))
+        op_id = _int(op.get("id", i), path + ".id", 0)
+        deps = [_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(_list(op.get("deps", []), path + ".deps"))]
+        kind = kinds[0]
+        if kind == "kernel":
+            return self._kernel_op(op, op_id, deps, path)
+        if kind == "copy":
+            c = _obj(op["copy"], path + ".copy")
+            _known_keys(c, {"dst", "src"}, path + ".copy")
+            return PreparedCopy(op_id, [self._buf(c.get("dst"), path + ".copy.dst"), self._buf(c.get("src"), path + ".copy.src")], deps)
+        if kind == "view":
+            name = _str(op["view"], path + ".view")
+            spec = self.doc["buffers"].get(name, {})
+            _need("view_of" in spec, path + ".view", "buffer %r is not declared with view_of" % name)
+            base = self.buffers[spec["view_of"]]
+            view = self.buffers[name]
+            return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
+                                      view.offset - base.offset, view.nbytes, deps)
+        custom = _str(op["custom"], path + ".custom")
+        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(_list(op.get("buffers", []), path + ".buffers"))]
+        attrs = _obj(op.get("attrs", {}), path + ".attrs")
+        return PreparedCustomFunction(op_id, custom, bufs, attrs, {}, deps)
+
+    def _buf(self, name: Any, path: str) -> int:
+        name = _str(name, path)
+        _need(name in self.buffer_index, path, "unknown buffer %r" % name)
+        return self.buffer_index[name]
+
+    def _kernel_op(self, op: Dict[str, Any], op_id: int, deps: List[int], path: str) -> PreparedKernel:
+        _known_keys(op, {"kernel", "buffers", "vars", "global_size", "id", "deps"}, path)
+        name = _str(op["kernel"], path + ".kernel")
+        _need(name in self.kernels, path + ".kernel", "unknown kernel %r (declared: %s)" % (name, sorted(self.kernels)))
+        kernel, meta = self.kernels[name]
+        names = _list(op.get("buffers"), path + ".buffers")
+        _need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
+        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
+        if "global_size" in op:
+            kernel = _with_global_size(kernel, self._global_size(op["global_size"], path + ".global_size"))
+        bindings = _obj(op.get("vars", {}), path + ".vars")
+        vals, fixed, runtime = self._bind_vars(kernel, bindings, path + ".vars")
+        try:
+            return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
+                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"])
+        except SvodError as exc:
+            raise PlanFileError(path, str(exc)) from None
+
+    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str) -> Tuple[List[int], Dict[str, int], List[RuntimeVar]]:
+        extra = sorted(set(bindings) - set(kernel.var_names))
+        _need(not extra, path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names))
+        vals, fixed, runtime = [], {}, []
+        for name in kernel.var_names:
+            if name == "core_id":
+                vals.append(0)  # set per invocation by the dispatcher
+                continue
+            bound = bindings.get(name, name)
+            if type(bound) is int:
+                vals.append(bound)
+                fixed[name] = bound
+            elif bound == name and name in self.variables:
+                vals.append(self.values[name])
+                runtime.append(self.variables[name])
+            else:
+                raise PlanFileError("%s.%s" % (path, name), "bind kernel variable %r to an integer or to the plan variable of the same name (plan variables: %s)" % (name, sorted(self.variables)))
+        return vals, fixed, runtime
+
+    # -- expectations -------------------------------------------------------------------------
+
+    def _expect(self, spec: Dict[str, Any]) -> List[Expectation]:
+        out = []
+        for name, e in spec.items():
+            path = "expect.%s" % name
+            _need(name in self.buffers, path, "unknown buffer %r" % name)
+            e = _obj(e, path)
+            _known_keys(e, {"values", "npy", "rtol", "atol"}, path)
+            buf = self.buffers[name]
+            if "npy" in e:
+                from .dtypes import unpack_values
+                from .npy import read_npy
+
+                dt, _shape, payload = read_npy(self._path(_str(e["npy"], path + ".npy"), path + ".npy"))
+                values = unpack_values(dt, payload)
+            else:
+                values = _flatten(_list(e.get("values"), path + ".values"), path + ".values")
+            _need(len(values) == len(buf), path, "%d expected values for a buffer of %d elements" % (len(values), len(buf)))
+            rtol = float(e.get("rtol", 1e-5))
+            atol = float(e.get("atol", 1e-6))
+            out.append(Expectation(name, [float(v) for v in values], rtol, atol))
+        return out
+
+
+def _missing(key: str) -> Any:
+    raise PlanFileError(key, "missing (a plan file needs %s)" % key)
+
+
+def _prod(dims: Sequence[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+def _flatten(values: List[Any], path: str) -> List[Any]:
+    """Nested lists of numbers -> flat list, checking every element."""
+    out: List[Any] = []
+    for j, v in enumerate(values):
+        if isinstance(v, list):
+            out.extend(_flatten(v, "%s[%d]" % (path, j)))
+        else:
+            _need(isinstance(v, (int, float)) and not isinstance(v, bool), "%s[%d]" % (path, j), "expected a number, got %s" % _kind(v))
+            out.append(v)
+    return out
+
+
+def _with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKernel:
+    import copy
+
+    clone = copy.copy(kernel)
+    clone.global_size = gsize
+    return clone
+
+
+def _check(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
+    got = buf.tolist()
+    flat = _flatten(got, e.buffer) if isinstance(got, list) else [got]
+    worst, ok = 0.0, True
+    for g, w in zip(flat, e.values):
+        err = abs(float(g) - w)
+        if not err <= e.atol + e.rtol * abs(w) or math.isnan(float(g)):
+            ok = False
+        worst = max(worst, err) if not math.isnan(err) else float("inf")
+    return e.buffer, ok, worst
