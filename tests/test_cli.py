@@ -20,8 +20,17 @@ def _cli(*args: str, env: "dict | None" = None) -> subprocess.CompletedProcess:
 
 
 @needs_cc
-def test_run_builtin_check_passes_and_prints_a_table() -> None:
+def test_run_default_plan_verifies_and_profiles() -> None:
     result = _cli("run")
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "verify y: ok" in result.stdout
+    assert "linear_relu" in result.stdout and "softmax" in result.stdout  # per-op profile table
+    assert "total:" in result.stdout
+
+
+@needs_cc
+def test_selfcheck_command_passes_and_prints_a_table() -> None:
+    result = _cli("selfcheck")
     assert result.returncode == EXIT_OK, result.stderr
     for kernel in ("add", "softplus", "weighted", "matmul"):
         assert kernel in result.stdout
@@ -50,7 +59,8 @@ def test_info_lists_compilers_wx_mode_and_cache() -> None:
     [
         (["run", "--device", "CUDA"], EXIT_DEVICE, "CUDA"),
         (["run", "--device", "CPU:x"], EXIT_BAD_INPUT, "invalid device 'CPU:x'"),
-        (["run", "plan.json"], EXIT_BAD_INPUT, "plan files are not supported yet"),
+        (["run", "no-such-plan.json"], EXIT_BAD_INPUT, "cannot read plan file no-such-plan.json"),
+        (["run", "--var", "rows=99"], EXIT_BAD_INPUT, "outside bounds [1, 8]"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(args, code, message, capsys) -> None:
