@@ -189,7 +189,9 @@ def _resolve_dependencies(ops: List[PreparedOp], instance_deps: Dict[int, List[i
         for dep in op.dependencies:
             target = (by_id if by_id is not None else latest).get(dep)
             if target is None:
-                why = "is only defined later (ids repeat, so dependencies bind to earlier ops)" if dep in ids else "unknown op id"
+                why = "unknown op id"
+                if dep in ids:
+                    why = "is only defined later (ids repeat, so dependencies bind to earlier ops)"
                 raise PlanError("op %d (id %d) depends on %s: %s" % (index, op.id, dep, why))
             mine.add(target)
         for dep_index in instance_deps.get(index, ()):
@@ -552,11 +554,18 @@ class ExecutionPlan:
         threads = getattr(self._device, "threads", 1)
         return pool if threads > 1 else None
 
-    def _guarded(self, body: Callable[[], Any]) -> Any:
+    def _guarded(self, body: Callable[[], Any], prepare: Optional[Callable[[], None]] = None) -> Any:
+        """Run ``body`` holding the plan lock; a failure in it poisons the plan.
+
+        ``prepare`` runs first under the same lock hold (so another thread cannot
+        slip in between); its errors (bad variables) do not poison.
+        """
         if not self._lock.acquire(blocking=True):  # pragma: no cover - blocking acquire
             raise ExecutionError("plan is busy")
         try:
             self._check_runnable()
+            if prepare is not None:
+                prepare()
             try:
                 return body()
             except SvodError as exc:
@@ -570,27 +579,25 @@ class ExecutionPlan:
 
     def execute(self) -> None:
         """Run every op once, level by level."""
+        self._guarded(self._run_levels)
 
-        def body() -> None:
-            for groups in self._groups:
-                for group in groups:
-                    self._run_group(group)
-
-        self._guarded(body)
+    def _run_levels(self) -> None:
+        for groups in self._groups:
+            for group in groups:
+                self._run_group(group)
 
     def execute_profiled(self) -> List[KernelProfile]:
         """Run every op once, serially, timing each; returns a profile per op in execution order."""
+        return self._guarded(self._run_profiled)
 
-        def body() -> List[KernelProfile]:
-            profiles = []
-            for index in self.op_order:
-                start = time.perf_counter_ns()
-                self._run_op(index)
-                end = time.perf_counter_ns()
-                profiles.append(self._profile(index, start, end))
-            return profiles
-
-        return self._guarded(body)
+    def _run_profiled(self) -> List[KernelProfile]:
+        profiles = []
+        for index in self.op_order:
+            start = time.perf_counter_ns()
+            self._run_op(index)
+            end = time.perf_counter_ns()
+            profiles.append(self._profile(index, start, end))
+        return profiles
 
     def _profile(self, index: int, start: int, end: int) -> KernelProfile:
         op = self._ops[index]
@@ -669,17 +676,15 @@ class ExecutionPlan:
             raise
 
     def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
-        """Set variables (all checked before any dispatch), then execute."""
-        with self._lock:
-            self._check_runnable()
-            self._apply_vars(self._check_vars(var_vals))
-        self.execute()
+        """Set variables (all checked before any dispatch), then execute.
+
+        Both happen under one hold of the plan lock, so a concurrent caller
+        can never run the plan with this call's values or vice versa.
+        """
+        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
 
     def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
-        with self._lock:
-            self._check_runnable()
-            self._apply_vars(self._check_vars(var_vals))
-        return self.execute_profiled()
+        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
 
     # -- buffers ---------------------------------------------------------------------------------
 

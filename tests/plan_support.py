@@ -1,0 +1,165 @@
+"""Shared fixtures for the execution-plan tests: mock programs and small builders.
+
+A mock program has no ``bind``, so the plan falls back to calling
+``execute(buffers, vals, global_size=..., core_id_index=...)`` on every
+dispatch; each mock records what it was given.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from svod_min.devices.cpu import CpuBuffer, CpuDevice
+from svod_min.execution_plan import PreparedCopy, PreparedKernel, RuntimeVar
+from svod_min.kernel_cache import CachedKernel
+
+
+class RecordingProgram:
+    """Counts calls and records ``(vals, global_size, core_id_index)`` of each.
+
+    ``action(buffers, vals)`` runs on every call (to move data); ``sleep``
+    seconds are spent inside the call while ``tracker`` counts it as active.
+    """
+
+    def __init__(
+        self,
+        action: Optional[Callable[[Sequence[Any], List[int]], None]] = None,
+        *,
+        sleep: float = 0.0,
+        tracker: Optional["ActiveTracker"] = None,
+        name: str = "mock",
+        log: Optional[List[Any]] = None,
+    ) -> None:
+        self.action = action
+        self.sleep = sleep
+        self.tracker = tracker
+        self.name = name
+        self.log = log  # shared across programs: records ``name`` per call, in call order
+        self.calls: List[Tuple[List[int], Optional[Tuple[int, ...]], Optional[int]]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        return len(self.calls)
+
+    @property
+    def last_global_size(self) -> Optional[Tuple[int, ...]]:
+        return self.calls[-1][1] if self.calls else None
+
+    def execute(
+        self,
+        buffers: Sequence[Any],
+        vals: Sequence[int] = (),
+        global_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+    ) -> None:
+        with self._lock:
+            self.calls.append((list(vals), None if global_size is None else tuple(global_size), core_id_index))
+            if self.log is not None:
+                self.log.append(self.name)
+        if self.tracker is not None:
+            self.tracker.enter()
+        try:
+            if self.sleep:
+                time.sleep(self.sleep)
+            if self.action is not None:
+                self.action(buffers, list(vals))
+        finally:
+            if self.tracker is not None:
+                self.tracker.leave()
+
+
+class ActiveTracker:
+    """How many mock calls were running at once, at most."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.active = 0
+        self.max_active = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+
+def copy_action(nbytes: Optional[int] = None) -> Callable[[Sequence[Any], List[int]], None]:
+    """``buffers[0] <- buffers[1]`` (``nbytes``, default all of buffers[0])."""
+
+    def act(buffers: Sequence[Any], vals: List[int]) -> None:
+        dst, src = buffers[0], buffers[1]
+        ctypes.memmove(dst.address, src.address, dst.nbytes if nbytes is None else nbytes)
+
+    return act
+
+
+def mock_kernel(
+    program: Any,
+    *,
+    var_names: Sequence[str] = (),
+    nbufs: int = 1,
+    outs: Sequence[int] = (0,),
+    host_parallel_safe: bool = False,
+    global_size: Sequence[Any] = (1, 1, 1),
+    entry_point: str = "k",
+) -> CachedKernel:
+    return CachedKernel(
+        program=program,
+        device="CPU",
+        code="",
+        entry_point=entry_point,
+        var_names=list(var_names),
+        globals=list(range(nbufs)),
+        outs=list(outs),
+        ins=[i for i in range(nbufs) if i not in outs],
+        host_parallel_safe=host_parallel_safe,
+        global_size=tuple(global_size),
+    )
+
+
+def prepared(
+    op_id: int,
+    kernel: CachedKernel,
+    buffer_indices: Sequence[int],
+    *,
+    output_indices: Sequence[int] = (0,),
+    vals: Sequence[int] = (),
+    deps: Sequence[int] = (),
+    fixedvars: Optional[Dict[str, int]] = None,
+    runtime_vars: Sequence[RuntimeVar] = (),
+    extents: Optional[Dict[int, Any]] = None,
+) -> PreparedKernel:
+    return PreparedKernel(
+        id=op_id,
+        kernel=kernel,
+        buffer_indices=list(buffer_indices),
+        output_indices=list(output_indices),
+        vals=list(vals),
+        fixedvars=dict(fixedvars or {}),
+        dependencies=list(deps),
+        runtime_vars=list(runtime_vars),
+        extents=dict(extents or {}),
+    )
+
+
+def copy_op(op_id: int, dst: int, src: int, deps: Sequence[int] = ()) -> PreparedCopy:
+    return PreparedCopy(id=op_id, buffer_indices=[dst, src], dependencies=list(deps))
+
+
+def f32(dev: CpuDevice, values: Sequence[float]) -> CpuBuffer:
+    buf = dev.allocate([len(values)], "float32")
+    buf.copyin(list(values))
+    return buf
+
+
+def i32(dev: CpuDevice, values: Sequence[int]) -> CpuBuffer:
+    buf = dev.allocate([len(values)], "int32")
+    buf.copyin(list(values))
+    return buf
