@@ -33,6 +33,9 @@ from .kernel_cache import CachedKernel
 from .profiler import KernelProfile
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: A core_id kernel declaring less work than this runs its invocations on one
+#: thread: starting and joining threads costs more than it saves (~30 µs).
+PARALLEL_MIN_FLOPS = 1_000_000
 
 
 # --- prepared ops -------------------------------------------------------------
@@ -431,6 +434,11 @@ class ExecutionPlan:
         self._calls: List[Optional[Callable[[], None]]] = []
         self._groups: List[List[List[int]]] = []
         self._threaded: List[bool] = []
+        # native replay: (fn address, args, ncalls, core_pos) per kernel op, and the
+        # schedule as segments (a ReplayTable, or a Python group of op indices)
+        self._native_entries: Dict[int, Tuple[int, List[int], int, int, int]] = {}
+        self._segments: Optional[List[Any]] = None
+        self.native = _native_default()
 
     # -- preparation -------------------------------------------------------------------------
 
@@ -444,6 +452,45 @@ class ExecutionPlan:
         accesses = [self._accesses(op) for op in self._ops]
         barrier = [self._is_barrier(op) for op in self._ops]
         self._groups = [_group_level(level, accesses, barrier) for level in self.op_levels]
+        self._build_segments()
+
+    def _build_segments(self) -> None:
+        """Pack runs of native-capable kernel groups into replay tables (one foreign call each)."""
+        self._segments = None
+        if not self.native or not self._native_entries:
+            return
+        from . import native_replay
+
+        if not native_replay.available():
+            return
+        segments: List[Any] = []
+        table = None
+        for groups in self._groups:
+            for group in groups:
+                if all(i in self._native_entries for i in group):
+                    table = table or native_replay.ReplayTable()
+                    for i in group:
+                        table.add(*self._native_entries[i])
+                    continue
+                if table is not None:
+                    segments.append(table)
+                    table = None
+                segments.append(group)
+        if table is not None:
+            segments.append(table)
+        self._segments = segments
+
+    @property
+    def native_replay(self) -> bool:
+        """True when execute() replays kernels through the native runner."""
+        return self._segments is not None
+
+    def set_native_replay(self, enabled: bool) -> bool:
+        """Switch between native and Python replay; returns whether native is now in use."""
+        with self._lock:
+            self.native = bool(enabled)
+            self._build_segments()
+            return self.native_replay
 
     def _env(self, op: Union[PreparedKernel, PreparedCustomFunction]) -> Dict[str, int]:
         env = dict(zip(op.kernel.var_names, op.vals)) if isinstance(op, PreparedKernel) else {}
@@ -484,6 +531,27 @@ class ExecutionPlan:
         else:
             vals = list(op.vals)
             self._calls[index] = lambda: program.execute(bufs, vals, global_size=gs, core_id_index=core_index)
+        self._record_native(index, op, bufs, launch[0], core_index)
+
+    def _record_native(self, index: int, op: PreparedKernel, bufs: List[Any], ncalls: int, core_index: Optional[int]) -> None:
+        """Remember how the native runner would call this kernel (CpuProgram only)."""
+        self._native_entries.pop(index, None)
+        program = op.kernel.program
+        address = getattr(type(program), "address", None)
+        if address is None or not all(type(getattr(b, "address", None)) is int for b in bufs):
+            return  # not a loaded CPU program (e.g. a test double): Python path
+        args = [b.address for b in bufs] + list(op.vals)
+        core_pos = len(bufs) + core_index if (ncalls > 1 and core_index is not None) else -1
+        self._native_entries[index] = (program.address, args, ncalls, core_pos, self._parallelism(op))
+
+    def _parallelism(self, op: PreparedKernel) -> int:
+        """Threads worth using for this kernel's core_id invocations (1 when its work is tiny)."""
+        if op.flops is None:
+            return 1 << 30
+        try:
+            return 1 if compile_expr(op.flops)(self._env(op)) < PARALLEL_MIN_FLOPS else 1 << 30
+        except PlanError:
+            return 1 << 30
 
     def _accesses(self, op: PreparedOp) -> List[Access]:
         def span(idx: int, write: bool) -> Access:
@@ -582,6 +650,16 @@ class ExecutionPlan:
         self._guarded(self._run_levels)
 
     def _run_levels(self) -> None:
+        if self._segments is not None:
+            from .native_replay import native_threads
+
+            threads = native_threads(getattr(self._device, "threads", 1))
+            for segment in self._segments:
+                if isinstance(segment, list):
+                    self._run_group(segment)
+                else:
+                    segment.run(threads)
+            return
         for groups in self._groups:
             for group in groups:
                 self._run_group(group)
@@ -674,6 +752,9 @@ class ExecutionPlan:
             for index, op, _ in staged:
                 self._bind_kernel(index, op)
             raise
+        finally:
+            if staged:
+                self._build_segments()  # the tables hold the old values: repack
 
     def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
         """Set variables (all checked before any dispatch), then execute.
@@ -758,6 +839,8 @@ class ExecutionPlan:
                     remove_fn(ast_id)
             self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
             self._calls = [None] * len(self._ops)
+            self._native_entries.clear()
+            self._segments = None
             self._released = True
 
     def replicate(self) -> "ExecutionPlan":
@@ -815,6 +898,13 @@ class ExecutionPlan:
     def __repr__(self) -> str:
         state = "poisoned" if self.poisoned else "ready"
         return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
+
+
+def _native_default() -> bool:
+    """Native replay unless ``SVOD_NATIVE_REPLAY=0`` (the Python path is the reference)."""
+    import os
+
+    return os.environ.get("SVOD_NATIVE_REPLAY", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _storage_size(buffers: List[Any], storage: Any) -> int:
