@@ -138,37 +138,42 @@ def row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: 
     }
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+def rows(repeat: int = 200) -> List[dict]:
+    """Every loader measurement as table rows (also used by ``python -m svod_min bench``)."""
     obj = clang.compile_c(KERNEL, extra_flags=TINYGRAD_FLAGS)
     with load_object(obj) as lo:
         _check_runs(lo)  # benchmark only what is proven to work
-
-    rows = []
+    out = []
     tg = tinygrad_load(obj)
-    cold = median_us(lambda: cold_load(obj), args.repeat)
-    tg_us = median_us(tg, args.repeat) if tg else None
-    rows.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+mmap", "<= 250", cold <= 250))
-    warm = median_us(lambda: warm_load(obj), args.repeat)
-    rows.append(row("warm load µs (layout cached)", warm, tg_us, "tinygrad 0.14 jit_loader+mmap", "<= 50", warm <= 50))
-    hit, imp = cache_hit_new_process(KERNEL, TINYGRAD_FLAGS, max(5, args.repeat // 20))
-    rows.append(row("disk-cache hit + load in a new process µs", hit, None, "-", "<= 1000", hit <= 1000))
-    rows.append(row("import svod_min (cache, clang, loader) µs", imp, None, "-", "info", None))
-    n = max(5, args.repeat // 20)
+    tg_us = median_us(tg, repeat) if tg else None
+    cold = median_us(lambda: cold_load(obj), repeat)
+    out.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 250", cold <= 250))
+    warm = median_us(lambda: warm_load(obj), repeat)
+    out.append(row("warm load µs (layout cached)", warm, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 50", warm <= 50))
+    hit, imp = cache_hit_new_process(KERNEL, TINYGRAD_FLAGS, max(5, repeat // 20))
+    out.append(row("disk-cache hit + load in a new process µs", hit, None, "-", "<= 1000", hit <= 1000))
+    out.append(row("import svod_min (cache, clang, loader) µs", imp, None, "-", "info", None))
+    n = max(5, repeat // 20)
     with tempfile.TemporaryDirectory() as tmp:
         for cc in ("clang", "gcc"):
             if not shutil.which(cc):
                 continue
             ours = median_us(lambda: load_object(clang.compile_c(KERNEL, compiler=cc)).close(), n)
             peer = median_us(lambda: shared_cdll(KERNEL, cc, tmp), n)
-            rows.append(row("compile+load µs, %s" % cc, ours, peer, "%s -shared + ctypes.CDLL" % cc, "faster than peer", ours < peer))
+            out.append(row("compile+load µs, %s" % cc, ours, peer, "%s -shared + ctypes.CDLL" % cc, "faster than peer", ours < peer))
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    table = rows(args.repeat)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(table, indent=1))
     else:
-        print_table(rows)
+        print_table(table)
     return 0
 
 

@@ -146,6 +146,17 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in results) else EXIT_VERIFY
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench_suite import format_table, run_suite
+
+    rows = run_suite(args.bench_dir, quick=args.quick, only=args.only or None)
+    if args.json:
+        print(json.dumps([{k: v for k, v in r.items() if k != "source"} for r in rows], indent=1))
+    else:
+        print(format_table(rows))
+    return EXIT_OK
+
+
 def info_lines() -> List[str]:
     """What ``info`` prints: devices, compilers, W^X mode, cache."""
     from . import clang
@@ -194,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--device", default="CPU")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_cmd_selfcheck)
+    bench = sub.add_parser("bench", help="run every benchmark in bench/ and print one table")
+    bench.add_argument("--json", action="store_true", help="rows as a JSON list of objects")
+    bench.add_argument("--quick", action="store_true", help="fewer repetitions")
+    bench.add_argument("--only", action="append", default=[], metavar="NAME", help="only bench files containing NAME")
+    bench.add_argument("--bench-dir", default=None, help="where the bench_*.py files are")
+    bench.set_defaults(func=_cmd_bench)
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
     info.set_defaults(func=_cmd_info)
     return parser

@@ -1,0 +1,91 @@
+"""``python -m svod_min bench``: every benchmark of the project, one table.
+
+Benchmarks live in the source checkout's ``bench/`` directory (they are not
+installed with the package). Each ``bench/bench_*.py`` exposes
+``rows(...) -> list[dict]`` with the keys measure, svod_min, peer,
+peer_value, ratio, goal, met; peers are measured in the same run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from typing import Any, Dict, List, Optional
+
+from .error import NotSupportedError
+
+KEYS = ("measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met")
+
+
+def find_bench_dir(explicit: Optional[str] = None) -> str:
+    """``explicit``, else ./bench, else the checkout next to this package."""
+    candidates = [explicit] if explicit else [
+        os.path.join(os.getcwd(), "bench"),
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"),
+    ]
+    for path in candidates:
+        if path and os.path.isdir(path):
+            return path
+    raise NotSupportedError(
+        "benchmarks live in the source checkout's bench/ directory, which was not found "
+        "(run from the repository root or pass --bench-dir)"
+    )
+
+
+def _load(path: str) -> Any:
+    name = "svod_bench_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _normalise(row: Dict[str, Any], source: str) -> Dict[str, Any]:
+    out = {k: row.get(k) for k in KEYS}
+    out["source"] = source
+    return out
+
+
+def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """Run every ``bench_*.py`` with a ``rows()`` function; a failing script becomes an error row."""
+    directory = find_bench_dir(bench_dir)
+    rows: List[Dict[str, Any]] = []
+    for name in sorted(os.listdir(directory)):
+        if not (name.startswith("bench_") and name.endswith(".py")):
+            continue
+        if only and not any(o in name for o in only):
+            continue
+        try:
+            module = _load(os.path.join(directory, name))
+            fn = getattr(module, "rows", None)
+            if fn is None:
+                continue
+            kwargs = {"quick": True} if quick and "quick" in inspect.signature(fn).parameters else {}
+            rows.extend(_normalise(r, name) for r in fn(**kwargs))
+        except Exception as exc:  # one broken benchmark must not hide the others
+            rows.append({**{k: None for k in KEYS}, "measure": "%s failed: %s" % (name, exc), "met": False, "source": name})
+            traceback.print_exc(file=sys.stderr)
+    return rows
+
+
+def format_table(rows: List[Dict[str, Any]]) -> str:
+    headers = list(KEYS)
+    cells = [[_cell(r.get(h)) for h in headers] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(c, widths)) for c in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return "%.3g" % value if abs(value) < 1000 else "%.0f" % value
+    return str(value)
