@@ -229,6 +229,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             traceback.print_exc()
         print("error: %s" % one_line(exc), file=sys.stderr)
         return exit_code_for(exc)
+    except Exception as exc:  # a bug of ours: still one line and a documented code
+        if args.debug:
+            traceback.print_exc()
+        print("error: internal error %s: %s (rerun with --debug and report it)" % (type(exc).__name__, exc), file=sys.stderr)
+        return EXIT_DEVICE
 
 
 def one_line(exc: BaseException) -> str:

@@ -434,6 +434,7 @@ class ExecutionPlan:
         self._calls: List[Optional[Callable[[], None]]] = []
         self._groups: List[List[List[int]]] = []
         self._threaded: List[bool] = []
+        self._tiny: List[bool] = []  # declared work too small to be worth a pool hand-off
         # native replay: (fn address, args, ncalls, core_pos) per kernel op, and the
         # schedule as segments (a ReplayTable, or a Python group of op indices)
         self._native_entries: Dict[int, Tuple[int, List[int], int, int, int]] = {}
@@ -446,6 +447,7 @@ class ExecutionPlan:
         """Evaluate launch sizes, check extents, bind calls, compute hazard groups."""
         self._calls = [None] * len(self._ops)
         self._threaded = [False] * len(self._ops)
+        self._tiny = [False] * len(self._ops)
         for index, op in enumerate(self._ops):
             if isinstance(op, PreparedKernel):
                 self._bind_kernel(index, op)
@@ -478,7 +480,9 @@ class ExecutionPlan:
                 segments.append(group)
         if table is not None:
             segments.append(table)
-        self._segments = segments
+        # Bind once: a replay is then one C call per table, no lookups.
+        threads = native_replay.native_threads(getattr(self._device, "threads", 1))
+        self._segments = [seg if isinstance(seg, list) else seg.bind(threads) for seg in segments]
 
     @property
     def native_replay(self) -> bool:
@@ -543,6 +547,7 @@ class ExecutionPlan:
         args = [b.address for b in bufs] + list(op.vals)
         core_pos = len(bufs) + core_index if (ncalls > 1 and core_index is not None) else -1
         self._native_entries[index] = (program.address, args, ncalls, core_pos, self._parallelism(op))
+        self._tiny[index] = self._parallelism(op) == 1
 
     def _parallelism(self, op: PreparedKernel) -> int:
         """Threads worth using for this kernel's core_id invocations (1 when its work is tiny)."""
@@ -594,7 +599,7 @@ class ExecutionPlan:
         # views were validated at build time: nothing to do
 
     def _run_group(self, group: List[int]) -> None:
-        if len(group) == 1 or any(self._threaded[i] for i in group):
+        if len(group) == 1 or any(self._threaded[i] for i in group) or all(self._tiny[i] for i in group):
             for index in group:
                 self._run_op(index)
             return
@@ -651,14 +656,11 @@ class ExecutionPlan:
 
     def _run_levels(self) -> None:
         if self._segments is not None:
-            from .native_replay import native_threads
-
-            threads = native_threads(getattr(self._device, "threads", 1))
             for segment in self._segments:
-                if isinstance(segment, list):
+                if type(segment) is list:
                     self._run_group(segment)
                 else:
-                    segment.run(threads)
+                    segment()
             return
         for groups in self._groups:
             for group in groups:

@@ -19,6 +19,7 @@ reads the low half.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import List, Optional, Sequence
@@ -191,6 +192,9 @@ class ReplayTable:
             self._array = (ctypes.c_uint64 * max(len(self._words), 1))(*self._words)
         return self._array
 
+    def bind(self, threads: int) -> "functools.partial":
+        """A zero-argument callable replaying the table (no per-call lookups)."""
+        return functools.partial(runner(), self.freeze(), len(self._words), threads)
+
     def run(self, threads: int) -> int:
-        array = self.freeze()
-        return runner()(array, len(self._words), threads)  # type: ignore[operator]
+        return self.bind(threads)()

@@ -44,9 +44,11 @@ def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
     if not isinstance(header, dict) or header.get("fortran_order"):
         raise PlanError("%s: only C-order .npy arrays are supported" % path)
     descr = header.get("descr")
-    if descr not in _DESCR:
+    if not isinstance(descr, str) or descr not in _DESCR:
         raise PlanError("%s: unsupported .npy dtype %r" % (path, descr))
-    shape = tuple(header.get("shape", ()))
+    shape = header.get("shape", ())
+    if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        raise PlanError("%s: malformed .npy shape %r" % (path, shape))
     dt = to_dtype(_DESCR[descr])
     count = 1
     for d in shape:

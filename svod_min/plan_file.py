@@ -92,6 +92,16 @@ def _int(value: Any, path: str, lo: Optional[int] = None, hi: Optional[int] = No
     return value
 
 
+def _num(value: Any, path: str) -> float:
+    _need(isinstance(value, (int, float)) and not isinstance(value, bool), path, "expected a number, got %s" % _kind(value))
+    return float(value)
+
+
+def _bool(value: Any, path: str) -> bool:
+    _need(isinstance(value, bool), path, "expected true or false, got %s" % _kind(value))
+    return value
+
+
 def _str(value: Any, path: str) -> str:
     _need(isinstance(value, str) and value != "", path, "expected a non-empty string, got %s" % _kind(value))
     return value
@@ -183,13 +193,11 @@ class _PlanReader:
     def _device(self) -> None:
         from .device_registry import DEVICE_FACTORIES
 
-        spec = self.device_override or self.doc.get("device", "CPU")
-        if not isinstance(spec, str):
-            spec = getattr(spec, "spec", spec)
-            if not isinstance(spec, str):
-                self.device = self.device_override
-                return
-        self.device = DEVICE_FACTORIES.device(_str(spec, "device"))
+        if self.device_override is not None and not isinstance(self.device_override, str):
+            self.device = self.device_override  # an already created device object
+            return
+        spec = self.device_override or _str(self.doc.get("device", "CPU"), "device")
+        self.device = DEVICE_FACTORIES.device(spec)
 
     def _vars(self, spec: Dict[str, Any]) -> None:
         for name, v in spec.items():
@@ -223,6 +231,9 @@ class _PlanReader:
             path = "buffers.%s" % name
             b = _obj(b, path)
             _known_keys(b, {"dtype", "shape", "init", "output", "input", "view_of", "offset"}, path)
+            for flag in ("output", "input"):
+                if flag in b:
+                    _bool(b[flag], "%s.%s" % (path, flag))
             buf = self._view(name, b, path) if "view_of" in b else self._allocate(b, path)
             self.buffers[name] = buf
             self.buffer_index[name] = builder.add_buffer(ast_id, buf)
@@ -275,7 +286,7 @@ class _PlanReader:
             arg = _obj(arg, path + ".random")
             _known_keys(arg, {"seed", "low", "high"}, path + ".random")
             rng = random.Random(_int(arg.get("seed", 0), path + ".random.seed"))
-            low, high = float(arg.get("low", -1.0)), float(arg.get("high", 1.0))
+            low, high = _num(arg.get("low", -1.0), path + ".random.low"), _num(arg.get("high", 1.0), path + ".random.high")
             values = [rng.uniform(low, high) for _ in range(count)]
             return pack_values(dt, [int(v) for v in values] if not dt.is_float else values)
         if kind == "npy":
@@ -283,12 +294,29 @@ class _PlanReader:
         raise PlanFileError(path, "unknown init %r (zeros, ones, arange, random, values, npy)" % kind)
 
     def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> bytes:
-        from .npy import read_npy
-
-        file_dt, file_shape, payload = read_npy(self._path(rel, path))
+        file_dt, file_shape, payload = self._read_npy(rel, path)
         _need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
         _need(_prod(file_shape) == _prod(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
         return payload
+
+    def _read_npy(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
+        from .npy import read_npy
+
+        try:
+            return read_npy(self._path(rel, path))
+        except PlanFileError:
+            raise
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+
+    def _read_text(self, rel: str, path: str) -> str:
+        try:
+            with open(self._path(rel, path), encoding="utf-8") as fh:
+                return fh.read()
+        except UnicodeDecodeError:
+            raise PlanFileError(path, "file %r is not UTF-8 text" % rel) from None
+        except OSError as exc:
+            raise PlanFileError(path, "cannot read %r: %s" % (rel, exc.strerror or exc)) from None
 
     def _path(self, rel: str, path: str) -> str:
         full = os.path.normpath(os.path.join(self.base_dir, rel))
@@ -313,8 +341,7 @@ class _PlanReader:
 
         text = k[form]
         if form in ("file", "ir_file"):
-            with open(self._path(_str(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))) as fh:
-                text = fh.read()
+            text = self._read_text(_str(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))
         text = _str(text, "%s.%s" % (path, form))
         nbuf = _int(k.get("buffers"), path + ".buffers", 1, 64)
         var_names = [_str(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(_list(k.get("vars", []), path + ".vars"))]
@@ -328,8 +355,30 @@ class _PlanReader:
         program = device.load(obj, entry, buf_count=nbuf, var_names=var_names)
         kernel = CachedKernel(program, str(device.spec), text, entry, var_names, list(range(nbuf)), outputs,
                               [i for i in range(nbuf) if i not in outputs], bool(k.get("parallel_safe", True)), gsize)
-        meta = {"extents": self._extents(k.get("extents", {}), nbuf, path + ".extents"), "flops": k.get("flops"), "bytes": k.get("bytes")}
+        self._check_threading(gsize, var_names, path + ".global_size")
+        meta = {
+            "extents": self._extents(k.get("extents", {}), nbuf, path + ".extents"),
+            "flops": self._work(k.get("flops"), var_names, path + ".flops"),
+            "bytes": self._work(k.get("bytes"), var_names, path + ".bytes"),
+        }
         return kernel, meta
+
+    def _work(self, value: Any, var_names: List[str], path: str) -> Any:
+        """A declared flops/bytes expression, checked now so profiling can never fail later."""
+        if value is None or type(value) is int:
+            return value
+        try:
+            expr = compile_expr(_str(value, path))
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+        unknown = sorted(expr.names - set(var_names))
+        _need(not unknown, path, "expression %r uses %s, not kernel variables %s" % (value, unknown, var_names))
+        return expr.text
+
+    def _check_threading(self, gsize: Tuple[Any, ...], var_names: List[str], path: str) -> None:
+        """global_size[0] other than 1 runs the kernel once per core id: it needs a core_id variable."""
+        if gsize[0] != 1 and "core_id" not in var_names:
+            raise PlanFileError(path, "global_size[0] is %r but the kernel has no core_id variable to split work by" % (gsize[0],))
 
     def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         try:
@@ -381,6 +430,8 @@ class _PlanReader:
         kind = kinds[0]
         if kind == "kernel":
             return self._kernel_op(op, op_id, deps, path)
+        extra = {"custom": {"buffers", "attrs"}}.get(kind, set())
+        _known_keys(op, {kind, "id", "deps"} | extra, path)
         if kind == "copy":
             c = _obj(op["copy"], path + ".copy")
             _known_keys(c, {"dst", "src"}, path + ".copy")
@@ -412,7 +463,9 @@ class _PlanReader:
         _need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
         if "global_size" in op:
-            kernel = _with_global_size(kernel, self._global_size(op["global_size"], path + ".global_size"))
+            gsize = self._global_size(op["global_size"], path + ".global_size")
+            self._check_threading(gsize, kernel.var_names, path + ".global_size")
+            kernel = _with_global_size(kernel, gsize)
         bindings = _obj(op.get("vars", {}), path + ".vars")
         vals, fixed, runtime = self._bind_vars(kernel, bindings, path + ".vars")
         try:
@@ -431,6 +484,7 @@ class _PlanReader:
                 continue
             bound = bindings.get(name, name)
             if type(bound) is int:
+                _int(bound, "%s.%s" % (path, name), -(1 << 31), (1 << 31) - 1)
                 vals.append(bound)
                 fixed[name] = bound
             elif bound == name and name in self.variables:
@@ -452,15 +506,14 @@ class _PlanReader:
             buf = self.buffers[name]
             if "npy" in e:
                 from .dtypes import unpack_values
-                from .npy import read_npy
 
-                dt, _shape, payload = read_npy(self._path(_str(e["npy"], path + ".npy"), path + ".npy"))
+                dt, _shape, payload = self._read_npy(_str(e["npy"], path + ".npy"), path + ".npy")
                 values = unpack_values(dt, payload)
             else:
                 values = _flatten(_list(e.get("values"), path + ".values"), path + ".values")
             _need(len(values) == len(buf), path, "%d expected values for a buffer of %d elements" % (len(values), len(buf)))
-            rtol = float(e.get("rtol", 1e-5))
-            atol = float(e.get("atol", 1e-6))
+            rtol = _num(e.get("rtol", 1e-5), path + ".rtol")
+            atol = _num(e.get("atol", 1e-6), path + ".atol")
             out.append(Expectation(name, [float(v) for v in values], rtol, atol))
         return out
 
