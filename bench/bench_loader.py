@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from svod_min import clang  # noqa: E402
 from svod_min.jit_loader import layout as _layout  # noqa: E402
 from svod_min.jit_loader import load_object  # noqa: E402
+from svod_min.bench_suite import format_table, make_row  # noqa: E402
 
 # A small kernel that every loader can take: a static table (PC32), a loop, no libcalls.
 KERNEL = r"""
@@ -126,16 +127,7 @@ def cache_hit_new_process(src: str, flags: List[str], repeat: int) -> tuple:
 
 
 def row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool]) -> dict:
-    ratio = (peer / ours) if (peer is not None and ours) else None
-    return {
-        "measure": measure,
-        "svod_min": round(ours, 1),
-        "peer": peer_name,
-        "peer_value": None if peer is None else round(peer, 1),
-        "ratio": None if ratio is None else round(ratio, 2),
-        "goal": goal,
-        "met": met,
-    }
+    return make_row(measure, ours, peer, peer_name, goal, met)
 
 
 def rows(repeat: int = 200) -> List[dict]:
@@ -178,13 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def print_table(rows: List[dict]) -> None:
-    headers = ["measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met"]
-    cells = [[str("" if r[h] is None else r[h]) for h in headers] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-    print("  ".join("-" * w for w in widths))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
+    print(format_table(rows))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from svod_min.bench_suite import format_table, make_row  # noqa: E402
 
 N = 16  # floats per buffer
 GOAL_US = 3.0
@@ -211,16 +212,7 @@ def tinygrad_peer(k: int, repeat: int) -> Optional[Dict[str, Any]]:
 
 
 def row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool]) -> dict:
-    ratio = (peer / ours) if (peer is not None and ours > 0) else None
-    return {
-        "measure": measure,
-        "svod_min": round(ours, 2),
-        "peer": peer_name,
-        "peer_value": None if peer is None else round(peer, 2),
-        "ratio": None if ratio is None else round(ratio, 1),
-        "goal": goal,
-        "met": met,
-    }
+    return make_row(measure, ours, peer, peer_name, goal, met)
 
 
 def native_available() -> bool:
@@ -292,13 +284,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def print_table(rows: List[dict]) -> None:
-    headers = ["measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met"]
-    cells = [[str("" if r[h] is None else r[h]) for h in headers] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
-    print("  ".join("-" * w for w in widths))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
+    print(format_table(rows))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,21 @@ def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Option
     return rows
 
 
+def make_row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool],
+             digits: int = 2) -> Dict[str, Any]:
+    """One benchmark row; ratio = peer / svod_min (> 1: svod_min is faster for time-like measures)."""
+    ratio = (peer / ours) if (peer is not None and ours) else None
+    return {
+        "measure": measure,
+        "svod_min": round(ours, digits),
+        "peer": peer_name,
+        "peer_value": None if peer is None else round(peer, digits),
+        "ratio": None if ratio is None else round(ratio, 2),
+        "goal": goal,
+        "met": met,
+    }
+
+
 def format_table(rows: List[Dict[str, Any]]) -> str:
     headers = list(KEYS)
     cells = [[_cell(r.get(h)) for h in headers] for r in rows]
