@@ -11,7 +11,9 @@ Three layers, cheapest first:
   shared between processes. Writes are atomic (temp file + ``os.replace``),
   reads verify a sha256 of the payload, and any I/O trouble degrades to
   "no cache" instead of an error.
-* :func:`compile_cached` - C / LLVM IR source -> object bytes through both.
+* :func:`compile_cached` - C / LLVM IR source -> object bytes through both;
+  :func:`compile_many_cached` - the same for many sources, the misses
+  compiled together in one batch (:func:`svod_min.clang.compile_many_c`).
 """
 
 from __future__ import annotations
@@ -820,6 +822,71 @@ def compile_cached(
     return OBJECT_MEMORY_CACHE.get_or_compile(key, build)
 
 
+def _cached_objects(keys: List[str], disk: ObjectCache) -> Dict[str, _bytes]:
+    """Objects already in the memory or disk cache, by key."""
+    found: Dict[str, _bytes] = {}
+    for key in keys:
+        data = OBJECT_MEMORY_CACHE.get(key)
+        if data is None:
+            data = disk.get(key)
+            if data is not None:
+                _remember(key, data)
+        if data is not None:
+            found[key] = data
+    return found
+
+
+def _remember(key: str, data: _bytes) -> None:
+    OBJECT_MEMORY_CACHE.get_or_compile(key, lambda: data)
+
+
+def compile_many_cached(
+    sources: Sequence[str],
+    *,
+    kind: str = "c",
+    extra_flags: Sequence[str] = (),
+    cache: Optional[ObjectCache] = None,
+    jobs: Optional[int] = None,
+    names: Optional[Sequence[str]] = None,
+) -> List[_bytes]:
+    """Object bytes for each source, like :func:`compile_cached`, compiling the misses together.
+
+    Same keys as :func:`compile_cached`: memory, then disk, then one
+    :func:`clang.compile_many_c` run for every distinct miss (``jobs`` and
+    ``names`` go to it), whose objects are stored in both caches. LLVM IR
+    (``kind="ir"``) compiles source by source.
+    """
+    from . import clang
+
+    flags = tuple(extra_flags)
+    sources = list(sources)
+    if names is not None and len(names) != len(sources):
+        raise ValueError("names has %d entries for %d sources" % (len(names), len(sources)))
+    if kind == "ir":
+        return [compile_cached(s, kind="ir", extra_flags=flags, cache=cache) for s in sources]
+    keys = [object_key(s, kind=kind, extra_flags=flags) for s in sources]
+    disk = cache if cache is not None else object_cache()
+    found = _cached_objects(keys, disk)
+    first: Dict[str, int] = {}  # each distinct miss once, at its first position
+    for i, key in enumerate(keys):
+        if key not in found:
+            first.setdefault(key, i)
+    misses = list(first.values())
+    if misses:
+        built = clang.compile_many_c(
+            [sources[i] for i in misses],
+            extra_flags=flags,
+            jobs=jobs,
+            names=None if names is None else [names[i] for i in misses],
+            numbers=misses,  # errors name each kernel by its position in ``sources``
+        )
+        for i, data in zip(misses, built):
+            disk.put(keys[i], data)
+            _remember(keys[i], data)
+            found[keys[i]] = data
+    return [found[k] for k in keys]
+
+
 __all__ = [
     "CachedKernel",
     "CompiledSpec",
@@ -830,6 +897,7 @@ __all__ = [
     "ObjectCache",
     "ObjectCacheEntry",
     "compile_cached",
+    "compile_many_cached",
     "content_key",
     "default_cache_dir",
     "encode_entry",

@@ -326,6 +326,7 @@ class _PlanReader:
     # -- kernels -----------------------------------------------------------------------------
 
     def _kernels(self, spec: Dict[str, Any]) -> None:
+        pending: Dict[str, _PendingKernel] = {}
         for name, k in spec.items():
             path = "kernels.%s" % name
             k = _obj(k, path)
@@ -334,11 +335,26 @@ class _PlanReader:
             _known_keys(k, allowed, path)
             forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
             _need(len(forms) == 1, path, "give exactly one of source, file, llvm_ir, ir_file, library (got %s)" % (forms or "none"))
-            self.kernels[name] = self._library(name, k, path) if forms[0] == "library" else self._compiled(name, k, forms[0], path)
+            if forms[0] == "library":
+                self.kernels[name] = self._library(name, k, path)
+            else:
+                pending[name] = self._compiled(name, k, forms[0], path)
+        self._compile_and_load(pending)
 
-    def _compiled(self, name: str, k: Dict[str, Any], form: str, path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
-        from .kernel_cache import compile_cached
+    def _compile_and_load(self, pending: Dict[str, "_PendingKernel"]) -> None:
+        """Compile every source kernel in as few compiler runs as possible, then load them."""
+        from .kernel_cache import compile_many_cached
 
+        batches: Dict[Tuple[str, Tuple[str, ...]], List[str]] = {}
+        for name, p in pending.items():
+            batches.setdefault((p.kind, p.flags), []).append(name)
+        for (kind, flags), names in batches.items():
+            objects = compile_many_cached([pending[n].text for n in names], kind=kind, extra_flags=flags,
+                                          names=["kernels.%s" % n for n in names])
+            for name, obj in zip(names, objects):
+                self.kernels[name] = pending[name].load(self.device, obj)
+
+    def _compiled(self, name: str, k: Dict[str, Any], form: str, path: str) -> "_PendingKernel":
         text = k[form]
         if form in ("file", "ir_file"):
             text = self._read_text(_str(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))
@@ -349,19 +365,16 @@ class _PlanReader:
         entry = _str(k.get("entry", name), path + ".entry")
         flags = [_str(f, "%s.flags[%d]" % (path, i)) for i, f in enumerate(_list(k.get("flags", []), path + ".flags"))]
         gsize = self._global_size(k.get("global_size", [1, 1, 1]), path + ".global_size")
-        device = self.device
-        _need(hasattr(device, "load"), path, "device %s cannot run C kernels" % getattr(device, "spec", device))
-        obj = compile_cached(text, kind="ir" if form in ("llvm_ir", "ir_file") else "c", extra_flags=flags)
-        program = device.load(obj, entry, buf_count=nbuf, var_names=var_names)
-        kernel = CachedKernel(program, str(device.spec), text, entry, var_names, list(range(nbuf)), outputs,
-                              [i for i in range(nbuf) if i not in outputs], bool(k.get("parallel_safe", True)), gsize)
+        _need(hasattr(self.device, "load"), path, "device %s cannot run C kernels" % getattr(self.device, "spec", self.device))
         self._check_threading(gsize, var_names, path + ".global_size")
         meta = {
             "extents": self._extents(k.get("extents", {}), nbuf, path + ".extents"),
             "flops": self._work(k.get("flops"), var_names, path + ".flops"),
             "bytes": self._work(k.get("bytes"), var_names, path + ".bytes"),
         }
-        return kernel, meta
+        kind = "ir" if form in ("llvm_ir", "ir_file") else "c"
+        return _PendingKernel(text, kind, tuple(flags), entry, nbuf, var_names, outputs, gsize,
+                              _bool(k.get("parallel_safe", True), path + ".parallel_safe"), meta)
 
     def _work(self, value: Any, var_names: List[str], path: str) -> Any:
         """A declared flops/bytes expression, checked now so profiling can never fail later."""
@@ -516,6 +529,29 @@ class _PlanReader:
             atol = _num(e.get("atol", 1e-6), path + ".atol")
             out.append(Expectation(name, [float(v) for v in values], rtol, atol))
         return out
+
+
+@dataclass
+class _PendingKernel:
+    """A validated source kernel waiting for its object (compiled in a batch with the others)."""
+
+    text: str
+    kind: str
+    flags: Tuple[str, ...]
+    entry: str
+    nbuf: int
+    var_names: List[str]
+    outputs: List[int]
+    gsize: Tuple[Any, ...]
+    parallel_safe: bool
+    meta: Dict[str, Any]
+
+    def load(self, device: Any, obj: bytes) -> Tuple[CachedKernel, Dict[str, Any]]:
+        program = device.load(obj, self.entry, buf_count=self.nbuf, var_names=self.var_names)
+        ins = [i for i in range(self.nbuf) if i not in self.outputs]
+        kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
+                              self.outputs, ins, self.parallel_safe, self.gsize)
+        return kernel, self.meta
 
 
 def _missing(key: str) -> Any:
