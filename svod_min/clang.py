@@ -15,7 +15,6 @@ import enum
 import json
 import logging
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -95,7 +94,7 @@ _probed: Dict[str, CompilerInfo] = {}
 
 def host_arch() -> str:
     """The loader's name for this machine's architecture."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
@@ -196,8 +195,22 @@ def _candidates(need_clang: bool) -> List[str]:
     return ["clang"] if need_clang else ["clang", "gcc", "cc"]
 
 
+_found: Dict[tuple, CompilerInfo] = {}
+
+
 def find_compiler(*, need_clang: bool = False, compiler: Optional[str] = None) -> CompilerInfo:
-    """The compiler to use: ``compiler`` if given, else ``SVOD_CC``, else clang, gcc, cc."""
+    """The compiler to use: ``compiler`` if given, else ``SVOD_CC``, else clang, gcc, cc.
+
+    Memoised per (request, PATH, SVOD_CC): cache keys ask for it on every lookup.
+    """
+    key = (need_clang, compiler, os.environ.get("PATH", ""), os.environ.get("SVOD_CC", ""))
+    hit = _found.get(key)
+    if hit is None:
+        hit = _found[key] = _find_compiler(need_clang=need_clang, compiler=compiler)
+    return hit
+
+
+def _find_compiler(*, need_clang: bool = False, compiler: Optional[str] = None) -> CompilerInfo:
     names = [compiler] if compiler else _candidates(need_clang)
     for name in names:
         path = shutil.which(name)

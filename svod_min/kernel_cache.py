@@ -22,7 +22,6 @@ import errno
 import hashlib
 import logging
 import os
-import platform
 import re
 import struct
 import tempfile
@@ -788,7 +787,7 @@ def object_key(source: str, *, kind: str = "c", extra_flags: Sequence[str] = ())
         source,
         "\0".join(extra_flags),
         info.identity,
-        platform.machine(),
+        clang.host_arch(),
         # the driver's built-in flags shape the object too; a change must miss
         "\0".join(getattr(clang, "DEFAULT_FLAGS", ())),
     )
