@@ -115,7 +115,7 @@ def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Opti
     resolver = resolve or default_resolver
     if symbols:
         base_resolver = resolver
-        resolver = lambda name: int(symbols[name]) if name in symbols else base_resolver(name)  # noqa: E731
+        resolver = lambda name: symbols[name] if name in symbols else base_resolver(name)  # noqa: E731
     base, mode = map_image(layout.size, lambda b: bytes(apply_layout(layout, b, resolver)), layout.segments)
     return LoadedObject(layout, base, mode)
 

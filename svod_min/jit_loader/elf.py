@@ -64,7 +64,8 @@ class Section:
 
     @property
     def is_alloc(self) -> bool:
-        return bool(self.flags & SHF_ALLOC)
+        # An SHT_NULL header is inactive whatever its other fields say (gABI).
+        return bool(self.flags & SHF_ALLOC) and self.type != SHT_NULL
 
     @property
     def is_nobits(self) -> bool:
@@ -171,6 +172,8 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
         )
     raw = [_SHDR.unpack_from(data, shoff + i * _SHDR.size) for i in range(shnum)]
     if shstrndx == SHN_XINDEX:
+        if not raw:
+            raise _fail("extended section name table index, but no section headers")
         shstrndx = raw[0][6]
     if not 0 < shstrndx < shnum:
         raise _fail("section name table index %d out of range (%d sections)" % (shstrndx, shnum))

@@ -18,6 +18,7 @@ displacement the compiler emitted stays within the image and fits.
 from __future__ import annotations
 
 import mmap
+import operator
 import struct
 import threading
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNot
 from .aarch64 import AARCH64
 from .arch import CALL, GOT, Arch, FieldOverflow, RelocSpec
 from .elf import (
+    MAX_ALIGN,
     SHF_EXECINSTR,
     SHF_TLS,
     SHF_WRITE,
@@ -49,6 +51,11 @@ ARCHES: Dict[int, Arch] = {X86_64.machine: X86_64, AARCH64.machine: AARCH64}
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
+
+#: Largest image (code + data + zero-fill) an object may ask for. ``.bss`` and
+#: COMMON sizes are not bounded by the file size, so without a limit a 64-byte
+#: edit of a header could demand terabytes; big arrays belong in plan buffers.
+MAX_IMAGE_BYTES = 256 << 20
 
 Resolver = Callable[[str], int]
 
@@ -144,13 +151,28 @@ class _Builder:
             return ("abs", sym.value)
         if sym.shndx == SHN_COMMON:
             return ("img", self.common[sym.index])
+        if sym.shndx >= len(self.obj.sections):  # SHN_LORESERVE..: no meaning in a kernel object
+            raise ElfFormatError(
+                "relocation at %s refers to %s with reserved section index 0x%x"
+                % (where, sym.name or "a symbol", sym.shndx)
+            )
         if sym.shndx not in self.offsets:
             sec = self.obj.sections[sym.shndx]
             raise ElfFormatError(
                 "relocation at %s refers to %s in section %s, which is not loaded (not SHF_ALLOC)"
                 % (where, sym.name or "a symbol", sec.name)
             )
-        return ("img", self.offsets[sym.shndx] + sym.value)
+        return ("img", self._placed(sym, "relocation at %s" % where))
+
+    def _placed(self, sym: Symbol, what: str) -> int:
+        """Image offset of a symbol defined in a placed section; it must lie inside that section."""
+        sec = self.obj.sections[sym.shndx]
+        if sym.value > sec.size:
+            raise ElfFormatError(
+                "%s: symbol %s at offset 0x%x is outside section %s (%d bytes)"
+                % (what, sym.name or "#%d" % sym.index, sym.value, sec.name, sec.size)
+            )
+        return self.offsets[sym.shndx] + sym.value
 
     # -- relocation classification ------------------------------------------
 
@@ -185,6 +207,8 @@ class _Builder:
                 if sec.is_nobits:
                     raise ElfFormatError("relocation at %s patches a section with no contents" % where)
                 sym = self.obj.symbols[rel.sym]
+                if sym.shndx == SHN_UNDEF and not sym.name:
+                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % where)
                 key = self._indirection_key(sym, rel.addend)
                 if spec.via == GOT:
                     self.got_keys.setdefault(key, len(self.got_keys))
@@ -203,7 +227,13 @@ class _Builder:
     def _place_common(self, cursor: int) -> int:
         for sym in self.obj.symbols:
             if sym.shndx == SHN_COMMON:
-                cursor = _align(cursor, max(sym.value, 1))  # st_value is the alignment
+                align = max(sym.value, 1)  # st_value is the alignment
+                if align & (align - 1) or align > MAX_ALIGN:
+                    raise ElfFormatError(
+                        "COMMON symbol %s: alignment %d is not a power of two <= %d"
+                        % (sym.name or sym.index, align, MAX_ALIGN)
+                    )
+                cursor = _align(cursor, align)
                 self.common[sym.index] = cursor
                 cursor += sym.size
         return cursor
@@ -234,6 +264,11 @@ class _Builder:
         segments.append(Segment("data", start, cursor - start, PROT_READ | PROT_WRITE))
 
         size = max(_align(cursor, PAGE), PAGE)
+        if size > MAX_IMAGE_BYTES:
+            raise LoaderError(
+                "object needs a %d-byte image (largest section %s), over the %d-byte limit; "
+                "pass large arrays as buffers instead of static data" % (size, self._largest(), MAX_IMAGE_BYTES)
+            )
         layout = Layout(
             arch=self.arch,
             size=size,
@@ -247,6 +282,12 @@ class _Builder:
         layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
         layout.patches = self._patches(got_base, stub_base)
         return layout
+
+    def _largest(self) -> str:
+        sizes = [(s.size, s.name) for s in self.obj.sections if s.index in self.offsets]
+        sizes += [(s.size, s.name) for s in self.obj.symbols if s.index in self.common]
+        size, name = max(sizes) if sizes else (0, "-")
+        return "%s, %d bytes" % (name or "?", size)
 
     def _key_ref(self, key: tuple) -> Tuple[Ref, int]:
         (kind, value), addend = key
@@ -276,7 +317,7 @@ class _Builder:
             if not sym.name or sym.type in (STT_SECTION, STT_FILE):
                 continue
             if sym.shndx in self.offsets:
-                out[sym.name] = self.offsets[sym.shndx] + sym.value
+                out[sym.name] = self._placed(sym, "symbol table")
             elif sym.shndx == SHN_COMMON:
                 out[sym.name] = self.common[sym.index]
         return out
@@ -292,6 +333,8 @@ class _Builder:
     def _patches(self, got_base: int, stub_base: int) -> List[Patch]:
         patches = []
         for sec_index, relocs in self.obj.relocations.items():
+            if not relocs:
+                continue  # an empty RELA section for a section that may not even be placed
             sec = self.obj.sections[sec_index]
             base = self.offsets[sec_index]
             for rel in relocs:
@@ -344,17 +387,33 @@ def _resolve_externals(layout: Layout, resolve: Resolver) -> Dict[str, int]:
     resolved: Dict[str, int] = {}
     for name, weak in layout.externals.items():
         try:
-            address = resolve(name)
+            answer = resolve(name)
         except SymbolNotFoundError:
             if not weak:
                 raise
-            address = 0
+            answer = 0
+        address = _as_address(name, answer)  # a malformed answer is an error even for a weak symbol
         if not address:
             if not weak:
                 raise SymbolNotFoundError("undefined symbol %r could not be resolved" % name)
             address = 0  # an unresolved weak symbol is null by definition
-        resolved[name] = int(address)
+        resolved[name] = address
     return resolved
+
+
+def _as_address(name: str, value: object) -> int:
+    """A resolver's answer as an address: an integer in [0, 2**64), or None/0 for "none"."""
+    if value is None:
+        return 0
+    try:
+        address = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise SymbolNotFoundError(
+            "the resolver returned %r for %r, not an integer address" % (value, name)
+        ) from None
+    if not 0 <= address < 1 << 64:
+        raise SymbolNotFoundError("the resolver returned %d for %r, outside the 64-bit address space" % (address, name))
+    return address
 
 
 def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:

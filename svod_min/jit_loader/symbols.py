@@ -77,7 +77,7 @@ def chain_resolvers(overrides: Dict[str, int]) -> "callable":
 
     def resolve(name: str) -> int:
         if name in overrides:
-            return int(overrides[name])
+            return overrides[name]  # validated by the relocator
         return default_resolver(name)
 
     return resolve
