@@ -86,6 +86,14 @@ def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
     return written
 
 
+def _writing(path: str, option: str, write: Any) -> Any:
+    """Run ``write``; an OS error is the user's bad path (exit 2), not an internal error."""
+    try:
+        return write()
+    except OSError as exc:
+        raise PlanError("%s %s: cannot write: %s" % (option, path, exc.strerror or exc)) from None
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .profiler import profile_table, write_chrome_trace
 
@@ -95,11 +103,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = loaded.plan
     plan.execute()  # the first run from the initial state is the one verified
     checks = loaded.verify()
-    saved = _save_outputs(loaded, args.save) if args.save else []
+    saved = _writing(args.save, "--save", lambda: _save_outputs(loaded, args.save)) if args.save else []
     profiles = plan.execute_profiled()  # later runs are warm: they profile and time
     times = _timed_runs(plan, args.repeat)
     if args.trace:
-        write_chrome_trace(profiles, args.trace)
+        _writing(args.trace, "--trace", lambda: write_chrome_trace(profiles, args.trace))
     report = {
         "plan": args.plan or "<default MLP>",
         "description": loaded.description,
@@ -179,6 +187,9 @@ def info_lines() -> List[str]:
     else:
         lines.append("object cache: disabled")
     lines.append("threads: %s" % os.environ.get("SVOD_THREADS", "default (%d)" % (os.cpu_count() or 1)))
+    from .devices.cuda import info_lines as cuda_info_lines
+
+    lines += cuda_info_lines()
     return lines
 
 

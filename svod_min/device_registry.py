@@ -116,6 +116,23 @@ class DeviceRegistry:
         self._lock = threading.Lock()  # guards the two dicts, never held while building
         self._factories: Dict[str, Factory] = {}
         self._slots: Dict[DeviceSpec, _Slot] = {}
+        # kind -> probe(registry) that may register a factory; run once, on first need
+        self._probes: Dict[str, Callable[["DeviceRegistry"], Any]] = {}
+
+    def register_probe(self, kind: str, probe: Callable[["DeviceRegistry"], Any]) -> None:
+        """Defer a driver probe (e.g. cuInit) until ``kind`` is first asked for or listed."""
+        with self._lock:
+            self._probes[_normalise_kind(kind)] = probe
+
+    def _run_probes(self, kind: Optional[str] = None) -> None:
+        with self._lock:
+            keys = [k for k in self._probes if kind is None or k == kind]
+            probes = [self._probes.pop(k) for k in keys]
+        for probe in probes:  # outside the lock: a probe registers through register_factory
+            try:
+                probe(self)
+            except Exception:  # a probe must never break the registry
+                pass
 
     def register_factory(self, kind: str, factory: Factory) -> None:
         """Register (or replace) the factory for ``kind`` (case-insensitive; GPU means CUDA)."""
@@ -135,7 +152,8 @@ class DeviceRegistry:
         return found
 
     def available_kinds(self) -> List[str]:
-        """The kinds that have a factory, sorted."""
+        """The kinds that have a factory, sorted (runs pending driver probes)."""
+        self._run_probes()
         with self._lock:
             return sorted(self._factories)
 
@@ -147,6 +165,7 @@ class DeviceRegistry:
     def device(self, spec: SpecLike) -> Device:
         """The cached device for ``spec``, built by its kind's factory on first use."""
         parsed = as_spec(spec)
+        self._run_probes(parsed.kind)
         slot = self._slot(parsed)
         with slot.lock:
             if slot.device is None:
@@ -192,7 +211,13 @@ def _cuda_driver_hint() -> str:
         found = None
     if found is None:
         return "no NVIDIA driver (libcuda.so.1) was found, so the CUDA device is not available here"
-    return "an NVIDIA driver (%s) is present, but this svod_min has no CUDA device registered" % found
+    try:
+        from .devices.cuda import driver_unavailable_reason
+
+        reason = driver_unavailable_reason()
+    except Exception:  # the hint must never fail
+        reason = None
+    return "an NVIDIA driver (%s) is present but unusable: %s" % (found, reason or "unknown reason")
 
 
 def _unsupported(spec: DeviceSpec, kinds: List[str]) -> UnsupportedDeviceError:
@@ -210,14 +235,15 @@ def _cpu_factory(spec: DeviceSpec) -> Device:
     return create_cpu_device()
 
 
-def _register_optional_devices(registry: DeviceRegistry) -> None:
-    """HOOK for devices that need a driver (CUDA in a later issue; METAL/AMD never here).
+def _probe_cuda(registry: DeviceRegistry) -> None:
+    from .devices.cuda import register_cuda
 
-    Must never raise: it runs at import time. A future CUDA entry should probe
-    for libcuda.so.1 cheaply and register a lazily-importing factory only
-    when found. Registers nothing for now.
-    """
-    return None
+    register_cuda(registry)
+
+
+def _register_optional_devices(registry: DeviceRegistry) -> None:
+    """Devices that need a driver: probed lazily, so importing svod_min never runs cuInit."""
+    registry.register_probe("CUDA", _probe_cuda)
 
 
 DEVICE_FACTORIES = DeviceRegistry()

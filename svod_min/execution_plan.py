@@ -14,6 +14,7 @@ failure part-way poisons the plan, which then refuses to run.
 from __future__ import annotations
 
 import heapq
+import numbers
 import threading
 import time
 from dataclasses import dataclass, field
@@ -722,8 +723,9 @@ class ExecutionPlan:
             var = known.get(name)
             if var is None:
                 raise PlanError("unknown variable %r (plan variables: %s)" % (name, sorted(known)))
-            if type(value) is not int:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise VariableBoundsError("variable %s=%r must be an int" % (name, value))
+            value = int(value)  # numpy integers are welcome; the kernels get plain ints
             if not var.min_val <= value <= var.max_val:
                 raise VariableBoundsError(
                     "variable %s=%d is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val)

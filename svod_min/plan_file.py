@@ -127,10 +127,14 @@ def read_plan_document(path: str) -> Dict[str, Any]:
         size = os.path.getsize(path)
     except OSError as exc:
         raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
+    _need(not os.path.isdir(path), "", "cannot read plan file %s: it is a directory" % path)
     _need(size <= MAX_PLAN_BYTES, "", "plan file %s is %d bytes; the limit is %d" % (path, size, MAX_PLAN_BYTES))
     _need(size > 0, "", "plan file %s is empty" % path)
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
     try:
         doc = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -196,7 +200,10 @@ class _PlanReader:
         if self.device_override is not None and not isinstance(self.device_override, str):
             self.device = self.device_override  # an already created device object
             return
-        spec = self.device_override or _str(self.doc.get("device", "CPU"), "device")
+        if self.device_override is not None:
+            spec = self.device_override  # from --device: the registry names what is wrong with it
+        else:
+            spec = _str(self.doc.get("device", "CPU"), "device")
         self.device = DEVICE_FACTORIES.device(spec)
 
     def _vars(self, spec: Dict[str, Any]) -> None:

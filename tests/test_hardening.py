@@ -974,30 +974,20 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv: List[str], message: str, cap
     assert "verify" not in out  # nothing ran
 
 
-@pytest.mark.xfail(strict=True, reason="BUG plan_file.read_plan_document: a directory passes the size check, "
-                                       "open() raises IsADirectoryError: 'internal error', exit 3, not bad input (2)")
 def test_cli_plan_path_is_a_directory(tmp_path, capsys) -> None:
     code, _out, err = _cli_in_process(["run", str(tmp_path)], capsys)
     assert "cannot read plan file" in _one_line_error(err)
     assert code == EXIT_BAD_INPUT
 
 
-@pytest.mark.xfail(strict=True, reason="BUG plan_file._PlanReader._device: `device_override or doc['device']` "
-                                       "treats --device '' as absent and silently runs on the plan's device")
 def test_cli_empty_device_is_refused(capsys) -> None:
     code, _out, err = _cli_in_process(["run", "--device", ""], capsys)
     assert code == EXIT_BAD_INPUT
     assert "empty device spec" in err
 
 
-_UNWRITABLE_OUTPUT = pytest.mark.xfail(
-    strict=True, reason="BUG __main__._cmd_run: an unwritable --trace/--save path raises OSError, reported as "
-                        "'internal error ... report it' with exit 3, not as bad input (2)")
-
-
 @needs_cc
-@pytest.mark.parametrize("option", [pytest.param("--trace", marks=_UNWRITABLE_OUTPUT),
-                                    pytest.param("--save", marks=_UNWRITABLE_OUTPUT)])
+@pytest.mark.parametrize("option", ["--trace", "--save"])
 def test_cli_output_path_under_a_regular_file(option: str, tmp_path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

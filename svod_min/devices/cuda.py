@@ -1,0 +1,1269 @@
+"""The CUDA device: the NVIDIA driver API through ctypes, nothing else.
+
+Layers, bottom up (see docs/cuda.md):
+
+* :mod:`.cuda_api` - everything that needs no GPU: the prototype table,
+  lazy binding of ``libcuda.so.1`` and the one checked call path
+  (:class:`CudaError`); PTX ISA versions per driver
+  (:func:`select_ptx_version`), :func:`validate_ptx`,
+  :func:`rewrite_ptx_version`, kernel argument blobs
+  (:func:`pack_kernel_args`), launch dimensions (:func:`launch_dims`),
+  offline assembly (:func:`ptxas_check`) and NVRTC (:func:`compile_cuda`).
+  All of it is re-exported here.
+* :class:`CudaDriver` (:func:`load_driver`): ``cuInit``, discovery, the fork
+  guard; :class:`CudaDevice`, :class:`CudaBuffer`, :class:`CudaProgram`,
+  :class:`CudaGraph` mirror the CPU device's surface.
+* :func:`register_cuda` and :func:`info_lines` for the registry and the CLI.
+
+Launch semantics are svod's: ``global_size`` counts **blocks** (it is the
+grid), ``local_size`` is the block; kernel arguments are one blob of 8-byte
+device pointers followed by 4-byte int32 scalars, packed once per bound
+launch and patched in place on replay.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..device_registry import DeviceSpec
+from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
+from ..error import (
+    BufferAllocationError,
+    DeviceError,
+    ExecutionError,
+    InvalidDeviceError,
+    NotSupportedError,
+    UnsupportedDeviceError,
+)
+from . import cuda_api as api
+from .cuda_api import (  # re-exported: svod_min.devices.cuda is the public module
+    DEFAULT_LIMITS,
+    HANDLE,
+    NVRTC_MISSING,
+    PTX_FOR_CUDA,
+    PTX_MIN_FOR_TARGET,
+    ArgBlob,
+    ArgSlot,
+    ArgumentRangeError,
+    CudaError,
+    CudaLibrary,
+    CudaSymbolError,
+    Dims3,
+    LaunchConfigError,
+    LaunchLimits,
+    Nvrtc,
+    PtxError,
+    PtxInfo,
+    _as_int,
+    _blank_comments,
+    _ENTRY_RE,
+    arch_name,
+    check_entry_params,
+    check_ptx_version,
+    check_shared_bytes,
+    compile_cuda,
+    driver_version_tuple,
+    find_nvrtc,
+    find_ptxas,
+    format_version,
+    launch_dims,
+    load_nvrtc,
+    pack_kernel_args,
+    parse_arch,
+    plan_dims,
+    ptx_entry_params,
+    ptx_version_of,
+    ptxas_check,
+    rewrite_ptx_version,
+    select_ptx_version,
+    validate_ptx,
+)
+
+# Importing this module must stay cheap (the device registry imports it to
+# probe for a driver): the CPU device, subprocess & co. are imported on use.
+
+DEFAULT_LIBRARY = "libcuda.so.1"
+_LIBRARY_ENV = "SVOD_CUDA_LIBRARY"  # another path for the driver library (tests, odd installs)
+_DISABLE_ENV = "SVOD_CUDA"  # "0": never load the driver
+NO_DRIVER_REASON = "no NVIDIA driver (libcuda.so.1) on this machine"
+
+
+def _cpu() -> Any:
+    """svod_min.devices.cpu (buffer helpers, CpuBuffer), imported on first use."""
+    from . import cpu
+
+    return cpu
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+class ForkedChildError(DeviceError):
+    """CUDA initialised in a parent process was used in a forked child."""
+
+
+# --- fork guard and per-thread context ------------------------------------------------------------
+
+_FORK_EPOCH = [0]  # bumped in every forked child: per-thread "context is current" flags go stale
+_tls = threading.local()
+
+
+def _after_fork_in_child() -> None:
+    _FORK_EPOCH[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# --- the driver -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CudaDeviceInfo:
+    """Static facts about one GPU (no context needed to read them)."""
+
+    ordinal: int
+    name: str
+    compute_capability: Tuple[int, int]
+    total_memory: int
+    multiprocessors: int
+    limits: LaunchLimits
+
+    @property
+    def arch(self) -> str:
+        return "sm_%d%d" % self.compute_capability
+
+
+class CudaDriver:
+    """An initialised driver library: version, devices, and the process that may use it."""
+
+    def __init__(self, lib: CudaLibrary) -> None:
+        self.lib = lib
+        self.path = lib.path
+        lib.call("cuInit", 0)
+        self.pid = os.getpid()
+        self.version = _out_int(lib, "cuDriverGetVersion")
+        self.device_count = _out_int(lib, "cuDeviceGetCount")
+        self._devices: Dict[int, "CudaDevice"] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "<CudaDriver %s %s devices=%d>" % (self.path, self.version_string, self.device_count)
+
+    @property
+    def version_string(self) -> str:
+        return format_version(driver_version_tuple(self.version))
+
+    @property
+    def max_ptx_version(self) -> str:
+        return select_ptx_version(self.version)
+
+    def check_process(self) -> None:
+        """Raise :class:`ForkedChildError` when called in a child forked after ``cuInit``."""
+        if os.getpid() != self.pid:
+            raise ForkedChildError(
+                "CUDA was initialised in process %d; it cannot be used in a forked child (use spawn)" % self.pid
+            )
+
+    def _check_ordinal(self, ordinal: int) -> None:
+        if not isinstance(ordinal, int) or not 0 <= ordinal < self.device_count:
+            raise InvalidDeviceError(
+                "CUDA:%s does not exist: the driver reports %d device(s)" % (ordinal, self.device_count)
+            )
+
+    def device_info(self, ordinal: int) -> CudaDeviceInfo:
+        """Name, compute capability, memory and limits of GPU ``ordinal``."""
+        self.check_process()
+        self._check_ordinal(ordinal)
+        handle = self.device_handle(ordinal)
+        name = ctypes.create_string_buffer(256)
+        self.lib.call("cuDeviceGetName", name, 256, handle)
+        memory = ctypes.c_size_t()
+        self.lib.call("cuDeviceTotalMem_v2", ctypes.byref(memory), handle)
+        attr = partial(self.attribute, handle)
+        limits = LaunchLimits(
+            attr(api.ATTR_MAX_THREADS_PER_BLOCK),
+            (attr(api.ATTR_MAX_BLOCK_DIM_X), attr(api.ATTR_MAX_BLOCK_DIM_Y), attr(api.ATTR_MAX_BLOCK_DIM_Z)),
+            (attr(api.ATTR_MAX_GRID_DIM_X), attr(api.ATTR_MAX_GRID_DIM_Y), attr(api.ATTR_MAX_GRID_DIM_Z)),
+            attr(api.ATTR_MAX_SHARED_MEMORY_PER_BLOCK),
+        )
+        capability = (attr(api.ATTR_COMPUTE_CAPABILITY_MAJOR), attr(api.ATTR_COMPUTE_CAPABILITY_MINOR))
+        text = name.value.decode("utf-8", "replace")
+        return CudaDeviceInfo(ordinal, text, capability, memory.value, attr(api.ATTR_MULTIPROCESSOR_COUNT), limits)
+
+    def device_handle(self, ordinal: int) -> int:
+        handle = api.CUdevice()
+        self.lib.call("cuDeviceGet", ctypes.byref(handle), ordinal)
+        return handle.value
+
+    def attribute(self, handle: int, attribute: int) -> int:
+        value = ctypes.c_int()
+        self.lib.call("cuDeviceGetAttribute", ctypes.byref(value), attribute, handle)
+        return value.value
+
+    def device(self, ordinal: int = 0) -> "CudaDevice":
+        """The process-wide :class:`CudaDevice` for GPU ``ordinal`` (created on first use)."""
+        self.check_process()
+        self._check_ordinal(ordinal)
+        with self._lock:
+            dev = self._devices.get(ordinal)
+            if dev is None:
+                dev = self._devices[ordinal] = CudaDevice(self, ordinal)
+            return dev
+
+
+def _out_int(lib: CudaLibrary, name: str) -> int:
+    value = ctypes.c_int()
+    lib.call(name, ctypes.byref(value))
+    return value.value
+
+
+_drivers: Dict[str, Optional[CudaDriver]] = {}
+_reasons: Dict[str, str] = {}
+_drivers_lock = threading.Lock()
+
+
+def _library_path(path: Optional[str]) -> str:
+    return path or os.environ.get(_LIBRARY_ENV, "").strip() or DEFAULT_LIBRARY
+
+
+def load_driver(path: Optional[str] = None) -> Optional[CudaDriver]:
+    """The initialised driver (cached per library path), or None; never raises.
+
+    ``path`` (default ``$SVOD_CUDA_LIBRARY`` or ``libcuda.so.1``) lets tests
+    load a stand-in library. When None is returned,
+    :func:`driver_unavailable_reason` says why. ``SVOD_CUDA=0`` disables CUDA.
+    """
+    key = _library_path(path)
+    if os.environ.get(_DISABLE_ENV, "").strip() == "0":
+        with _drivers_lock:
+            _reasons[key] = "CUDA disabled by %s=0" % _DISABLE_ENV
+        return None
+    with _drivers_lock:
+        if key in _drivers:
+            return _drivers[key]
+        driver, reason = _open_driver(key)
+        _drivers[key] = driver
+        if reason:
+            _reasons[key] = reason
+        return driver
+
+
+def _open_driver(path: str) -> Tuple[Optional[CudaDriver], str]:
+    try:
+        lib = CudaLibrary(path)
+    except OSError as exc:
+        return None, "cannot load %s (no NVIDIA driver?): %s" % (path, exc)
+    try:
+        return CudaDriver(lib), ""
+    except CudaError as exc:
+        return None, "%s loaded, but %s" % (path, exc)
+    except Exception as exc:  # a broken stand-in library must not take the import down
+        return None, "%s loaded, but initialising it failed: %s: %s" % (path, type(exc).__name__, exc)
+
+
+def driver_unavailable_reason(path: Optional[str] = None) -> Optional[str]:
+    """Why :func:`load_driver` returned None (or the last registration problem); None when it did not."""
+    key = _library_path(path)
+    with _drivers_lock:
+        return _reasons.get(key)
+
+
+def reset_driver_cache() -> None:
+    """Forget loaded drivers and reasons (tests; devices already handed out stay usable)."""
+    with _drivers_lock:
+        _drivers.clear()
+        _reasons.clear()
+
+
+# --- shutdown-safe release -------------------------------------------------------------------------
+
+
+def _release(driver: CudaDriver, context: Optional[int], name: str, *args: Any) -> None:
+    """Free a driver resource from a finalizer: never raises, skips forked children, ignores DEINITIALIZED.
+
+    The owning context is pushed around the call and popped after, so the
+    thread the garbage collector happens to run in keeps its current context.
+    """
+    try:
+        if os.getpid() != driver.pid:
+            return
+        lib = driver.lib
+        pushed = context is not None and lib.call_raw("cuCtxPushCurrent_v2", context) == 0
+        try:
+            lib.call_raw(name, *args)
+        finally:
+            if pushed:
+                lib.call_raw("cuCtxPopCurrent_v2", ctypes.byref(HANDLE()))
+    except Exception:  # interpreter shutdown, module globals gone, a dead context: nothing to do
+        pass
+
+
+def _finalize(owner: Any, driver: CudaDriver, context: Optional[int], name: str, *args: Any) -> weakref.finalize:
+    fin = weakref.finalize(owner, _release, driver, context, name, *args)
+    fin.atexit = False  # at exit the driver tears contexts down itself
+    return fin
+
+
+# --- device memory --------------------------------------------------------------------------------
+
+
+class CudaStorage:
+    """One ``cuMemAlloc`` allocation; every view shares it; freed when the last reference goes."""
+
+    def __init__(self, device: "CudaDevice", nbytes: int) -> None:
+        self.device = device
+        self.capacity = max(nbytes, 1)
+        ptr = api.CUdeviceptr()
+        device.activate()
+        try:
+            device.lib.call("cuMemAlloc_v2", ctypes.byref(ptr), self.capacity)
+        except CudaError as exc:
+            raise BufferAllocationError("cannot allocate %d bytes on %s: %s" % (nbytes, device.spec, exc)) from exc
+        self.address: int = ptr.value
+        self._finalizer = _finalize(self, device.driver, device.context_value, "cuMemFree_v2", self.address)
+
+    def __repr__(self) -> str:
+        return "<CudaStorage %s 0x%x+%d>" % (self.device.spec, self.address, self.capacity)
+
+    def free(self) -> None:
+        """Free now (buffers over this storage must not be used afterwards)."""
+        self._finalizer()
+
+
+class CudaBuffer:
+    """A typed window ``[offset, offset + nbytes)`` of a :class:`CudaStorage`; ``address`` is a device pointer."""
+
+    __slots__ = ("storage", "offset", "nbytes", "dtype", "shape", "device", "address", "__weakref__")
+
+    def __init__(self, storage: CudaStorage, offset: int, nbytes: int, dt: DType, shape: Tuple[int, ...]) -> None:
+        self.storage, self.offset, self.nbytes, self.dtype, self.shape = storage, offset, nbytes, dt, shape
+        self.device: "CudaDevice" = storage.device
+        self.address: int = storage.address + offset
+
+    def __len__(self) -> int:
+        return self.nbytes // self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return "<CudaBuffer %s %s%s %d B @0x%x>" % (self.device.spec, self.dtype.name, list(self.shape), self.nbytes, self.address)
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def byte_range(self) -> Tuple[int, int]:
+        """``(start, end)`` byte offsets inside :attr:`storage`, for hazard checks."""
+        return self.offset, self.offset + self.nbytes
+
+    def view(self, byte_offset: int, nbytes: int, dtype: Optional[DTypeLike] = None, shape: Optional[Sequence[int]] = None) -> "CudaBuffer":
+        """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
+        cpu, dt = _cpu(), self.dtype if dtype is None else to_dtype(dtype)
+        byte_offset, nbytes = cpu._index(byte_offset, "view offset"), cpu._index(nbytes, "view size")
+        if byte_offset + nbytes > self.nbytes:
+            raise BufferAllocationError(
+                "view [%d, %d) is out of range for a %d-byte buffer" % (byte_offset, byte_offset + nbytes, self.nbytes)
+            )
+        return CudaBuffer(self.storage, self.offset + byte_offset, nbytes, dt, cpu._shape_for(nbytes, dt, shape))
+
+    # --- data movement ---
+
+    def copyin(self, data: Any) -> "CudaBuffer":
+        """Overwrite the whole buffer from host data (bytes-like, numpy, list, CpuBuffer) or another CudaBuffer."""
+        if isinstance(data, CudaBuffer):
+            _check_same_size(data.nbytes, self.nbytes, "copyin")
+            if data.device is self.device:
+                self.device.copy(self, data)
+            else:
+                self.device.copy_from_peer(self, data)
+            return self
+        address, nbytes, keep = _host_source(data, self.dtype)
+        _check_same_size(nbytes, self.nbytes, "copyin")
+        if nbytes:
+            self.device.memcpy_htod(self.address, address, nbytes)
+        del keep
+        return self
+
+    def copyout(self) -> bytes:
+        """The buffer's bytes (synchronous: waits for earlier work on the device's stream)."""
+        out = bytearray(self.nbytes)
+        self.copyout_into(out)
+        return bytes(out)
+
+    def copyout_into(self, dst: Any) -> Any:
+        """Copy into a writable host buffer of the same size (bytearray, numpy array, CpuBuffer); returns ``dst``."""
+        address, nbytes, keep = _host_destination(dst)
+        _check_same_size(nbytes, self.nbytes, "copyout")
+        if nbytes:
+            self.device.memcpy_dtoh(address, self.address, nbytes)
+        del keep
+        return dst
+
+    def numpy(self) -> Any:
+        """A host numpy copy of the buffer (GPU memory cannot be viewed from the host)."""
+        np = _cpu()._numpy()
+        if np is None:
+            raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
+        if self.dtype.numpy_name is None:
+            raise NotSupportedError("%s has no numpy dtype; use view(..., dtype='uint16') for its raw bits" % self.dtype.name)
+        out = np.empty(self.shape, dtype=self.dtype.numpy_name)
+        return self.copyout_into(out)
+
+    def tolist(self) -> Any:
+        """Nested Python lists (or a scalar for shape ``()``); needs no numpy."""
+        return _cpu()._nest(unpack_values(self.dtype, self.copyout()), self.shape)
+
+
+def _check_same_size(got: int, want: int, what: str) -> None:
+    if got != want:
+        raise BufferAllocationError("%s size mismatch: got %d bytes, buffer holds %d bytes" % (what, got, want))
+
+
+def _bytes_address(raw: bytes) -> int:
+    return ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value or 0
+
+
+def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
+    """(host address, nbytes, object to keep alive) for copyin's source."""
+    cpu = _cpu()
+    if isinstance(data, cpu.CpuBuffer):
+        return data.address, data.nbytes, data
+    np = cpu._numpy()
+    if np is not None and isinstance(data, np.ndarray):
+        if data.dtype.itemsize != dt.itemsize:
+            raise BufferAllocationError(
+                "array dtype %s (%d bytes/element) does not match buffer dtype %s (%d bytes/element)"
+                % (data.dtype, data.dtype.itemsize, dt.name, dt.itemsize)
+            )
+        arr = np.ascontiguousarray(data)
+        return int(arr.ctypes.data), arr.nbytes, arr
+    if isinstance(data, (list, tuple)):
+        raw = pack_values(dt, data)
+        return _bytes_address(raw), len(raw), raw
+    if isinstance(data, bytes):
+        return _bytes_address(data), len(data), data
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise BufferAllocationError("cannot copy %s into a buffer" % type(data).__name__) from None
+    if view.readonly or not view.c_contiguous:
+        raw = view.tobytes()
+        return _bytes_address(raw), len(raw), raw
+    flat = view.cast("B")
+    if not flat.nbytes:
+        return 0, 0, None
+    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
+    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+
+
+def _host_destination(dst: Any) -> Tuple[int, int, Any]:
+    cpu = _cpu()
+    if isinstance(dst, cpu.CpuBuffer):
+        return dst.address, dst.nbytes, dst
+    np = cpu._numpy()
+    if np is not None and isinstance(dst, np.ndarray):
+        if not (dst.flags.c_contiguous and dst.flags.writeable):
+            raise BufferAllocationError("copyout needs a C-contiguous, writable numpy array")
+        return int(dst.ctypes.data), dst.nbytes, dst
+    try:
+        view = memoryview(dst)
+    except TypeError:
+        raise BufferAllocationError("cannot copy a buffer into %s" % type(dst).__name__) from None
+    if view.readonly or not view.c_contiguous:
+        raise BufferAllocationError("copyout needs a writable, contiguous destination")
+    flat = view.cast("B")
+    if not flat.nbytes:
+        return 0, 0, None
+    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
+    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+
+
+# --- events and pinned staging --------------------------------------------------------------------
+
+
+class CudaEvent:
+    """A reusable ``CUevent`` (``timing=False`` gives a cheaper sync-only event)."""
+
+    def __init__(self, device: "CudaDevice", timing: bool = True) -> None:
+        self.device = device
+        handle = HANDLE()
+        device.activate()
+        device.lib.call("cuEventCreate", ctypes.byref(handle), api.CU_EVENT_DEFAULT if timing else api.CU_EVENT_DISABLE_TIMING)
+        self.handle = handle
+        self.recorded = False
+        self._finalizer = _finalize(self, device.driver, device.context_value, "cuEventDestroy_v2", handle.value)
+
+    def record(self, stream: Optional[HANDLE] = None) -> None:
+        self.device.lib.call("cuEventRecord", self.handle, self.device.stream if stream is None else stream)
+        self.recorded = True
+
+    def synchronize(self) -> None:
+        if self.recorded:
+            self.device.lib.call("cuEventSynchronize", self.handle)
+
+    def elapsed_since(self, start: "CudaEvent") -> float:
+        """Seconds of device time between ``start`` and this event (both recorded, this one completed)."""
+        ms = ctypes.c_float()
+        self.device.lib.call("cuEventElapsedTime", ctypes.byref(ms), start.handle, self.handle)
+        return ms.value / 1e3
+
+
+class _PinnedBlock:
+    """One page-locked host block with a sync-only event marking its last DMA."""
+
+    def __init__(self, device: "CudaDevice", nbytes: int) -> None:
+        ptr = ctypes.c_void_p()
+        device.activate()
+        device.lib.call("cuMemHostAlloc", ctypes.byref(ptr), nbytes, api.CU_MEMHOSTALLOC_PORTABLE)
+        self.address: int = ptr.value or 0
+        self.nbytes = nbytes
+        self.event = CudaEvent(device, timing=False)
+        self._finalizer = _finalize(self, device.driver, device.context_value, "cuMemFreeHost", self.address)
+
+    def wait(self) -> None:
+        self.event.synchronize()
+
+
+class StagingPool:
+    """Two pinned blocks per device used in turn, so host memcpy and DMA overlap on large copies.
+
+    Device -> host copies of at most ``direct_max`` bytes skip staging (the
+    driver's pageable path returns once the bytes landed). One copy uses the
+    pool at a time.
+    """
+
+    def __init__(self, device: "CudaDevice", chunk: int = 8 << 20, direct_max: int = 256 << 10) -> None:
+        self.device, self.chunk, self.direct_max = device, chunk, direct_max
+        self._blocks: List[_PinnedBlock] = []
+        self.lock = threading.Lock()
+
+    def blocks(self) -> List[_PinnedBlock]:
+        if not self._blocks:
+            self._blocks = [_PinnedBlock(self.device, self.chunk) for _ in range(2)]
+        return self._blocks
+
+    def release(self) -> None:
+        with self.lock:
+            for block in self._blocks:
+                block.wait()
+            self._blocks = []
+
+
+def _chunks(nbytes: int, chunk: int) -> List[Tuple[int, int]]:
+    return [(off, min(chunk, nbytes - off)) for off in range(0, nbytes, chunk)]
+
+
+# --- the device -----------------------------------------------------------------------------------
+
+
+class CudaDevice:
+    """One GPU: its primary context, one stream, memory, modules, and launch limits."""
+
+    def __init__(self, driver: CudaDriver, ordinal: int) -> None:
+        self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
+        self.spec = DeviceSpec("CUDA", ordinal)
+        self.info = driver.device_info(ordinal)
+        self.limits = self.info.limits
+        self.handle = driver.device_handle(ordinal)
+        context = HANDLE()
+        self.lib.call("cuDevicePrimaryCtxRetain", ctypes.byref(context), self.handle)
+        self.context = context
+        self.context_value: int = context.value or 0
+        self._ctx_finalizer = _finalize(self, driver, None, "cuDevicePrimaryCtxRelease_v2", self.handle)
+        self.activate()
+        stream = HANDLE()
+        self.lib.call("cuStreamCreate", ctypes.byref(stream), api.CU_STREAM_NON_BLOCKING)
+        self.stream = stream
+        self._stream_finalizer = _finalize(self, driver, self.context_value, "cuStreamDestroy_v2", stream.value)
+        self.staging = StagingPool(self)
+        self._modules: Dict[str, "CudaModule"] = {}
+        self._modules_lock = threading.Lock()
+        self._timers: List[Tuple[CudaEvent, CudaEvent]] = []
+        self._timers_lock = threading.Lock()
+        self._peers: Dict[int, bool] = {}
+
+    def __repr__(self) -> str:
+        return "<CudaDevice %s %s %s>" % (self.spec, self.info.name, self.arch)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec)
+
+    @property
+    def arch(self) -> str:
+        return self.info.arch
+
+    # --- context ---
+
+    def activate(self, force: bool = False) -> None:
+        """Make the primary context current in this thread (a no-op after the first time per thread).
+
+        svod_min remembers per thread which device it made current; code
+        that switches contexts behind its back (another CUDA library in the
+        same thread) should call ``activate(force=True)`` afterwards.
+        """
+        if force or getattr(_tls, "device", None) is not self or getattr(_tls, "epoch", -1) != _FORK_EPOCH[0]:
+            self._make_current()
+
+    def _make_current(self) -> None:
+        self.driver.check_process()
+        self.lib.call("cuCtxSetCurrent", self.context)
+        _tls.device, _tls.epoch = self, _FORK_EPOCH[0]
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on the device's stream."""
+        self.activate()
+        self.lib.call("cuStreamSynchronize", self.stream)
+
+    def memory_info(self) -> Tuple[int, int]:
+        """``(free, total)`` bytes of device memory."""
+        self.activate()
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.lib.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    # --- memory ---
+
+    def allocate(self, nbytes_or_shape: Union[int, Sequence[int]], dtype: DTypeLike = "uint8") -> CudaBuffer:
+        """A zero-filled device buffer: ``int`` = size in bytes, a sequence = shape."""
+        cpu, dt = _cpu(), to_dtype(dtype)
+        if isinstance(nbytes_or_shape, (list, tuple)):
+            shape = tuple(cpu._index(d, "shape dimension") for d in nbytes_or_shape)
+            nbytes = cpu._product(shape) * dt.itemsize
+        else:
+            nbytes = cpu._index(nbytes_or_shape, "buffer size")
+            shape = cpu._shape_for(nbytes, dt, None)
+        storage = CudaStorage(self, nbytes)
+        self.lib.call("cuMemsetD8Async", storage.address, 0, storage.capacity, self.stream)
+        return CudaBuffer(storage, 0, nbytes, dt, shape)
+
+    def memcpy_htod(self, dst: int, src: int, nbytes: int) -> None:
+        """Host -> device on the stream; the host source may be reused as soon as this returns.
+
+        Always staged: the source is memmoved into a pinned block (so its
+        lifetime ends here by construction) and the DMA from that block is
+        asynchronous; the block is reused once its event says the DMA is done.
+        """
+        if nbytes <= 0:
+            return
+        self.activate()
+        pool = self.staging
+        with pool.lock:
+            blocks = pool.blocks()
+            for i, (off, size) in enumerate(_chunks(nbytes, pool.chunk)):
+                block = blocks[i & 1]
+                block.wait()  # its previous DMA must be done before we overwrite it
+                ctypes.memmove(block.address, src + off, size)
+                self.lib.call("cuMemcpyHtoDAsync_v2", dst + off, block.address, size, self.stream)
+                block.event.record(self.stream)
+
+    def memcpy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
+        """Device -> host, after everything earlier on the stream; returns when the bytes are in ``dst``."""
+        if nbytes <= 0:
+            return
+        self.activate()
+        pool = self.staging
+        if nbytes <= pool.direct_max:  # pageable destination: returns once the copy completed
+            self.lib.call("cuMemcpyDtoHAsync_v2", dst, src, nbytes, self.stream)
+            self.lib.call("cuStreamSynchronize", self.stream)
+            return
+        with pool.lock:
+            blocks, pieces = pool.blocks(), _chunks(nbytes, pool.chunk)
+            self._dtoh_issue(blocks[0], src, pieces[0])
+            for i, (off, size) in enumerate(pieces):
+                if i + 1 < len(pieces):
+                    self._dtoh_issue(blocks[(i + 1) & 1], src, pieces[i + 1])
+                blocks[i & 1].wait()
+                ctypes.memmove(dst + off, blocks[i & 1].address, size)
+
+    def _dtoh_issue(self, block: _PinnedBlock, src: int, piece: Tuple[int, int]) -> None:
+        off, size = piece
+        self.lib.call("cuMemcpyDtoHAsync_v2", block.address, src + off, size, self.stream)
+        block.event.record(self.stream)
+
+    def copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
+        """Device -> device on this GPU (queued on the stream)."""
+        _check_same_size(src.nbytes, dst.nbytes, "copy")
+        if src.nbytes:
+            self.activate()
+            self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)
+
+    def enable_peer_access(self, other: "CudaDevice") -> bool:
+        """Let this context read ``other``'s memory directly; False where the pair cannot (staged copies then)."""
+        key = other.ordinal
+        if key not in self._peers:
+            self._peers[key] = self._try_enable_peer(other)
+        return self._peers[key]
+
+    def _try_enable_peer(self, other: "CudaDevice") -> bool:
+        can = ctypes.c_int()
+        self.lib.call("cuDeviceCanAccessPeer", ctypes.byref(can), self.handle, other.handle)
+        if not can.value:
+            return False
+        self.activate()
+        try:
+            self.lib.call("cuCtxEnablePeerAccess", other.context, 0)
+        except CudaError as exc:
+            return exc.code == api.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+        return True
+
+    def copy_from_peer(self, dst: CudaBuffer, src: Any) -> None:
+        """Copy ``src`` (a buffer on another GPU, or host data) into ``dst`` on this GPU."""
+        if not isinstance(src, CudaBuffer):
+            dst.copyin(src)
+            return
+        _check_same_size(src.nbytes, dst.nbytes, "copy")
+        if src.device is self:
+            self.copy(dst, src)
+            return
+        src.device.synchronize()  # its writes must have landed
+        self.enable_peer_access(src.device)
+        self.activate()
+        self.lib.call(
+            "cuMemcpyPeerAsync", dst.address, self.context, src.address, src.device.context, src.nbytes, self.stream
+        )  # the driver stages through the host when the pair has no peer access
+        self.lib.call("cuStreamSynchronize", self.stream)  # src's stream may reuse src as soon as we return
+
+    # --- code ---
+
+    def module(self, image: Union[str, bytes], *, name: str = "module") -> "CudaModule":
+        """Load (once per distinct image) a PTX text or CUBIN image."""
+        raw = image.encode("utf-8") if isinstance(image, str) else bytes(image)
+        key = hashlib.sha256(raw).hexdigest()
+        with self._modules_lock:
+            mod = self._modules.get(key)
+            if mod is None:
+                mod = self._modules[key] = CudaModule(self, raw, name=name)
+            return mod
+
+    def prepare_ptx(self, ptx: Union[str, bytes], entry: Optional[str] = None, *, lower_version: bool = False) -> str:
+        """Validate ``ptx`` for this GPU and driver; with ``lower_version`` rewrite a too-new ``.version``."""
+        text = ptx.decode("utf-8") if isinstance(ptx, (bytes, bytearray)) else ptx
+        info = validate_ptx(text, self.arch, entry=entry)
+        try:
+            check_ptx_version(info.version, self.driver.version)
+        except PtxError:
+            if not lower_version:
+                raise
+            text = rewrite_ptx_version(text, self.driver.max_ptx_version)
+        return text
+
+    def load_ptx(
+        self,
+        ptx: Union[str, bytes],
+        entry: str,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        *,
+        local_size: Optional[Sequence[int]] = None,
+        grid: Optional[Sequence[Any]] = None,
+        shared_bytes: int = 0,
+        name: Optional[str] = None,
+        lower_version: bool = False,
+    ) -> "CudaProgram":
+        """Validate, load (``cuModuleLoadDataEx``, JIT log in errors) and wrap kernel ``entry``.
+
+        ``local_size`` is the default block and ``grid`` the default grid
+        (ints or size expressions over ``var_names``), used when a launch
+        gives none.
+        """
+        text = self.prepare_ptx(ptx, entry, lower_version=lower_version)
+        check_entry_params(text, entry, buf_count, len(var_names))
+        mod = self.module(text, name=name or entry)
+        return CudaProgram(
+            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size, grid=grid,
+            shared_bytes=shared_bytes, name=name,
+        )  # fmt: skip
+
+    def load_cubin(self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any) -> "CudaProgram":
+        """Wrap ``entry`` of a CUBIN image (no PTX checks: the driver validates the binary)."""
+        mod = self.module(bytes(cubin), name=kwargs.pop("name", None) or entry)
+        return CudaProgram(mod, entry, buf_count=buf_count, var_names=var_names, **kwargs)
+
+    def compile_cuda(self, source: str, entry: str, buf_count: int, var_names: Sequence[str] = (), *, options: Sequence[str] = (), **kwargs: Any) -> "CudaProgram":
+        """CUDA C -> PTX via NVRTC (for this GPU's arch) -> :meth:`load_ptx` (``.version`` lowered if needed)."""
+        ptx = compile_cuda(source, self.arch, options=options, name=entry + ".cu")
+        return self.load_ptx(ptx, entry, buf_count, var_names, lower_version=True, **kwargs)
+
+    def library_kernel(self, name: str, **params: Any) -> "CudaProgram":
+        """A kernel of the shipped PTX library (``svod_min.kernels.cuda_kernels()``), grid and block included."""
+        sig = find_cuda_sig(name, **params)
+        return self.load_signature(sig)
+
+    def load_signature(self, sig: Any) -> "CudaProgram":
+        """Load a :class:`svod_min.kernels.CudaKernelSig`'s PTX module and wrap its entry."""
+        from ..kernels import ptx_path
+
+        with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
+            text = fh.read()
+        return self.load_ptx(
+            text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
+            shared_bytes=0, name="%s%s" % (sig.name, dict(sig.params)),
+        )  # fmt: skip
+
+    # --- timing ---
+
+    def timer(self) -> Tuple[CudaEvent, CudaEvent]:
+        """A (start, end) timing-event pair from the device's pool; give it back with :meth:`release_timer`."""
+        with self._timers_lock:
+            if self._timers:
+                return self._timers.pop()
+        return CudaEvent(self), CudaEvent(self)
+
+    def release_timer(self, pair: Tuple[CudaEvent, CudaEvent]) -> None:
+        with self._timers_lock:
+            self._timers.append(pair)
+
+    def close(self) -> None:
+        """Release the stream and the primary context now (buffers and programs must be gone)."""
+        self.staging.release()
+        self._stream_finalizer()
+        self._ctx_finalizer()
+
+
+def find_cuda_sig(name: str, **params: Any) -> Any:
+    """The :class:`CudaKernelSig` named ``name`` whose params match ``params`` (dtype defaults to float32)."""
+    from ..kernels import cuda_kernels
+
+    want = dict(params)
+    candidates = [s for s in cuda_kernels() if s.name == name]
+    for sig in candidates:
+        have = dict(sig.params)
+        if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
+            return sig
+    options = sorted(str(dict(s.params)) for s in candidates) or ["(no kernel of that name)"]
+    raise NotSupportedError("no CUDA library kernel %s%s; available: %s" % (name, want, ", ".join(options)))
+
+
+# --- modules and programs -------------------------------------------------------------------------
+
+_LOG_BYTES = 16 << 10
+
+
+class CudaModule:
+    """A loaded ``CUmodule`` (PTX JIT-compiled by the driver, or a CUBIN)."""
+
+    def __init__(self, device: CudaDevice, image: bytes, *, name: str = "module") -> None:
+        self.device, self.name = device, name
+        self.kind = "cubin" if image.startswith(b"\x7fELF") else "fatbin" if image.startswith(b"\x50\xed\x55\xba") else "ptx"
+        self.info_log = ""
+        self.text = image.decode("utf-8", "replace") if self.kind == "ptx" else ""
+        self.handle = self._load(image + (b"\0" if self.kind == "ptx" else b""))
+        self._functions: Dict[str, HANDLE] = {}
+        self._finalizer = _finalize(self, device.driver, device.context_value, "cuModuleUnload", self.handle.value)
+
+    def _load(self, image: bytes) -> HANDLE:
+        errors, infos = ctypes.create_string_buffer(_LOG_BYTES), ctypes.create_string_buffer(_LOG_BYTES)
+        options = (ctypes.c_int * 5)(
+            api.CU_JIT_ERROR_LOG_BUFFER, api.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            api.CU_JIT_INFO_LOG_BUFFER, api.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, api.CU_JIT_LOG_VERBOSE,
+        )  # fmt: skip
+        values = (ctypes.c_void_p * 5)(ctypes.addressof(errors), _LOG_BYTES, ctypes.addressof(infos), _LOG_BYTES, 1)
+        handle, data = HANDLE(), ctypes.create_string_buffer(image, len(image))
+        self.device.activate()
+        try:
+            self.device.lib.call("cuModuleLoadDataEx", ctypes.byref(handle), data, 5, options, values)
+        except CudaError as exc:
+            log = "\n".join(t for t in (_log_text(errors), _log_text(infos)) if t)
+            what = "loading %s module %r on %s (%s, driver %s)" % (
+                self.kind.upper(), self.name, self.device.spec, self.device.arch, self.device.driver.version_string)
+            raise exc.with_log(log, what) from None
+        self.info_log = _log_text(infos)
+        return handle
+
+    def function(self, entry: str) -> HANDLE:
+        """The ``CUfunction`` for ``entry`` (looked up once)."""
+        fn = self._functions.get(entry)
+        if fn is None:
+            fn = HANDLE()
+            self.device.activate()
+            try:
+                self.device.lib.call("cuModuleGetFunction", ctypes.byref(fn), self.handle, entry.encode())
+            except CudaError as exc:
+                entries = ", ".join(_ENTRY_RE.findall(_blank_comments(self.text))) or "?"
+                raise exc.with_log("", "kernel %r not in module %r (entries: %s)" % (entry, self.name, entries)) from None
+            self._functions[entry] = fn
+        return fn
+
+    def unload(self) -> None:
+        self._finalizer()
+
+
+def _log_text(buf: Any) -> str:
+    return buf.value.decode("utf-8", "replace").strip()
+
+
+class CudaProgram:
+    """A kernel entry point with svod's calling convention on one GPU.
+
+    No ``address`` attribute on purpose: ExecutionPlan's native (CPU) replay
+    keys on it. ``core_id_index`` is accepted and ignored (CPU-only concept).
+    """
+
+    def __init__(
+        self,
+        module: CudaModule,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        local_size: Optional[Sequence[int]] = None,
+        grid: Optional[Sequence[Any]] = None,
+        shared_bytes: int = 0,
+        name: Optional[str] = None,
+    ) -> None:
+        if not isinstance(buf_count, int) or buf_count < 0:
+            raise ExecutionError("buf_count must be a non-negative int, got %r" % (buf_count,))
+        self.module, self.device = module, module.device
+        self.entry_point, self.name = entry_point, name or entry_point
+        self.buf_count, self.var_names = buf_count, tuple(var_names)
+        self.function = module.function(entry_point)
+        self.max_threads = self._func_attribute(api.FUNC_ATTR_MAX_THREADS_PER_BLOCK)
+        self.limits = self.device.limits.with_threads(self.max_threads)
+        self.local_size = tuple(local_size) if local_size is not None else None
+        self.grid = tuple(grid) if grid is not None else None
+        self.shared_bytes = check_shared_bytes(shared_bytes, self.limits)
+
+    def __repr__(self) -> str:
+        return "<CudaProgram %s on %s bufs=%d vars=%s>" % (self.name, self.device.spec, self.buf_count, list(self.var_names))
+
+    def _func_attribute(self, attribute: int) -> int:
+        value = ctypes.c_int()
+        try:
+            self.device.lib.call("cuFuncGetAttribute", ctypes.byref(value), attribute, self.function)
+        except (CudaError, CudaSymbolError):
+            return 0
+        return value.value
+
+    # --- argument preparation ---
+
+    def _pointers(self, buffers: Sequence[Any]) -> List[int]:
+        if len(buffers) != self.buf_count:
+            raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, len(buffers)))
+        return [self._pointer(i, b) for i, b in enumerate(buffers)]
+
+    def _pointer(self, index: int, buf: Any) -> int:
+        if type(buf) is int:
+            return buf
+        if isinstance(buf, CudaBuffer):
+            if buf.device is not self.device:
+                raise ExecutionError("%s: buffer %d lives on %s, the kernel on %s" % (self.name, index, buf.device.spec, self.device.spec))
+            return buf.address
+        where = getattr(getattr(buf, "device", None), "spec", None) or type(buf).__name__
+        raise ExecutionError("%s: buffer %d is not a CUDA buffer (%s); copy it to %s first" % (self.name, index, where, self.device.spec))
+
+    def _check_vals(self, vals: Sequence[Any]) -> List[Any]:
+        if len(vals) != len(self.var_names):
+            raise ExecutionError(
+                "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), len(vals))
+            )
+        return list(vals)
+
+    def default_grid(self, vals: Sequence[Any]) -> Dims3:
+        """The grid from the program's grid expressions (or 1 block)."""
+        if self.grid is None:
+            return (1, 1, 1)
+        from ..kernels.sig import eval_dim
+
+        env = dict(zip(self.var_names, (_as_int(v, "variable") for v in vals)))
+        return tuple(max(1, eval_dim(d, env)) for d in self.grid)  # type: ignore[return-value]
+
+    def dims(self, vals: Sequence[Any], global_size: Any = None, local_size: Any = None) -> Tuple[Dims3, Dims3]:
+        """(grid, block) for a launch: explicit sizes win over the program's defaults."""
+        gs = global_size if global_size is not None else self.default_grid(vals)
+        ls = local_size if local_size is not None else self.local_size
+        return launch_dims(gs, ls, self.limits)
+
+    # --- dispatch ---
+
+    def bind(
+        self,
+        buffers: Sequence[Any],
+        vals: Sequence[Any] = (),
+        *,
+        global_size: Any = None,
+        local_size: Any = None,
+        shared_bytes: Optional[int] = None,
+        core_id_index: Optional[int] = None,
+    ) -> "BoundLaunch":
+        """Validate and pack once; the returned callable launches (patch it for replay)."""
+        vals = self._check_vals(vals)
+        blob = ArgBlob(self._pointers(buffers), [0] * len(vals))
+        for j, value in enumerate(vals):
+            blob.set_int(j, value, self.var_names[j])
+        grid, block = self.dims(vals, global_size, local_size)
+        shared = self.shared_bytes if shared_bytes is None else check_shared_bytes(shared_bytes, self.limits)
+        return BoundLaunch(self, blob, grid, block, shared, list(buffers))
+
+    def execute(self, buffers: Sequence[Any], vals: Sequence[Any] = (), **kwargs: Any) -> None:
+        """Launch once on the device's stream (asynchronous: copyout / synchronize wait)."""
+        self.bind(buffers, vals, **kwargs)()
+
+    def execute_timed(self, buffers: Sequence[Any], vals: Sequence[Any] = (), **kwargs: Any) -> float:
+        """Launch once; returns device seconds measured with reusable CUDA events."""
+        return self.bind(buffers, vals, **kwargs).timed()
+
+
+class BoundLaunch:
+    """A packed launch: call it to launch; ``set_*`` patch the blob in place between calls."""
+
+    def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any]) -> None:
+        self.program, self.blob, self.shared = program, blob, shared
+        self.device = program.device
+        self._keep = keep  # buffers stay alive while the launch may run
+        self._dims_version = 0
+        self.grid, self.block = grid, block  # validated by CudaProgram.bind
+        self._pack_call()
+
+    def __repr__(self) -> str:
+        return "<BoundLaunch %s grid=%s block=%s>" % (self.program.name, self.grid, self.block)
+
+    @property
+    def version(self) -> int:
+        """Changes whenever arguments or dims are patched (graphs re-upload changed nodes only)."""
+        return self.blob.version + self._dims_version
+
+    def set_dims(self, grid: Any, block: Any = None) -> None:
+        """New grid (and block), validated against the kernel's limits."""
+        self.grid, self.block = launch_dims(grid, self.block if block is None else block, self.program.limits)
+        self._pack_call()
+
+    def _pack_call(self) -> None:
+        u = ctypes.c_uint
+        self._cargs = (
+            self.program.function, u(self.grid[0]), u(self.grid[1]), u(self.grid[2]),
+            u(self.block[0]), u(self.block[1]), u(self.block[2]), u(self.shared),
+            self.device.stream, None, self.blob.extra,
+        )  # fmt: skip
+        self._dims_version += 1
+
+    def set_vals(self, vals: Sequence[Any]) -> None:
+        if len(vals) != self.blob.nint:
+            raise ExecutionError("%s takes %d variables, got %d" % (self.program.name, self.blob.nint, len(vals)))
+        for j, value in enumerate(vals):
+            self.blob.set_int(j, value, self.program.var_names[j])
+
+    def set_val(self, index: int, value: Any) -> None:
+        self.blob.set_int(index, value, self.program.var_names[index])
+
+    def set_buffer(self, index: int, buf: Any) -> None:
+        self.blob.set_ptr(index, self.program._pointer(index, buf))
+        self._keep[index] = buf
+
+    def __call__(self) -> None:
+        self.device.activate()
+        self.device.lib.call("cuLaunchKernel", *self._cargs)
+
+    def timed(self) -> float:
+        """Launch once between two reusable events; device seconds."""
+        pair = self.device.timer()
+        try:
+            self.device.activate()
+            pair[0].record()
+            self.device.lib.call("cuLaunchKernel", *self._cargs)
+            pair[1].record()
+            pair[1].synchronize()
+            return pair[1].elapsed_since(pair[0])
+        finally:
+            self.device.release_timer(pair)
+
+    def node_params(self) -> api.CUDA_KERNEL_NODE_PARAMS:
+        """This launch as a graph kernel node (``kernelParams`` pointing into the blob)."""
+        p = api.CUDA_KERNEL_NODE_PARAMS()
+        p.func = self.program.function.value
+        p.gridDimX, p.gridDimY, p.gridDimZ = self.grid
+        p.blockDimX, p.blockDimY, p.blockDimZ = self.block
+        p.sharedMemBytes = self.shared
+        p.kernelParams = ctypes.cast(self.blob.kernel_params, ctypes.POINTER(ctypes.c_void_p))
+        return p
+
+
+# --- graphs ---------------------------------------------------------------------------------------
+
+
+class CudaGraph:
+    """Kernel launches as one CUDA graph: built once, replayed with one ``cuGraphLaunch``.
+
+    Nodes run in list order (a chain) unless ``dependencies[i]`` lists the
+    earlier node indices node ``i`` waits for. On :meth:`launch`, only nodes
+    whose :class:`BoundLaunch` was patched since the last launch are
+    re-uploaded (``cuGraphExecKernelNodeSetParams``).
+    """
+
+    def __init__(self, launches: Sequence[BoundLaunch], dependencies: Optional[Sequence[Sequence[int]]] = None) -> None:
+        if not launches:
+            raise ExecutionError("a CUDA graph needs at least one launch")
+        self.device = launches[0].device
+        if any(b.device is not self.device for b in launches):
+            raise ExecutionError("every launch of a CUDA graph must be on the same device")
+        self.launches = list(launches)
+        lib, dev = self.device.lib, self.device
+        self._add = "cuGraphAddKernelNode_v2" if lib.has("cuGraphAddKernelNode_v2") else "cuGraphAddKernelNode"
+        self._set = "cuGraphExecKernelNodeSetParams_v2" if lib.has("cuGraphExecKernelNodeSetParams_v2") else "cuGraphExecKernelNodeSetParams"
+        dev.activate()
+        graph = HANDLE()
+        lib.call("cuGraphCreate", ctypes.byref(graph), 0)
+        self.graph = graph
+        self._graph_fin = _finalize(self, dev.driver, dev.context_value, "cuGraphDestroy", graph.value)
+        self.nodes = self._add_nodes(dependencies)
+        exe = HANDLE()
+        lib.call("cuGraphInstantiateWithFlags", ctypes.byref(exe), graph, 0)
+        self.exec = exe
+        self._exec_fin = _finalize(self, dev.driver, dev.context_value, "cuGraphExecDestroy", exe.value)
+        self._versions = [b.version for b in self.launches]
+        self.patched = 0  # nodes re-uploaded so far (for tests and benchmarks)
+
+    def _add_nodes(self, dependencies: Optional[Sequence[Sequence[int]]]) -> List[HANDLE]:
+        nodes: List[HANDLE] = []
+        for i, bound in enumerate(self.launches):
+            deps = ([i - 1] if i else []) if dependencies is None else list(dependencies[i])
+            if any(not 0 <= d < i for d in deps):
+                raise ExecutionError("graph node %d may only depend on earlier nodes, got %s" % (i, deps))
+            node, params = HANDLE(), bound.node_params()
+            dep_array = api.handle_array([nodes[d] for d in deps])
+            self.device.lib.call(self._add, ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params))
+            nodes.append(node)
+        return nodes
+
+    def launch(self) -> None:
+        """Re-upload patched nodes, then replay the whole graph on the device's stream."""
+        lib = self.device.lib
+        self.device.activate()
+        for i, bound in enumerate(self.launches):
+            if bound.version != self._versions[i]:
+                params = bound.node_params()
+                lib.call(self._set, self.exec, self.nodes[i], ctypes.byref(params))
+                self._versions[i] = bound.version
+                self.patched += 1
+        lib.call("cuGraphLaunch", self.exec, self.device.stream)
+
+    __call__ = launch
+
+    def close(self) -> None:
+        self._exec_fin()
+        self._graph_fin()
+
+
+# --- registry and CLI -----------------------------------------------------------------------------
+
+
+def _cuda_factory(driver: CudaDriver, spec: DeviceSpec) -> CudaDevice:
+    if spec.index >= driver.device_count:
+        raise UnsupportedDeviceError(
+            "device %s does not exist: the NVIDIA driver reports %d GPU(s) (CUDA:0 .. CUDA:%d)"
+            % (spec, driver.device_count, driver.device_count - 1)
+        )
+    return driver.device(spec.index)
+
+
+def register_cuda(registry: Any, path: Optional[str] = None) -> bool:
+    """Register the CUDA factory (``CUDA``, ``CUDA:N``, ``GPU:N``) when the driver loads with >= 1 GPU.
+
+    Never raises (it runs at import time); returns whether it registered.
+    """
+    try:
+        driver = load_driver(path)
+        if driver is None:
+            return False
+        if driver.device_count < 1:
+            with _drivers_lock:
+                _reasons[_library_path(path)] = "%s loaded (driver %s) but reports no CUDA device" % (driver.path, driver.version_string)
+            return False
+        registry.register_factory("CUDA", partial(_cuda_factory, driver))
+        return True
+    except Exception as exc:  # noqa: B902 - import-time hook
+        with _drivers_lock:
+            _reasons[_library_path(path)] = "CUDA registration failed: %s: %s" % (type(exc).__name__, exc)
+        return False
+
+
+def info_lines(path: Optional[str] = None) -> List[str]:
+    """Lines for ``python -m svod_min info``: GPUs, driver version, NVRTC. Never raises."""
+    try:
+        lines = _driver_lines(path)
+    except Exception as exc:  # noqa: B902
+        lines = ["cuda: error while probing: %s: %s" % (type(exc).__name__, exc)]
+    try:
+        nvrtc = find_nvrtc()
+    except Exception:  # noqa: B902
+        nvrtc = None
+    lines.append("nvrtc: %s" % (nvrtc if nvrtc else "not found (optional: the kernel library ships PTX)"))
+    return lines
+
+
+def _driver_lines(path: Optional[str]) -> List[str]:
+    driver = load_driver(path)
+    if driver is None:
+        return ["cuda: not available (%s)" % (driver_unavailable_reason(path) or NO_DRIVER_REASON)]
+    lines = ["cuda: driver %s via %s, PTX ISA up to %s, %d device(s)" % (
+        driver.version_string, driver.path, driver.max_ptx_version, driver.device_count)]
+    for ordinal in range(driver.device_count):
+        info = driver.device_info(ordinal)
+        lines.append("cuda: CUDA:%d %s, %s, %.1f GiB, %d SMs" % (
+            ordinal, info.name, info.arch, info.total_memory / 2**30, info.multiprocessors))
+    return lines
+
+
+__all__ = [
+    "ArgBlob",
+    "ArgSlot",
+    "ArgumentRangeError",
+    "BoundLaunch",
+    "CudaBuffer",
+    "CudaDevice",
+    "CudaDeviceInfo",
+    "CudaDriver",
+    "CudaError",
+    "CudaEvent",
+    "CudaGraph",
+    "CudaLibrary",
+    "CudaModule",
+    "CudaProgram",
+    "CudaStorage",
+    "CudaSymbolError",
+    "DEFAULT_LIMITS",
+    "ForkedChildError",
+    "LaunchConfigError",
+    "LaunchLimits",
+    "NO_DRIVER_REASON",
+    "NVRTC_MISSING",
+    "Nvrtc",
+    "PTX_FOR_CUDA",
+    "PTX_MIN_FOR_TARGET",
+    "PtxError",
+    "PtxInfo",
+    "StagingPool",
+    "arch_name",
+    "check_entry_params",
+    "check_ptx_version",
+    "check_shared_bytes",
+    "compile_cuda",
+    "driver_unavailable_reason",
+    "driver_version_tuple",
+    "find_cuda_sig",
+    "find_nvrtc",
+    "find_ptxas",
+    "format_version",
+    "info_lines",
+    "launch_dims",
+    "load_driver",
+    "load_nvrtc",
+    "pack_kernel_args",
+    "parse_arch",
+    "plan_dims",
+    "ptx_entry_params",
+    "ptx_version_of",
+    "ptxas_check",
+    "register_cuda",
+    "reset_driver_cache",
+    "rewrite_ptx_version",
+    "select_ptx_version",
+    "validate_ptx",
+]

@@ -1,0 +1,416 @@
+/* A stand-in for libcuda.so.1 used by tests/test_cuda.py on machines without a GPU.
+ *
+ * It exports the driver entry points svod_min binds, with the same C ABI, so
+ * the real binding code (prototype table, checked calls, contexts, memory,
+ * modules, launches, graphs) runs against it. "Device memory" is host memory
+ * (a CUdeviceptr is a malloc'd address), the current context is per thread
+ * like the real one, and a few kernels are emulated on the host by name so
+ * argument blobs can be checked end to end. Like recent drivers, a launch
+ * whose CU_LAUNCH_PARAM_BUFFER_SIZE differs from the kernel's exact parameter
+ * size (no tail padding) is refused with CUDA_ERROR_INVALID_VALUE.
+ *
+ * Test controls: fake_configure(init_rc, version, count), fake_set_mem_limit,
+ * fake_set_func_max_threads, fake_counter(name), fake_last_launch(...).
+ *
+ * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c
+ */
+#include <ctype.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+enum { OK = 0, E_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_DEVICE = 101,
+       E_CONTEXT = 201, E_PTX = 218, E_NOT_FOUND = 500, E_PEER_ENABLED = 704, E_NOT_SUPPORTED = 801 };
+
+/* ---- controls and counters ---- */
+static int g_init_rc = 0, g_version = 12040, g_count = 0, g_initialised = 0, g_func_max_threads = 1024;
+static size_t g_mem_limit = (size_t)1 << 32;
+static __thread void *g_current = NULL;
+static long g_set_current, g_launches, g_live_dev, g_live_host, g_live_modules, g_live_streams, g_live_events;
+static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes;
+static unsigned g_last_dims[7];
+static unsigned char g_last_args[512];
+static size_t g_last_size;
+static int g_last_extra;
+static char g_ctx[8];
+
+void fake_configure(int init_rc, int version, int count) { g_init_rc = init_rc; g_version = version; g_count = count; }
+void fake_set_mem_limit(size_t limit) { g_mem_limit = limit; }
+void fake_set_func_max_threads(int n) { g_func_max_threads = n; }
+
+long fake_counter(const char *name) {
+    static const struct { const char *name; long *value; } table[] = {
+        {"set_current", &g_set_current}, {"launches", &g_launches}, {"live_dev", &g_live_dev},
+        {"live_host", &g_live_host}, {"live_modules", &g_live_modules}, {"live_streams", &g_live_streams},
+        {"live_events", &g_live_events}, {"set_params", &g_set_params}, {"graph_launches", &g_graph_launches},
+        {"peer_enables", &g_peer_enables}, {"memcpy", &g_memcpy}, {"pushes", &g_pushes}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!strcmp(name, table[i].name)) return *table[i].value;
+    return -1;
+}
+
+/* dims[7] = grid xyz, block xyz, shared; returns the argument size and copies the bytes */
+size_t fake_last_launch(unsigned *dims, unsigned char *args, size_t cap, int *used_extra) {
+    memcpy(dims, g_last_dims, sizeof g_last_dims);
+    memcpy(args, g_last_args, g_last_size < cap ? g_last_size : cap);
+    *used_extra = g_last_extra;
+    return g_last_size;
+}
+
+#define NEED_INIT do { if (!g_initialised) return E_NOT_INIT; } while (0)
+#define NEED_CTX do { NEED_INIT; if (!g_current) return E_CONTEXT; } while (0)
+
+/* ---- errors ---- */
+static const struct { int code; const char *name, *text; } ERRORS[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain."},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult describe(CUresult code, const char **out, int want_name) {
+    for (size_t i = 0; i < sizeof ERRORS / sizeof ERRORS[0]; i++)
+        if (ERRORS[i].code == code) { *out = want_name ? ERRORS[i].name : ERRORS[i].text; return OK; }
+    *out = NULL;
+    return E_VALUE; /* like the real driver for an unknown code */
+}
+CUresult cuGetErrorName(CUresult code, const char **out) { return describe(code, out, 1); }
+CUresult cuGetErrorString(CUresult code, const char **out) { return describe(code, out, 0); }
+
+/* ---- init and devices ---- */
+CUresult cuInit(unsigned flags) { (void)flags; if (g_init_rc) return g_init_rc; g_initialised = 1; return OK; }
+CUresult cuDriverGetVersion(int *v) { *v = g_version; return OK; }
+CUresult cuDeviceGetCount(int *n) { NEED_INIT; *n = g_count; return OK; }
+CUresult cuDeviceGet(int *dev, int ordinal) { NEED_INIT; if (ordinal < 0 || ordinal >= g_count) return E_DEVICE; *dev = ordinal; return OK; }
+CUresult cuDeviceGetName(char *buf, int len, int dev) { NEED_INIT; snprintf(buf, (size_t)len, "Fake GPU %d", dev); return OK; }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) { (void)dev; NEED_INIT; *bytes = (size_t)16 << 30; return OK; }
+CUresult cuDeviceComputeCapability(int *major, int *minor, int dev) { (void)dev; NEED_INIT; *major = 8; *minor = 0; return OK; }
+
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+    NEED_INIT;
+    if (dev < 0 || dev >= g_count) return E_DEVICE;
+    switch (attr) {
+    case 1: case 2: case 3: *v = 1024; break;
+    case 4: *v = 64; break;
+    case 5: *v = 2147483647; break;
+    case 6: case 7: *v = 65535; break;
+    case 8: *v = 49152; break;
+    case 16: *v = 4; break;
+    case 41: *v = 1; break;
+    case 75: *v = 8; break;
+    case 76: *v = 0; break;
+    default: *v = 0;
+    }
+    return OK;
+}
+
+CUresult cuDeviceCanAccessPeer(int *can, int a, int b) { NEED_INIT; *can = a != b; return OK; }
+
+/* ---- contexts ---- */
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { NEED_INIT; if (dev < 0 || dev >= g_count) return E_DEVICE; *ctx = &g_ctx[dev]; return OK; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return OK; }
+CUresult cuCtxSetCurrent(void *ctx) { NEED_INIT; g_current = ctx; g_set_current++; return OK; }
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = g_current; return OK; }
+static __thread void *g_stack[16];
+static __thread int g_depth;
+CUresult cuCtxPushCurrent_v2(void *ctx) {
+    NEED_INIT;
+    if (g_depth >= 16) return E_VALUE;
+    g_stack[g_depth++] = g_current;
+    g_current = ctx;
+    g_pushes++;
+    return OK;
+}
+CUresult cuCtxPopCurrent_v2(void **ctx) {
+    NEED_INIT;
+    if (!g_depth) return E_CONTEXT;
+    if (ctx) *ctx = g_current;
+    g_current = g_stack[--g_depth];
+    return OK;
+}
+CUresult cuCtxSynchronize(void) { NEED_CTX; return OK; }
+CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags) {
+    static void *enabled[8][8];
+    (void)flags;
+    NEED_CTX;
+    int a = (int)((char *)g_current - g_ctx), b = (int)((char *)peer - g_ctx);
+    if (enabled[a][b]) return E_PEER_ENABLED;
+    enabled[a][b] = peer;
+    g_peer_enables++;
+    return OK;
+}
+
+/* ---- memory ---- */
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { NEED_CTX; *free_bytes = *total = (size_t)16 << 30; return OK; }
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+    NEED_CTX;
+    if (!n) return E_VALUE;
+    if (n > g_mem_limit) return E_OOM;
+    void *m = malloc(n);
+    if (!m) return E_OOM;
+    memset(m, 0xAB, n); /* garbage, so zero-filling is observable */
+    *p = (CUdeviceptr)(uintptr_t)m;
+    g_live_dev++;
+    return OK;
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX; free((void *)(uintptr_t)p); g_live_dev--; return OK; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; NEED_CTX; *p = malloc(n); g_live_host++; return *p ? OK : E_OOM; }
+CUresult cuMemFreeHost(void *p) { free(p); g_live_host--; return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) { (void)s; NEED_CTX; memset((void *)(uintptr_t)p, v, n); return OK; }
+
+static CUresult copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); g_memcpy++; return OK; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX; return copy((void *)(uintptr_t)d, s, n); }
+CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX; return copy(d, (void *)(uintptr_t)s, n); }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CTX; return copy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { (void)st; return cuMemcpyHtoD_v2(d, s, n); }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { (void)st; return cuMemcpyDtoH_v2(d, s, n); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) { (void)st; return cuMemcpyDtoD_v2(d, s, n); }
+CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dc, CUdeviceptr s, void *sc, size_t n, void *st) {
+    (void)dc; (void)sc; (void)st;
+    return cuMemcpyDtoD_v2(d, s, n);
+}
+
+/* ---- streams and events ---- */
+typedef struct { double t; } Event;
+static double g_clock = 0.0;
+CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; NEED_CTX; *s = malloc(1); g_live_streams++; return OK; }
+CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; return OK; }
+CUresult cuStreamDestroy_v2(void *s) { free(s); g_live_streams--; return OK; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return OK; }
+CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; NEED_CTX; *e = calloc(1, sizeof(Event)); g_live_events++; return OK; }
+CUresult cuEventRecord(void *e, void *s) { (void)s; NEED_CTX; ((Event *)e)->t = g_clock; g_clock += 1.0; return OK; }
+CUresult cuEventQuery(void *e) { (void)e; return OK; }
+CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)((((Event *)end)->t - ((Event *)start)->t) * 0.25); return OK; }
+CUresult cuEventDestroy_v2(void *e) { free(e); g_live_events--; return OK; }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return E_NOT_SUPPORTED; }
+CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return E_NOT_SUPPORTED; }
+
+/* ---- modules and functions ---- */
+typedef struct { char name[128]; int nparams; int sizes[64]; } Function;
+typedef struct { char *text; } Module;
+
+static void set_log(unsigned n, const int *opts, void **vals, const char *msg) {
+    for (unsigned i = 0; i < n; i++) {
+        if (opts[i] != 5) continue;
+        for (unsigned j = 0; j < n; j++) {
+            if (opts[j] != 6) continue;
+            size_t cap = (size_t)(uintptr_t)vals[j];
+            snprintf((char *)vals[i], cap, "%s", msg);
+            vals[j] = (void *)(uintptr_t)strlen(msg);
+        }
+    }
+}
+
+CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, int *opts, void **vals) {
+    NEED_CTX;
+    const char *text = (const char *)image;
+    if (strstr(text, "FAKE_JIT_ERROR")) {
+        set_log(n, opts, vals, "ptxas application ptx input, line 7; error   : Unknown symbol 'FAKE_JIT_ERROR'");
+        return E_PTX;
+    }
+    Module *m = calloc(1, sizeof(Module));
+    m->text = strdup(memcmp(text, "\x7f" "ELF", 4) ? text : "");
+    *mod = m;
+    g_live_modules++;
+    return OK;
+}
+
+CUresult cuModuleUnload(void *mod) { Module *m = mod; free(m->text); free(m); g_live_modules--; return OK; }
+
+static int parse_params(const char *open, Function *f) {
+    const char *close = strchr(open, ')');
+    const char *p = open;
+    if (!close) return -1;
+    while (p < close) {
+        const char *q = strstr(p, ".param");
+        if (!q || q > close) break;
+        q += 6;
+        while (isspace((unsigned char)*q)) q++;
+        if (!strncmp(q, ".align", 6)) { q += 6; while (isspace((unsigned char)*q) || isdigit((unsigned char)*q)) q++; }
+        if (*q++ != '.') return -1;
+        q++; /* u, s, b, f */
+        int bits = atoi(q), count = 1;
+        while (isdigit((unsigned char)*q)) q++;
+        while (isspace((unsigned char)*q)) q++;
+        while (isalnum((unsigned char)*q) || *q == '_' || *q == '$' || *q == '%') q++;
+        if (*q == '[') count = atoi(q + 1);
+        if (f->nparams < 64) f->sizes[f->nparams++] = bits / 8 * count;
+        p = q;
+    }
+    return 0;
+}
+
+CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
+    NEED_CTX;
+    const char *text = ((Module *)mod)->text, *p = text;
+    size_t len = strlen(name);
+    while ((p = strstr(p, ".entry")) != NULL) {
+        p += 6;
+        while (isspace((unsigned char)*p)) p++;
+        if (strncmp(p, name, len)) continue;
+        const char *q = p + len;
+        while (isspace((unsigned char)*q)) q++;
+        if (*q != '(') continue;
+        Function *f = calloc(1, sizeof(Function)); /* leaked on purpose: tiny, test-only */
+        snprintf(f->name, sizeof f->name, "%s", name);
+        if (parse_params(q, f)) { free(f); return E_PTX; }
+        *fn = f;
+        return OK;
+    }
+    return E_NOT_FOUND;
+}
+
+CUresult cuFuncGetAttribute(int *v, int attr, void *fn) { (void)fn; *v = attr == 0 ? g_func_max_threads : 0; return OK; }
+
+/* exact parameter size: natural alignment, no tail padding */
+static size_t param_layout(const Function *f, size_t *offsets) {
+    size_t off = 0;
+    for (int i = 0; i < f->nparams; i++) {
+        size_t sz = (size_t)f->sizes[i], al = sz >= 8 ? 8 : sz;
+        off = (off + al - 1) / al * al;
+        offsets[i] = off;
+        off += sz;
+    }
+    return off;
+}
+
+static CUresult pack(const Function *f, void **params, void **extra, unsigned char *out, size_t *size) {
+    size_t offsets[64], want = param_layout(f, offsets);
+    if (extra) {
+        const void *buf = NULL;
+        size_t have = (size_t)-1;
+        for (int i = 0; extra[i]; i += 2) {
+            if ((uintptr_t)extra[i] == 1) buf = extra[i + 1];
+            else if ((uintptr_t)extra[i] == 2) have = *(const size_t *)extra[i + 1];
+            else return E_VALUE;
+        }
+        if (!buf || have != want || want > 512) return E_VALUE;
+        memcpy(out, buf, want);
+    } else {
+        if (!params && f->nparams) return E_VALUE;
+        for (int i = 0; i < f->nparams; i++) memcpy(out + offsets[i], params[i], (size_t)f->sizes[i]);
+    }
+    *size = want;
+    return OK;
+}
+
+static uint64_t u64_at(const unsigned char *a, size_t off) { uint64_t v; memcpy(&v, a + off, 8); return v; }
+static int32_t i32_at(const unsigned char *a, size_t off) { int32_t v; memcpy(&v, a + off, 4); return v; }
+
+/* host emulation of a few kernels (grid and block are ignored: each runs to completion) */
+static void run(const Function *f, const unsigned char *a) {
+    if (!strcmp(f->name, "fake_iota")) {
+        int32_t *out = (int32_t *)(uintptr_t)u64_at(a, 0);
+        for (int32_t i = 0, n = i32_at(a, 8); i < n; i++) out[i] = i;
+    } else if (!strcmp(f->name, "fake_axpb")) { /* out[i] = in[i] * k + c */
+        int32_t *out = (int32_t *)(uintptr_t)u64_at(a, 0);
+        const int32_t *in = (const int32_t *)(uintptr_t)u64_at(a, 8);
+        int32_t n = i32_at(a, 16), k = i32_at(a, 20), c = i32_at(a, 24);
+        for (int32_t i = 0; i < n; i++) out[i] = in[i] * k + c;
+    } else if (!strcmp(f->name, "svod_cuda_add_f32")) {
+        float *out = (float *)(uintptr_t)u64_at(a, 0);
+        const float *x = (const float *)(uintptr_t)u64_at(a, 8), *y = (const float *)(uintptr_t)u64_at(a, 16);
+        for (int32_t i = 0, n = i32_at(a, 24); i < n; i++) out[i] = x[i] + y[i];
+    }
+}
+
+CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *stream, void **params, void **extra) {
+    (void)stream;
+    NEED_CTX;
+    unsigned char args[512];
+    size_t size = 0;
+    CUresult rc = pack((const Function *)fn, params, extra, args, &size);
+    if (rc) return rc;
+    unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
+    memcpy(g_last_dims, dims, sizeof dims);
+    memcpy(g_last_args, args, size);
+    g_last_size = size;
+    g_last_extra = extra != NULL;
+    g_launches++;
+    run((const Function *)fn, args);
+    return OK;
+}
+
+/* ---- graphs (kernel nodes only) ---- */
+typedef struct {
+    void *func;
+    unsigned gx, gy, gz, bx, by, bz, shared;
+    void **kernelParams, **extra;
+    void *kern, *ctx;
+} NodeParams;
+typedef struct { const Function *f; unsigned char args[512]; } Node;
+typedef struct { int n; Node nodes[64]; } Graph;
+typedef struct { const Graph *src; int n; Node nodes[64]; } Exec;
+
+CUresult cuGraphCreate(void **g, unsigned flags) { (void)flags; NEED_CTX; *g = calloc(1, sizeof(Graph)); return OK; }
+CUresult cuGraphDestroy(void *g) { free(g); return OK; }
+
+CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t ndeps, const NodeParams *p) {
+    Graph *g = graph;
+    size_t size;
+    NEED_CTX;
+    for (size_t i = 0; i < ndeps; i++)
+        if ((Node *)deps[i] < g->nodes || (Node *)deps[i] >= g->nodes + g->n) return E_VALUE;
+    if (g->n >= 64) return E_OOM;
+    Node *nd = &g->nodes[g->n];
+    nd->f = p->func;
+    CUresult rc = pack(nd->f, p->kernelParams, p->extra, nd->args, &size);
+    if (rc) return rc;
+    g->n++;
+    *node = nd;
+    return OK;
+}
+CUresult cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, const NodeParams *p) {
+    return cuGraphAddKernelNode_v2(node, graph, deps, ndeps, p);
+}
+
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
+    (void)flags;
+    NEED_CTX;
+    Exec *e = calloc(1, sizeof(Exec));
+    e->src = graph;
+    e->n = e->src->n;
+    memcpy(e->nodes, e->src->nodes, sizeof e->nodes);
+    *exec = e;
+    return OK;
+}
+CUresult cuGraphExecDestroy(void *e) { free(e); return OK; }
+
+CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const NodeParams *p) {
+    Exec *e = exec;
+    size_t size;
+    NEED_CTX;
+    ptrdiff_t i = (const Node *)node - e->src->nodes;
+    if (i < 0 || i >= e->n || p->func != (void *)e->nodes[i].f) return E_VALUE;
+    g_set_params++;
+    return pack(e->nodes[i].f, p->kernelParams, p->extra, e->nodes[i].args, &size);
+}
+CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const NodeParams *p) {
+    return cuGraphExecKernelNodeSetParams_v2(exec, node, p);
+}
+
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    Exec *e = exec;
+    (void)stream;
+    NEED_CTX;
+    for (int i = 0; i < e->n; i++) run(e->nodes[i].f, e->nodes[i].args);
+    g_graph_launches++;
+    return OK;
+}
