@@ -1,0 +1,416 @@
+"""The kernel library's catalogue: every kernel, its parameters and its instances.
+
+Each catalogue *name* (``add``, ``matmul``...) has parameters with a
+default and a list of allowed values; each allowed combination is one
+*instance*: a :class:`~svod_min.kernels.sig.KernelSig` (entry point, buffers,
+variables, launch and cost expressions) plus the context its family's
+template needs. Shapes are always run-time int32 variables; dtypes and
+tuning parameters are compile-time, so they pick the instance.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from svod_min.kernels.expr import C_DTYPES, OPS, CDType, c_literal
+from svod_min.kernels.sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, VarArg, elementwise_sig
+
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+F32_64 = ("float32", "float64")
+GS = (CORE_COUNT, 1, 1)
+CORE_VARS = (VarArg(CORE_COUNT, 1), VarArg(CORE_ID, 0))
+INT32_MIN = -(2**31)
+
+#: Variant -> catalogue name -> dtype -> tuning parameters preferred there.
+PREFERRED: Dict[str, Dict[str, Dict[str, Dict[str, int]]]] = {
+    "x86_64-baseline": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
+    "x86_64-avx2": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
+    "aarch64-baseline": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
+}
+MATMUL_TILES = {"float32": ((4, 8), (6, 16), (8, 8)), "float64": ((4, 4), (6, 8), (4, 8))}
+
+
+@dataclass
+class KernelInfo:
+    """One catalogue name: family, parameters (default, allowed values), docs."""
+
+    name: str
+    family: str
+    params: Dict[str, Tuple[Any, Tuple[Any, ...]]]
+    doc: str
+    tolerance: str = "exact"
+    constraints: str = ""  # combinations that are not allowed, in words
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "family": self.family,
+            "params": {k: {"default": d, "allowed": list(a)} for k, (d, a) in sorted(self.params.items())},
+            "doc": self.doc,
+            "tolerance": self.tolerance,
+        }
+
+
+@dataclass
+class Family:
+    """One source file: its template, the template context per function, the signatures."""
+
+    name: str
+    template: Optional[str]  # None: rendered through svod_min.kernels.expr (elementwise)
+    contexts: List[Dict[str, Any]] = field(default_factory=list)
+    sigs: List[KernelSig] = field(default_factory=list)
+    infos: List[KernelInfo] = field(default_factory=list)
+
+    def add(self, sig: KernelSig, ctx: Optional[Dict[str, Any]]) -> None:
+        self.sigs.append(sig)
+        if ctx is not None and all(c["entry"] != ctx["entry"] for c in self.contexts):
+            self.contexts.append(ctx)
+
+
+def _p(**params: Any) -> Tuple[Tuple[str, Any], ...]:
+    return tuple(sorted(params.items()))
+
+
+def _dt(name: str) -> CDType:
+    return C_DTYPES[name]
+
+
+# --- elementwise ------------------------------------------------------------------
+
+ULP = {
+    "exp": "<= 2 ulp (measured 1.2), subnormal results included",
+    "log": "<= 2 ulp (measured 1.1), subnormal inputs included",
+    "tanh": "<= 4 ulp (measured 3.1)",
+    "sigmoid": "<= 4 ulp (measured 2.3)",
+    "gelu": "<= 4 ulp of max(|x|, |gelu(x)|) absolute (measured 1.6)",
+    "sqrt": "correctly rounded",
+    "rsqrt": "<= 1 ulp (two roundings, bit-identical to 1/np.sqrt)",
+}
+HALF_NOTE = "; float16/bfloat16: computed in float32, then rounded once (<= 1 ulp of the storage type)"
+FUSED = {
+    "mul_add": ("a*b+c", "a * b + c in one pass"),
+    "relu_mul_add": ("relu(a*b+c)", "relu(a * b + c) in one pass"),
+    "add_relu": ("relu(a+b)", "relu(a + b) in one pass"),
+    "silu": ("a*sigmoid(a)", "a * sigmoid(a) (swish)"),
+}
+
+
+@dataclass(frozen=True)
+class EwSpec:
+    """An elementwise instance to render through svod_min.kernels.expr."""
+
+    entry: str
+    expr: str
+    dtype: str
+    out_dtype: str
+    input_dtypes: Tuple[Tuple[str, str], ...] = ()
+    inputs: Optional[Tuple[str, ...]] = None
+
+
+def ew_sig(name: str, params: Dict[str, Any], spec: EwSpec, doc: str) -> KernelSig:
+    return elementwise_sig(name, params, spec.entry, spec.expr, dtype=spec.dtype, out_dtype=spec.out_dtype,
+                           input_dtypes=dict(spec.input_dtypes), inputs=spec.inputs, doc=doc)
+
+
+def elementwise(ew: List[EwSpec]) -> Family:
+    fam = Family("elementwise", None)
+    for name, op in OPS.items():
+        if name == "cast":
+            continue
+        dtypes = FLOATS + (("int32",) if op.int_c is not None else ())
+        tol = ULP.get(name, "exact") + (HALF_NOTE if name in ULP else "")
+        args = {1: "a", 2: "a, b", 3: "c, a, b"}[op.arity]
+        fam.infos.append(KernelInfo(name, "elementwise", {"dtype": ("float32", dtypes)}, op.doc, tol))
+        for dt in dtypes:
+            spec = EwSpec("svod_%s_%s" % (name, _dt(dt).short), "%s(%s)" % (name, args), dt, dt,
+                          (("c", "bool"),) if name == "where" else ())  # fmt: skip
+            ew.append(spec)
+            fam.add(ew_sig(name, {"dtype": dt}, spec, op.doc), None)
+    casts = FLOATS + ("int32",)
+    fam.infos.append(KernelInfo(
+        "cast", "elementwise", {"dtype": ("float32", casts), "out_dtype": ("float16", casts)},
+        "dtype conversion: float->float rounds to nearest even, float->int32 truncates "
+        "(out-of-range values are undefined), int32->float rounds", "exact (correctly rounded)",
+        "dtype != out_dtype",
+    ))  # fmt: skip
+    for src, dst in itertools.permutations(casts, 2):
+        spec = EwSpec("svod_cast_%s_%s" % (_dt(src).short, _dt(dst).short), "a", src, dst)
+        ew.append(spec)
+        fam.add(ew_sig("cast", {"dtype": src, "out_dtype": dst}, spec, "dtype conversion"), None)
+    for name, (expr, doc) in sorted(FUSED.items()):
+        fam.infos.append(KernelInfo(name, "elementwise", {"dtype": ("float32", F32_64)},
+                                    "fused `%s`: %s" % (expr, doc), "as the ops it is made of"))  # fmt: skip
+        for dt in F32_64:
+            spec = EwSpec("svod_%s_%s" % (name, _dt(dt).short), expr, dt, dt)
+            ew.append(spec)
+            fam.add(ew_sig(name, {"dtype": dt}, spec, doc), None)
+    return fam
+
+
+# --- reductions -------------------------------------------------------------------
+
+RED_X = "1+(outer-1)*so+(red-1)*sr+(inner-1)*si"
+
+
+def reduce_family() -> Family:
+    fam = Family("reduce", "c/reduce.c.j2")
+    kinds = (("sum", FLOATS + ("int32",)), ("max", FLOATS + ("int32",)), ("mean", FLOATS))
+    for op, dtypes in kinds:
+        name = "reduce_" + op
+        fam.infos.append(KernelInfo(
+            name, "reduce", {"dtype": ("float32", dtypes)},
+            "%s over the middle axis of a strided (outer, red, inner) view; out is contiguous (outer, inner)" % op,
+            {"max": "exact (nan propagates)", "sum": "16 lane partial sums: ~sqrt(red/16) eps relative; int32 wraps",
+             "mean": "sum / red, as sum"}[op],
+        ))  # fmt: skip
+        for dt in dtypes:
+            d = _dt(dt)
+            entry = "svod_reduce_%s_%s" % (op, d.short)
+            bufs = (BufferArg("out", dt, "w", "outer*inner"), BufferArg("x", dt, "r", RED_X))
+            names = ("outer", "red", "inner", "so", "sr", "si")
+            vars_ = tuple(VarArg(n, 1 if i < 3 else 0) for i, n in enumerate(names)) + CORE_VARS
+            sig = KernelSig(
+                name, _p(dtype=dt), entry, "reduce", bufs, vars_, GS, flops="outer*red*inner",
+                bytes="%d*(outer*red*inner+outer*inner)" % d.itemsize, work="outer*red*inner", grain=1 << 16,
+                parallelism="ceildiv(outer*inner,16)", doc=fam.infos[-1].doc,
+            )  # fmt: skip
+            fam.add(sig, _reduce_ctx(entry, op, d))
+    return fam
+
+
+def _reduce_ctx(entry: str, op: str, d: CDType) -> Dict[str, Any]:
+    if d.kind == "int":
+        acc = "svod_u32" if op == "sum" else "svod_i32"
+        load = "(svod_u32){}" if op == "sum" else "{}"
+        init = "0u" if op == "sum" else "(-2147483647 - 1)"
+        combine = "({0} + {1})" if op == "sum" else "svod_maxi({0}, {1})"
+        return dict(entry=entry, st=d.storage, acc=acc, load=load, store="(svod_i32)({})", init=init,
+                    combine=combine, fin="{}")  # fmt: skip
+    combine = "({0} + {1})" if op != "max" else "svod_max%s({0}, {1})" % d.sfx
+    init = c_literal(0, d.math) if op != "max" else "-__builtin_inf%s()" % d.sfx
+    fin = "({} / (%s)red)" % d.math if op == "mean" else "{}"
+    return dict(entry=entry, st=d.storage, acc=d.math, load=d.load, store=d.store, init=init,
+                combine=combine, fin=fin)  # fmt: skip
+
+
+# --- softmax / layernorm ------------------------------------------------------------
+
+
+
+def rows_family() -> Family:
+    fam = Family("softmax", "c/softmax.c.j2")
+    fam.infos.append(KernelInfo(
+        "softmax", "softmax", {"dtype": ("float32", FLOATS)},
+        "numerically stable softmax over the last axis of a contiguous (rows, cols) tensor",
+        "rtol 1e-5 float32, 1e-13 float64, 2e-3 float16, 1.6e-2 bfloat16",
+    ))  # fmt: skip
+    fam.infos.append(KernelInfo(
+        "layernorm", "softmax", {"dtype": ("float32", FLOATS)},
+        "(x - mean) / sqrt(var + eps) * weight + bias over the last axis (two-pass variance); "
+        "eps is a run-time float32 variable (passed as its bits)",
+        "1 storage rounding + 64 eps (|xhat w| + |b|)",
+    ))  # fmt: skip
+    rows = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
+    for dt in FLOATS:
+        d = _dt(dt)
+        base = dict(st=d.storage, m=d.math, s=d.sfx, load=d.load, store=d.store)
+        entry = "svod_softmax_%s" % d.short
+        bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
+        fam.add(KernelSig("softmax", _p(dtype=dt), entry, "softmax", bufs, rows, GS, flops="25*rows*cols",
+                          bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 14,
+                          parallelism="rows", doc=fam.infos[0].doc),
+                dict(base, entry=entry, op="softmax"))  # fmt: skip
+        entry = "svod_layernorm_%s" % d.short
+        bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"),
+                BufferArg("weight", dt, "r", "cols"), BufferArg("bias", dt, "r", "cols"))  # fmt: skip
+        ln_vars = (VarArg("rows", 1), VarArg("cols", 1), VarArg("eps", INT32_MIN, "f32")) + CORE_VARS
+        fam.add(KernelSig("layernorm", _p(dtype=dt), entry, "softmax", bufs, ln_vars, GS,
+                          flops="8*rows*cols", bytes="%d*(2*rows*cols+2*cols)" % d.itemsize,
+                          work="rows*cols", grain=1 << 14, parallelism="rows", doc=fam.infos[1].doc),
+                dict(base, entry=entry, op="layernorm"))  # fmt: skip
+    return fam
+
+
+# --- matmul ---------------------------------------------------------------------------
+
+
+def matmul_family() -> Family:
+    fam = Family("matmul", "c/matmul.c.j2")
+    tiles = sorted({t for ts in MATMUL_TILES.values() for t in ts})
+    fam.infos.append(KernelInfo(
+        "matmul", "matmul",
+        {"dtype": ("float32", F32_64), "mr": (6, tuple(sorted({m for m, _ in tiles}))),
+         "nr": (16, tuple(sorted({n for _, n in tiles}))), "ku": (4, (4,))},
+        "C = A @ B, row-major contiguous (M, K) x (K, N); blocked, packed, mr x nr register tile, "
+        "rows split over core ids. Default tile per prebuilt variant (see PREFERRED)",
+        "within 2 K eps (|A| @ |B|) (FMA where the ISA has it)",
+        "(mr, nr) in %s" % {k: list(v) for k, v in MATMUL_TILES.items()},
+    ))  # fmt: skip
+    vars_ = (VarArg("M", 1), VarArg("N", 1), VarArg("K", 1)) + CORE_VARS
+    for dt in F32_64:
+        d = _dt(dt)
+        kc = 256 if d.itemsize == 4 else 128
+        for mr, nr in MATMUL_TILES[dt]:
+            entry = "svod_matmul_%s_%dx%d" % (d.short, mr, nr)
+            mc = mr * max(1, 48 // mr)
+            bufs = (BufferArg("c", dt, "w", "M*N"), BufferArg("a", dt, "r", "M*K"), BufferArg("b", dt, "r", "K*N"))
+            sig = KernelSig(
+                "matmul", _p(dtype=dt, mr=mr, nr=nr, ku=4), entry, "matmul", bufs, vars_, GS, flops="2*M*N*K",
+                bytes="%d*(M*K+K*N+M*N)" % d.itemsize, work="M*N*K", grain=1 << 18,
+                parallelism="ceildiv(M,%d)" % mr, doc=fam.infos[0].doc,
+            )  # fmt: skip
+            ctx = dict(entry=entry, t=d.storage, size=d.itemsize, mr=mr, nr=nr, kc=kc, mc=mc, nc=128, ku=4)
+            fam.add(sig, ctx)
+    return fam
+
+
+# --- copies -----------------------------------------------------------------------------
+
+COPY_DTYPES = FLOATS + ("int32", "bool")
+UNSIGNED = {1: "svod_u8", 2: "svod_u16", 4: "svod_u32", 8: "svod_u64"}
+
+
+def copy_family() -> Family:
+    fam = Family("copy", "c/copy.c.j2")
+    fam.infos.append(KernelInfo("transpose", "copy", {"dtype": ("float32", COPY_DTYPES), "tile": (32, (32,))},
+                                "2-D transpose of a contiguous (rows, cols) tensor, tile x tile blocks"))
+    fam.infos.append(KernelInfo(
+        "permute", "copy", {"dtype": ("float32", COPY_DTYPES)},
+        "strided 4-D copy: out[i0,i1,i2,i3] (contiguous, shape e0..e3) = x[i0*t0+i1*t1+i2*t2+i3*t3]; "
+        "permute, expand (stride 0), slices; pad rank < 4 with size-1 dims",
+    ))  # fmt: skip
+    for dt in COPY_DTYPES:
+        d = _dt(dt)
+        u = UNSIGNED[d.itemsize]
+        entry = "svod_transpose_x%d" % d.itemsize
+        bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
+        vars_ = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
+        fam.add(KernelSig("transpose", _p(dtype=dt, tile=32), entry, "copy", bufs, vars_, GS,
+                          bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 16,
+                          parallelism="ceildiv(rows,32)", doc=fam.infos[0].doc),
+                dict(entry=entry, op="transpose", u=u, tile=32))  # fmt: skip
+        entry = "svod_permute_x%d" % d.itemsize
+        count = "1+(e0-1)*t0+(e1-1)*t1+(e2-1)*t2+(e3-1)*t3"
+        bufs = (BufferArg("out", dt, "w", "e0*e1*e2*e3"), BufferArg("x", dt, "r", count))
+        vars_ = tuple(VarArg("e%d" % i, 1) for i in range(4)) + tuple(VarArg("t%d" % i, 0) for i in range(4))
+        fam.add(KernelSig("permute", _p(dtype=dt), entry, "copy", bufs, vars_ + CORE_VARS, GS,
+                          bytes="%d*e0*e1*e2*e3" % (2 * d.itemsize), work="e0*e1*e2*e3", grain=1 << 16,
+                          parallelism="e0*e1*e2", doc=fam.infos[1].doc),
+                dict(entry=entry, op="permute", u=u, tile=0))  # fmt: skip
+    return fam
+
+
+# --- conv2d -----------------------------------------------------------------------------
+
+OH = "((H+2*ph-dh*(KH-1)-1)//sh+1)"
+OW = "((W+2*pw-dw*(KW-1)-1)//sw+1)"
+
+
+def conv_family() -> Family:
+    fam = Family("conv2d", "c/conv2d.c.j2")
+    fam.infos.append(KernelInfo(
+        "conv2d", "conv2d", {"dtype": ("float32", F32_64), "bias": (False, (False, True))},
+        "direct NCHW conv2d, weight (OC, C, KH, KW), stride (sh, sw), zero padding (ph, pw), dilation (dh, dw); "
+        "out (N, OC, OH, OW) with OH = (H + 2ph - dh(KH-1) - 1) // sh + 1",
+        "within 2 C KH KW eps (|x| * |w|)",
+    ))  # fmt: skip
+    names = ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "ph", "pw", "dh", "dw")
+    vars_ = tuple(VarArg(n, 0 if n in ("ph", "pw") else 1) for n in names) + CORE_VARS
+    for dt in F32_64:
+        d = _dt(dt)
+        for bias in (False, True):
+            entry = "svod_conv2d_%s%s" % (d.short, "_bias" if bias else "")
+            bufs = [BufferArg("out", dt, "w", "N*OC*%s*%s" % (OH, OW)), BufferArg("x", dt, "r", "N*C*H*W"),
+                    BufferArg("w", dt, "r", "OC*C*KH*KW")]  # fmt: skip
+            if bias:
+                bufs.append(BufferArg("bias", dt, "r", "OC"))
+            sig = KernelSig(
+                "conv2d", _p(dtype=dt, bias=bias), entry, "conv2d", tuple(bufs), vars_, GS,
+                flops="2*N*OC*%s*%s*C*KH*KW" % (OH, OW),
+                bytes="%d*(N*C*H*W+OC*C*KH*KW+N*OC*%s*%s)" % (d.itemsize, OH, OW),
+                work="N*OC*%s*%s*C*KH*KW" % (OH, OW), grain=1 << 16, parallelism="N*OC",
+                checks=("H+2*ph-dh*(KH-1)-1 >= 0", "W+2*pw-dw*(KW-1)-1 >= 0"), doc=fam.infos[0].doc,
+            )  # fmt: skip
+            fam.add(sig, dict(entry=entry, t=d.storage, bias=bias))
+    return fam
+
+
+# --- fill / arange ------------------------------------------------------------------------
+
+
+def fill_family() -> Family:
+    fam = Family("fill", "c/fill.c.j2")
+    fam.infos.append(KernelInfo("fill", "fill", {"dtype": ("float32", COPY_DTYPES)},
+                                "out[i] = value[0] (the value is a 1-element buffer)"))
+    aranges = FLOATS + ("int32",)
+    fam.infos.append(KernelInfo("arange", "fill", {"dtype": ("float32", aranges)},
+                                "out[i] = start + i * step (int32 start/step; computed in double or 64-bit int)",
+                                "exact, then rounded once to the dtype; int32 wraps"))  # fmt: skip
+    for dt in COPY_DTYPES:
+        d = _dt(dt)
+        entry = "svod_fill_x%d" % d.itemsize
+        bufs = (BufferArg("out", dt, "w", "n"), BufferArg("value", dt, "r", "1"))
+        fam.add(KernelSig("fill", _p(dtype=dt), entry, "fill", bufs, (VarArg("n", 0),) + CORE_VARS, GS,
+                          bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
+                          doc=fam.infos[0].doc),
+                dict(entry=entry, op="fill", u=UNSIGNED[d.itemsize]))  # fmt: skip
+    for dt in aranges:
+        d = _dt(dt)
+        entry = "svod_arange_%s" % d.short
+        if d.kind == "int":
+            value = "(svod_i32)(svod_u32)((svod_i64)start + i * (svod_i64)step)"
+        else:
+            value = d.store.format("(%s)((double)start + (double)i * (double)step)" % d.math)
+        vars_ = (VarArg("n", 0), VarArg("start", INT32_MIN), VarArg("step", INT32_MIN)) + CORE_VARS
+        fam.add(KernelSig("arange", _p(dtype=dt), entry, "fill", (BufferArg("out", dt, "w", "n"),), vars_, GS,
+                          bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
+                          doc=fam.infos[1].doc),
+                dict(entry=entry, op="arange", st=d.storage, value=value))  # fmt: skip
+    return fam
+
+
+# --- what goes into each prebuilt object --------------------------------------------------
+
+
+def excluded_entries(variant: str, families: Sequence[Family]) -> List[str]:
+    """Entries left out of ``variant``'s object (compiled on demand there): matmul tiles it does not prefer."""
+    prefs = PREFERRED.get(variant, {}).get("matmul", {})
+    out = set()
+    for fam in families:
+        for sig in fam.sigs:
+            if sig.name != "matmul":
+                continue
+            p = sig.param_dict
+            want = prefs.get(p["dtype"])
+            if want is None or (p["mr"], p["nr"]) != (want["mr"], want["nr"]):
+                out.add(sig.entry)
+    return sorted(out)
+
+
+# --- everything ------------------------------------------------------------------------------
+
+
+def build_catalogue() -> Tuple[List[Family], List[EwSpec]]:
+    """All C families (elementwise first) and the elementwise instances to render."""
+    ew: List[EwSpec] = []
+    families = [elementwise(ew), reduce_family(), rows_family(), matmul_family(), copy_family(),
+                conv_family(), fill_family()]  # fmt: skip
+    _check_unique(families)
+    return families, ew
+
+
+def _check_unique(families: Sequence[Family]) -> None:
+    seen: Dict[Tuple[str, Tuple[Tuple[str, Any], ...]], str] = {}
+    names = set()
+    for fam in families:
+        for info in fam.infos:
+            if info.name in names:
+                raise ValueError("catalogue name %r defined twice" % info.name)
+            names.add(info.name)
+        for sig in fam.sigs:
+            key = (sig.name, sig.params)
+            if key in seen:
+                raise ValueError("duplicate instance %r" % (key,))
+            seen[key] = sig.entry
+
