@@ -72,6 +72,8 @@ class PreparedKernel:
     extents: Dict[int, Union[int, str]] = field(default_factory=dict)
     flops: Optional[Union[int, str]] = None
     bytes_moved: Optional[Union[int, str]] = None
+    # kernel variable -> expression over plan variables (e.g. {"n": "rows*128"})
+    var_exprs: Dict[str, str] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -284,6 +286,11 @@ class ExecutionPlanBuilder:
         self._ops: List[PreparedOp] = []
         self._instance_deps: Dict[int, List[int]] = {}
         self._inputs: List[int] = []
+        self._var_values: Dict[str, int] = {}
+
+    def set_var_values(self, values: Mapping[str, int]) -> None:
+        """Current values of the plan variables (needed by ops with ``var_exprs``)."""
+        self._var_values = dict(values)
 
     def add_buffer(self, ast_id: int, buffer: Any) -> int:
         """Add a buffer; returns its index. ``ast_id`` names it for :meth:`ExecutionPlan.buffer`."""
@@ -343,6 +350,7 @@ class ExecutionPlanBuilder:
             levels=levels,
             inputs=list(self._inputs),
         )
+        plan._var_values = dict(self._var_values)
         plan._prepare()
         return plan
 
@@ -441,6 +449,7 @@ class ExecutionPlan:
         self._native_entries: Dict[int, Tuple[int, List[int], int, int, int]] = {}
         self._segments: Optional[List[Any]] = None
         self.native = _native_default()
+        self._var_values: Dict[str, int] = {}
 
     # -- preparation -------------------------------------------------------------------------
 
@@ -531,7 +540,9 @@ class ExecutionPlan:
         core_index = op.kernel.var_names.index("core_id") if "core_id" in op.kernel.var_names else None
         self._threaded[index] = launch[0] > 1
         gs = launch if launch[0] > 1 else None
-        if hasattr(program, "bind"):
+        if hasattr(program, "bind") and gs is not None and self._parallelism(op) == 1:
+            self._calls[index] = program.bind(bufs, list(op.vals), global_size=gs, core_id_index=core_index, threads=1)
+        elif hasattr(program, "bind"):
             self._calls[index] = program.bind(bufs, list(op.vals), global_size=gs, core_id_index=core_index)
         else:
             vals = list(op.vals)
@@ -735,14 +746,13 @@ class ExecutionPlan:
 
     def _apply_vars(self, values: Mapping[str, int]) -> None:
         """Patch vals (not fixed vars, not core_id), then re-validate and re-bind. Dispatches nothing."""
+        env = dict(self._var_values)
+        env.update(values)
         staged = []
         for index, op in enumerate(self._ops):
             if not isinstance(op, PreparedKernel):
                 continue
-            new_vals = [
-                values[n] if n in values and n not in op.fixedvars and n != "core_id" else v
-                for n, v in zip(op.kernel.var_names, op.vals)
-            ]
+            new_vals = [self._new_val(op, n, v, values, env) for n, v in zip(op.kernel.var_names, op.vals)]
             if new_vals != op.vals:
                 staged.append((index, op, new_vals))
         old = [(op, op.vals) for _, op, _ in staged]
@@ -759,6 +769,18 @@ class ExecutionPlan:
         finally:
             if staged:
                 self._build_segments()  # the tables hold the old values: repack
+        self._var_values = env
+
+    @staticmethod
+    def _new_val(op: PreparedKernel, name: str, old: int, values: Mapping[str, int], env: Mapping[str, int]) -> int:
+        if name in op.var_exprs:
+            value = compile_expr(op.var_exprs[name])(env)
+            if not INT32_MIN <= value <= INT32_MAX:
+                raise VariableBoundsError("kernel %s: %s = %s = %d does not fit int32" % (op.kernel.entry_point, name, op.var_exprs[name], value))
+            return value
+        if name in values and name not in op.fixedvars and name != "core_id":
+            return values[name]
+        return old
 
     def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
         """Set variables (all checked before any dispatch), then execute.

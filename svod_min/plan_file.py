@@ -13,7 +13,7 @@ import math
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values
 from .error import PlanError, SvodError
@@ -179,6 +179,7 @@ class _PlanReader:
         self._device()
         self._vars(_obj(doc.get("vars", {}), "vars"))
         builder = ExecutionPlanBuilder(self.device)
+        builder.set_var_values(self.values)
         self._buffers(builder, _obj(doc.get("buffers"), "buffers") if "buffers" in doc else _missing("buffers"))
         self._kernels(_obj(doc.get("kernels", {}), "kernels"))
         ops = _list(doc.get("ops"), "ops") if "ops" in doc else _missing("ops")
@@ -401,22 +402,21 @@ class _PlanReader:
             raise PlanFileError(path, "global_size[0] is %r but the kernel has no core_id variable to split work by" % (gsize[0],))
 
     def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
-        try:
-            from . import kernels as library
-        except ImportError:
-            raise PlanFileError(path + ".library", "the kernel library is not available in this build") from None
+        from . import kernels as library
+
         params = _obj(k.get("params", {}), path + ".params")
+        _need(not (set(k) - {"library", "params"}), path, "a library kernel takes only library and params")
         try:
             lib = library.get(_str(k["library"], path + ".library"), device=str(self.device.spec), **params)
-        except SvodError as exc:
+        except (SvodError, TypeError) as exc:
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        outputs = [i for i, arg in enumerate(lib.buffers) if "w" in arg.role]
+        roles = [arg.role for arg in lib.buffers]
+        outputs = [i for i, role in enumerate(roles) if "w" in role]
+        inputs = [i for i, role in enumerate(roles) if "r" in role]
         kernel = CachedKernel(lib.program, str(self.device.spec), lib.source, lib.entry_point, list(lib.var_names),
-                              list(range(len(lib.buffers))), outputs, [i for i, a in enumerate(lib.buffers) if "r" in a.role],
-                              True, tuple(lib.global_size))
-        extents = {i: arg.count_expr for i, arg in enumerate(lib.buffers) if getattr(arg, "count_expr", None) is not None}
-        meta = {"extents": extents, "flops": getattr(lib, "flops", None), "bytes": getattr(lib, "bytes", None)}
-        return kernel, meta
+                              list(range(len(roles))), outputs, inputs, True, tuple(lib.global_size))
+        extents = {i: arg.count for i, arg in enumerate(lib.buffers) if arg.count is not None}
+        return kernel, {"extents": extents, "flops": lib.flops, "bytes": lib.bytes}
 
     def _global_size(self, value: Any, path: str) -> Tuple[Any, ...]:
         dims = _list(value, path)
@@ -486,18 +486,20 @@ class _PlanReader:
             gsize = self._global_size(op["global_size"], path + ".global_size")
             self._check_threading(gsize, kernel.var_names, path + ".global_size")
             kernel = _with_global_size(kernel, gsize)
-        bindings = _obj(op.get("vars", {}), path + ".vars")
-        vals, fixed, runtime = self._bind_vars(kernel, bindings, path + ".vars")
+        bindings = dict(_obj(op.get("vars", {}), path + ".vars"))
+        if "core_id_count" in kernel.var_names and "core_id_count" not in bindings and "core_id_count" not in self.variables:
+            bindings["core_id_count"] = max(1, int(getattr(self.device, "threads", 1)))  # library kernels: one chunk per thread
+        vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars")
         try:
             return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
-                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"])
+                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs)
         except SvodError as exc:
             raise PlanFileError(path, str(exc)) from None
 
-    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str) -> Tuple[List[int], Dict[str, int], List[RuntimeVar]]:
+    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:
         extra = sorted(set(bindings) - set(kernel.var_names))
         _need(not extra, path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names))
-        vals, fixed, runtime = [], {}, []
+        vals, fixed, runtime, exprs = [], {}, [], {}
         for name in kernel.var_names:
             if name == "core_id":
                 vals.append(0)  # set per invocation by the dispatcher
@@ -510,9 +512,29 @@ class _PlanReader:
             elif bound == name and name in self.variables:
                 vals.append(self.values[name])
                 runtime.append(self.variables[name])
+            elif isinstance(bound, str) and bound != name:
+                value, used = self._var_expr(bound, "%s.%s" % (path, name))
+                vals.append(value)
+                exprs[name] = bound
+                runtime.extend(self.variables[v] for v in sorted(used))
             else:
-                raise PlanFileError("%s.%s" % (path, name), "bind kernel variable %r to an integer or to the plan variable of the same name (plan variables: %s)" % (name, sorted(self.variables)))
-        return vals, fixed, runtime
+                raise PlanFileError("%s.%s" % (path, name), "bind kernel variable %r to an integer, a plan variable or an expression over plan variables (plan variables: %s)" % (name, sorted(self.variables)))
+        return vals, fixed, runtime, exprs
+
+    def _var_expr(self, text: str, path: str) -> Tuple[int, FrozenSet[str]]:
+        """Evaluate an op's variable expression with the plan variables' current values."""
+        try:
+            expr = compile_expr(text)
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+        unknown = sorted(expr.names - set(self.variables))
+        _need(not unknown, path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables)))
+        try:
+            value = expr(self.values)
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+        _need(-(1 << 31) <= value < (1 << 31), path, "expression %r = %d does not fit int32" % (text, value))
+        return value, expr.names
 
     # -- expectations -------------------------------------------------------------------------
 

@@ -369,14 +369,19 @@ class CpuProgram:
         *,
         global_size: Optional[Sequence[int]] = None,
         core_id_index: Optional[int] = None,
+        threads: Optional[int] = None,
     ) -> Callable[[], None]:
         """Validate once; return a zero-argument callable that dispatches (for replay loops).
+
+        ``threads=1`` runs core_id invocations inline (work too small for the pool).
 
         Single calls get prebuilt ``c_void_p``/``c_int32`` objects, which skips
         ctypes' per-call int conversion. The callable holds raw addresses:
         keep the buffers alive while it is used.
         """
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
+        if n > 1 and threads == 1:
+            return partial(_run_range, fn, args, pos, 0, n)
         if n > 1:
             return partial(self._dispatch, fn, args, pos, n)
         nbuf = self.buf_count
