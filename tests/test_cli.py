@@ -24,7 +24,7 @@ def test_run_default_plan_verifies_and_profiles() -> None:
     result = _cli("run")
     assert result.returncode == EXIT_OK, result.stderr
     assert "verify y: ok" in result.stdout
-    assert "linear_relu" in result.stdout and "softmax" in result.stdout  # per-op profile table
+    assert "svod_matmul_f32" in result.stdout and "svod_softmax_f32" in result.stdout  # per-op profile table
     assert "total:" in result.stdout
 
 
