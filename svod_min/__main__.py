@@ -165,6 +165,40 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _number(text: str) -> Any:
+    try:
+        return int(text, 0)
+    except ValueError:
+        return float(text)
+
+
+def _parse_shape(text: str) -> Dict[str, Any]:
+    """``M=256,N=256,K=256`` -> ``{"M": 256, ...}`` (floats for float variables; PlanError: exit 2)."""
+    shape: Dict[str, Any] = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError(item)
+            shape[name.strip()] = _number(value.strip())
+        except ValueError:
+            raise PlanError("--shape %r: expected NAME=NUMBER[,NAME=NUMBER...]" % text) from None
+    return shape
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .autotune import format_table, tune
+    from .benchmark import BenchmarkConfig
+
+    if args.runs < 1 or args.warmup < 0:
+        raise PlanError("--runs must be >= 1 and --warmup >= 0")
+    config = BenchmarkConfig(warmup_runs=args.warmup, timing_runs=args.runs)
+    result = tune(args.kernel, dtype=args.dtype, shape=_parse_shape(args.shape), config=config,
+                  progress=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result))
+    return EXIT_OK
+
+
 def info_lines() -> List[str]:
     """What ``info`` prints: devices, compilers, W^X mode, cache."""
     from . import clang
@@ -222,6 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", action="append", default=[], metavar="NAME", help="only bench files containing NAME")
     bench.add_argument("--bench-dir", default=None, help="where the bench_*.py files are")
     bench.set_defaults(func=_cmd_bench)
+    tune = sub.add_parser("tune", help="time a kernel's tuning params for one shape; get(shape=...) uses the best")
+    tune.add_argument("kernel", help="library kernel name (matmul, transpose, ...)")
+    tune.add_argument("--dtype", default="float32")
+    tune.add_argument("--shape", required=True, metavar="NAME=N,...",
+                      help="the kernel's variables: M=256,N=256,K=256")
+    tune.add_argument("--runs", type=int, default=5, help="round-robin timing rounds (default 5)")
+    tune.add_argument("--warmup", type=int, default=1, help="warm-up runs per candidate (default 1)")
+    tune.add_argument("--json", action="store_true", help="machine-readable output")
+    tune.set_defaults(func=_cmd_tune)
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
     info.set_defaults(func=_cmd_info)
     return parser

@@ -406,15 +406,22 @@ def _use_prebuilt(prebuilt: Optional[bool]) -> bool:
     return os.environ.get(PREBUILT_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
 
 
-def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None, **params: Any) -> LibraryKernel:
+def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
+        shape: Optional[Mapping[str, Any]] = None, **params: Any) -> LibraryKernel:
     """The library kernel ``name`` for ``params`` (dtype, tuning), ready to run on ``device``.
 
     ``prebuilt``: None (default) uses this host's prebuilt object when it has
     the kernel and compiles the rendered source otherwise; True requires the
-    prebuilt object; False always compiles (needs a C compiler).
+    prebuilt object; False always compiles (needs a C compiler). ``shape``
+    (the variables, e.g. ``{"M": 256, "N": 256, "K": 256}``): use the tuning
+    params ``python -m svod_min tune`` stored for it, unless ``params`` name any.
     """
     dev = _device(device)
     variant = _variants.choose_variant()
+    if shape is not None:  # autotuned params for this shape, when stored (svod_min.autotune)
+        from ..autotune import tuned_params
+
+        params = tuned_params(name, params, shape, prebuilt, variant)
     sig = find_sig(name, variant, **params)
     use = _use_prebuilt(prebuilt) and variant is not None and _variants.has_entry(variant, sig.entry)
     if prebuilt and not use:
