@@ -23,6 +23,7 @@ from .error import (
     CompilationError,
     DeviceError,
     ExecutionError,
+    ExportError,
     LoaderError,
     PlanError,
     SvodError,
@@ -33,7 +34,7 @@ EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
 
 def exit_code_for(exc: BaseException) -> int:
     """Map an error to the documented exit code."""
-    if isinstance(exc, (PlanError, ValueError)) and not isinstance(exc, LoaderError):
+    if isinstance(exc, (PlanError, ValueError, ExportError)) and not isinstance(exc, LoaderError):
         return EXIT_BAD_INPUT
     if isinstance(exc, (CompilationError, DeviceError, LoaderError, ExecutionError)):
         return EXIT_DEVICE
@@ -227,6 +228,40 @@ def info_lines() -> List[str]:
     return lines
 
 
+def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
+    os.environ.setdefault("DEV", "CPU")  # before tinygrad is imported: the schedule must be the CPU's C
+    from .interop.tinygrad import export_tinygrad, load_target
+    from .npy import read_npy
+    from .plan_file import load_plan
+
+    inputs: Dict[str, Any] = {}
+    for item in args.input:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise PlanError("--input %r: expected NAME=FILE.npy" % item)
+        inputs[name] = _npy_to_numpy(read_npy(path))
+    result = export_tinygrad(load_target(args.target), args.out_dir, inputs=inputs, rtol=args.rtol, atol=args.atol,
+                             flags=args.flag)
+    print("wrote %s: %d kernels, %d ops, vars %s" % (result.plan_path, result.kernels, result.ops, result.variables or "-"))
+    if args.no_verify:
+        return EXIT_OK
+    loaded = load_plan(result.plan_path)
+    loaded.plan.execute()
+    failed = []
+    for buffer, ok, err in loaded.verify():
+        print("svod_min vs tinygrad, %s: %s (max |err| %.3g)" % (buffer, "ok" if ok else "FAILED", err))
+        failed += [] if ok else [buffer]
+    return EXIT_VERIFY if failed else EXIT_OK
+
+
+def _npy_to_numpy(parsed: Any) -> Any:
+    """(dtype, shape, bytes) from svod_min's reader -> a numpy array (tinygrad needs numpy anyway)."""
+    import numpy as np
+
+    dt, shape, payload = parsed
+    return np.frombuffer(payload, dtype=dt.numpy_name).reshape(shape).copy()
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     print("\n".join(info_lines()))
     return EXIT_OK
@@ -265,6 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--warmup", type=int, default=1, help="warm-up runs per candidate (default 1)")
     tune.add_argument("--json", action="store_true", help="machine-readable output")
     tune.set_defaults(func=_cmd_tune)
+    export = sub.add_parser("export-tinygrad", help="export a tinygrad CPU computation as a plan bundle (needs tinygrad)")
+    export.add_argument("target", help="SCRIPT.py:FUNCTION or MODULE:FUNCTION; FUNCTION(**inputs) returns the output Tensor(s)")
+    export.add_argument("out_dir", help="directory for plan.json, kernels/, data/, expect/")
+    export.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="a named input, passed as a keyword")
+    export.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance written to expect (default 1e-4)")
+    export.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance written to expect (default 1e-5)")
+    export.add_argument("--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel")
+    export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
+    export.set_defaults(func=_cmd_export_tinygrad)
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
     info.set_defaults(func=_cmd_info)
     return parser

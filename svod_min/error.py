@@ -147,7 +147,12 @@ class NotSupportedError(SvodError, NotImplementedError):
     """A feature that svod_min deliberately does not implement (yet)."""
 
 
+class ExportError(SvodError):
+    """A model from another framework could not be exported as a plan (says what and why)."""
+
+
 __all__ = [
+    "ExportError",
     "SvodError",
     "CompilationError",
     "CompilerNotFoundError",

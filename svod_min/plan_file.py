@@ -544,7 +544,7 @@ class _PlanReader:
             path = "expect.%s" % name
             _need(name in self.buffers, path, "unknown buffer %r" % name)
             e = _obj(e, path)
-            _known_keys(e, {"values", "npy", "rtol", "atol"}, path)
+            _known_keys(e, {"values", "npy", "rtol", "atol", "count"}, path)
             buf = self.buffers[name]
             if "npy" in e:
                 from .dtypes import unpack_values
@@ -553,7 +553,10 @@ class _PlanReader:
                 values = unpack_values(dt, payload)
             else:
                 values = _flatten(_list(e.get("values"), path + ".values"), path + ".values")
-            _need(len(values) == len(buf), path, "%d expected values for a buffer of %d elements" % (len(values), len(buf)))
+            # count: only the leading elements are described (a buffer sized for a variable's maximum)
+            count = _int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
+            _need(len(values) == count, path, "%d expected values for %s of %d elements" % (
+                len(values), "a count" if "count" in e else "a buffer", count))
             rtol = _num(e.get("rtol", 1e-5), path + ".rtol")
             atol = _num(e.get("atol", 1e-6), path + ".atol")
             out.append(Expectation(name, [float(v) for v in values], rtol, atol))
