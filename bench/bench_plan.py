@@ -28,13 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from svod_min.bench_suite import format_table, make_row  # noqa: E402
+from svod_min.bench_suite import format_table, make_row, run_tinygrad_child  # noqa: E402
 
 N = 16  # floats per buffer
 GOAL_US = 3.0
@@ -186,22 +185,9 @@ print(json.dumps(out))
 
 
 def tinygrad_peer(k: int, repeat: int) -> Optional[Dict[str, Any]]:
-    try:
-        import tinygrad  # noqa: F401
-    except ImportError:
+    data = run_tinygrad_child(TINYGRAD_CHILD, [str(N), str(k), str(max(5, repeat // 2))])
+    if data is None:
         return None
-    env = dict(os.environ, DEV="CPU", CACHELEVEL="0")
-    env.pop("DEBUG", None)
-    try:
-        result = subprocess.run([sys.executable, "-c", TINYGRAD_CHILD, str(N), str(k), str(max(5, repeat // 2))],
-                                capture_output=True, text=True, timeout=900, env=env)
-    except subprocess.TimeoutExpired:
-        print("tinygrad peer timed out", file=sys.stderr)
-        return None
-    if result.returncode != 0:
-        print("tinygrad peer failed: %s" % (result.stderr.strip().splitlines() or ["?"])[-1], file=sys.stderr)
-        return None
-    data = json.loads(result.stdout.strip().splitlines()[-1])
     for shape in data.values():
         if shape["kernels"] != k:
             print("tinygrad ran %d kernels per replay, expected %d" % (shape["kernels"], k), file=sys.stderr)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import os
+import subprocess
 import sys
 import traceback
 from typing import Any, Dict, List, Optional
@@ -70,6 +72,31 @@ def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Option
             rows.append({**{k: None for k in KEYS}, "measure": "%s failed: %s" % (name, exc), "met": False, "source": name})
             traceback.print_exc(file=sys.stderr)
     return rows
+
+
+def run_tinygrad_child(code: str, args: List[str], timeout: float = 900) -> Optional[Any]:
+    """Run ``code`` in a child Python with tinygrad on the CPU; its last stdout line is JSON.
+
+    None (with the reason on stderr) when tinygrad is not installed or the child fails: a
+    benchmark then reports no peer rather than failing. A child keeps tinygrad's imports,
+    caches and threads out of the measuring process.
+    """
+    try:
+        import tinygrad  # noqa: F401
+    except ImportError:
+        return None
+    env = dict(os.environ, DEV="CPU", CACHELEVEL="0")
+    env.pop("DEBUG", None)
+    try:
+        result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                                timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        print("tinygrad peer timed out", file=sys.stderr)
+        return None
+    if result.returncode != 0:
+        print("tinygrad peer failed: %s" % (result.stderr.strip().splitlines() or ["?"])[-1], file=sys.stderr)
+        return None
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def make_row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool],
