@@ -604,10 +604,9 @@ class ExecutionPlan:
             call()
         elif isinstance(op, PreparedCopy):
             dst, src = (self._buffers[i] for i in op.buffer_indices)
-            _memmove(dst.address, src.address, src.nbytes)
+            copy_buffer(dst, src)
         elif isinstance(op, PreparedCustomFunction):
-            bufs = [_host_view(self._buffers[i]) for i in op.buffer_indices]
-            run_custom_function(op, bufs, dict(op.fixedvars))
+            _run_custom_on_host(op, [self._buffers[i] for i in op.buffer_indices])
         # views were validated at build time: nothing to do
 
     def _run_group(self, group: List[int]) -> None:
@@ -952,6 +951,52 @@ def _memmove(dst: int, src: int, nbytes: int) -> None:
     ctypes.memmove(dst, src, nbytes)
 
 
+def _is_host(buf: Any) -> bool:
+    from .devices.cpu import CpuBuffer
+
+    return isinstance(buf, CpuBuffer)
+
+
+def copy_buffer(dst: Any, src: Any) -> None:
+    """Copy all of ``src`` into ``dst`` (same size) on whichever devices they live.
+
+    Host buffers copy with one memmove; a device buffer on either side goes through its
+    device's copy path (device pointers must never reach a host memmove).
+    """
+    if _is_host(dst) and _is_host(src):
+        _memmove(dst.address, src.address, src.nbytes)
+    elif _is_host(dst):
+        src.copyout_into(dst)
+    else:
+        dst.copyin(src)
+
+
+def _run_custom_on_host(op: "PreparedCustomFunction", bufs: List[Any]) -> None:
+    """Host functions see numpy views of host buffers; device buffers are staged and written back."""
+    views, staged = [], []
+    for buf in bufs:
+        if _is_host(buf):
+            views.append(_host_view(buf))
+        else:
+            stage = _host_stage(buf)
+            views.append(stage)
+            staged.append((buf, stage))
+    run_custom_function(op, views, dict(op.fixedvars))
+    for buf, stage in staged:  # custom functions count as writing every buffer they get
+        buf.copyin(stage)
+
+
+def _host_stage(buf: Any) -> Any:
+    try:
+        return buf.numpy()
+    except SvodError:  # no numpy: the function gets a host CpuBuffer copy
+        from .device_registry import DEVICE_FACTORIES
+
+        stage = DEVICE_FACTORIES.device("CPU").allocate(buf.nbytes)
+        buf.copyout_into(stage)
+        return stage.view(0, buf.nbytes, buf.dtype, tuple(buf.shape))
+
+
 def _host_view(buf: Any) -> Any:
     try:
         return buf.numpy()
@@ -968,6 +1013,7 @@ __all__ = [
     "PreparedKernel",
     "PreparedOp",
     "RuntimeVar",
+    "copy_buffer",
     "kahn_levels",
     "register_custom_function",
     "run_custom_function",

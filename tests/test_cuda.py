@@ -1005,6 +1005,61 @@ def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> No
     assert np.array_equal(plan.output_buffer().numpy(), x * 5)
 
 
+def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's copy of CUDA buffers is a device copy, and a host function's writes reach the GPU buffer."""
+    from svod_min.execution_plan import PreparedCopy, PreparedCustomFunction, register_custom_function
+
+    dev = fake().device()
+    add = dev.library_kernel("add", dtype="float32")
+    n = 64
+    bufs = [dev.allocate([n], "float32") for _ in range(4)]
+    x = np.arange(n, dtype=np.float32)
+    bufs[1].copyin(x)
+    bufs[2].copyin(x * 2)
+    device_copies: List[Tuple[Any, Any]] = []
+    real_copy = dev.copy
+    monkeypatch.setattr(dev, "copy", lambda dst, src: (device_copies.append((dst, src)), real_copy(dst, src))[1])
+    seen: List[Any] = []
+
+    def negate(views: List[Any], _vars: Dict[str, int], _attrs: Dict[str, Any]) -> None:
+        seen.append(type(views[0]).__name__)
+        views[0][...] = -views[0]
+
+    register_custom_function("test_negate_cuda", negate)
+    plan = _cuda_plan(dev, [(add, [0, 1, 2], [n])], bufs)
+    builder_ops = [PreparedCopy(id=1, buffer_indices=[3, 0], dependencies=[0]),
+                   PreparedCustomFunction(id=2, kind="test_negate_cuda", buffer_indices=[3], dependencies=[1])]  # fmt: skip
+    from svod_min.execution_plan import ExecutionPlanBuilder
+
+    builder = ExecutionPlanBuilder(dev)
+    for i, buf in enumerate(bufs):
+        builder.add_buffer(i, buf)
+    builder.add_kernel(plan.prepared_ops()[0])
+    for op in builder_ops:
+        builder.add_op(op)
+    builder.set_output_buffer(3)
+    plan = builder.build()
+    plan.execute()
+    assert [(d is bufs[3], s is bufs[0]) for d, s in device_copies] == [(True, True)]
+    assert seen == ["ndarray"]  # the host function got a staged host copy ...
+    assert np.array_equal(bufs[3].numpy(), -(x * 3))  # ... and its writes were copied back
+    assert np.array_equal(bufs[0].numpy(), x * 3)
+
+
+def test_copy_buffer_crosses_devices(fake: Callable[..., Fake]) -> None:
+    from svod_min.device_registry import DEVICE_FACTORIES
+    from svod_min.execution_plan import copy_buffer
+
+    dev = fake().device()
+    host = DEVICE_FACTORIES.device("CPU")
+    a, b = host.allocate([8], "int32"), host.allocate([8], "int32")
+    g = dev.allocate([8], "int32")
+    a.copyin(np.arange(8, dtype=np.int32))
+    copy_buffer(g, a)  # host -> device
+    copy_buffer(b, g)  # device -> host
+    assert np.array_equal(b.numpy(), np.arange(8, dtype=np.int32))
+
+
 def test_fake_interpreter_exit_with_live_objects_is_quiet(fake_so: str, tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
