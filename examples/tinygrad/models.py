@@ -88,7 +88,7 @@ def export_all(out_root: str = HERE) -> dict:
     for name, make in MODELS.items():
         model, inputs, weights = make()
         results[name] = export_tinygrad(model, os.path.join(out_root, name), inputs=inputs, weights=weights,
-                                        description="tinygrad example: " + (make.__doc__ or name).strip())
+                                        description="tinygrad example: " + (make.__doc__ or name).strip().splitlines()[0])
     return results
 
 

@@ -162,7 +162,7 @@ class _Buffers:
             plan_buf = _PlanBuffer(self._unique(name), dt, buf.size, input=id(buf) in self._names,
                                    output=id(buf) in self._outputs, shape=self._shapes.get(id(buf)))
             if buf.is_allocated():  # exists before the run: inputs, weights, constants
-                plan_buf.init = bytes(buf.as_memoryview())
+                plan_buf.init = _read(buf)
             self._add(key, plan_buf)
         return self.by_key[key]
 
@@ -182,6 +182,14 @@ class _Buffers:
     def _add(self, key: Tuple[Any, ...], buf: _PlanBuffer) -> None:
         self.by_key[key] = buf
         self.order.append(buf)
+
+
+def _read(buf: Any) -> bytes:
+    """A tinygrad buffer's bytes, after its device finished any queued work on it."""
+    from tinygrad import Device
+
+    Device[buf.device].synchronize()
+    return bytes(buf.as_memoryview())
 
 
 def _dtype_of(tg_dtype: Any, where: str) -> DType:
@@ -460,7 +468,7 @@ def _valid_prefix(buf: Any, t: Any, var_vals: Mapping[str, int]) -> bytes:
     count = 1
     for dim in t.shape:
         count *= int(sym_infer(dim, dict(var_vals)))
-    return bytes(buf.as_memoryview())[: count * buf.dtype.itemsize]
+    return _read(buf)[: count * buf.dtype.itemsize]
 
 
 def _expect_data(out_bufs: Mapping[str, Any], expected: Mapping[str, bytes]) -> Dict[str, Tuple[Any, bytes]]:
