@@ -28,6 +28,7 @@ from svod_min.plan_file import load_plan
 pytestmark = needs_cc
 
 EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "examples", "*.json")))
+TINYGRAD_EXAMPLES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "examples", "tinygrad", "*", "plan.json")))
 
 OPS_C = r"""
 /* o[i] = a[i] * k + b[i] over [0, n): reads a, b; writes o */
@@ -64,6 +65,12 @@ def _run_both(build, runs: int = 3, var_sets=()) -> None:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 def test_example_plans_match_python_path(path: str) -> None:
     _run_both(lambda: load_plan(path).plan)
+
+
+@pytest.mark.parametrize("path", TINYGRAD_EXAMPLES, ids=[os.path.basename(os.path.dirname(p)) for p in TINYGRAD_EXAMPLES])
+def test_exported_tinygrad_plans_match_python_path(path: str) -> None:
+    var_sets = [{"batch": 2}, {"batch": 16}] if "mlp" in path else ()
+    _run_both(lambda: load_plan(path).plan, var_sets=var_sets)
 
 
 def test_default_plan_matches_python_path_and_verifies() -> None:
