@@ -15,7 +15,7 @@ import jinja2
 from svod_min.kernels.expr import C_DTYPES, OPS, elementwise_parts, load_line, param_list
 from svod_min.kernels.sig import BufferArg, CudaKernelSig, VarArg
 
-from .catalogue import RED_X, _reduce_ctx
+from .catalogue import FUSED, RED_X, _reduce_ctx
 from .render import BANNER
 
 THREADS = 256
@@ -38,26 +38,35 @@ def _p(**params: Any) -> Tuple[Tuple[str, Any], ...]:
 
 def _elementwise() -> CudaFamily:
     fam = CudaFamily("elementwise")
-    grid = ("max(1,min(ceildiv(n,%d),65535))" % THREADS, 1, 1)
     for name, op in OPS.items():
         if name == "cast":
             continue
         dtypes = ("float32",) + (("float64", "float16", "bfloat16") if name in CHEAP_OPS else ())
         args = {1: "a", 2: "a, b", 3: "c, a, b"}[op.arity]
         for dt in dtypes:
-            d = C_DTYPES[dt]
-            entry = "svod_cuda_%s_%s" % (name, d.short)
-            idt = {"c": "bool"} if name == "where" else {}
-            parsed, compute, out, ins, value = elementwise_parts("%s(%s)" % (name, args), dtype=dt, input_dtypes=idt)
-            params = ", ".join(param_list(out, ins, "__restrict__") + ["int n"])
-            fam.contexts.append(dict(entry=entry, params=params, value=value,
-                                     loads=[load_line(n, t, compute) for n, t in ins]))  # fmt: skip
-            bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, t.name, "r", "n") for n, t in ins)
-            nbytes = out.itemsize + sum(t.itemsize for _, t in ins)
-            fam.sigs.append(CudaKernelSig(name, _p(dtype=dt), entry, "elementwise", bufs, (VarArg("n", 0),), grid,
-                                          (THREADS, 1, 1), flops="%d*n" % parsed.flops, bytes="%d*n" % nbytes,
-                                          doc=op.doc))  # fmt: skip
+            _add_elementwise(fam, name, "%s(%s)" % (name, args), dt, op.doc)
+    # The CPU library's fused kernels, so plans built from them (the default MLP) run on CUDA too.
+    for name, (expr, doc) in sorted(FUSED.items()):
+        cheap = "sigmoid" not in expr  # transcendentals: float32 only, as for the plain ops
+        for dt in ("float32", "float64") if cheap else ("float32",):
+            _add_elementwise(fam, name, expr, dt, doc)
     return fam
+
+
+def _add_elementwise(fam: CudaFamily, name: str, expr: str, dt: str, doc: str) -> None:
+    """One grid-stride kernel ``out[i] = expr(inputs[i]...)`` and its signature."""
+    grid = ("max(1,min(ceildiv(n,%d),65535))" % THREADS, 1, 1)
+    entry = "svod_cuda_%s_%s" % (name, C_DTYPES[dt].short)
+    idt = {"c": "bool"} if name == "where" else {}
+    parsed, compute, out, ins, value = elementwise_parts(expr, dtype=dt, input_dtypes=idt)
+    params = ", ".join(param_list(out, ins, "__restrict__") + ["int n"])
+    fam.contexts.append(dict(entry=entry, params=params, value=value,
+                             loads=[load_line(n, t, compute) for n, t in ins]))  # fmt: skip
+    bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, t.name, "r", "n") for n, t in ins)
+    nbytes = out.itemsize + sum(t.itemsize for _, t in ins)
+    fam.sigs.append(CudaKernelSig(name, _p(dtype=dt), entry, "elementwise", bufs, (VarArg("n", 0),), grid,
+                                  (THREADS, 1, 1), flops="%d*n" % parsed.flops, bytes="%d*n" % nbytes,
+                                  doc=doc))  # fmt: skip
 
 
 def _reduce() -> CudaFamily:

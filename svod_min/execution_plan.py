@@ -448,7 +448,9 @@ class ExecutionPlan:
         # schedule as segments (a ReplayTable, or a Python group of op indices)
         self._native_entries: Dict[int, Tuple[int, List[int], int, int, int]] = {}
         self._segments: Optional[List[Any]] = None
+        self._segment_kind: Optional[str] = None  # "native" (C runner tables) or "graph" (CUDA graphs)
         self.native = _native_default()
+        self.graphs = _graphs_default()
         self._var_values: Dict[str, int] = {}
 
     # -- preparation -------------------------------------------------------------------------
@@ -467,8 +469,11 @@ class ExecutionPlan:
         self._build_segments()
 
     def _build_segments(self) -> None:
-        """Pack runs of native-capable kernel groups into replay tables (one foreign call each)."""
-        self._segments = None
+        """Pack runs of kernel groups into one-call segments: CUDA graphs on a GPU, C runner tables on the CPU."""
+        self._segments, self._segment_kind = None, None
+        if self.graphs and any(_graphable(call) for call in self._calls):
+            self._segments, self._segment_kind = self._graph_segments(), "graph"
+            return
         if not self.native or not self._native_entries:
             return
         from . import native_replay
@@ -493,11 +498,64 @@ class ExecutionPlan:
         # Bind once: a replay is then one C call per table, no lookups.
         threads = native_replay.native_threads(getattr(self._device, "threads", 1))
         self._segments = [seg if isinstance(seg, list) else seg.bind(threads) for seg in segments]
+        self._segment_kind = "native"
+
+    def _graph_segments(self) -> List[Any]:
+        """Runs of groups whose ops are all GPU launches become one CUDA graph each (>= 2 nodes).
+
+        A node waits for every node of the previous group in its run: groups
+        already order every conflicting pair, so that is all a graph needs.
+        Copies and custom functions end a run and stay on the Python path.
+        """
+        segments: List[Any] = []
+        run: List[List[int]] = []
+
+        def flush() -> None:
+            if sum(len(g) for g in run) >= 2:
+                segments.append(self._make_graph(run))
+            else:
+                segments.extend(list(g) for g in run)
+            run.clear()
+
+        for groups in self._groups:
+            for group in groups:
+                if all(_graphable(self._calls[i]) for i in group):
+                    run.append(group)
+                    continue
+                flush()
+                segments.append(group)
+        flush()
+        return segments
+
+    def _make_graph(self, run: List[List[int]]) -> Any:
+        from .devices.cuda import CudaGraph
+
+        launches, deps, previous = [], [], []  # type: List[Any], List[List[int]], List[int]
+        for group in run:
+            current = []
+            for index in group:
+                current.append(len(launches))
+                launches.append(self._calls[index])
+                deps.append(list(previous))
+            previous = current
+        return CudaGraph(launches, deps)
 
     @property
     def native_replay(self) -> bool:
         """True when execute() replays kernels through the native runner."""
-        return self._segments is not None
+        return self._segment_kind == "native"
+
+    @property
+    def graph_replay(self) -> bool:
+        """True when execute() replays runs of GPU kernels as CUDA graphs (one launch per run)."""
+        return self._segment_kind == "graph"
+
+    def set_graph_replay(self, enabled: bool) -> bool:
+        """Switch between CUDA-graph and eager launches on a GPU; returns whether graphs are now in use."""
+        with self._lock:
+            self.graphs = bool(enabled)
+            self._build_segments()
+            return self.graph_replay
 
     def set_native_replay(self, enabled: bool) -> bool:
         """Switch between native and Python replay; returns whether native is now in use."""
@@ -537,6 +595,9 @@ class ExecutionPlan:
         self._check_extents(op, env)
         bufs = [self._buffers[i] for i in op.buffer_indices]
         program = op.kernel.program
+        if getattr(program, "grid_in_blocks", False):
+            self._bind_gpu_kernel(index, op, bufs, launch, env)
+            return
         core_index = op.kernel.var_names.index("core_id") if "core_id" in op.kernel.var_names else None
         self._threaded[index] = launch[0] > 1
         gs = launch if launch[0] > 1 else None
@@ -548,6 +609,22 @@ class ExecutionPlan:
             vals = list(op.vals)
             self._calls[index] = lambda: program.execute(bufs, vals, global_size=gs, core_id_index=core_index)
         self._record_native(index, op, bufs, launch[0], core_index)
+
+    def _bind_gpu_kernel(self, index: int, op: PreparedKernel, bufs: List[Any], grid: Tuple[int, int, int], env: Mapping[str, int]) -> None:
+        """A GPU launch (svod: global_size counts blocks): bound once, then patched in place.
+
+        Patching keeps the launch object, so a CUDA graph holding it re-uploads
+        just this node on its next replay.
+        """
+        block = None
+        if op.kernel.local_size is not None:
+            block = tuple(d if type(d) is int else compile_expr(d)(env) for d in op.kernel.local_size)
+        bound = self._calls[index]
+        if bound is not None and hasattr(bound, "set_vals"):
+            bound.set_vals(list(op.vals))
+            bound.set_dims(grid, block)
+            return
+        self._calls[index] = op.kernel.program.bind(bufs, list(op.vals), global_size=grid, local_size=block)
 
     def _record_native(self, index: int, op: PreparedKernel, bufs: List[Any], ncalls: int, core_index: Optional[int]) -> None:
         """Remember how the native runner would call this kernel (CpuProgram only)."""
@@ -682,17 +759,32 @@ class ExecutionPlan:
         return self._guarded(self._run_profiled)
 
     def _run_profiled(self) -> List[KernelProfile]:
+        """GPU launches report device time (CUDA events); other GPU ops are synchronized so wall time is real."""
         profiles = []
+        self.synchronize()
         for index in self.op_order:
+            timed = getattr(self._calls[index], "timed", None)
             start = time.perf_counter_ns()
-            self._run_op(index)
+            if timed is not None:
+                device_seconds: Optional[float] = timed()
+            else:
+                device_seconds = None
+                self._run_op(index)
+                self.synchronize()
             end = time.perf_counter_ns()
-            profiles.append(self._profile(index, start, end))
+            profiles.append(self._profile(index, start, end, device_seconds))
         return profiles
 
-    def _profile(self, index: int, start: int, end: int) -> KernelProfile:
+    def synchronize(self) -> None:
+        """Wait until the device finished everything queued (GPU plans return before their kernels finish)."""
+        sync = getattr(self._device, "synchronize", None)
+        if callable(sync):
+            sync()
+
+    def _profile(self, index: int, start: int, end: int, device_seconds: Optional[float] = None) -> KernelProfile:
         op = self._ops[index]
-        elapsed = (end - start) / 1e9
+        wall = (end - start) / 1e9
+        elapsed = wall if device_seconds is None else device_seconds
         name, kind, flops, moved = "op%d" % op.id, "kernel", None, None
         if isinstance(op, PreparedKernel):
             name = op.kernel.entry_point
@@ -707,7 +799,7 @@ class ExecutionPlan:
             name, kind = "custom:%s" % op.kind, "custom"
         return KernelProfile(
             name=name, device=str(getattr(self._device, "spec", self._device)), num_buffers=len(op.buffer_indices),
-            elapsed=elapsed, wall=elapsed, start_ns=start, end_ns=end, flops=flops, bytes_moved=moved,
+            elapsed=elapsed, wall=wall, start_ns=start, end_ns=end, flops=flops, bytes_moved=moved,
             op_index=index, kind=kind,
         )
 
@@ -766,8 +858,8 @@ class ExecutionPlan:
                 self._bind_kernel(index, op)
             raise
         finally:
-            if staged:
-                self._build_segments()  # the tables hold the old values: repack
+            if staged and self._segment_kind != "graph":
+                self._build_segments()  # the tables hold the old values: repack (graph nodes were patched)
         self._var_values = env
 
     @staticmethod
@@ -853,7 +945,8 @@ class ExecutionPlan:
         for what, off, buf in (("source", src_offset, src), ("destination", dst_offset, dst)):
             if off < 0 or nbytes < 0 or off + nbytes > buf.nbytes:
                 raise BufferAllocationError("%s region [%d, +%d) is outside its %d-byte buffer" % (what, off, nbytes, buf.nbytes))
-        _memmove(dst.address + dst_offset, src.address + src_offset, nbytes)
+        if nbytes:
+            copy_buffer(dst.view(dst_offset, nbytes, "uint8"), src.view(src_offset, nbytes, "uint8"))
 
     def release_intermediate_buffers(self, remove_fn: Optional[Callable[[int], None]] = None) -> None:
         """Drop every buffer that is neither an output nor a declared input; the plan cannot run after."""
@@ -916,7 +1009,7 @@ class ExecutionPlan:
             total = _storage_size(self._buffers, buf.storage)
             base = self._device.allocate(total)
             if any(i in self._inputs for i, b in enumerate(self._buffers) if b.storage is buf.storage):
-                _memmove(base.address, buf.address - buf.offset, total)
+                _copy_storage(base, self._buffers, buf, total)
             new_storage[key] = base
         return base.view(buf.offset, buf.nbytes, dtype=buf.dtype, shape=buf.shape)
 
@@ -934,6 +1027,29 @@ def _native_default() -> bool:
 
 def _storage_size(buffers: List[Any], storage: Any) -> int:
     return max(b.offset + b.nbytes for b in buffers if b is not None and b.storage is storage)
+
+
+def _copy_storage(base: Any, buffers: List[Any], buf: Any, total: int) -> None:
+    """Snapshot ``buf``'s storage (its first ``total`` bytes) into the fresh buffer ``base``."""
+    if _is_host(buf):
+        _memmove(base.address, buf.address - buf.offset, total)
+        return
+    # Device memory has no host address: copy every plan buffer's bytes of that storage.
+    for b in buffers:
+        if b is not None and b.storage is buf.storage and b.nbytes:
+            copy_buffer(base.view(b.offset, b.nbytes, "uint8"), b.view(0, b.nbytes, "uint8"))
+
+
+def _graphable(call: Any) -> bool:
+    """A bound GPU launch that can become a CUDA graph node."""
+    return call is not None and hasattr(call, "node_params")
+
+
+def _graphs_default() -> bool:
+    """CUDA-graph replay on GPUs unless ``SVOD_CUDA_GRAPHS=0`` (eager launches are the reference)."""
+    import os
+
+    return os.environ.get("SVOD_CUDA_GRAPHS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _copy_op(op: PreparedOp) -> PreparedOp:

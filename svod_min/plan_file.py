@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values
-from .error import PlanError, SvodError
+from .error import NotSupportedError, PlanError, SvodError
 from .execution_plan import (
     ExecutionPlan,
     ExecutionPlanBuilder,
@@ -33,6 +33,8 @@ FORMAT_VERSION = 1
 MAX_PLAN_BYTES = 64 * 1024 * 1024
 MAX_BUFFER_BYTES = 1 << 34
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
+#: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
+_CPU_ONLY_VARS = ("core_id", "core_id_count")
 
 
 class PlanFileError(PlanError):
@@ -335,19 +337,30 @@ class _PlanReader:
 
     def _kernels(self, spec: Dict[str, Any]) -> None:
         pending: Dict[str, _PendingKernel] = {}
+        gpu: Dict[str, _PendingCuda] = {}
+        on_gpu = _is_gpu(self.device)
         for name, k in spec.items():
             path = "kernels.%s" % name
             k = _obj(k, path)
             allowed = {"source", "file", "llvm_ir", "ir_file", "library", "params", "entry", "buffers", "outputs",
-                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes"}
+                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda"}
             _known_keys(k, allowed, path)
             forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
-            _need(len(forms) == 1, path, "give exactly one of source, file, llvm_ir, ir_file, library (got %s)" % (forms or "none"))
-            if forms[0] == "library":
+            _need(len(forms) == 1 or (not forms and "cuda" in k), path,
+                  "give exactly one of source, file, llvm_ir, ir_file, library (got %s), or only a cuda form" % (forms or "none"))
+            cuda = self._cuda_form(k, path) if "cuda" in k else None  # checked on every device
+            if forms == ["library"]:
                 self.kernels[name] = self._library(name, k, path)
+            elif on_gpu:
+                _need(cuda is not None, path, "has no CUDA form, and this plan runs on %s: add a \"cuda\" object "
+                      "(CUDA C or PTX, docs/plan-format.md) or use a library kernel" % self.device.spec)
+                gpu[name] = cuda  # type: ignore[assignment]
             else:
+                _need(bool(forms), path, "has only a CUDA form; run the plan on a GPU (--device CUDA)")
                 pending[name] = self._compiled(name, k, forms[0], path)
         self._compile_and_load(pending)
+        for name, cuda in gpu.items():
+            self.kernels[name] = cuda.load(self.device)
 
     def _compile_and_load(self, pending: Dict[str, "_PendingKernel"]) -> None:
         """Compile every source kernel in as few compiler runs as possible, then load them."""
@@ -384,6 +397,63 @@ class _PlanReader:
         return _PendingKernel(text, kind, tuple(flags), entry, nbuf, var_names, outputs, gsize,
                               _bool(k.get("parallel_safe", True), path + ".parallel_safe"), meta)
 
+    def _cuda_form(self, k: Dict[str, Any], path: str) -> "_PendingCuda":
+        """Validate a kernel's ``cuda`` object (CUDA C for NVRTC, or PTX); loaded only on a GPU."""
+        c = _obj(k["cuda"], path + ".cuda")
+        cpath = path + ".cuda"
+        _need("library" not in k, cpath, "a library kernel brings its own CUDA form; drop \"cuda\"")
+        _known_keys(c, {"source", "file", "ptx", "ptx_file", "entry", "vars", "grid", "block", "shared_bytes", "options"}, cpath)
+        forms = [f for f in ("source", "file", "ptx", "ptx_file") if f in c]
+        _need(len(forms) == 1, cpath, "give exactly one of source, file, ptx, ptx_file (got %s)" % (forms or "none"))
+        text = c[forms[0]]
+        if forms[0] in ("file", "ptx_file"):
+            text = self._read_text(_str(text, "%s.%s" % (cpath, forms[0])), "%s.%s" % (cpath, forms[0]))
+        text = _str(text, "%s.%s" % (cpath, forms[0]))
+        nbuf = _int(k.get("buffers"), path + ".buffers", 1, 64)
+        top_vars = [_str(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(_list(k.get("vars", []), path + ".vars"))]
+        default_vars = [v for v in top_vars if v not in _CPU_ONLY_VARS]  # CPU thread-split variables
+        var_names = [_str(v, "%s.vars[%d]" % (cpath, i)) for i, v in enumerate(_list(c.get("vars", default_vars), cpath + ".vars"))]
+        _need(not set(var_names) & set(_CPU_ONLY_VARS), cpath + ".vars", "%s are CPU dispatch variables" % list(_CPU_ONLY_VARS))
+        outputs = [_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(_list(k.get("outputs", [0]), path + ".outputs"))]
+        _need("grid" in c and "block" in c, cpath, "a CUDA form needs \"grid\" (blocks, svod's global size) and \"block\" (threads per block)")
+        grid = self._grid(c["grid"], var_names, cpath + ".grid")
+        block = tuple(_int(b, "%s.block[%d]" % (cpath, i), 1, 1024) for i, b in enumerate(self._three(c["block"], cpath + ".block")))
+        meta = {
+            "extents": self._extents(k.get("extents", {}), nbuf, path + ".extents"),
+            "flops": self._work(k.get("flops"), var_names, path + ".flops"),
+            "bytes": self._work(k.get("bytes"), var_names, path + ".bytes"),
+        }
+        options = tuple(_str(o, "%s.options[%d]" % (cpath, i)) for i, o in enumerate(_list(c.get("options", []), cpath + ".options")))
+        return _PendingCuda(cpath, forms[0], text, _str(c.get("entry", k.get("entry", path.split(".", 1)[1])), cpath + ".entry"),
+                            nbuf, var_names, outputs, grid, block, _int(c.get("shared_bytes", 0), cpath + ".shared_bytes", 0, 1 << 20),
+                            options, meta)
+
+    def _grid(self, value: Any, var_names: List[str], path: str) -> Tuple[Any, ...]:
+        """Three ints or size expressions over the kernel's variables (``ceildiv(a,b)`` allowed)."""
+        from .devices.cuda_api import plan_dims
+
+        out = []
+        for i, d in enumerate(self._three(value, path)):
+            where = "%s[%d]" % (path, i)
+            if type(d) is int:
+                _need(d >= 1, where, "grid dimensions are positive")
+                out.append(d)
+                continue
+            try:
+                expr = compile_expr(plan_dims([_str(d, where)])[0])
+            except SvodError as exc:
+                raise PlanFileError(where, str(exc)) from None
+            unknown = sorted(expr.names - set(var_names))
+            _need(not unknown, where, "expression %r uses %s, not kernel variables %s" % (d, unknown, var_names))
+            out.append(expr.text)
+        return tuple(out)
+
+    @staticmethod
+    def _three(value: Any, path: str) -> List[Any]:
+        dims = _list(value, path)
+        _need(len(dims) == 3, path, "expected 3 entries, got %d" % len(dims))
+        return dims
+
     def _work(self, value: Any, var_names: List[str], path: str) -> Any:
         """A declared flops/bytes expression, checked now so profiling can never fail later."""
         if value is None or type(value) is int:
@@ -406,6 +476,8 @@ class _PlanReader:
 
         params = _obj(k.get("params", {}), path + ".params")
         _need(not (set(k) - {"library", "params"}), path, "a library kernel takes only library and params")
+        if _is_gpu(self.device):
+            return self._cuda_library(_str(k["library"], path + ".library"), params, path)
         try:
             lib = library.get(_str(k["library"], path + ".library"), device=str(self.device.spec), **params)
         except (SvodError, TypeError) as exc:
@@ -417,6 +489,22 @@ class _PlanReader:
                               list(range(len(roles))), outputs, inputs, True, tuple(lib.global_size))
         extents = {i: arg.count for i, arg in enumerate(lib.buffers) if arg.count is not None}
         return kernel, {"extents": extents, "flops": lib.flops, "bytes": lib.bytes}
+
+    def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
+        """The shipped PTX form of a library kernel, launched with its own grid and block."""
+        from .devices.cuda import find_cuda_sig, plan_dims
+
+        try:
+            sig = find_cuda_sig(lib_name, **params)
+        except (SvodError, TypeError) as exc:
+            raise PlanFileError(path, str(exc).splitlines()[0]) from None
+        program = self.device.load_signature(sig)  # driver errors are device errors, not bad input
+        roles = [arg.role for arg in sig.buffers]
+        kernel = CachedKernel(program, str(self.device.spec), "", sig.entry, list(sig.var_names), list(range(len(roles))),
+                              [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],
+                              True, plan_dims(sig.grid), tuple(sig.block))
+        extents = {i: arg.count for i, arg in enumerate(sig.buffers) if arg.count is not None}
+        return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes}
 
     def _global_size(self, value: Any, path: str) -> Tuple[Any, ...]:
         dims = _list(value, path)
@@ -482,11 +570,17 @@ class _PlanReader:
         names = _list(op.get("buffers"), path + ".buffers")
         _need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
+        gpu = getattr(kernel.program, "grid_in_blocks", False)
         if "global_size" in op:
             gsize = self._global_size(op["global_size"], path + ".global_size")
-            self._check_threading(gsize, kernel.var_names, path + ".global_size")
-            kernel = _with_global_size(kernel, gsize)
+            if not gpu:  # the CPU launch (core_id invocations); a GPU form launches its own grid
+                self._check_threading(gsize, kernel.var_names, path + ".global_size")
+                kernel = _with_global_size(kernel, gsize)
         bindings = dict(_obj(op.get("vars", {}), path + ".vars"))
+        if gpu:  # portable plans may bind the CPU thread-split variables; the GPU form has none
+            for cpu_only in _CPU_ONLY_VARS:
+                if cpu_only not in kernel.var_names:
+                    bindings.pop(cpu_only, None)
         if "core_id_count" in kernel.var_names and "core_id_count" not in bindings and "core_id_count" not in self.variables:
             bindings["core_id_count"] = max(1, int(getattr(self.device, "threads", 1)))  # library kernels: one chunk per thread
         vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars")
@@ -584,6 +678,44 @@ class _PendingKernel:
         kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
                               self.outputs, ins, self.parallel_safe, self.gsize)
         return kernel, self.meta
+
+
+@dataclass
+class _PendingCuda:
+    """A validated CUDA form (CUDA C or PTX) waiting for a GPU to load it on."""
+
+    path: str
+    form: str
+    text: str
+    entry: str
+    nbuf: int
+    var_names: List[str]
+    outputs: List[int]
+    grid: Tuple[Any, ...]
+    block: Tuple[int, ...]
+    shared_bytes: int
+    options: Tuple[str, ...]
+    meta: Dict[str, Any]
+
+    def load(self, device: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
+        kwargs = dict(local_size=self.block, shared_bytes=self.shared_bytes, name=self.entry)
+        if self.form in ("ptx", "ptx_file"):
+            program = device.load_ptx(self.text, self.entry, self.nbuf, self.var_names, **kwargs)
+        else:
+            try:
+                program = device.compile_cuda(self.text, self.entry, self.nbuf, self.var_names, options=self.options, **kwargs)
+            except NotSupportedError as exc:  # no NVRTC: say which kernel needed it
+                raise NotSupportedError("%s: %s" % (self.path, exc)) from None
+        ins = [i for i in range(self.nbuf) if i not in self.outputs]
+        kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
+                              self.outputs, ins, True, self.grid, self.block)
+        return kernel, self.meta
+
+
+def _is_gpu(device: Any) -> bool:
+    """Kernels on this device take GPU forms (library PTX or a kernel's ``cuda`` object)."""
+    spec = getattr(device, "spec", None)
+    return getattr(spec, "kind", None) == "CUDA"
 
 
 def _missing(key: str) -> Any:

@@ -9,7 +9,7 @@
  * whose CU_LAUNCH_PARAM_BUFFER_SIZE differs from the kernel's exact parameter
  * size (no tail padding) is refused with CUDA_ERROR_INVALID_VALUE.
  *
- * Test controls: fake_configure(init_rc, version, count), fake_set_mem_limit,
+ * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
  * fake_set_func_max_threads, fake_counter(name), fake_last_launch(...).
  *
  * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c
@@ -93,7 +93,15 @@ CUresult cuGetErrorName(CUresult code, const char **out) { return describe(code,
 CUresult cuGetErrorString(CUresult code, const char **out) { return describe(code, out, 0); }
 
 /* ---- init and devices ---- */
-CUresult cuInit(unsigned flags) { (void)flags; if (g_init_rc) return g_init_rc; g_initialised = 1; return OK; }
+/* FAKE_CUDA_DEVICES=N in the environment: N devices without fake_configure (for CLI subprocess tests). */
+CUresult cuInit(unsigned flags) {
+    (void)flags;
+    const char *env = getenv("FAKE_CUDA_DEVICES");
+    if (env && !g_initialised) g_count = atoi(env);
+    if (g_init_rc) return g_init_rc;
+    g_initialised = 1;
+    return OK;
+}
 CUresult cuDriverGetVersion(int *v) { *v = g_version; return OK; }
 CUresult cuDeviceGetCount(int *n) { NEED_INIT; *n = g_count; return OK; }
 CUresult cuDeviceGet(int *dev, int ordinal) { NEED_INIT; if (ordinal < 0 || ordinal >= g_count) return E_DEVICE; *dev = ordinal; return OK; }
@@ -313,9 +321,52 @@ static CUresult pack(const Function *f, void **params, void **extra, unsigned ch
 static uint64_t u64_at(const unsigned char *a, size_t off) { uint64_t v; memcpy(&v, a + off, 8); return v; }
 static int32_t i32_at(const unsigned char *a, size_t off) { int32_t v; memcpy(&v, a + off, 4); return v; }
 
-/* host emulation of a few kernels (grid and block are ignored: each runs to completion) */
-static void run(const Function *f, const unsigned char *a) {
-    if (!strcmp(f->name, "fake_iota")) {
+static float *f32_at(const unsigned char *a, size_t off) { return (float *)(uintptr_t)u64_at(a, off); }
+
+/* Library matmul: one tile x tile block per grid cell, like the real kernel, so a wrong grid
+ * leaves part of C unwritten. dims = grid xyz, block xyz. */
+static void emulate_matmul(const unsigned char *a, const unsigned *dims, int tile) {
+    float *c = f32_at(a, 0), *x = f32_at(a, 8), *y = f32_at(a, 16);
+    int32_t M = i32_at(a, 24), N = i32_at(a, 28), K = i32_at(a, 32);
+    if (dims[3] != (unsigned)tile || dims[4] != (unsigned)tile) return; /* wrong block: nothing written */
+    for (int32_t i = 0; i < M && i < (int32_t)(dims[1] * tile); i++)
+        for (int32_t j = 0; j < N && j < (int32_t)(dims[0] * tile); j++) {
+            float acc = 0.0f;
+            for (int32_t k = 0; k < K; k++) acc += x[i * K + k] * y[k * N + j];
+            c[i * N + j] = acc;
+        }
+}
+
+static void emulate_softmax(const unsigned char *a) {
+    float *out = f32_at(a, 0), *x = f32_at(a, 8);
+    int32_t rows = i32_at(a, 16), cols = i32_at(a, 20);
+    for (int32_t r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * cols;
+        float m = row[0], sum = 0.0f;
+        for (int32_t j = 1; j < cols; j++) m = row[j] > m ? row[j] : m;
+        for (int32_t j = 0; j < cols; j++) sum += (out[(size_t)r * cols + j] = __builtin_expf(row[j] - m));
+        for (int32_t j = 0; j < cols; j++) out[(size_t)r * cols + j] /= sum;
+    }
+}
+
+/* host emulation of a few kernels (elementwise ones ignore the grid: they are grid-stride loops) */
+static void run(const Function *f, const unsigned char *a, const unsigned *dims) {
+    if (!strcmp(f->name, "svod_cuda_matmul_f32_t16")) {
+        emulate_matmul(a, dims, 16);
+    } else if (!strcmp(f->name, "svod_cuda_matmul_f32_t32")) {
+        emulate_matmul(a, dims, 32);
+    } else if (!strcmp(f->name, "svod_cuda_softmax_f32")) {
+        emulate_softmax(a);
+    } else if (!strcmp(f->name, "svod_cuda_add_relu_f32")) {
+        float *out = f32_at(a, 0), *x = f32_at(a, 8), *y = f32_at(a, 16);
+        for (int32_t i = 0, n = i32_at(a, 24); i < n; i++) out[i] = x[i] + y[i] > 0.0f ? x[i] + y[i] : 0.0f;
+    } else if (!strcmp(f->name, "svod_cuda_mul_f32")) {
+        float *out = f32_at(a, 0), *x = f32_at(a, 8), *y = f32_at(a, 16);
+        for (int32_t i = 0, n = i32_at(a, 24); i < n; i++) out[i] = x[i] * y[i];
+    } else if (!strcmp(f->name, "svod_cuda_relu_f32")) {
+        float *out = f32_at(a, 0), *x = f32_at(a, 8);
+        for (int32_t i = 0, n = i32_at(a, 16); i < n; i++) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    } else if (!strcmp(f->name, "fake_iota")) {
         int32_t *out = (int32_t *)(uintptr_t)u64_at(a, 0);
         for (int32_t i = 0, n = i32_at(a, 8); i < n; i++) out[i] = i;
     } else if (!strcmp(f->name, "fake_axpb")) { /* out[i] = in[i] * k + c */
@@ -344,7 +395,7 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     g_last_size = size;
     g_last_extra = extra != NULL;
     g_launches++;
-    run((const Function *)fn, args);
+    run((const Function *)fn, args, dims);
     return OK;
 }
 
@@ -355,7 +406,7 @@ typedef struct {
     void **kernelParams, **extra;
     void *kern, *ctx;
 } NodeParams;
-typedef struct { const Function *f; unsigned char args[512]; } Node;
+typedef struct { const Function *f; unsigned char args[512]; unsigned dims[7]; } Node;
 typedef struct { int n; Node nodes[64]; } Graph;
 typedef struct { const Graph *src; int n; Node nodes[64]; } Exec;
 
@@ -373,6 +424,7 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t n
     nd->f = p->func;
     CUresult rc = pack(nd->f, p->kernelParams, p->extra, nd->args, &size);
     if (rc) return rc;
+    memcpy(nd->dims, &p->gx, sizeof nd->dims); /* gx..shared are seven consecutive unsigneds */
     g->n++;
     *node = nd;
     return OK;
@@ -400,6 +452,7 @@ CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const NodePar
     ptrdiff_t i = (const Node *)node - e->src->nodes;
     if (i < 0 || i >= e->n || p->func != (void *)e->nodes[i].f) return E_VALUE;
     g_set_params++;
+    memcpy(e->nodes[i].dims, &p->gx, sizeof e->nodes[i].dims);
     return pack(e->nodes[i].f, p->kernelParams, p->extra, e->nodes[i].args, &size);
 }
 CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const NodeParams *p) {
@@ -410,7 +463,7 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     Exec *e = exec;
     (void)stream;
     NEED_CTX;
-    for (int i = 0; i < e->n; i++) run(e->nodes[i].f, e->nodes[i].args);
+    for (int i = 0; i < e->n; i++) run(e->nodes[i].f, e->nodes[i].args, e->nodes[i].dims);
     g_graph_launches++;
     return OK;
 }

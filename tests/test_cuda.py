@@ -1206,6 +1206,11 @@ def _reference(sig: Any, ins: Dict[str, Any], env: Dict[str, int]) -> Any:
         return binary[name](x["a"], x["b"])
     if name == "where":
         return np.where(x["c"] != 0, x["a"], x["b"])
+    fused = {"add_relu": lambda: unary["relu"](x["a"] + x["b"]), "mul_add": lambda: x["a"] * x["b"] + x["c"],
+             "relu_mul_add": lambda: unary["relu"](x["a"] * x["b"] + x["c"]),
+             "silu": lambda: x["a"] * unary["sigmoid"](x["a"])}  # fmt: skip
+    if name in fused:
+        return fused[name]()
     if name.startswith("reduce_"):
         cube = x["x"].reshape(env["outer"], env["red"], env["inner"])
         return {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}[name](cube, axis=1).ravel()

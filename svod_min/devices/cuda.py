@@ -833,12 +833,18 @@ def find_cuda_sig(name: str, **params: Any) -> Any:
     from ..kernels import cuda_kernels
 
     want = dict(params)
-    candidates = [s for s in cuda_kernels() if s.name == name]
+    if "dtype" in want:  # aliases as on the CPU ("f32", "half", ...)
+        want["dtype"] = to_dtype(want["dtype"]).name
+    sigs = cuda_kernels()
+    candidates = [s for s in sigs if s.name == name]
+    if not candidates:
+        names = sorted({s.name for s in sigs})
+        raise NotSupportedError("library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names)))
     for sig in candidates:
         have = dict(sig.params)
         if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
             return sig
-    options = sorted(str(dict(s.params)) for s in candidates) or ["(no kernel of that name)"]
+    options = sorted(str(dict(s.params)) for s in candidates)
     raise NotSupportedError("no CUDA library kernel %s%s; available: %s" % (name, want, ", ".join(options)))
 
 
@@ -906,6 +912,9 @@ class CudaProgram:
     No ``address`` attribute on purpose: ExecutionPlan's native (CPU) replay
     keys on it. ``core_id_index`` is accepted and ignored (CPU-only concept).
     """
+
+    #: svod's GPU convention: a launch's global_size is the grid, counted in blocks (ExecutionPlan keys on it).
+    grid_in_blocks = True
 
     def __init__(
         self,

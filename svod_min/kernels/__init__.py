@@ -348,8 +348,9 @@ def _device(device: Any) -> Any:
     spec = device if isinstance(device, DeviceSpec) else DeviceSpec.parse(device)
     if spec.kind == "CUDA":
         raise UnsupportedDeviceError(
-            "the kernel library has no CUDA device yet: PTX for %s exists under %s/cuda "
-            "(kernels.cuda_kernels()), but launching it needs the CUDA device" % (spec, GEN_DIR))
+            "kernels.get() returns CPU kernels; for %s use svod_min.devices.cuda: "
+            "DEVICE_FACTORIES.device(%r).library_kernel(name, dtype=...) (shipped PTX, cuda_kernels() lists them), "
+            "or a plan file's library kernels with --device CUDA" % (spec, str(spec)))
     if spec.kind != "CPU":
         raise UnsupportedDeviceError("the kernel library supports CPU (and later CUDA), not %s" % spec)
     from ..devices.cpu import create_cpu_device

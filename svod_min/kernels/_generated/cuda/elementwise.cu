@@ -614,3 +614,83 @@ extern "C" __global__ void svod_cuda_where_bf16(svod_bf16 *__restrict__ out, con
 }
 /* END svod_cuda_where_bf16 */
 
+/* BEGIN svod_cuda_add_relu_f32 */
+extern "C" __global__ void svod_cuda_add_relu_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+        out[i] = svod_reluf((v_a + v_b));
+    }
+}
+/* END svod_cuda_add_relu_f32 */
+
+/* BEGIN svod_cuda_add_relu_f64 */
+extern "C" __global__ void svod_cuda_add_relu_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+        out[i] = svod_relu((v_a + v_b));
+    }
+}
+/* END svod_cuda_add_relu_f64 */
+
+/* BEGIN svod_cuda_mul_add_f32 */
+extern "C" __global__ void svod_cuda_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+        const float v_c = in_c[i];
+        out[i] = ((v_a * v_b) + v_c);
+    }
+}
+/* END svod_cuda_mul_add_f32 */
+
+/* BEGIN svod_cuda_mul_add_f64 */
+extern "C" __global__ void svod_cuda_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+        const double v_c = in_c[i];
+        out[i] = ((v_a * v_b) + v_c);
+    }
+}
+/* END svod_cuda_mul_add_f64 */
+
+/* BEGIN svod_cuda_relu_mul_add_f32 */
+extern "C" __global__ void svod_cuda_relu_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+        const float v_c = in_c[i];
+        out[i] = svod_reluf(((v_a * v_b) + v_c));
+    }
+}
+/* END svod_cuda_relu_mul_add_f32 */
+
+/* BEGIN svod_cuda_relu_mul_add_f64 */
+extern "C" __global__ void svod_cuda_relu_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+        const double v_c = in_c[i];
+        out[i] = svod_relu(((v_a * v_b) + v_c));
+    }
+}
+/* END svod_cuda_relu_mul_add_f64 */
+
+/* BEGIN svod_cuda_silu_f32 */
+extern "C" __global__ void svod_cuda_silu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+    #pragma unroll 1
+    for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
+        const float v_a = in_a[i];
+        out[i] = (v_a * svod_sigmoidf(v_a));
+    }
+}
+/* END svod_cuda_silu_f32 */
+

@@ -1,0 +1,293 @@
+"""Plans on the CUDA device: plan files, library kernels, CUDA forms, graph replay, profiling.
+
+Runs against the stand-in driver (tests/fake_libcuda.c: host memory plays device
+memory; the library's matmul/add_relu/softmax/mul/relu float32 kernels are
+emulated by entry name, matmul only over the tiles its grid covers) and, with
+``@pytest.mark.gpu``, on a real GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import pytest
+
+from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
+from svod_min.devices import cuda
+from svod_min.error import NotSupportedError, PlanError
+from svod_min.plan_file import PlanFileError, load_plan
+
+from test_cuda import FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
+
+np = pytest.importorskip("numpy")
+
+
+def _cpu_output(doc: Dict[str, Any], rows: int = BATCH) -> Any:
+    loaded = load_plan(doc, device="CPU")
+    loaded.plan.execute_with_vars({"rows": rows}) if rows != BATCH else loaded.plan.execute()
+    return np.asarray(loaded.plan.output_buffer().tolist(), dtype=np.float32).reshape(-1)
+
+
+def _gpu_output(plan: Any) -> Any:
+    return plan.output_buffer().numpy().reshape(-1)
+
+
+# --- the default MLP plan on CUDA ----------------------------------------------------------------
+
+
+def test_fake_default_plan_runs_on_cuda_and_verifies(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    dev = f.device()
+    doc = default_plan_document()
+    loaded = load_plan(doc, device=dev)
+    plan = loaded.plan
+    assert str(plan.device.spec) == "CUDA:0"
+    assert [k.entry_point for k in plan.kernels()] == [
+        "svod_cuda_matmul_f32_t16", "svod_cuda_add_relu_f32", "svod_cuda_matmul_f32_t16",
+        "svod_cuda_add_relu_f32", "svod_cuda_softmax_f32"]  # fmt: skip
+    assert plan.graph_replay and not plan.native_replay
+    plan.execute()
+    assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
+    np.testing.assert_allclose(_gpu_output(plan), _cpu_output(doc), rtol=1e-5, atol=1e-7)
+    assert f.counter("graph_launches") == 1 and f.counter("launches") == 0  # one graph, no eager launch
+
+
+def test_fake_variables_patch_graph_nodes_in_place(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    loaded = load_plan(default_plan_document(), device=f.device())
+    plan = loaded.plan
+    plan.execute()
+    assert f.counter("set_params") == 0
+    plan.execute_with_vars({"rows": 3})
+    # matmul M, add_relu n (twice) and the softmax rows change: 5 nodes re-uploaded, the graph kept
+    assert f.counter("set_params") == 5 and f.counter("graph_launches") == 2
+    want = np.asarray(reference_output(default_plan_document(), 3), dtype=np.float32)
+    got = _gpu_output(plan)
+    np.testing.assert_allclose(got[: 3 * D_OUT], want[: 3 * D_OUT], rtol=1e-4, atol=1e-6)
+    plan.execute_with_vars({"rows": 3})  # unchanged values: nothing to re-upload
+    assert f.counter("set_params") == 5
+    with pytest.raises(PlanError, match="outside bounds"):
+        plan.execute_with_vars({"rows": BATCH + 1})
+    assert not plan.poisoned and f.counter("graph_launches") == 3
+
+
+def test_fake_graph_replay_equals_eager(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    doc = default_plan_document()
+    plan = load_plan(doc, device=f.device()).plan
+    plan.execute()
+    graphed = _gpu_output(plan).copy()
+    assert plan.set_graph_replay(False) is False
+    plan.execute()
+    assert f.counter("launches") == 5 and f.counter("graph_launches") == 1
+    assert np.array_equal(_gpu_output(plan), graphed)
+    assert plan.set_graph_replay(True) is True
+
+
+def test_fake_graphs_off_by_environment(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
+    plan = load_plan(default_plan_document(), device=fake().device()).plan
+    assert not plan.graph_replay and not plan.native_replay
+
+
+def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
+    """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
+    dev = fake().device()
+    prog = dev.library_kernel("matmul", dtype="float32", tile=16)
+    M, N, K = 40, 20, 8
+    a, b, c = dev.allocate([M * K], "float32"), dev.allocate([K * N], "float32"), dev.allocate([M * N], "float32")
+    a.copyin(np.ones(M * K, np.float32))
+    b.copyin(np.ones(K * N, np.float32))
+    prog.execute([c, a, b], [M, N, K], global_size=(1, 1, 1))
+    out = c.numpy().reshape(M, N)
+    assert (out[:16, :16] == K).all() and (out[16:] == 0).all() and (out[:, 16:] == 0).all()
+
+
+def test_fake_profile_uses_device_time(fake: Callable[..., Fake]) -> None:
+    plan = load_plan(default_plan_document(), device=fake().device()).plan
+    profiles = plan.execute_profiled()
+    assert [p.kind for p in profiles] == ["kernel"] * 5
+    # the stand-in's event clock advances 0.25 ms per record: a kernel between two records is 0.25 ms
+    assert all(p.elapsed == pytest.approx(0.25e-3) for p in profiles)
+    assert all(p.wall != p.elapsed for p in profiles)
+
+
+def test_fake_replicate_and_output_region(fake: Callable[..., Fake]) -> None:
+    dev = fake().device()
+    loaded = load_plan(default_plan_document(), device=dev)
+    plan = loaded.plan
+    plan.execute()
+    first = _gpu_output(plan).copy()
+    twin = plan.replicate()
+    assert twin.output_buffer() is not plan.output_buffer()
+    assert twin.buffer_at(0) is not plan.buffer_at(0)  # the input x is snapshotted, not shared
+    twin.execute()
+    assert np.array_equal(_gpu_output(twin), first)
+    from svod_min.device_registry import DEVICE_FACTORIES
+
+    host = DEVICE_FACTORIES.device("CPU").allocate([D_OUT], "float32")
+    plan.copy_output_region_to_buffer(0, host, 0, 4 * D_OUT, 4 * D_OUT)  # row 1 of y, device -> host
+    assert np.array_equal(np.asarray(host.tolist(), np.float32), first[D_OUT: 2 * D_OUT])
+
+
+# --- plan files with CUDA forms --------------------------------------------------------------------
+
+AXPB_C = "void fake_axpb(int *out, const int *in, int n, int k, int c) { for (int i = 0; i < n; ++i) out[i] = in[i] * k + c; }"
+
+
+def _axpb_doc(cuda_form: Any = None, with_c: bool = True) -> Dict[str, Any]:
+    kernel: Dict[str, Any] = {"buffers": 2, "vars": ["n", "k", "c"], "extents": {"0": "n", "1": "n"}}
+    if with_c:
+        kernel["source"] = AXPB_C
+    if cuda_form is not None:
+        kernel["cuda"] = cuda_form
+    return {
+        "svod_plan": 1,
+        "vars": {"n": {"min": 1, "max": 64, "default": 64}},
+        "buffers": {"x": {"dtype": "int32", "shape": [64], "init": "arange"},
+                    "t": {"dtype": "int32", "shape": [64]},
+                    "y": {"dtype": "int32", "shape": [64], "output": True}},
+        "kernels": {"fake_axpb": kernel},
+        "ops": [{"kernel": "fake_axpb", "buffers": ["t", "x"], "vars": {"k": 3, "c": 1}},
+                {"kernel": "fake_axpb", "buffers": ["y", "t"], "vars": {"k": 2, "c": -5}}],
+        "expect": {"y": {"values": [(3 * i + 1) * 2 - 5 for i in range(64)], "rtol": 0, "atol": 0}},
+    }  # fmt: skip
+
+
+PTX_FORM = {"ptx": FAKE_PTX, "grid": ["ceildiv(n,128)", 1, 1], "block": [128, 1, 1]}
+
+
+def test_fake_plan_file_cuda_form_runs_and_equals_the_c_form(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    doc = _axpb_doc(PTX_FORM)
+    gpu = load_plan(doc, device=f.device())
+    gpu.plan.execute()
+    assert all(ok for _, ok, _ in gpu.verify())
+    cpu = load_plan(doc, device="CPU")
+    cpu.plan.execute()
+    assert gpu.plan.output_buffer().tolist() == cpu.plan.output_buffer().tolist()
+    gpu.plan.execute_with_vars({"n": 40})
+    assert gpu.plan.graph_replay and f.counter("set_params") == 2  # n changed in both nodes
+    got = gpu.plan.output_buffer().tolist()
+    assert got[:40] == [(3 * i + 1) * 2 - 5 for i in range(40)]
+
+
+def test_fake_cuda_form_grid_and_block_reach_the_launch(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
+    f = fake()
+    loaded = load_plan(_axpb_doc(PTX_FORM), device=f.device())
+    loaded.plan.execute_with_vars({"n": 50})
+    dims, args, extra = f.last_launch()
+    assert dims == (1, 1, 1, 128, 1, 1, 0) and extra  # ceildiv(50,128) = 1 block of 128 threads
+    assert args[16:28] == np.array([50, 2, -5], np.int32).tobytes()  # pointers first, then n, k, c
+
+
+def test_fake_portable_plan_binds_cpu_only_variables(fake: Callable[..., Fake]) -> None:
+    """core_id / core_id_count bindings and a CPU global_size are the CPU form's business."""
+    doc = _axpb_doc(dict(PTX_FORM, vars=["n", "k", "c"]))
+    doc["kernels"]["fake_axpb"]["vars"] = ["n", "k", "c", "core_id_count", "core_id"]
+    doc["kernels"]["fake_axpb"]["source"] = (
+        "void fake_axpb(int *out, const int *in, int n, int k, int c, int core_id_count, int core_id) {"
+        " for (int i = core_id; i < n; i += core_id_count) out[i] = in[i] * k + c; }")
+    for op in doc["ops"]:
+        op["vars"]["core_id_count"] = 2
+        op["global_size"] = [2, 1, 1]
+    for device in ("CPU", fake().device()):
+        loaded = load_plan(copy.deepcopy(doc), device=device)
+        loaded.plan.execute()
+        assert all(ok for _, ok, _ in loaded.verify()), device
+
+
+@pytest.mark.parametrize(
+    "mutate, where, message",
+    [
+        (lambda d: d["kernels"]["fake_axpb"].pop("cuda"), "kernels.fake_axpb", "has no CUDA form"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].pop("grid"), "kernels.fake_axpb.cuda", "needs \"grid\""),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(grid=["m", 1, 1]), "kernels.fake_axpb.cuda.grid[0]", "not kernel variables"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(block=[2048, 1, 1]), "kernels.fake_axpb.cuda.block[0]", "<= 1024"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(vars=["n", "core_id"]), "kernels.fake_axpb.cuda.vars", "CPU dispatch"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(cu="x"), "kernels.fake_axpb.cuda", "unknown key"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(source="x"), "kernels.fake_axpb.cuda", "exactly one of"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(ptx_file="missing.ptx"), "kernels.fake_axpb.cuda", "exactly one of"),
+        (lambda d: d["kernels"].update(k2={"library": "conv2d"}), "kernels.k2", "has no CUDA form"),
+        (lambda d: d["kernels"].update(k2={"library": "add", "params": {"dtype": "int32"}}), "kernels.k2", "available"),
+        (lambda d: d["kernels"].update(k2={"library": "add", "cuda": PTX_FORM}), "kernels.k2.cuda", "brings its own"),
+    ],
+)
+def test_fake_cuda_form_errors_name_their_path(fake: Callable[..., Fake], mutate: Callable[[Dict[str, Any]], Any],
+                                               where: str, message: str) -> None:
+    doc = copy.deepcopy(_axpb_doc(PTX_FORM))
+    mutate(doc)
+    with pytest.raises(PlanFileError) as info:
+        load_plan(doc, device=fake().device())
+    assert str(info.value).startswith(where + ":") and message in str(info.value), str(info.value)
+
+
+def test_cuda_only_kernel_on_cpu_and_bad_cuda_form_are_refused_on_cpu() -> None:
+    with pytest.raises(PlanFileError, match=r"kernels.fake_axpb: has only a CUDA form"):
+        load_plan(_axpb_doc(PTX_FORM, with_c=False), device="CPU")
+    bad = copy.deepcopy(_axpb_doc(dict(PTX_FORM, block=[0, 1, 1])))
+    with pytest.raises(PlanFileError, match=r"kernels.fake_axpb.cuda.block\[0\]"):
+        load_plan(bad, device="CPU")  # checked on every device, not only where it would load
+
+
+def test_fake_cuda_c_without_nvrtc_names_the_kernel(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    if cuda.find_nvrtc() is not None:
+        pytest.skip("NVRTC is installed here")
+    doc = _axpb_doc({"source": "extern \"C\" __global__ void fake_axpb() {}", "grid": [1, 1, 1], "block": [32, 1, 1]})
+    with pytest.raises(NotSupportedError, match=r"kernels.fake_axpb.cuda: NVRTC"):
+        load_plan(doc, device=fake().device())
+
+
+def test_fake_cli_runs_the_default_plan_on_cuda(fake_so: str, tmp_path: Path) -> None:
+    import svod_min
+
+    here = str(Path(svod_min.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
+               SVOD_CUDA_LIBRARY=fake_so, FAKE_CUDA_DEVICES="1", SVOD_CUDA="1")  # fmt: skip
+    for extra in ([], ["--var", "rows=3", "--json"]):
+        proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA"] + extra,
+                              capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "CUDA:0" in proc.stdout and ("verify y: ok" in proc.stdout or '"ok": true' in proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA:1"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))  # fmt: skip
+    assert proc.returncode == 3 and "CUDA:1 does not exist" in proc.stderr, proc.stderr  # a device failure
+
+
+# --- on a real GPU ---------------------------------------------------------------------------------
+
+
+@gpu_test
+def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
+    assert REAL_DRIVER is not None
+    doc = default_plan_document()
+    loaded = load_plan(doc, device=REAL_DRIVER.device(0))
+    plan = loaded.plan
+    assert plan.graph_replay
+    plan.execute()
+    assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
+    want = _cpu_output(doc)
+    np.testing.assert_allclose(_gpu_output(plan), want, rtol=1e-4, atol=1e-6)
+    plan.set_graph_replay(False)
+    plan.execute_with_vars({"rows": 5})
+    eager = _gpu_output(plan).copy()
+    plan.set_graph_replay(True)
+    plan.execute_with_vars({"rows": 2})
+    plan.execute_with_vars({"rows": 5})
+    np.testing.assert_allclose(_gpu_output(plan), eager, rtol=0, atol=0)
+    np.testing.assert_allclose(eager[: 5 * D_OUT], _cpu_output(doc, rows=5)[: 5 * D_OUT], rtol=1e-4, atol=1e-6)
+    profiles = plan.execute_profiled()
+    assert all(0 < p.elapsed < 1 for p in profiles)
+
+
+@gpu_test
+def test_gpu_cli_run_on_cuda() -> None:
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA", "--repeat", "20"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
