@@ -1,9 +1,11 @@
-"""The built-in kernel check behind ``python -m svod_min run`` without a plan.
+"""The built-in kernel check behind ``python -m svod_min selfcheck``.
 
-A handful of kernels that exercise the whole pipeline (compile -> relocate ->
-W^X map -> call): plain loops, libm calls, static tables, ``.bss`` state and a
-``core_id``-threaded kernel. Each result is compared with a pure-Python
-reference, so the check needs no numpy.
+On the CPU, a handful of kernels that exercise the whole pipeline (compile ->
+relocate -> W^X map -> call): plain loops, libm calls, static tables, ``.bss``
+state and a ``core_id``-threaded kernel. On a GPU, one shipped PTX kernel of
+each library module (elementwise, matmul, softmax, reduce, transpose), timed
+with CUDA events. Each result is compared with a pure-Python reference, so the
+check needs no numpy.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Sequence
+from typing import Any, Callable, List, Sequence
 
 from .devices.cpu import CpuDevice, create_cpu_device
 
@@ -81,6 +83,8 @@ def _time(call: Callable[[], None], repeat: int = 5) -> float:
 def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 64) -> List[CheckResult]:
     """Compile the built-in kernels, run them, and compare with pure Python."""
     dev = device or create_cpu_device()
+    if hasattr(dev, "library_kernel"):
+        return run_gpu_selfcheck(dev)
     rng = random.Random(0)
     a = _floats([rng.uniform(-2, 2) for _ in range(n)])
     b = _floats([rng.uniform(-2, 2) for _ in range(n)])
@@ -115,6 +119,44 @@ def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 
     check("matmul", {"buf_count": 3, "var_names": ["n", "core_id"]}, want, rtol=1e-4,
           buffers=[mc, ma, mb], vals=[size, 0], global_size=(4, 1, 1), out=mc)
     return results
+
+
+def run_gpu_selfcheck(dev: Any, rows: int = 37, cols: int = 45) -> List[CheckResult]:
+    """Library kernels from the shipped PTX on a GPU device, against pure Python (device-time best of 5)."""
+    rng = random.Random(1)
+    n, k = rows * cols, 29
+    a = _floats([rng.uniform(-2, 2) for _ in range(n)])
+    b = _floats([rng.uniform(-2, 2) for _ in range(n)])
+    w = _floats([rng.uniform(-1, 1) for _ in range(k * cols)])
+    x = _floats([rng.uniform(-1, 1) for _ in range(rows * k)])
+    bufs = {name: dev.allocate([len(v)], "float32").copyin(v) for name, v in (("a", a), ("b", b), ("w", w), ("x", x))}
+    results = []
+
+    def check(name: str, params: dict, args: Sequence[str], vals: Sequence[int], want: List[float], rtol: float = 1e-5) -> None:
+        out = dev.allocate([len(want)], "float32")
+        bound = dev.library_kernel(name, **params).bind([out] + [bufs[arg] for arg in args], list(vals))
+        elapsed = min(bound.timed() for _ in range(5))
+        ok, err = _compare(out.tolist(), want, rtol=rtol)
+        results.append(CheckResult(name, ok, err, elapsed))
+
+    check("add", {}, ("a", "b"), (n,), [p + q for p, q in zip(a, b)])
+    check("matmul", {"tile": 16}, ("x", "w"), (rows, cols, k),
+          [sum(x[i * k + j] * w[j * cols + c] for j in range(k)) for i in range(rows) for c in range(cols)], rtol=1e-4)
+    check("softmax", {}, ("a",), (rows, cols), _softmax_rows(a, rows, cols), rtol=1e-4)
+    check("reduce_sum", {}, ("a",), (rows, cols, 1, cols, 1, 0), [sum(a[r * cols:(r + 1) * cols]) for r in range(rows)], rtol=1e-4)
+    check("transpose", {"dtype": "float32"}, ("a",), (rows, cols), [a[r * cols + c] for c in range(cols) for r in range(rows)])
+    return results
+
+
+def _softmax_rows(values: Sequence[float], rows: int, cols: int) -> List[float]:
+    out: List[float] = []
+    for r in range(rows):
+        row = values[r * cols:(r + 1) * cols]
+        top = max(row)
+        exps = [math.exp(v - top) for v in row]
+        total = sum(exps)
+        out.extend(e / total for e in exps)
+    return out
 
 
 def format_results(results: List[CheckResult]) -> str:

@@ -357,6 +357,21 @@ static void run(const Function *f, const unsigned char *a, const unsigned *dims)
         emulate_matmul(a, dims, 32);
     } else if (!strcmp(f->name, "svod_cuda_softmax_f32")) {
         emulate_softmax(a);
+    } else if (!strcmp(f->name, "svod_cuda_reduce_sum_f32")) { /* (outer, red, inner) strided by so, sr, si */
+        float *out = f32_at(a, 0), *x = f32_at(a, 8);
+        int32_t outer = i32_at(a, 16), red = i32_at(a, 20), inner = i32_at(a, 24);
+        int32_t so = i32_at(a, 28), sr = i32_at(a, 32), si = i32_at(a, 36);
+        for (int32_t o = 0; o < outer; o++)
+            for (int32_t i = 0; i < inner; i++) {
+                float acc = 0.0f;
+                for (int32_t r = 0; r < red; r++) acc += x[(size_t)o * so + (size_t)r * sr + (size_t)i * si];
+                out[(size_t)o * inner + i] = acc;
+            }
+    } else if (!strcmp(f->name, "svod_cuda_transpose_x4")) { /* 32x32 tiles over grid (cols/32, rows/32) */
+        uint32_t *out = (uint32_t *)(uintptr_t)u64_at(a, 0), *x = (uint32_t *)(uintptr_t)u64_at(a, 8);
+        int32_t rows = i32_at(a, 16), cols = i32_at(a, 20);
+        for (int32_t r = 0; r < rows && r < (int32_t)(dims[1] * 32); r++)
+            for (int32_t c = 0; c < cols && c < (int32_t)(dims[0] * 32); c++) out[(size_t)c * rows + r] = x[(size_t)r * cols + c];
     } else if (!strcmp(f->name, "svod_cuda_add_relu_f32")) {
         float *out = f32_at(a, 0), *x = f32_at(a, 8), *y = f32_at(a, 16);
         for (int32_t i = 0, n = i32_at(a, 24); i < n; i++) out[i] = x[i] + y[i] > 0.0f ? x[i] + y[i] : 0.0f;
@@ -407,8 +422,8 @@ typedef struct {
     void *kern, *ctx;
 } NodeParams;
 typedef struct { const Function *f; unsigned char args[512]; unsigned dims[7]; } Node;
-typedef struct { int n; Node nodes[64]; } Graph;
-typedef struct { const Graph *src; int n; Node nodes[64]; } Exec;
+typedef struct { int n; Node nodes[128]; } Graph;
+typedef struct { const Graph *src; int n; Node nodes[128]; } Exec;
 
 CUresult cuGraphCreate(void **g, unsigned flags) { (void)flags; NEED_CTX; *g = calloc(1, sizeof(Graph)); return OK; }
 CUresult cuGraphDestroy(void *g) { free(g); return OK; }
@@ -419,7 +434,7 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t n
     NEED_CTX;
     for (size_t i = 0; i < ndeps; i++)
         if ((Node *)deps[i] < g->nodes || (Node *)deps[i] >= g->nodes + g->n) return E_VALUE;
-    if (g->n >= 64) return E_OOM;
+    if (g->n >= 128) return E_OOM;
     Node *nd = &g->nodes[g->n];
     nd->f = p->func;
     CUresult rc = pack(nd->f, p->kernelParams, p->extra, nd->args, &size);

@@ -135,6 +135,33 @@ def test_fake_replicate_and_output_region(fake: Callable[..., Fake]) -> None:
     assert np.array_equal(np.asarray(host.tolist(), np.float32), first[D_OUT: 2 * D_OUT])
 
 
+def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fake]) -> None:
+    from svod_min.error import BufferAllocationError, ExecutionError
+
+    f = fake()
+    dev = f.device()
+    add = dev.library_kernel("add", dtype="float32")
+    a, b = dev.allocate([10], "float32"), dev.allocate([10], "float32")
+    with pytest.raises(BufferAllocationError, match=r"'out' holds 36 bytes, it needs n = 10 elements \(40 bytes\)"):
+        add.execute([dev.allocate([9], "float32"), a, b], [10])
+    with pytest.raises(ExecutionError, match="'out' is float64, the kernel takes float32"):
+        add.execute([dev.allocate([10], "float64"), a, b], [10])
+    with pytest.raises(ExecutionError, match="n=-1 is below its minimum 0"):
+        add.execute([a, a, b], [-1])
+    assert f.counter("launches") == 0  # nothing reached the driver
+    raw = dev.allocate(40)  # uint8 bytes: only the size is checked
+    add.execute([raw, a, b], [10])
+    assert f.counter("launches") == 1
+
+
+def test_fake_selfcheck_on_cuda(fake: Callable[..., Fake]) -> None:
+    from svod_min.selfcheck import run_selfcheck
+
+    results = run_selfcheck(fake().device())
+    assert [r.name for r in results] == ["add", "matmul", "softmax", "reduce_sum", "transpose"]
+    assert all(r.ok and r.elapsed > 0 for r in results), results
+
+
 # --- plan files with CUDA forms --------------------------------------------------------------------
 
 AXPB_C = "void fake_axpb(int *out, const int *in, int n, int k, int c) { for (int i = 0; i < n; ++i) out[i] = in[i] * k + c; }"
@@ -291,3 +318,12 @@ def test_gpu_cli_run_on_cuda() -> None:
     proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA", "--repeat", "20"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+@gpu_test
+def test_gpu_selfcheck() -> None:
+    from svod_min.selfcheck import run_selfcheck
+
+    assert REAL_DRIVER is not None
+    results = run_selfcheck(REAL_DRIVER.device(0))
+    assert len(results) == 5 and all(r.ok for r in results), results

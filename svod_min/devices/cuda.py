@@ -803,10 +803,12 @@ class CudaDevice:
 
         with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
             text = fh.read()
-        return self.load_ptx(
+        program = self.load_ptx(
             text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
             shared_bytes=0, name="%s%s" % (sig.name, dict(sig.params)),
         )  # fmt: skip
+        program.signature = sig  # bind() then checks buffer dtypes and sizes against it
+        return program
 
     # --- timing ---
 
@@ -915,6 +917,8 @@ class CudaProgram:
 
     #: svod's GPU convention: a launch's global_size is the grid, counted in blocks (ExecutionPlan keys on it).
     grid_in_blocks = True
+    #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
+    signature: Any = None
 
     def __init__(
         self,
@@ -968,6 +972,26 @@ class CudaProgram:
         where = getattr(getattr(buf, "device", None), "spec", None) or type(buf).__name__
         raise ExecutionError("%s: buffer %d is not a CUDA buffer (%s); copy it to %s first" % (self.name, index, where, self.device.spec))
 
+    def _check_against_signature(self, buffers: Sequence[Any], vals: Sequence[Any]) -> None:
+        """A library kernel never runs on a buffer of the wrong dtype or too few elements (raw pointers: unchecked)."""
+        from ..kernels.sig import compile_expr
+
+        sig = self.signature
+        env = {name: _as_int(v, "variable") for name, v in zip(self.var_names, vals)}
+        for var in sig.vars:
+            if env[var.name] < var.min:
+                raise ExecutionError("%s: %s=%d is below its minimum %d" % (self.name, var.name, env[var.name], var.min))
+        for arg, buf in zip(sig.buffers, buffers):
+            if not isinstance(buf, CudaBuffer):
+                continue
+            if buf.dtype.name != arg.dtype and buf.dtype.name != "uint8":  # uint8: raw bytes, size checked below
+                raise ExecutionError("%s: buffer %r is %s, the kernel takes %s" % (self.name, arg.name, buf.dtype.name, arg.dtype))
+            count = compile_expr(arg.count)(env) if arg.count is not None else 0
+            need = count * to_dtype(arg.dtype).itemsize
+            if buf.nbytes < need:
+                raise BufferAllocationError("%s: buffer %r holds %d bytes, it needs %s = %d elements (%d bytes): refusing to launch"
+                                            % (self.name, arg.name, buf.nbytes, arg.count, count, need))  # fmt: skip
+
     def _check_vals(self, vals: Sequence[Any]) -> List[Any]:
         if len(vals) != len(self.var_names):
             raise ExecutionError(
@@ -1004,7 +1028,10 @@ class CudaProgram:
     ) -> "BoundLaunch":
         """Validate and pack once; the returned callable launches (patch it for replay)."""
         vals = self._check_vals(vals)
-        blob = ArgBlob(self._pointers(buffers), [0] * len(vals))
+        pointers = self._pointers(buffers)
+        if self.signature is not None:
+            self._check_against_signature(buffers, vals)
+        blob = ArgBlob(pointers, [0] * len(vals))
         for j, value in enumerate(vals):
             blob.set_int(j, value, self.var_names[j])
         grid, block = self.dims(vals, global_size, local_size)
