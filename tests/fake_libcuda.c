@@ -33,6 +33,7 @@ static size_t g_mem_limit = (size_t)1 << 32;
 static __thread void *g_current = NULL;
 static long g_set_current, g_launches, g_live_dev, g_live_host, g_live_modules, g_live_streams, g_live_events;
 static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes;
+static long g_stream_syncs, g_event_records, g_event_queries, g_event_syncs;
 static unsigned g_last_dims[7];
 static unsigned char g_last_args[512];
 static size_t g_last_size;
@@ -48,7 +49,9 @@ long fake_counter(const char *name) {
         {"set_current", &g_set_current}, {"launches", &g_launches}, {"live_dev", &g_live_dev},
         {"live_host", &g_live_host}, {"live_modules", &g_live_modules}, {"live_streams", &g_live_streams},
         {"live_events", &g_live_events}, {"set_params", &g_set_params}, {"graph_launches", &g_graph_launches},
-        {"peer_enables", &g_peer_enables}, {"memcpy", &g_memcpy}, {"pushes", &g_pushes}};
+        {"peer_enables", &g_peer_enables}, {"memcpy", &g_memcpy}, {"pushes", &g_pushes},
+        {"stream_syncs", &g_stream_syncs}, {"event_records", &g_event_records},
+        {"event_queries", &g_event_queries}, {"event_syncs", &g_event_syncs}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(name, table[i].name)) return *table[i].value;
     return -1;
@@ -194,16 +197,39 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dc, CUdeviceptr s, void *sc, siz
 }
 
 /* ---- streams and events ---- */
-typedef struct { double t; } Event;
+/* Work runs at once, but events can pretend otherwise: after fake_set_events_pending(n) the next n
+ * recorded events stay not ready (cuEventQuery -> CUDA_ERROR_NOT_READY) until cuEventSynchronize is
+ * called on them, or until any cuStreamSynchronize / fake_complete_events() (all streams are one queue). */
+#define E_NOT_READY 600
+typedef struct { double t; int pending; long epoch; } Event;
 static double g_clock = 0.0;
+static int g_events_pending;
+static long g_event_epoch; /* bumped by a stream sync: every event recorded before it is complete */
+void fake_set_events_pending(int n) { g_events_pending = n; }
+void fake_complete_events(void) { g_event_epoch++; }
 CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; NEED_CTX; *s = malloc(1); g_live_streams++; return OK; }
-CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; return OK; }
+CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; g_stream_syncs++; g_event_epoch++; return OK; }
 CUresult cuStreamDestroy_v2(void *s) { free(s); g_live_streams--; return OK; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return OK; }
 CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; NEED_CTX; *e = calloc(1, sizeof(Event)); g_live_events++; return OK; }
-CUresult cuEventRecord(void *e, void *s) { (void)s; NEED_CTX; ((Event *)e)->t = g_clock; g_clock += 1.0; return OK; }
-CUresult cuEventQuery(void *e) { (void)e; return OK; }
-CUresult cuEventSynchronize(void *e) { (void)e; return OK; }
+CUresult cuEventRecord(void *e, void *s) {
+    Event *ev = e;
+    (void)s;
+    NEED_CTX;
+    ev->t = g_clock;
+    g_clock += 1.0;
+    ev->pending = g_events_pending > 0;
+    if (ev->pending) g_events_pending--;
+    ev->epoch = g_event_epoch;
+    g_event_records++;
+    return OK;
+}
+CUresult cuEventQuery(void *e) {
+    const Event *ev = e;
+    g_event_queries++;
+    return ev->pending && ev->epoch == g_event_epoch ? E_NOT_READY : OK;
+}
+CUresult cuEventSynchronize(void *e) { g_event_syncs++; ((Event *)e)->pending = 0; return OK; }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)((((Event *)end)->t - ((Event *)start)->t) * 0.25); return OK; }
 CUresult cuEventDestroy_v2(void *e) { free(e); g_live_events--; return OK; }
 CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return E_NOT_SUPPORTED; }
@@ -372,6 +398,9 @@ static void run(const Function *f, const unsigned char *a, const unsigned *dims)
         int32_t rows = i32_at(a, 16), cols = i32_at(a, 20);
         for (int32_t r = 0; r < rows && r < (int32_t)(dims[1] * 32); r++)
             for (int32_t c = 0; c < cols && c < (int32_t)(dims[0] * 32); c++) out[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+    } else if (!strcmp(f->name, "saxpy")) { /* examples/saxpy.cu: one thread per element, so the grid matters */
+        float *y = f32_at(a, 0), *x = f32_at(a, 8);
+        for (int32_t i = 0, n = i32_at(a, 16); i < n && i < (int32_t)(dims[0] * dims[3]); i++) y[i] = 2.0f * x[i] + y[i];
     } else if (!strcmp(f->name, "svod_cuda_add_relu_f32")) {
         float *out = f32_at(a, 0), *x = f32_at(a, 8), *y = f32_at(a, 16);
         for (int32_t i = 0, n = i32_at(a, 24); i < n; i++) out[i] = x[i] + y[i] > 0.0f ? x[i] + y[i] : 0.0f;

@@ -271,6 +271,27 @@ def test_fake_cuda_c_without_nvrtc_names_the_kernel(fake: Callable[..., Fake], m
         load_plan(doc, device=fake().device())
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_fake_example_plan_with_a_ptx_file_runs_on_cuda(fake: Callable[..., Fake]) -> None:
+    """examples/saxpy_vars.json carries saxpy.ptx (nvcc output of saxpy.cu): one plan file, both devices."""
+    path = EXAMPLES / "saxpy_vars.json"
+    if not path.exists():
+        pytest.skip("examples/ are not part of this checkout")
+    text = (EXAMPLES / "saxpy.ptx").read_text()
+    assert cuda.validate_ptx(text, "sm_75", entry="saxpy").version == (7, 0)
+    gpu = load_plan(str(path), device=fake().device())
+    gpu.plan.execute()
+    assert all(ok for _, ok, _ in gpu.verify())
+    cpu = load_plan(str(path), device="CPU")
+    cpu.plan.execute()
+    assert gpu.plan.output_buffer().tolist() == cpu.plan.output_buffer().tolist()
+    gpu.plan.execute_with_vars({"n": 300})  # one more pass over the first 300 elements only
+    y = gpu.plan.output_buffer().tolist()
+    assert y[:300] == [4.0 * i + 1 for i in range(300)] and y[300:] == [2.0 * i + 1 for i in range(300, 1000)]
+
+
 def test_fake_cli_runs_the_default_plan_on_cuda(fake_so: str, tmp_path: Path) -> None:
     import svod_min
 
@@ -316,6 +337,9 @@ def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
 @gpu_test
 def test_gpu_cli_run_on_cuda() -> None:
     proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA", "--repeat", "20"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", str(EXAMPLES / "saxpy_vars.json"), "--device", "CUDA"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
 
