@@ -13,6 +13,19 @@ devices by hand.
   the value of whichever op finished last). A failed op still advances the
   timeline, so waiters never hang, but it is recorded and :meth:`wait_for`
   raises :class:`ExecutionError` instead of reporting success.
+* On a CUDA device (a handle with a driver ``lib`` and a ``stream``; this
+  module never imports the CUDA one) a value completes through a CUDA event
+  recorded on the device's stream: :meth:`UnifiedExecutor.execute_kernel`
+  returns once ``fn`` queued its work, :meth:`DeviceContext.wait_for`
+  synchronizes the events (or polls them when given a timeout) and
+  :attr:`DeviceContext.current_value` queries them without blocking. Events
+  come from a small per-device pool and go back to it when their value
+  retires; at most ``_MAX_PENDING_EVENTS`` values are in flight per device.
+* :meth:`UnifiedExecutor.execute_transfer` with a CUDA side queues the copy on
+  the stream: CPU -> CUDA through ``copyin`` (pinned staging, async DMA),
+  CUDA -> CPU through ``copyout_into``, CUDA -> same CUDA as an async D2D, and
+  CUDA:i -> CUDA:j through ``copy_from_peer``. Host-only transfers are
+  unchanged: memmove, the device's ``copy``, or bytes through the host.
 * :meth:`ExecutionGraph.compute_parallel_groups` returns deterministic Kahn
   levels (sorted by id) and is idempotent; svod iterates a HashMap and
   appends to its order on every call.
@@ -74,10 +87,14 @@ class TimelineSignal:
     def wait_or_raise(self, value: int, timeout: Optional[float] = None) -> None:
         """Like :meth:`wait`, but a timeout raises :class:`ExecutionError` naming the values."""
         if not self.wait(value, timeout):
-            raise ExecutionError(
-                "timed out after %gs waiting for %s timeline value %d (current value %d)"
-                % (timeout or 0.0, self.name or "device", value, self._value)
-            )
+            raise _timeout_error(self, value, timeout)
+
+
+def _timeout_error(signal: TimelineSignal, value: int, timeout: Optional[float]) -> ExecutionError:
+    return ExecutionError(
+        "timed out after %gs waiting for %s timeline value %d (current value %d)"
+        % (timeout or 0.0, signal.name or "device", value, signal.value)
+    )
 
 
 def _check_u64(value: int) -> int:
@@ -100,16 +117,28 @@ class DeviceContext:
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False)
     _done: Set[int] = field(default_factory=set, init=False, repr=False)  # completed ahead of order
     _failures: Dict[int, BaseException] = field(default_factory=dict, init=False, repr=False)
+    _pending: Dict[int, Any] = field(default_factory=dict, init=False, repr=False)  # value -> recorded event
+    _events: Optional["_EventPool"] = field(default=None, init=False, repr=False)
+    _changed: Any = field(default=None, init=False, repr=False)  # condition on _lock: completions, records
 
     def __post_init__(self) -> None:
         self.device = as_spec(self.device)
         if not self.signal.name:
             self.signal.name = str(self.device)
         self._timeline = self.signal.value  # a pre-signalled timeline starts from its value
+        self._changed = threading.Condition(self._lock)
+        self._events = _event_pool_for(self.device_handle)
+
+    @property
+    def event_backed(self) -> bool:
+        """True when values complete through device events (a CUDA device), not on the host."""
+        return self._events is not None
 
     @property
     def current_value(self) -> int:
-        """The highest value such that every op up to it has completed."""
+        """The highest value such that every op up to it has completed (events are queried, never waited on)."""
+        if self._events is not None:
+            self.poll()
         return self.signal.value
 
     @property
@@ -142,20 +171,127 @@ class DeviceContext:
 
     def _complete(self, value: int, error: Optional[BaseException]) -> None:
         with self._lock:
-            if not 0 < value <= self._timeline:
-                raise ExecutionError(
-                    "%s: cannot complete timeline value %r (reserved values are 1..%d)"
-                    % (self.device, value, self._timeline)
-                )
-            if error is not None:
-                self._failures.setdefault(value, error)  # recorded before anyone can wake
-            self._done.add(value)
-            upto = self.signal.value
-            while upto + 1 in self._done:
-                upto += 1
-                self._done.discard(upto)
-            # Signalled under our lock so racing completions cannot publish out of order.
-            self.signal.signal(upto)
+            self._complete_locked(value, error)
+
+    def _complete_locked(self, value: int, error: Optional[BaseException]) -> None:
+        if not 0 < value <= self._timeline:
+            raise ExecutionError(
+                "%s: cannot complete timeline value %r (reserved values are 1..%d)" % (self.device, value, self._timeline)
+            )
+        if error is not None:
+            self._failures.setdefault(value, error)  # recorded before anyone can wake
+        self._done.add(value)
+        upto = self.signal.value
+        while upto + 1 in self._done:
+            upto += 1
+            self._done.discard(upto)
+        # Signalled under our lock so racing completions cannot publish out of order.
+        self.signal.signal(upto)
+        self._changed.notify_all()
+
+    # --- event-backed completion (CUDA) ---
+
+    def record_event(self, value: int) -> None:
+        """Complete ``value`` once the device's stream reaches this point; returns without waiting.
+
+        Records a pooled event on the stream. If recording fails the event goes
+        back to the pool and the error propagates; the caller marks ``value``
+        failed, as for any op.
+        """
+        pool = self._require_events()
+        self._make_room()
+        event = pool.acquire()
+        try:
+            self.device_handle.activate()
+            event.record()
+        except BaseException:
+            pool.release(event)
+            raise
+        with self._lock:
+            if value in self._pending or value in self._done or not self.signal.value < value <= self._timeline:
+                pool.release(event)
+                raise ExecutionError("%s: timeline value %r is not an open reserved value" % (self.device, value))
+            self._pending[value] = event
+            self._changed.notify_all()
+
+    def poll(self) -> int:
+        """Retire values whose events completed, in order, without blocking; returns :attr:`signal`'s value."""
+        if self._events is not None:
+            for value, event in self._pending_upto(U64_MAX):
+                try:
+                    ready = self._query(event)
+                except Exception as exc:  # a device fault: the value fails, waiters do not hang
+                    self._retire(value, event, exc)
+                    continue
+                if not ready:  # one stream: later events cannot be done either
+                    break
+                self._retire(value, event, None)
+        return self.signal.value
+
+    def _require_events(self) -> "_EventPool":
+        if self._events is None:
+            raise ExecutionError("%s has no device events (not a CUDA device)" % self.device)
+        return self._events
+
+    def _pending_upto(self, value: int) -> List[Tuple[int, Any]]:
+        with self._lock:
+            return sorted((v, e) for v, e in self._pending.items() if v <= value)
+
+    def _query(self, event: Any) -> bool:
+        self.device_handle.activate()
+        return bool(event.query())
+
+    def _retire(self, value: int, event: Any, error: Optional[BaseException]) -> None:
+        """Complete ``value`` and give its event back, unless another thread already did."""
+        with self._lock:
+            if self._pending.get(value) is not event:
+                return
+            del self._pending[value]
+            self._complete_locked(value, error)
+        self._require_events().release(event)
+
+    def _make_room(self) -> None:
+        """Retire finished values; if too many are still in flight, wait for the oldest (bounds the pool)."""
+        self.poll()
+        while True:
+            with self._lock:
+                if len(self._pending) < _MAX_PENDING_EVENTS:
+                    return
+                oldest = min(self._pending)
+                event = self._pending[oldest]
+            self._sync_event(oldest, event)
+
+    def _sync_event(self, value: int, event: Any) -> None:
+        try:
+            self.device_handle.activate()
+            event.synchronize()
+        except Exception as exc:
+            self._retire(value, event, exc)
+            return
+        self._retire(value, event, None)
+
+    def _wait_events(self, value: int, timeout: Optional[float]) -> None:
+        """wait_for on an event-backed timeline: sync events (or poll them until ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = _POLL_MIN
+        while self.poll() < value:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise _timeout_error(self.signal, value, timeout)
+            blocker = self._pending_upto(value)[:1]
+            if not blocker:
+                self._wait_host(value, left)  # a value <= target is still being issued on the host
+            elif left is None:
+                self._sync_event(*blocker[0])
+            else:  # cuEventSynchronize has no timeout: poll with short, growing sleeps
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, _POLL_MAX)
+
+    def _wait_host(self, value: int, left: Optional[float]) -> None:
+        with self._changed:
+            if self.signal.value < value and not any(v <= value for v in self._pending):
+                # Woken by a record or a completion; the slice only guards a signal raised behind our back.
+                self._changed.wait(_HOST_SLICE if left is None else min(left, _HOST_SLICE))
 
     def wait_for(self, value: int, timeout: Optional[float] = None) -> None:
         """Block until every op ``<= value`` finished; raise if one failed or on timeout.
@@ -169,7 +305,10 @@ class DeviceContext:
             raise ExecutionError(
                 "%s: timeline value %d was never reserved (last reserved %d)" % (self.device, value, self.last_reserved)
             )
-        self.signal.wait_or_raise(value, timeout)
+        if self._events is not None:
+            self._wait_events(value, timeout)
+        else:
+            self.signal.wait_or_raise(value, timeout)
         self._raise_failure(value)
 
     def _raise_failure(self, value: int) -> None:
@@ -188,6 +327,47 @@ class DeviceContext:
         with self._lock:
             cleared, self._failures = self._failures, {}
         return cleared
+
+
+# --- device events ---------------------------------------------------------------
+
+_MAX_PENDING_EVENTS = 32  # in-flight values per device before recording waits for the oldest
+_POLL_MIN, _POLL_MAX = 50e-6, 2e-3  # seconds between cuEventQuery polls when a wait has a timeout
+_HOST_SLICE = 0.1  # longest sleep while a value is still being issued on the host
+
+
+class _EventPool:
+    """Sync-only events of one device, reused: a retired value gives its event back."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._free: List[Any] = []
+        self._lock = threading.Lock()
+
+    def acquire(self) -> Any:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._make()
+
+    def release(self, event: Any) -> None:
+        # Never destroyed here: another thread may still be polling it (reuse is harmless, see _retire).
+        with self._lock:
+            self._free.append(event)
+
+
+def _event_pool_for(handle: Any) -> Optional[_EventPool]:
+    """An event pool when ``handle`` is a CUDA device (a driver ``lib`` and a ``stream``), else None.
+
+    Duck-typed so that importing this module never imports the CUDA one: it
+    is only imported here once such a handle exists, i.e. when it is loaded.
+    """
+    lib = getattr(handle, "lib", None)
+    if getattr(handle, "stream", None) is None or not callable(getattr(lib, "call", None)):
+        return None
+    from .devices.cuda import CudaEvent
+
+    return _EventPool(lambda: CudaEvent(handle, timing=False))
 
 
 # --- sync strategy -------------------------------------------------------------
@@ -357,7 +537,7 @@ def _hazard(earlier: ExecutionNode, later: ExecutionNode) -> bool:
 
 
 class UnifiedExecutor:
-    """Device contexts plus synchronous kernel/transfer execution on their timelines.
+    """Device contexts plus kernel/transfer execution on their timelines (asynchronous on CUDA).
 
     Thread-safe: the context table has a lock, each timeline has its own.
     """
@@ -409,7 +589,11 @@ class UnifiedExecutor:
     # --- execution ---
 
     def execute_kernel(self, device: SpecLike, fn: Callable[[], Any]) -> int:
-        """Run ``fn()`` now on ``device``'s timeline; returns the completed timeline value.
+        """Run ``fn()`` now on ``device``'s timeline; returns its timeline value.
+
+        On the host the value is complete on return. On a CUDA device ``fn``
+        only queues work on the device's stream: an event is recorded after it
+        and the value completes when the event does (:meth:`DeviceContext.wait_for`).
 
         The device is added on first use. If ``fn`` raises, the value is still
         signalled (so waiters wake) but recorded as failed, waiters get
@@ -420,10 +604,13 @@ class UnifiedExecutor:
         value = ctx.next_timeline()
         try:
             fn()
+            if ctx.event_backed:
+                ctx.record_event(value)
         except BaseException as exc:
             ctx.signal_failure(value, exc)
             _reraise(exc, "kernel on %s (timeline value %d) failed" % (ctx.device, value))
-        ctx.signal_completion(value)
+        if not ctx.event_backed:
+            ctx.signal_completion(value)
         return value
 
     def execute_transfer(
@@ -438,13 +625,16 @@ class UnifiedExecutor:
         """Copy ``src`` into ``dst`` (same ``nbytes``); returns the value on ``dst_device``'s timeline.
 
         Cross-device copies first wait (up to ``timeout``) for everything
-        already reserved on the source device.
+        already reserved on the source device. With a CUDA side the copy is
+        queued on its stream (see :func:`_stream_transfer`).
         """
         if src.nbytes != dst.nbytes:
             raise BufferAllocationError(
                 "transfer size mismatch: source has %d bytes, destination %d bytes" % (src.nbytes, dst.nbytes)
             )
         src_ctx, dst_ctx = self.add_device(src_device), self.add_device(dst_device)
+        if src_ctx.event_backed or dst_ctx.event_backed:
+            return _stream_transfer(src, dst, src_ctx, dst_ctx, timeout)
         strategy = _sync_strategy(src_ctx.device, dst_ctx.device)
         pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
         value = dst_ctx.next_timeline()
@@ -512,6 +702,69 @@ def _copy_cross(src: Any, dst: Any, dst_ctx: DeviceContext, strategy: SyncStrate
     else:
         dst.copyin(src.copyout())  # host-staged: device -> host bytes -> device
     _device_sync(dst_ctx.device_handle)  # the copy must have landed before we signal
+
+
+def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
+    """A transfer with a CUDA side: queued on the stream, completed by an event on a CUDA destination.
+
+    Across devices the source's reserved values are first waited for on the
+    host (its events synchronized). A stream wait (cuStreamWaitEvent) would
+    spare that host wait only in the CUDA -> CUDA case, and there
+    ``copy_from_peer`` synchronizes the source's stream itself before copying
+    (the source stream may reuse the buffer once it returns), so it would buy
+    nothing yet; the host wait also reports a failed source value before a
+    byte moves. Same-device copies need no wait: one stream is in order.
+    """
+    for ctx, buf, what in ((src_ctx, src, "source"), (dst_ctx, dst, "destination")):
+        spec = _buffer_spec(buf)
+        if ctx.event_backed and spec is not None and spec != ctx.device:
+            raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
+    pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
+    value = dst_ctx.next_timeline()
+    try:
+        if src_ctx is not dst_ctx:
+            src_ctx.wait_for(pending, timeout)
+        _stream_copy(src, dst, src_ctx, dst_ctx)
+        if dst_ctx.event_backed:
+            dst_ctx.record_event(value)
+    except BaseException as exc:
+        dst_ctx.signal_failure(value, exc)
+        _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
+    if not dst_ctx.event_backed:
+        dst_ctx.signal_completion(value)  # a host destination: the bytes have landed
+    return value
+
+
+def _stream_copy(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext) -> None:
+    if not src.nbytes:
+        return
+    if src_ctx is dst_ctx:
+        if _overlapping(src, dst):  # cuMemcpy on overlapping bytes is undefined: stage through the host
+            dst.copyin(src.copyout())
+        else:
+            dst_ctx.device_handle.copy(dst, src)  # async D2D, ordered on the stream
+    elif src_ctx.event_backed and dst_ctx.event_backed:
+        dst_ctx.device_handle.copy_from_peer(dst, src)  # peer access, or staged by the driver
+    elif dst_ctx.event_backed:
+        dst.copyin(src if _is_host_buffer(src) else src.copyout())  # staged in pinned memory, async DMA
+    elif _is_host_buffer(dst):
+        src.copyout_into(dst)  # ordered after the source's stream; returns once the bytes landed
+    else:
+        dst.copyin(src.copyout())
+
+
+def _is_host_buffer(buf: Any) -> bool:
+    from .devices.cpu import CpuBuffer  # on use: the CUDA paths must not import the CPU device at import time
+
+    return isinstance(buf, CpuBuffer)
+
+
+def _overlapping(a: Any, b: Any) -> bool:
+    storage, span_a, span_b = getattr(a, "storage", None), getattr(a, "byte_range", None), getattr(b, "byte_range", None)
+    if storage is None or storage is not getattr(b, "storage", None) or not (callable(span_a) and callable(span_b)):
+        return False
+    (a0, a1), (b0, b1) = span_a(), span_b()
+    return a0 < b1 and b0 < a1
 
 
 def _device_sync(handle: Any) -> None:

@@ -508,6 +508,21 @@ class CudaEvent:
         if self.recorded:
             self.device.lib.call("cuEventSynchronize", self.handle)
 
+    def query(self) -> bool:
+        """Whether the work captured by the last :meth:`record` finished; never blocks (True if never recorded).
+
+        ``CUDA_ERROR_NOT_READY`` is the driver's "not yet", not an error;
+        any other non-zero result raises :class:`CudaError`.
+        """
+        if not self.recorded:
+            return True
+        code = self.device.lib.call_raw("cuEventQuery", self.handle)
+        if code == api.CUDA_ERROR_NOT_READY:
+            return False
+        if code:
+            raise self.device.lib.error("cuEventQuery", code)
+        return True
+
     def elapsed_since(self, start: "CudaEvent") -> float:
         """Seconds of device time between ``start`` and this event (both recorded, this one completed)."""
         ms = ctypes.c_float()
