@@ -10,7 +10,9 @@
  * size (no tail padding) is refused with CUDA_ERROR_INVALID_VALUE.
  *
  * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
- * fake_set_func_max_threads, fake_counter(name), fake_last_launch(...).
+ * fake_set_func_max_threads, fake_set_events_pending(n) / fake_complete_events() (events that stay
+ * "not ready"), fake_counter(name), fake_last_launch(...). Launches with more than 48 KiB of dynamic
+ * shared memory are refused unless cuFuncSetAttribute opted the function in, as on the real driver.
  *
  * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c
  */
@@ -32,7 +34,7 @@ static int g_init_rc = 0, g_version = 12040, g_count = 0, g_initialised = 0, g_f
 static size_t g_mem_limit = (size_t)1 << 32;
 static __thread void *g_current = NULL;
 static long g_set_current, g_launches, g_live_dev, g_live_host, g_live_modules, g_live_streams, g_live_events;
-static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes;
+static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes, g_func_set_attrs;
 static long g_stream_syncs, g_event_records, g_event_queries, g_event_syncs;
 static unsigned g_last_dims[7];
 static unsigned char g_last_args[512];
@@ -50,6 +52,7 @@ long fake_counter(const char *name) {
         {"live_host", &g_live_host}, {"live_modules", &g_live_modules}, {"live_streams", &g_live_streams},
         {"live_events", &g_live_events}, {"set_params", &g_set_params}, {"graph_launches", &g_graph_launches},
         {"peer_enables", &g_peer_enables}, {"memcpy", &g_memcpy}, {"pushes", &g_pushes},
+        {"func_set_attrs", &g_func_set_attrs},
         {"stream_syncs", &g_stream_syncs}, {"event_records", &g_event_records},
         {"event_queries", &g_event_queries}, {"event_syncs", &g_event_syncs}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -121,6 +124,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     case 5: *v = 2147483647; break;
     case 6: case 7: *v = 65535; break;
     case 8: *v = 49152; break;
+    case 97: *v = 232448; break; /* opt-in shared memory per block, as on an H100 */
     case 16: *v = 4; break;
     case 41: *v = 1; break;
     case 75: *v = 8; break;
@@ -236,7 +240,7 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; retur
 CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return E_NOT_SUPPORTED; }
 
 /* ---- modules and functions ---- */
-typedef struct { char name[128]; int nparams; int sizes[64]; } Function;
+typedef struct { char name[128]; int nparams; int sizes[64]; int max_dynamic_shared; } Function;
 typedef struct { char *text; } Module;
 
 static void set_log(unsigned n, const int *opts, void **vals, const char *msg) {
@@ -310,7 +314,20 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
     return E_NOT_FOUND;
 }
 
-CUresult cuFuncGetAttribute(int *v, int attr, void *fn) { (void)fn; *v = attr == 0 ? g_func_max_threads : 0; return OK; }
+CUresult cuFuncGetAttribute(int *v, int attr, void *fn) {
+    const Function *f = fn;
+    *v = attr == 0 ? g_func_max_threads : attr == 8 ? (f->max_dynamic_shared ? f->max_dynamic_shared : 49152) : 0;
+    return OK;
+}
+
+/* Only the dynamic shared-memory opt-in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8) is modelled. */
+CUresult cuFuncSetAttribute(void *fn, int attr, int value) {
+    NEED_CTX;
+    if (attr != 8 || value < 0 || value > 232448) return E_VALUE;
+    ((Function *)fn)->max_dynamic_shared = value;
+    g_func_set_attrs++;
+    return OK;
+}
 
 /* exact parameter size: natural alignment, no tail padding */
 static size_t param_layout(const Function *f, size_t *offsets) {
@@ -433,6 +450,8 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     size_t size = 0;
     CUresult rc = pack((const Function *)fn, params, extra, args, &size);
     if (rc) return rc;
+    const Function *f = fn;
+    if (shared > 49152u && shared > (unsigned)f->max_dynamic_shared) return E_VALUE; /* no opt-in: refused like the driver */
     unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
     memcpy(g_last_dims, dims, sizeof dims);
     memcpy(g_last_args, args, size);

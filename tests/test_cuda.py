@@ -611,7 +611,7 @@ def test_fake_discovery_and_info_lines(fake: Callable[..., Fake]) -> None:
     f = fake(count=2, version=12080)
     info = f.driver().device_info(1)
     assert (info.name, info.compute_capability, info.arch, info.total_memory) == ("Fake GPU 1", (8, 0), "sm_80", 16 << 30)
-    assert info.limits == LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 49152)
+    assert info.limits == LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 49152, 232448)
     lines = cuda.info_lines(f.path)
     assert lines[0] == "cuda: driver 12.8 via %s, PTX ISA up to 8.7, 2 device(s)" % f.path
     assert lines[1] == "cuda: CUDA:0 Fake GPU 0, sm_80, 16.0 GiB, 4 SMs"
@@ -842,6 +842,29 @@ def test_fake_kernel_thread_limit_is_checked(fake: Callable[..., Fake]) -> None:
     assert prog.max_threads == 128 and prog.limits.max_threads_per_block == 128
     with pytest.raises(LaunchConfigError, match="at most 128 per block"):
         prog.execute([f.device().allocate(16)], [4], local_size=(256,))
+
+
+def test_fake_dynamic_shared_memory_above_48k_opts_in(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    dev = f.device()
+    assert dev.limits.max_shared_optin == 232448 and dev.limits.shared_ceiling == 232448
+    prog = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"])
+    out = dev.allocate([16], "int32")
+    prog.execute([out], [4], shared_bytes=48 << 10)  # within the default: no opt-in
+    assert f.counter("func_set_attrs") == 0
+    prog.execute([out], [5], shared_bytes=100 << 10)  # the driver refuses this launch without the opt-in
+    prog.execute([out], [6], shared_bytes=64 << 10)  # already opted in to more
+    assert f.counter("func_set_attrs") == 1 and f.counter("launches") == 3
+    assert _ints(out)[:6] == list(range(6))
+    with pytest.raises(LaunchConfigError, match=r"shared_bytes=232449 is outside \[0, 232448\]"):
+        prog.execute([out], [4], shared_bytes=232449)
+    assert f.counter("launches") == 3
+    big = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], shared_bytes=200 << 10)  # opted in when loaded
+    assert big.shared_bytes == 200 << 10 and f.counter("func_set_attrs") == 2
+    # without the opt-in attribute (an old driver) the ceiling is the plain per-block limit
+    assert cuda.check_shared_bytes(48 << 10, LaunchLimits(max_shared_optin=0)) == 48 << 10
+    with pytest.raises(LaunchConfigError, match="1024 of them static"):
+        cuda.check_shared_bytes(48 << 10, LaunchLimits(), static_bytes=1024)
 
 
 def test_fake_bind_patch_and_timed(fake: Callable[..., Fake]) -> None:

@@ -351,3 +351,63 @@ def test_gpu_selfcheck() -> None:
     assert REAL_DRIVER is not None
     results = run_selfcheck(REAL_DRIVER.device(0))
     assert len(results) == 5 and all(r.ok for r in results), results
+
+
+# nvcc -ptx -arch=compute_75 of: extern "C" __global__ void smem_echo(int *out, int n) { extern __shared__ int buf[];
+#   int t = threadIdx.x; buf[n - 1 - t] = t * 3; __syncthreads(); out[t] = buf[n - 1 - t]; }   (.version lowered to 7.0)
+SMEM_PTX = """\
+.version 7.0
+.target sm_75
+.address_size 64
+
+.extern .shared .align 16 .b8 buf[];
+
+.visible .entry smem_echo(
+	.param .u64 smem_echo_param_0,
+	.param .u32 smem_echo_param_1
+)
+{
+	.reg .b32 	%r<10>;
+	.reg .b64 	%rd<5>;
+
+
+	ld.param.u64 	%rd1, [smem_echo_param_0];
+	ld.param.u32 	%r1, [smem_echo_param_1];
+	cvta.to.global.u64 	%rd2, %rd1;
+	mov.u32 	%r2, %tid.x;
+	mul.lo.s32 	%r3, %r2, 3;
+	not.b32 	%r4, %r2;
+	add.s32 	%r5, %r4, %r1;
+	shl.b32 	%r6, %r5, 2;
+	mov.u32 	%r7, buf;
+	add.s32 	%r8, %r7, %r6;
+	st.shared.u32 	[%r8], %r3;
+	bar.sync 	0;
+	ld.shared.u32 	%r9, [%r8];
+	mul.wide.s32 	%rd3, %r2, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	st.global.u32 	[%rd4], %r9;
+	ret;
+
+}
+"""
+
+
+@gpu_test
+def test_gpu_dynamic_shared_memory_above_48k() -> None:
+    """100 KiB of dynamic shared memory: the kernel opts in, and the top of the region is really usable."""
+    assert REAL_DRIVER is not None
+    dev = REAL_DRIVER.device(0)
+    if dev.limits.shared_ceiling < 100 << 10:
+        pytest.skip("this GPU allows %d shared bytes per block" % dev.limits.shared_ceiling)
+    prog = dev.load_ptx(SMEM_PTX, "smem_echo", 1, ["n"], local_size=(256, 1, 1))
+    out = dev.allocate([256], "int32")
+    prog.execute([out], [(100 << 10) // 4], global_size=(1, 1, 1), shared_bytes=100 << 10)
+    assert out.numpy().tolist() == [3 * t for t in range(256)]
+
+
+def test_smem_ptx_is_valid_for_the_gpu_test() -> None:
+    assert cuda.validate_ptx(SMEM_PTX, "sm_90", entry="smem_echo").entries == ("smem_echo",)
+    if cuda.find_ptxas() is None:
+        pytest.skip("ptxas not found")
+    assert cuda.ptxas_check(SMEM_PTX, "sm_90").startswith(b"\x7fELF")

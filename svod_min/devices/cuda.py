@@ -194,6 +194,7 @@ class CudaDriver:
             (attr(api.ATTR_MAX_BLOCK_DIM_X), attr(api.ATTR_MAX_BLOCK_DIM_Y), attr(api.ATTR_MAX_BLOCK_DIM_Z)),
             (attr(api.ATTR_MAX_GRID_DIM_X), attr(api.ATTR_MAX_GRID_DIM_Y), attr(api.ATTR_MAX_GRID_DIM_Z)),
             attr(api.ATTR_MAX_SHARED_MEMORY_PER_BLOCK),
+            self._optional_attribute(handle, api.ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
         )
         capability = (attr(api.ATTR_COMPUTE_CAPABILITY_MAJOR), attr(api.ATTR_COMPUTE_CAPABILITY_MINOR))
         text = name.value.decode("utf-8", "replace")
@@ -208,6 +209,13 @@ class CudaDriver:
         value = ctypes.c_int()
         self.lib.call("cuDeviceGetAttribute", ctypes.byref(value), attribute, handle)
         return value.value
+
+    def _optional_attribute(self, handle: int, attribute: int) -> int:
+        """An attribute older drivers may not know: 0 when they refuse it."""
+        try:
+            return self.attribute(handle, attribute)
+        except CudaError:
+            return 0
 
     def device(self, ordinal: int = 0) -> "CudaDevice":
         """The process-wide :class:`CudaDevice` for GPU ``ordinal`` (created on first use)."""
@@ -957,10 +965,21 @@ class CudaProgram:
         self.limits = self.device.limits.with_threads(self.max_threads)
         self.local_size = tuple(local_size) if local_size is not None else None
         self.grid = tuple(grid) if grid is not None else None
-        self.shared_bytes = check_shared_bytes(shared_bytes, self.limits)
+        self.static_shared = self._func_attribute(api.FUNC_ATTR_SHARED_SIZE_BYTES)
+        self._dynamic_shared_max = self.limits.max_shared_bytes - self.static_shared  # without opting in
+        self.shared_bytes = self._shared(shared_bytes)
 
     def __repr__(self) -> str:
         return "<CudaProgram %s on %s bufs=%d vars=%s>" % (self.name, self.device.spec, self.buf_count, list(self.var_names))
+
+    def _shared(self, shared_bytes: Any) -> int:
+        """Validated dynamic shared bytes; above the default 48 KiB block the kernel opts in (once per size)."""
+        number = check_shared_bytes(shared_bytes, self.limits, self.static_shared)
+        if number > self._dynamic_shared_max:
+            self.device.activate()
+            self.device.lib.call("cuFuncSetAttribute", self.function, api.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, number)
+            self._dynamic_shared_max = number
+        return number
 
     def _func_attribute(self, attribute: int) -> int:
         value = ctypes.c_int()
@@ -1050,7 +1069,7 @@ class CudaProgram:
         for j, value in enumerate(vals):
             blob.set_int(j, value, self.var_names[j])
         grid, block = self.dims(vals, global_size, local_size)
-        shared = self.shared_bytes if shared_bytes is None else check_shared_bytes(shared_bytes, self.limits)
+        shared = self.shared_bytes if shared_bytes is None else self._shared(shared_bytes)
         return BoundLaunch(self, blob, grid, block, shared, list(buffers))
 
     def execute(self, buffers: Sequence[Any], vals: Sequence[Any] = (), **kwargs: Any) -> None:

@@ -124,6 +124,7 @@ PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("cuModuleGetFunction", (_P(HANDLE), HANDLE, _cp)),
     ("cuModuleUnload", (HANDLE,)),
     ("cuFuncGetAttribute", (_P(_int), _int, HANDLE)),
+    ("cuFuncSetAttribute", (HANDLE, _int, _int)),
     ("cuLaunchKernel", (HANDLE, _uint, _uint, _uint, _uint, _uint, _uint, _uint, HANDLE, _P(_vp), _P(_vp))),
     # graphs
     ("cuStreamBeginCapture_v2", (HANDLE, _int)),
@@ -167,6 +168,7 @@ ATTR_MAX_THREADS_PER_BLOCK = 1
 ATTR_MAX_BLOCK_DIM_X, ATTR_MAX_BLOCK_DIM_Y, ATTR_MAX_BLOCK_DIM_Z = 2, 3, 4
 ATTR_MAX_GRID_DIM_X, ATTR_MAX_GRID_DIM_Y, ATTR_MAX_GRID_DIM_Z = 5, 6, 7
 ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 8
+ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97  # what a kernel may opt in to (227 KiB on H100)
 ATTR_MULTIPROCESSOR_COUNT = 16
 ATTR_UNIFIED_ADDRESSING = 41
 ATTR_COMPUTE_CAPABILITY_MAJOR = 75
@@ -175,6 +177,7 @@ ATTR_COMPUTE_CAPABILITY_MINOR = 76
 # CUfunction_attribute
 FUNC_ATTR_MAX_THREADS_PER_BLOCK = 0
 FUNC_ATTR_SHARED_SIZE_BYTES = 1
+FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 # CUjit_option
 CU_JIT_INFO_LOG_BUFFER = 3
@@ -727,12 +730,19 @@ class LaunchLimits:
     max_block: Dims3 = (1024, 1024, 64)
     max_grid: Dims3 = (2**31 - 1, 65535, 65535)
     max_shared_bytes: int = 48 * 1024
+    #: Shared bytes per block a kernel may opt in to (cuFuncSetAttribute); 0 means max_shared_bytes.
+    max_shared_optin: int = 0
+
+    @property
+    def shared_ceiling(self) -> int:
+        """The most shared memory (static + dynamic) one block can have, opted in or not."""
+        return max(self.max_shared_bytes, self.max_shared_optin)
 
     def with_threads(self, threads: int) -> "LaunchLimits":
         """The same limits with ``max_threads_per_block`` lowered to ``threads`` (a kernel's own limit)."""
         if threads <= 0 or threads >= self.max_threads_per_block:
             return self
-        return LaunchLimits(threads, self.max_block, self.max_grid, self.max_shared_bytes)
+        return LaunchLimits(threads, self.max_block, self.max_grid, self.max_shared_bytes, self.max_shared_optin)
 
 
 DEFAULT_LIMITS = LaunchLimits()
@@ -785,12 +795,19 @@ def launch_dims(global_size: Any, local_size: Any = None, limits: Optional[Launc
     return grid, block
 
 
-def check_shared_bytes(shared_bytes: Any, limits: Optional[LaunchLimits] = None) -> int:
-    """Validate a dynamic shared-memory size against the device limit."""
+def check_shared_bytes(shared_bytes: Any, limits: Optional[LaunchLimits] = None, static_bytes: int = 0) -> int:
+    """Validate a dynamic shared-memory size: with the kernel's static shared memory it must fit one block.
+
+    Above ``max_shared_bytes`` (48 KiB) the kernel has to opt in
+    (:meth:`CudaProgram` does, with ``cuFuncSetAttribute``) up to the
+    device's ``max_shared_optin``.
+    """
     lim = limits or DEFAULT_LIMITS
     number = _as_int(shared_bytes, "shared_bytes")
-    if not 0 <= number <= lim.max_shared_bytes:
-        raise LaunchConfigError("shared_bytes=%d is outside [0, %d]" % (number, lim.max_shared_bytes))
+    room = lim.shared_ceiling - static_bytes
+    if not 0 <= number <= room:
+        raise LaunchConfigError("shared_bytes=%d is outside [0, %d] (%d bytes per block, %d of them static in the kernel)"
+                                % (number, room, lim.shared_ceiling, static_bytes))  # fmt: skip
     return number
 
 
