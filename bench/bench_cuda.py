@@ -24,6 +24,11 @@ What is measured (goals from the issue in brackets):
    per node = (T_K - T_1) / (K - 1). T_1 is reported too (fixed cost per replay).
    Peer: the same kernels captured by CuPy (``Stream.begin_capture`` /
    ``end_capture``) and replayed with ``Graph.launch`` + synchronize.
+2b. Whole plans: ``ExecutionPlan.execute()`` + synchronize of a K-op chain plan of
+   the same library ``add`` (a plan document loaded on the device, output checked),
+   with CUDA-graph replay and with eager launches; per kernel = (T_K - T_2) / (K - 2),
+   against the raw ``CudaGraph`` / ``BoundLaunch`` numbers of 1. and 2. (the plan
+   layer's own cost), plus the fixed cost of a 2-op plan.
 3. Bandwidth [>= 90% of raw]: ``CudaBuffer.copyin`` from pageable host memory
    (+ synchronize: copyin returns before the last DMA ends) and
    ``copyout_into`` pageable memory, both through the device's pinned staging
@@ -331,7 +336,8 @@ def _cupy_times(cupy: Any, np: Any, ls: Launches, cfg: Dict[str, int]) -> Dict[s
     return out
 
 
-def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -> List[Dict[str, Any]]:
+def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -> Tuple[List[Dict[str, Any]], Dict[str, float]]:
+    """The launch rows, and svod_min's own raw numbers (the plan rows compare against them)."""
     ls = Launches(dev, k)
     ours = svod_launch_times(ls, cfg)
     theirs = cupy_launch_times(ls, cfg) if peer else None
@@ -342,7 +348,7 @@ def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -
     eager_peer = "CuPy RawKernel, same PTX" if theirs else "-"
     graph_peer = "CuPy stream capture + Graph.launch" if theirs else "-"
     kernel = "add f32 n=%d" % N
-    return [
+    return ours, [
         make_row("eager launch µs per kernel (%d x BoundLaunch() of %s, then one sync)" % (k, kernel),
                  ours["eager"], peer_of("eager"), eager_peer, "<= %g" % LAUNCH_GOAL_US,
                  ours["eager"] <= LAUNCH_GOAL_US, digits=3),
@@ -352,6 +358,54 @@ def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -
         make_row("graph replay µs fixed (1-node graph, launch + sync)", ours["fixed"], peer_of("fixed"),
                  graph_peer, "-", None, digits=3),
     ]  # fmt: skip
+
+
+# --- 2b. whole plans: ExecutionPlan.execute() over the same kernels --------------------------------
+
+
+def chain_plan_doc(k: int) -> Dict[str, Any]:
+    """o_0 = x + b, o_j = o_{j-1} + b: K library ``add`` ops in K dependency levels (o_{K-1} = x + K)."""
+    buffers: Dict[str, Any] = {"x": {"dtype": "float32", "shape": [N], "init": "arange"},
+                               "b": {"dtype": "float32", "shape": [N], "init": "ones"}}  # fmt: skip
+    for j in range(k):
+        buffers["o%d" % j] = {"dtype": "float32", "shape": [N], "output": j == k - 1}
+    ops = [{"kernel": "add", "buffers": ["o%d" % j, "o%d" % (j - 1) if j else "x", "b"], "vars": {"n": N}} for j in range(k)]
+    return {"svod_plan": 1, "buffers": buffers, "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
+            "ops": ops}  # fmt: skip
+
+
+def plan_replay_us(dev: cuda.CudaDevice, k: int, graphs: bool, cfg: Dict[str, int]) -> float:
+    """µs per ``execute()`` + synchronize of the K-op chain plan, after checking its output."""
+    from svod_min.plan_file import load_plan
+
+    plan = load_plan(chain_plan_doc(k), device=dev).plan
+    if plan.set_graph_replay(graphs) != graphs:
+        raise RuntimeError("the plan did not switch graph replay %s" % ("on" if graphs else "off"))
+    plan.execute()
+    got = list(array("f", plan.output_buffer().copyout()))
+    if got != [float(i + k) for i in range(N)]:
+        raise RuntimeError("plan of %d adds computed %s" % (k, got[:4]))
+    replays = cfg["replays"]
+
+    def run() -> None:
+        for _ in range(replays):
+            plan.execute()
+            plan.synchronize()
+
+    return best_us(run, replays, cfg["batches"])
+
+
+def plan_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], raw: Dict[str, float]) -> List[Dict[str, Any]]:
+    """Per-kernel cost of a whole plan replay (graph and eager); the peer is the raw launch path measured above."""
+    out = []
+    for graphs, key, goal, label in ((True, "node", NODE_GOAL_US, "CUDA graphs"), (False, "eager", LAUNCH_GOAL_US, "eager")):
+        t2, tk = plan_replay_us(dev, 2, graphs, cfg), plan_replay_us(dev, k, graphs, cfg)
+        per = (tk - t2) / (k - 2)
+        peer = "raw CudaGraph per node" if graphs else "raw BoundLaunch per kernel"
+        out.append(make_row("plan replay µs per kernel, %s ((T_%d - T_2) / %d of execute() + sync, %d-op chain)"
+                            % (label, k, k - 2, k), per, raw[key], peer, "<= %g" % goal, per <= goal, digits=3))  # fmt: skip
+        out.append(info_row("plan replay µs fixed, %s (2-op plan, execute() + sync)" % label, t2))
+    return out
 
 
 # --- 3. bandwidth ------------------------------------------------------------------------------
@@ -449,7 +503,7 @@ def rows(
 ) -> List[Dict[str, Any]]:
     """Every CUDA measurement as table rows (also used by ``python -m svod_min bench``)."""
     if kernels < 2:
-        raise ValueError("kernels must be >= 2 (per node = (T_K - T_1) / (K - 1))")
+        raise ValueError("kernels must be >= 2 (per node = (T_K - T_1) / (K - 1); plan rows need 3)")
     dev, why = open_device()
     if dev is None:
         return [empty_row("CUDA: not available (%s)" % why)]
@@ -458,7 +512,9 @@ def rows(
         cfg["copy_mib"] = copy_mib
     note("%s, %s, driver %s" % (dev.info.name, dev.arch, dev.driver.version_string))
     out = module_rows(dev, cfg, cold)  # first: it times the first load of the module in this process
-    out += launch_rows(dev, kernels, cfg, peer)
+    raw, launches = launch_rows(dev, kernels, cfg, peer)
+    out += launches
+    out += plan_rows(dev, kernels, cfg, raw) if kernels > 2 else []
     out += copy_rows(dev, cfg, chunk_mib)
     return out
 

@@ -958,7 +958,7 @@ class ExecutionPlan:
             self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
             self._calls = [None] * len(self._ops)
             self._native_entries.clear()
-            self._segments = None
+            self._segments, self._segment_kind = None, None
             self._released = True
 
     def replicate(self) -> "ExecutionPlan":

@@ -138,9 +138,9 @@ def test_fake_driver_gives_every_row(fake_run: Dict[str, Any]) -> None:
         assert set(KEYS) <= set(row), row
         value = row["svod_min"]
         assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, row
-    assert len(table) == 8, [r["measure"] for r in table]
+    assert len(table) == 12, [r["measure"] for r in table]
     for start in ("elementwise.ptx", "eager launch", "graph replay µs per node", "graph replay µs fixed", "H2D GB/s",
-                  "D2H GB/s"):  # fmt: skip
+                  "D2H GB/s", "plan replay µs per kernel, CUDA graphs", "plan replay µs per kernel, eager"):  # fmt: skip
         assert any(r["measure"].startswith(start) for r in table), start
     loads = [r for r in table if r["measure"].startswith("elementwise.ptx")]
     assert len(loads) == 3 and "CUDA_CACHE_DISABLE=1" in loads[2]["measure"]  # the cold child ran
@@ -157,6 +157,16 @@ def test_fake_driver_launch_rows(fake_run: Dict[str, Any]) -> None:
         for row in (eager, node, _find(table, "graph replay µs fixed")):
             assert row["peer_value"] is None and row["ratio"] is None and row["peer"] == "-"
         assert "no CuPy peer" in fake_run["stderr"]
+
+
+def test_fake_driver_plan_rows_compare_with_the_raw_paths(fake_run: Dict[str, Any]) -> None:
+    table = fake_run["rows"]
+    for label, raw_start, peer in (("CUDA graphs", "graph replay µs per node", "raw CudaGraph per node"),
+                                   ("eager", "eager launch µs per kernel", "raw BoundLaunch per kernel")):  # fmt: skip
+        row = _find(table, "plan replay µs per kernel, %s ((T_32 - T_2) / 30" % label)
+        assert row["peer"] == peer and row["peer_value"] == _find(table, raw_start)["svod_min"]
+        assert isinstance(row["met"], bool)
+        assert _find(table, "plan replay µs fixed, %s" % label)["goal"] == "-"
 
 
 def test_fake_driver_copy_rows(fake_run: Dict[str, Any]) -> None:
