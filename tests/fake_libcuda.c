@@ -42,7 +42,8 @@ static size_t g_last_size;
 static int g_last_extra;
 static char g_ctx[8];
 
-void fake_configure(int init_rc, int version, int count) { g_init_rc = init_rc; g_version = version; g_count = count; }
+static int g_configured = 0; /* fake_configure() wins over FAKE_CUDA_DEVICES */
+void fake_configure(int init_rc, int version, int count) { g_init_rc = init_rc; g_version = version; g_count = count; g_configured = 1; }
 void fake_set_mem_limit(size_t limit) { g_mem_limit = limit; }
 void fake_set_func_max_threads(int n) { g_func_max_threads = n; }
 
@@ -103,7 +104,7 @@ CUresult cuGetErrorString(CUresult code, const char **out) { return describe(cod
 CUresult cuInit(unsigned flags) {
     (void)flags;
     const char *env = getenv("FAKE_CUDA_DEVICES");
-    if (env && !g_initialised) g_count = atoi(env);
+    if (env && !g_initialised && !g_configured) g_count = atoi(env);
     if (g_init_rc) return g_init_rc;
     g_initialised = 1;
     return OK;

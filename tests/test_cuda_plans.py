@@ -411,3 +411,19 @@ def test_smem_ptx_is_valid_for_the_gpu_test() -> None:
     if cuda.find_ptxas() is None:
         pytest.skip("ptxas not found")
     assert cuda.ptxas_check(SMEM_PTX, "sm_90").startswith(b"\x7fELF")
+
+
+@gpu_test
+def test_gpu_plan_with_a_cuda_c_form_compiled_by_nvrtc() -> None:
+    """A kernel's CUDA C form goes through NVRTC at load time and runs like its C form on the CPU."""
+    if cuda.find_nvrtc() is None:
+        pytest.skip("NVRTC (libnvrtc) not found")
+    assert REAL_DRIVER is not None
+    source = ('extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n")  # fmt: skip
+    doc = _axpb_doc({"source": source, "grid": ["ceildiv(n,32)", 1, 1], "block": [32, 1, 1]})
+    loaded = load_plan(doc, device=REAL_DRIVER.device(0))
+    loaded.plan.execute()
+    assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
+    loaded.plan.execute_with_vars({"n": 40})
+    assert loaded.plan.output_buffer().tolist()[:40] == [(3 * i + 1) * 2 - 5 for i in range(40)]
