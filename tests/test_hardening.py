@@ -362,9 +362,13 @@ def test_kernel_cache_eviction_unmaps_the_dropped_program(plan_object) -> None:
 
     progs = [cache.get_or_compile(("k", i), compile_fn) for i in range(2)]
     bases = [p._loaded.base for p in progs]
+    # Compare "start-end perms" of each image's first segment as first seen: another thread's mmap may
+    # reuse a freed address, but not with the same extent and permissions.
+    seen: dict = {}
 
     def mapped(base: int) -> bool:
-        return any(ln.startswith("%x-" % base) for ln in _maps())
+        now = next((" ".join(ln.split()[:2]) for ln in _maps() if ln.startswith("%x-" % base)), None)
+        return now is not None and now == seen.setdefault(base, now)
 
     assert all(mapped(b) for b in bases)
     del progs
