@@ -33,7 +33,8 @@ What is measured (goals from the issue in brackets):
    (+ synchronize: copyin returns before the last DMA ends) and
    ``copyout_into`` pageable memory, both through the device's pinned staging
    pool, against raw ``cuMemcpyHtoD_v2`` / ``cuMemcpyDtoH_v2`` from and into one
-   ``cuMemHostAlloc`` block (synchronous copies); 64 MiB (quick: 8 MiB), medians
+   ``cuMemHostAlloc`` block (synchronous copies), and against the driver's own
+   copies from and into the same pageable buffers; 64 MiB (quick: 8 MiB), medians
    of round-robin repeats; here ratio = svod_min / raw. ``--chunk-mib`` sets
    ``StagingPool.chunk`` for tuning.
 4. PTX module load of ``elementwise.ptx`` (``CudaModule`` = ``cuModuleLoadDataEx``
@@ -459,10 +460,23 @@ def copy_rates(dev: cuda.CudaDevice, nbytes: int, reps: int) -> Dict[str, float]
         def raw_d2h() -> None:
             lib.call("cuMemcpyDtoH_v2", pinned.address, address, nbytes)
 
+        # the driver's own path for the same pageable buffers (it stages internally)
+        host_ptr = ctypes.addressof((ctypes.c_char * nbytes).from_buffer(host))
+        out_ptr = ctypes.addressof((ctypes.c_char * nbytes).from_buffer(out))
+
+        def pageable_h2d() -> None:
+            lib.call("cuMemcpyHtoD_v2", address, host_ptr, nbytes)
+
+        def pageable_d2h() -> None:
+            lib.call("cuMemcpyDtoH_v2", out_ptr, address, nbytes)
+
         times = paired_median_s(
-            {"svod_h2d": svod_h2d, "raw_h2d": raw_h2d, "svod_d2h": lambda: buf.copyout_into(out), "raw_d2h": raw_d2h},
+            {"svod_h2d": svod_h2d, "raw_h2d": raw_h2d, "pageable_h2d": pageable_h2d,
+             "svod_d2h": lambda: buf.copyout_into(out), "raw_d2h": raw_d2h, "pageable_d2h": pageable_d2h},
             reps,
-        )
+        )  # fmt: skip
+        if out != host:
+            raise RuntimeError("a timed device -> host copy returned the wrong bytes")
     finally:
         pinned.close()
     return {k: nbytes / s / 1e9 for k, s in times.items()}
@@ -487,6 +501,10 @@ def copy_rows(dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int
                  "cuMemcpyHtoD_v2 from cuMemHostAlloc memory"),
         rate_row("D2H GB/s, %s: copyout_into(pageable), %s" % (size, staging), rates["svod_d2h"], rates["raw_d2h"],
                  "cuMemcpyDtoH_v2 into cuMemHostAlloc memory"),
+        rate_row("H2D GB/s, %s: copyin(pageable) + sync vs the driver's pageable copy" % size, rates["svod_h2d"],
+                 rates["pageable_h2d"], "cuMemcpyHtoD_v2 from the same pageable buffer"),
+        rate_row("D2H GB/s, %s: copyout_into(pageable) vs the driver's pageable copy" % size, rates["svod_d2h"],
+                 rates["pageable_d2h"], "cuMemcpyDtoH_v2 into the same pageable buffer"),
     ]  # fmt: skip
 
 

@@ -138,7 +138,7 @@ def test_fake_driver_gives_every_row(fake_run: Dict[str, Any]) -> None:
         assert set(KEYS) <= set(row), row
         value = row["svod_min"]
         assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, row
-    assert len(table) == 12, [r["measure"] for r in table]
+    assert len(table) == 14, [r["measure"] for r in table]
     for start in ("elementwise.ptx", "eager launch", "graph replay µs per node", "graph replay µs fixed", "H2D GB/s",
                   "D2H GB/s", "plan replay µs per kernel, CUDA graphs", "plan replay µs per kernel, eager"):  # fmt: skip
         assert any(r["measure"].startswith(start) for r in table), start
@@ -170,7 +170,10 @@ def test_fake_driver_plan_rows_compare_with_the_raw_paths(fake_run: Dict[str, An
 
 
 def test_fake_driver_copy_rows(fake_run: Dict[str, Any]) -> None:
-    for start, raw in (("H2D GB/s, 2 MiB", "cuMemcpyHtoD_v2"), ("D2H GB/s, 2 MiB", "cuMemcpyDtoH_v2")):
+    for start, raw in (("H2D GB/s, 2 MiB: copyin(pageable) + sync, pinned", "cuMemcpyHtoD_v2 from cuMemHostAlloc"),
+                       ("D2H GB/s, 2 MiB: copyout_into(pageable), pinned", "cuMemcpyDtoH_v2 into cuMemHostAlloc"),
+                       ("H2D GB/s, 2 MiB: copyin(pageable) + sync vs", "cuMemcpyHtoD_v2 from the same pageable"),
+                       ("D2H GB/s, 2 MiB: copyout_into(pageable) vs", "cuMemcpyDtoH_v2 into the same pageable")):  # fmt: skip
         row = _find(fake_run["rows"], start)
         assert row["peer"].startswith(raw)
         assert row["peer_value"] > 0 and math.isfinite(row["peer_value"])
