@@ -95,6 +95,36 @@ def test_fake_graphs_off_by_environment(fake: Callable[..., Fake], monkeypatch: 
     assert not plan.graph_replay and not plan.native_replay
 
 
+def test_fake_graph_runs_end_at_copies_and_keep_the_plan_order(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    f = fake()
+    built: List[Any] = []
+    real = cuda.CudaGraph.__init__
+
+    def spy(self: Any, launches: Any, dependencies: Any = None) -> None:
+        built.append([list(d) for d in dependencies])
+        real(self, launches, dependencies)
+
+    monkeypatch.setattr(cuda.CudaGraph, "__init__", spy)
+    f32 = {"dtype": "float32", "shape": [64]}
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"x": dict(f32, init="arange"), "b": dict(f32, init="ones"), "t1": f32, "t2": f32, "y": f32,
+                    "z": f32, "w": f32, "v": dict(f32, output=True)},
+        "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
+        "ops": [{"kernel": "add", "buffers": ["t1", "x", "b"], "vars": {"n": 64}},
+                {"kernel": "add", "buffers": ["t2", "x", "b"], "vars": {"n": 64}},
+                {"kernel": "add", "buffers": ["y", "t1", "t2"], "vars": {"n": 64}, "deps": [0, 1]},
+                {"copy": {"dst": "z", "src": "y"}, "deps": [2]},
+                {"kernel": "add", "buffers": ["w", "z", "b"], "vars": {"n": 64}, "deps": [3]},
+                {"kernel": "add", "buffers": ["v", "w", "b"], "vars": {"n": 64}, "deps": [4]}],
+    }  # fmt: skip
+    plan = load_plan(doc, device=f.device()).plan
+    assert built == [[[], [], [0, 1]], [[], [0]]]  # two graphs: the copy between them stays on the host path
+    plan.execute()
+    assert plan.output_buffer().tolist() == [2 * (i + 1) + 2 for i in range(64)]
+    assert f.counter("graph_launches") == 2 and f.counter("launches") == 0
+
+
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
     """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
     dev = fake().device()
