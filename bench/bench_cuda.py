@@ -1,6 +1,6 @@
 """CUDA device benchmark: launch overhead, graph replay, host<->device bandwidth, PTX module load.
 
-    python3 bench/bench_cuda.py [--quick] [--json] [--kernels K] [--copy-mib M] [--chunk-mib C]
+    python3 bench/bench_cuda.py [--quick] [--json] [--kernels K] [--copy-mib M] [--chunk-mib C] [--copy-threads T]
                                 [--no-peer] [--no-cold]
     python3 -m svod_min bench --only cuda        # the same rows inside the suite's table
 
@@ -36,7 +36,7 @@ What is measured (goals from the issue in brackets):
    ``cuMemHostAlloc`` block (synchronous copies), and against the driver's own
    copies from and into the same pageable buffers; 64 MiB (quick: 8 MiB), medians
    of round-robin repeats; here ratio = svod_min / raw. ``--chunk-mib`` sets
-   ``StagingPool.chunk`` for tuning.
+   ``StagingPool.chunk`` and ``--copy-threads`` ``StagingPool.threads`` for tuning.
 4. PTX module load of ``elementwise.ptx`` (``CudaModule`` = ``cuModuleLoadDataEx``
    with log buffers; informational, no goal): the first load in this process
    (the driver's JIT cache, ``~/.nv/ComputeCache``, may already hold it), the
@@ -482,16 +482,20 @@ def copy_rates(dev: cuda.CudaDevice, nbytes: int, reps: int) -> Dict[str, float]
     return {k: nbytes / s / 1e9 for k, s in times.items()}
 
 
-def copy_rows(dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int]) -> List[Dict[str, Any]]:
+def copy_rows(dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int],
+              copy_threads: Optional[int] = None) -> List[Dict[str, Any]]:  # fmt: skip
     pool = dev.staging
-    old_chunk = pool.chunk
+    old_chunk, old_threads = pool.chunk, pool.threads
     if chunk_mib:
         pool.release()  # blocks are allocated at the chunk size: drop them
         pool.chunk = chunk_mib << 20
+    if copy_threads:
+        pool.threads = copy_threads
     try:
         rates = copy_rates(dev, cfg["copy_mib"] << 20, cfg["copy_reps"])
-        staging = "pinned staging 2 x %g MiB" % (pool.chunk / (1 << 20))
+        staging = "pinned staging 2 x %g MiB, %d host thread(s)" % (pool.chunk / (1 << 20), pool.threads)
     finally:
+        pool.threads = old_threads
         if pool.chunk != old_chunk:
             pool.release()
             pool.chunk = old_chunk
@@ -518,6 +522,7 @@ def rows(
     chunk_mib: Optional[int] = None,
     peer: bool = True,
     cold: bool = True,
+    copy_threads: Optional[int] = None,
 ) -> List[Dict[str, Any]]:
     """Every CUDA measurement as table rows (also used by ``python -m svod_min bench``)."""
     if kernels < 2:
@@ -533,7 +538,7 @@ def rows(
     raw, launches = launch_rows(dev, kernels, cfg, peer)
     out += launches
     out += plan_rows(dev, kernels, cfg, raw) if kernels > 2 else []
-    out += copy_rows(dev, cfg, chunk_mib)
+    out += copy_rows(dev, cfg, chunk_mib, copy_threads)
     return out
 
 
@@ -544,6 +549,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--kernels", type=int, default=100, help="kernels per batch / graph nodes (default 100)")
     parser.add_argument("--copy-mib", type=int, default=None, help="copy size in MiB (default 64, quick 8)")
     parser.add_argument("--chunk-mib", type=int, default=None, help="StagingPool.chunk in MiB for this run")
+    parser.add_argument("--copy-threads", type=int, default=None,
+                        help="host threads per staged chunk for this run (default: SVOD_CUDA_COPY_THREADS or 1)")
     parser.add_argument("--no-peer", action="store_true", help="skip the CuPy peers")
     parser.add_argument("--no-cold", action="store_true", help="skip the JIT-cache-off child process")
     parser.add_argument("--cold-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -554,7 +561,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.kernels < 2:
         parser.error("--kernels must be >= 2")
     table = rows(quick=args.quick, kernels=args.kernels, copy_mib=args.copy_mib, chunk_mib=args.chunk_mib,
-                 peer=not args.no_peer, cold=not args.no_cold)  # fmt: skip
+                 peer=not args.no_peer, cold=not args.no_cold, copy_threads=args.copy_threads)  # fmt: skip
     print(json.dumps(table, indent=1) if args.json else format_table(table))
     return 0
 

@@ -740,6 +740,30 @@ def test_fake_large_copies_go_through_the_pinned_pool(fake: Callable[..., Fake])
     assert f.counter("live_host") == 0
 
 
+def test_fake_staged_copies_split_across_host_threads(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    f = fake()
+    dev = f.device()
+    dev.staging = StagingPool(dev, chunk=5 << 20, direct_max=1024, threads=3)
+    pieces: List[int] = []
+    real = ctypes.memmove
+    monkeypatch.setattr(cuda.ctypes, "memmove", lambda d, s, n: (pieces.append(n), real(d, s, n))[1])
+    data = np.random.default_rng(1).integers(0, 255, (12 << 20) + 7, dtype=np.uint8)
+    buf = dev.allocate(data.nbytes)
+    buf.copyin(data)
+    # chunks of 5, 5 and 2 MiB + 7 bytes: split 3, 3 and 2 ways (a piece is never below 1 MiB)
+    assert len(pieces) == 8 and sum(pieces) == data.nbytes and min(pieces) >= 1 << 20 and max(pieces) < 2 << 20
+    del pieces[:]
+    out = np.empty_like(data)
+    buf.copyout_into(out)  # device -> host through the same split memcpy
+    assert np.array_equal(out, data) and len(pieces) == 8
+    dev.staging.release()
+    monkeypatch.setenv("SVOD_CUDA_COPY_THREADS", "x")
+    with pytest.raises(InvalidDeviceError, match="SVOD_CUDA_COPY_THREADS='x'"):
+        StagingPool(dev)
+    monkeypatch.setenv("SVOD_CUDA_COPY_THREADS", "4")
+    assert StagingPool(dev).threads == 4
+
+
 def test_fake_device_to_device_and_peer_copies(fake: Callable[..., Fake]) -> None:
     f = fake(count=2)
     dev0, dev1 = f.device(0), f.device(1)

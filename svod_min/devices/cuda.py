@@ -554,18 +554,44 @@ class _PinnedBlock:
         self.event.synchronize()
 
 
+_COPY_THREADS_ENV = "SVOD_CUDA_COPY_THREADS"
+_SPLIT_MIN = 1 << 20  # smaller host copies are not worth a thread hand-off
+
+
 class StagingPool:
     """Two pinned blocks per device used in turn, so host memcpy and DMA overlap on large copies.
 
     Device -> host copies of at most ``direct_max`` bytes skip staging (the
     driver's pageable path returns once the bytes landed). One copy uses the
-    pool at a time.
+    pool at a time. With ``threads`` > 1 (``SVOD_CUDA_COPY_THREADS``) the host
+    side of each chunk is split across that many threads: one core's memcpy
+    can be slower than the GPU's DMA (ctypes.memmove releases the GIL).
     """
 
-    def __init__(self, device: "CudaDevice", chunk: int = 8 << 20, direct_max: int = 256 << 10) -> None:
+    def __init__(self, device: "CudaDevice", chunk: int = 8 << 20, direct_max: int = 256 << 10,
+                 threads: Optional[int] = None) -> None:  # fmt: skip
         self.device, self.chunk, self.direct_max = device, chunk, direct_max
+        self.threads = _copy_threads() if threads is None else max(1, int(threads))
         self._blocks: List[_PinnedBlock] = []
+        self._workers: Any = None
         self.lock = threading.Lock()
+
+    def memmove(self, dst: int, src: int, nbytes: int) -> None:
+        """Host memcpy of one chunk, split across ``threads`` when it is large enough."""
+        parts = min(self.threads, max(1, nbytes // _SPLIT_MIN))
+        if parts == 1:
+            ctypes.memmove(dst, src, nbytes)
+            return
+        if self._workers is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._workers = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="svod-copy")
+        step = -(-nbytes // parts)
+        pieces = [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
+        futures = [self._workers.submit(ctypes.memmove, dst + off, src + off, size) for off, size in pieces[1:]]
+        ctypes.memmove(dst, src, pieces[0][1])  # this thread takes the first piece
+        for fut in futures:
+            fut.result()
 
     def blocks(self) -> List[_PinnedBlock]:
         if not self._blocks:
@@ -577,6 +603,17 @@ class StagingPool:
             for block in self._blocks:
                 block.wait()
             self._blocks = []
+            if self._workers is not None:
+                self._workers.shutdown(wait=False)
+                self._workers = None
+
+
+def _copy_threads() -> int:
+    raw = os.environ.get(_COPY_THREADS_ENV, "").strip()
+    try:
+        return max(1, int(raw)) if raw else 1
+    except ValueError:
+        raise InvalidDeviceError("%s=%r: expected an integer >= 1" % (_COPY_THREADS_ENV, raw)) from None
 
 
 def _chunks(nbytes: int, chunk: int) -> List[Tuple[int, int]]:
@@ -683,7 +720,7 @@ class CudaDevice:
             for i, (off, size) in enumerate(_chunks(nbytes, pool.chunk)):
                 block = blocks[i & 1]
                 block.wait()  # its previous DMA must be done before we overwrite it
-                ctypes.memmove(block.address, src + off, size)
+                pool.memmove(block.address, src + off, size)
                 self.lib.call("cuMemcpyHtoDAsync_v2", dst + off, block.address, size, self.stream)
                 block.event.record(self.stream)
 
@@ -704,7 +741,7 @@ class CudaDevice:
                 if i + 1 < len(pieces):
                     self._dtoh_issue(blocks[(i + 1) & 1], src, pieces[i + 1])
                 blocks[i & 1].wait()
-                ctypes.memmove(dst + off, blocks[i & 1].address, size)
+                pool.memmove(dst + off, blocks[i & 1].address, size)
 
     def _dtoh_issue(self, block: _PinnedBlock, src: int, piece: Tuple[int, int]) -> None:
         off, size = piece
