@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from .error import (
     BufferAllocationError,
+    DeviceError,
     ExecutionError,
     NotSupportedError,
     PlanError,
@@ -472,7 +473,11 @@ class ExecutionPlan:
         """Pack runs of kernel groups into one-call segments: CUDA graphs on a GPU, C runner tables on the CPU."""
         self._segments, self._segment_kind = None, None
         if self.graphs and any(_graphable(call) for call in self._calls):
-            self._segments, self._segment_kind = self._graph_segments(), "graph"
+            try:
+                segments = self._graph_segments(copies=True)
+            except DeviceError:  # a driver without memcpy nodes: copies stay on the Python path
+                segments = self._graph_segments(copies=False)
+            self._segments, self._segment_kind = segments, "graph"
             return
         if not self.native or not self._native_entries:
             return
@@ -500,26 +505,28 @@ class ExecutionPlan:
         self._segments = [seg if isinstance(seg, list) else seg.bind(threads) for seg in segments]
         self._segment_kind = "native"
 
-    def _graph_segments(self) -> List[Any]:
-        """Runs of groups whose ops are all GPU launches become one CUDA graph each (>= 2 nodes).
+    def _graph_segments(self, copies: bool) -> List[Any]:
+        """Runs of groups whose ops all have a graph node become one CUDA graph each (>= 2 nodes).
 
-        A node waits for every node of the previous group in its run: groups
-        already order every conflicting pair, so that is all a graph needs.
-        Copies and custom functions end a run and stay on the Python path.
+        Nodes are kernel launches, device copies (``copies``) and nothing for
+        views. A node waits for every node of the previous non-empty group of
+        its run: groups already order every conflicting pair, so that is all a
+        graph needs. Custom functions end a run and stay on the Python path.
         """
+        nodes = {i: self._graph_node(i, copies) for groups in self._groups for group in groups for i in group}
         segments: List[Any] = []
         run: List[List[int]] = []
 
         def flush() -> None:
-            if sum(len(g) for g in run) >= 2:
-                segments.append(self._make_graph(run))
+            if sum(1 for g in run for i in g if nodes[i] is not _NO_NODE) >= 2:
+                segments.append(self._make_graph(run, nodes))
             else:
                 segments.extend(list(g) for g in run)
             run.clear()
 
         for groups in self._groups:
             for group in groups:
-                if all(_graphable(self._calls[i]) for i in group):
+                if all(nodes[i] is not None for i in group):
                     run.append(group)
                     continue
                 flush()
@@ -527,18 +534,34 @@ class ExecutionPlan:
         flush()
         return segments
 
-    def _make_graph(self, run: List[List[int]]) -> Any:
+    def _graph_node(self, index: int, copies: bool) -> Any:
+        """Op ``index`` as a graph node: its bound launch, a device copy, _NO_NODE (a view), or None (not graphable)."""
+        call = self._calls[index]
+        if _graphable(call):
+            return call
+        op = self._ops[index]
+        if isinstance(op, PreparedBufferView):
+            return _NO_NODE  # checked when the plan was built; nothing runs
+        make = getattr(self._device, "graph_copy", None)
+        if copies and isinstance(op, PreparedCopy) and make is not None:
+            return make(*(self._buffers[i] for i in op.buffer_indices))
+        return None
+
+    @staticmethod
+    def _make_graph(run: List[List[int]], nodes: Mapping[int, Any]) -> Any:
         from .devices.cuda import CudaGraph
 
-        launches, deps, previous = [], [], []  # type: List[Any], List[List[int]], List[int]
+        members, deps, previous = [], [], []  # type: List[Any], List[List[int]], List[int]
         for group in run:
             current = []
             for index in group:
-                current.append(len(launches))
-                launches.append(self._calls[index])
+                if nodes[index] is _NO_NODE:
+                    continue
+                current.append(len(members))
+                members.append(nodes[index])
                 deps.append(list(previous))
-            previous = current
-        return CudaGraph(launches, deps)
+            previous = current or previous
+        return CudaGraph(members, deps)
 
     @property
     def native_replay(self) -> bool:
@@ -1038,6 +1061,9 @@ def _copy_storage(base: Any, buffers: List[Any], buf: Any, total: int) -> None:
     for b in buffers:
         if b is not None and b.storage is buf.storage and b.nbytes:
             copy_buffer(base.view(b.offset, b.nbytes, "uint8"), b.view(0, b.nbytes, "uint8"))
+
+
+_NO_NODE = object()  # an op that needs no graph node (a view)
 
 
 def _graphable(call: Any) -> bool:

@@ -11,7 +11,8 @@
  *
  * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
  * fake_set_func_max_threads, fake_set_events_pending(n) / fake_complete_events() (events that stay
- * "not ready"), fake_counter(name), fake_last_launch(...). Launches with more than 48 KiB of dynamic
+ * "not ready"), fake_fail_memcpy_nodes(1) (a driver without graph memcpy nodes), fake_counter(name),
+ * fake_last_launch(...). Launches with more than 48 KiB of dynamic
  * shared memory are refused unless cuFuncSetAttribute opted the function in, as on the real driver.
  *
  * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c
@@ -34,7 +35,7 @@ static int g_init_rc = 0, g_version = 12040, g_count = 0, g_initialised = 0, g_f
 static size_t g_mem_limit = (size_t)1 << 32;
 static __thread void *g_current = NULL;
 static long g_set_current, g_launches, g_live_dev, g_live_host, g_live_modules, g_live_streams, g_live_events;
-static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes, g_func_set_attrs;
+static long g_set_params, g_graph_launches, g_peer_enables, g_memcpy, g_pushes, g_func_set_attrs, g_memcpy_nodes;
 static long g_stream_syncs, g_event_records, g_event_queries, g_event_syncs;
 static unsigned g_last_dims[7];
 static unsigned char g_last_args[512];
@@ -53,7 +54,7 @@ long fake_counter(const char *name) {
         {"live_host", &g_live_host}, {"live_modules", &g_live_modules}, {"live_streams", &g_live_streams},
         {"live_events", &g_live_events}, {"set_params", &g_set_params}, {"graph_launches", &g_graph_launches},
         {"peer_enables", &g_peer_enables}, {"memcpy", &g_memcpy}, {"pushes", &g_pushes},
-        {"func_set_attrs", &g_func_set_attrs},
+        {"func_set_attrs", &g_func_set_attrs}, {"memcpy_nodes", &g_memcpy_nodes},
         {"stream_syncs", &g_stream_syncs}, {"event_records", &g_event_records},
         {"event_queries", &g_event_queries}, {"event_syncs", &g_event_syncs}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -470,7 +471,17 @@ typedef struct {
     void **kernelParams, **extra;
     void *kern, *ctx;
 } NodeParams;
-typedef struct { const Function *f; unsigned char args[512]; unsigned dims[7]; } Node;
+/* a kernel node (f set) or a 1-D device copy node (f NULL: copy_n bytes copy_src -> copy_dst) */
+typedef struct { const Function *f; unsigned char args[512]; unsigned dims[7]; CUdeviceptr copy_dst, copy_src; size_t copy_n; } Node;
+typedef struct { /* CUDA_MEMCPY3D */
+    size_t srcXInBytes, srcY, srcZ, srcLOD; int srcMemoryType; const void *srcHost; CUdeviceptr srcDevice; void *srcArray;
+    void *reserved0; size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD; int dstMemoryType; void *dstHost; CUdeviceptr dstDevice; void *dstArray;
+    void *reserved1; size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} Memcpy3D;
+static int g_fail_memcpy_nodes = 0;
+void fake_fail_memcpy_nodes(int fail) { g_fail_memcpy_nodes = fail; }
 typedef struct { int n; Node nodes[128]; } Graph;
 typedef struct { const Graph *src; int n; Node nodes[128]; } Exec;
 
@@ -495,6 +506,27 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t n
 }
 CUresult cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, const NodeParams *p) {
     return cuGraphAddKernelNode_v2(node, graph, deps, ndeps, p);
+}
+
+/* Only what svod_min builds: one row of device memory to device memory, in the calling context. */
+CUresult cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t ndeps, const Memcpy3D *p, void *ctx) {
+    Graph *g = graph;
+    NEED_CTX;
+    if (g_fail_memcpy_nodes) return E_NOT_SUPPORTED;
+    for (size_t i = 0; i < ndeps; i++)
+        if ((Node *)deps[i] < g->nodes || (Node *)deps[i] >= g->nodes + g->n) return E_VALUE;
+    if (ctx != g_current || p->srcMemoryType != 2 || p->dstMemoryType != 2 || p->Height != 1 || p->Depth != 1 ||
+        p->srcXInBytes || p->dstXInBytes || p->srcPitch < p->WidthInBytes || p->dstPitch < p->WidthInBytes)
+        return E_VALUE;
+    if (g->n >= 128) return E_OOM;
+    Node *nd = &g->nodes[g->n++];
+    memset(nd, 0, sizeof *nd);
+    nd->copy_dst = p->dstDevice;
+    nd->copy_src = p->srcDevice;
+    nd->copy_n = p->WidthInBytes;
+    g_memcpy_nodes++;
+    *node = nd;
+    return OK;
 }
 
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags) {
@@ -527,7 +559,11 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     Exec *e = exec;
     (void)stream;
     NEED_CTX;
-    for (int i = 0; i < e->n; i++) run(e->nodes[i].f, e->nodes[i].args, e->nodes[i].dims);
+    for (int i = 0; i < e->n; i++) {
+        const Node *nd = &e->nodes[i];
+        if (nd->f) run(nd->f, nd->args, nd->dims);
+        else memmove((void *)(uintptr_t)nd->copy_dst, (const void *)(uintptr_t)nd->copy_src, nd->copy_n);
+    }
     g_graph_launches++;
     return OK;
 }

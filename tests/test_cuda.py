@@ -1053,8 +1053,13 @@ def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> No
 
 
 def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plan's copy of CUDA buffers is a device copy, and a host function's writes reach the GPU buffer."""
+    """A plan's copy of CUDA buffers is a device copy, and a host function's writes reach the GPU buffer.
+
+    Eager path (graphs off): with graphs the copy becomes a memcpy node (tests/test_cuda_plans.py).
+    """
     from svod_min.execution_plan import PreparedCopy, PreparedCustomFunction, register_custom_function
+
+    monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
 
     dev = fake().device()
     add = dev.library_kernel("add", dtype="float32")

@@ -20,6 +20,7 @@ import pytest
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
 from svod_min.error import NotSupportedError, PlanError
+from svod_min.execution_plan import register_custom_function
 from svod_min.plan_file import PlanFileError, load_plan
 
 from test_cuda import FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
@@ -95,16 +96,20 @@ def test_fake_graphs_off_by_environment(fake: Callable[..., Fake], monkeypatch: 
     assert not plan.graph_replay and not plan.native_replay
 
 
-def test_fake_graph_runs_end_at_copies_and_keep_the_plan_order(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
-    f = fake()
+def _graphs_built(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """Record (node kinds, dependencies) of every CudaGraph built from now on."""
     built: List[Any] = []
     real = cuda.CudaGraph.__init__
 
     def spy(self: Any, launches: Any, dependencies: Any = None) -> None:
-        built.append([list(d) for d in dependencies])
+        built.append(("".join("c" if isinstance(n, cuda.GraphCopy) else "k" for n in launches), [list(d) for d in dependencies]))
         real(self, launches, dependencies)
 
     monkeypatch.setattr(cuda.CudaGraph, "__init__", spy)
+    return built
+
+
+def _copy_plan_doc(custom: bool = False) -> Dict[str, Any]:
     f32 = {"dtype": "float32", "shape": [64]}
     doc = {
         "svod_plan": 1,
@@ -118,11 +123,42 @@ def test_fake_graph_runs_end_at_copies_and_keep_the_plan_order(fake: Callable[..
                 {"kernel": "add", "buffers": ["w", "z", "b"], "vars": {"n": 64}, "deps": [3]},
                 {"kernel": "add", "buffers": ["v", "w", "b"], "vars": {"n": 64}, "deps": [4]}],
     }  # fmt: skip
-    plan = load_plan(doc, device=f.device()).plan
-    assert built == [[[], [], [0, 1]], [[], [0]]]  # two graphs: the copy between them stays on the host path
+    if custom:
+        register_custom_function("test_cuda_identity", lambda views, _vars, _attrs: None)
+        doc["ops"].insert(4, {"custom": "test_cuda_identity", "buffers": ["z"], "deps": [3]})
+        doc["ops"][5]["deps"] = [4]
+    return doc
+
+
+def test_fake_plan_copies_are_graph_nodes_in_the_plan_order(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    f = fake()
+    built = _graphs_built(monkeypatch)
+    plan = load_plan(_copy_plan_doc(), device=f.device()).plan
+    # one graph: t1 and t2 side by side, y after both, the copy z <- y, then w and v in turn
+    assert built == [("kkkckk", [[], [], [0, 1], [2], [3], [4]])]
     plan.execute()
     assert plan.output_buffer().tolist() == [2 * (i + 1) + 2 for i in range(64)]
-    assert f.counter("graph_launches") == 2 and f.counter("launches") == 0
+    assert f.counter("graph_launches") == 1 and f.counter("memcpy_nodes") == 1 and f.counter("launches") == 0
+    eager = load_plan(_copy_plan_doc(), device=f.device()).plan
+    eager.set_graph_replay(False)
+    eager.execute()
+    assert eager.output_buffer().tolist() == plan.output_buffer().tolist()
+
+
+def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(fake: Callable[..., Fake],
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    f = fake()
+    built = _graphs_built(monkeypatch)
+    plan = load_plan(_copy_plan_doc(custom=True), device=f.device()).plan
+    assert built == [("kkkc", [[], [], [0, 1], [2]]), ("kk", [[], [0]])]  # the host function splits the run
+    plan.execute()
+    assert plan.output_buffer().tolist() == [2 * (i + 1) + 2 for i in range(64)]
+    del built[:]
+    f.cfg.fake_fail_memcpy_nodes(1)  # a driver that refuses memcpy nodes: copies go back to the Python path
+    plan = load_plan(_copy_plan_doc(), device=f.device()).plan
+    assert built[-2:] == [("kkk", [[], [], [0, 1]]), ("kk", [[], [0]])] and plan.graph_replay
+    plan.execute()
+    assert plan.output_buffer().tolist() == [2 * (i + 1) + 2 for i in range(64)]
 
 
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
@@ -457,3 +493,15 @@ def test_gpu_plan_with_a_cuda_c_form_compiled_by_nvrtc() -> None:
     assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
     loaded.plan.execute_with_vars({"n": 40})
     assert loaded.plan.output_buffer().tolist()[:40] == [(3 * i + 1) * 2 - 5 for i in range(40)]
+
+
+@gpu_test
+def test_gpu_plan_copies_as_memcpy_nodes() -> None:
+    assert REAL_DRIVER is not None
+    want = [2 * (i + 1) + 2 for i in range(64)]
+    for graphs in (True, False):
+        plan = load_plan(_copy_plan_doc(), device=REAL_DRIVER.device(0)).plan
+        assert plan.set_graph_replay(graphs) is graphs
+        plan.execute()
+        plan.execute()  # a replay recomputes the same values
+        assert plan.output_buffer().tolist() == want, graphs

@@ -748,6 +748,18 @@ class CudaDevice:
         self.lib.call("cuMemcpyDtoHAsync_v2", block.address, src + off, size, self.stream)
         block.event.record(self.stream)
 
+    def graph_copy(self, dst: Any, src: Any) -> Optional["GraphCopy"]:
+        """``dst <- src`` as a CUDA graph node, or None when it is not a plain copy on this GPU.
+
+        Overlapping ranges of one allocation are left to the caller (a memcpy
+        node, like ``cuMemcpy``, is undefined there).
+        """
+        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not self or src.device is not self:
+            return None
+        if dst.storage is src.storage and dst.offset < src.offset + src.nbytes and src.offset < dst.offset + dst.nbytes:
+            return None
+        return GraphCopy(self, dst, src) if src.nbytes else None
+
     def copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Device -> device on this GPU (queued on the stream)."""
         _check_same_size(src.nbytes, dst.nbytes, "copy")
@@ -1195,13 +1207,30 @@ class BoundLaunch:
 # --- graphs ---------------------------------------------------------------------------------------
 
 
+class GraphCopy:
+    """A device-to-device copy as a CUDA graph node (``cuGraphAddMemcpyNode``); never patched."""
+
+    version = 0
+
+    def __init__(self, device: "CudaDevice", dst: CudaBuffer, src: CudaBuffer) -> None:
+        _check_same_size(src.nbytes, dst.nbytes, "copy")
+        self.device, self.dst, self.src = device, dst, src  # the buffers stay alive with the graph
+
+    def __repr__(self) -> str:
+        return "<GraphCopy %d B on %s>" % (self.src.nbytes, self.device.spec)
+
+    def memcpy_params(self) -> api.CUDA_MEMCPY3D:
+        return api.memcpy_1d(self.dst.address, self.src.address, self.src.nbytes)
+
+
 class CudaGraph:
-    """Kernel launches as one CUDA graph: built once, replayed with one ``cuGraphLaunch``.
+    """Kernel launches (and device copies) as one CUDA graph: built once, replayed with one ``cuGraphLaunch``.
 
     Nodes run in list order (a chain) unless ``dependencies[i]`` lists the
-    earlier node indices node ``i`` waits for. On :meth:`launch`, only nodes
-    whose :class:`BoundLaunch` was patched since the last launch are
-    re-uploaded (``cuGraphExecKernelNodeSetParams``).
+    earlier node indices node ``i`` waits for. A node is a :class:`BoundLaunch`
+    or a :class:`GraphCopy`. On :meth:`launch`, only nodes whose
+    :class:`BoundLaunch` was patched since the last launch are re-uploaded
+    (``cuGraphExecKernelNodeSetParams``).
     """
 
     def __init__(self, launches: Sequence[BoundLaunch], dependencies: Optional[Sequence[Sequence[int]]] = None) -> None:
@@ -1233,9 +1262,14 @@ class CudaGraph:
             deps = ([i - 1] if i else []) if dependencies is None else list(dependencies[i])
             if any(not 0 <= d < i for d in deps):
                 raise ExecutionError("graph node %d may only depend on earlier nodes, got %s" % (i, deps))
-            node, params = HANDLE(), bound.node_params()
-            dep_array = api.handle_array([nodes[d] for d in deps])
-            self.device.lib.call(self._add, ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params))
+            node, dep_array = HANDLE(), api.handle_array([nodes[d] for d in deps])
+            if isinstance(bound, GraphCopy):
+                params = bound.memcpy_params()
+                self.device.lib.call("cuGraphAddMemcpyNode", ctypes.byref(node), self.graph, dep_array, len(deps),
+                                     ctypes.byref(params), self.device.context)  # fmt: skip
+            else:
+                params = bound.node_params()
+                self.device.lib.call(self._add, ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params))
             nodes.append(node)
         return nodes
 
@@ -1333,6 +1367,7 @@ __all__ = [
     "CudaLibrary",
     "CudaModule",
     "CudaProgram",
+    "GraphCopy",
     "CudaStorage",
     "CudaSymbolError",
     "DEFAULT_LIMITS",

@@ -66,6 +66,30 @@ class CUDA_KERNEL_NODE_PARAMS(ctypes.Structure):
     ]  # fmt: skip
 
 
+class CUDA_MEMCPY3D(ctypes.Structure):
+    """``CUDA_MEMCPY3D`` (cuda.h): a graph memcpy node's parameters; svod_min fills only 1-D D2D copies."""
+
+    _fields_ = [
+        ("srcXInBytes", _size), ("srcY", _size), ("srcZ", _size), ("srcLOD", _size),
+        ("srcMemoryType", _int), ("srcHost", _vp), ("srcDevice", CUdeviceptr), ("srcArray", _vp),
+        ("reserved0", _vp), ("srcPitch", _size), ("srcHeight", _size),
+        ("dstXInBytes", _size), ("dstY", _size), ("dstZ", _size), ("dstLOD", _size),
+        ("dstMemoryType", _int), ("dstHost", _vp), ("dstDevice", CUdeviceptr), ("dstArray", _vp),
+        ("reserved1", _vp), ("dstPitch", _size), ("dstHeight", _size),
+        ("WidthInBytes", _size), ("Height", _size), ("Depth", _size),
+    ]  # fmt: skip
+
+
+def memcpy_1d(dst: int, src: int, nbytes: int) -> CUDA_MEMCPY3D:
+    """Parameters of a device-to-device copy of ``nbytes`` (one row, one slice)."""
+    p = CUDA_MEMCPY3D()
+    p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.dstDevice = src, dst
+    p.srcPitch = p.dstPitch = p.WidthInBytes = nbytes
+    p.srcHeight = p.dstHeight = p.Height = p.Depth = 1
+    return p
+
+
 # --- the prototype table ---------------------------------------------------------------------------
 #
 # (name, argtypes); restype is always CUresult. Names are the exported symbols
@@ -132,6 +156,7 @@ PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("cuGraphCreate", (_P(HANDLE), _uint)),
     ("cuGraphAddKernelNode_v2", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS))),
     ("cuGraphAddKernelNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS))),
+    ("cuGraphAddMemcpyNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_MEMCPY3D), HANDLE)),
     ("cuGraphInstantiateWithFlags", (_P(HANDLE), HANDLE, _u64)),
     ("cuGraphLaunch", (HANDLE, HANDLE)),
     ("cuGraphExecKernelNodeSetParams_v2", (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS))),
@@ -191,6 +216,7 @@ CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_DEFAULT = 0x0
 CU_EVENT_DISABLE_TIMING = 0x2
 CU_MEMHOSTALLOC_PORTABLE = 0x1
+CU_MEMORYTYPE_DEVICE = 2
 CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
 
 # cuLaunchKernel `extra` markers
@@ -1045,6 +1071,7 @@ __all__ = [
     "ArgSlot",
     "ArgumentRangeError",
     "CUDA_KERNEL_NODE_PARAMS",
+    "CUDA_MEMCPY3D",
     "CudaError",
     "CudaLibrary",
     "CudaSymbolError",
