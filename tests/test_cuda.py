@@ -883,6 +883,11 @@ def test_fake_dynamic_shared_memory_above_48k_opts_in(fake: Callable[..., Fake])
     with pytest.raises(LaunchConfigError, match=r"shared_bytes=232449 is outside \[0, 232448\]"):
         prog.execute([out], [4], shared_bytes=232449)
     assert f.counter("launches") == 3
+    skipped = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], name="no-opt-in")
+    skipped._dynamic_shared_max = 1 << 20  # pretend it opted in: the driver refuses the launch ...
+    with pytest.raises(CudaError, match="cuLaunchKernel") as info:  # ... and the unchecked fast path reports it
+        skipped.execute([out], [4], shared_bytes=150 << 10)  # the function opted in to 100 KiB only
+    assert info.value.code == 1 and f.counter("launches") == 3
     big = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], shared_bytes=200 << 10)  # opted in when loaded
     assert big.shared_bytes == 200 << 10 and f.counter("func_set_attrs") == 2
     # without the opt-in attribute (an old driver) the ceiling is the plain per-block limit

@@ -1155,7 +1155,9 @@ class BoundLaunch:
         self._pack_call()
 
     def _pack_call(self) -> None:
+        """The 11 cuLaunchKernel arguments as ctypes objects, so the untyped entry point can take them as is."""
         u = ctypes.c_uint
+        self._launch = self.device.lib.untyped("cuLaunchKernel")
         self._cargs = (
             self.program.function, u(self.grid[0]), u(self.grid[1]), u(self.grid[2]),
             u(self.block[0]), u(self.block[1]), u(self.block[2]), u(self.shared),
@@ -1178,7 +1180,9 @@ class BoundLaunch:
 
     def __call__(self) -> None:
         self.device.activate()
-        self.device.lib.call("cuLaunchKernel", *self._cargs)
+        code = self._launch(*self._cargs)  # every argument is a ctypes object (see _pack_call)
+        if code:
+            raise self.device.lib.error("cuLaunchKernel", code)
 
     def timed(self) -> float:
         """Launch once between two reusable events; device seconds."""
@@ -1186,7 +1190,9 @@ class BoundLaunch:
         try:
             self.device.activate()
             pair[0].record()
-            self.device.lib.call("cuLaunchKernel", *self._cargs)
+            code = self._launch(*self._cargs)
+            if code:
+                raise self.device.lib.error("cuLaunchKernel", code)
             pair[1].record()
             pair[1].synchronize()
             return pair[1].elapsed_since(pair[0])
