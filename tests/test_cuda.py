@@ -948,6 +948,18 @@ def test_fake_graph_replay_patches_only_changed_nodes(fake: Callable[..., Fake])
         CudaGraph([])
     parallel = CudaGraph([first, second], dependencies=[[], [0]])
     parallel.launch()
+    # one patch reaches every graph holding the launch, and blob-level and dims patches count too
+    second.blob.set_int(2, 0)  # c = 0
+    graph()
+    parallel()
+    assert _ints(eager) == [0, 3, 6, 9, 12, 15] and graph.patched == 3 and parallel.patched == 1
+    second.set_dims((1, 1, 1), (64, 1, 1))
+    graph()
+    assert graph.patched == 4 and f.counter("set_params") == 5  # 4 for graph, 1 for parallel
+    twice = CudaGraph([second, second])  # the same launch as two nodes: both re-uploaded
+    second.set_val(2, 5)
+    twice()
+    assert twice.patched == 2 and _ints(eager) == [5, 8, 11, 14, 17, 20]
     graph.close()
 
 

@@ -1138,8 +1138,20 @@ class BoundLaunch:
         self.device = program.device
         self._keep = keep  # buffers stay alive while the launch may run
         self._dims_version = 0
+        self._graphs: List[Any] = []  # weak references to the CudaGraphs holding this launch
         self.grid, self.block = grid, block  # validated by CudaProgram.bind
         self._pack_call()
+        blob.on_change = self._touch
+
+    def _touch(self) -> None:
+        """Tell the graphs holding this launch that it changed (they re-upload it on their next launch)."""
+        alive = []
+        for ref in self._graphs:
+            graph = ref()
+            if graph is not None:
+                graph._dirty.add(self)
+                alive.append(ref)
+        self._graphs = alive
 
     def __repr__(self) -> str:
         return "<BoundLaunch %s grid=%s block=%s>" % (self.program.name, self.grid, self.block)
@@ -1164,6 +1176,7 @@ class BoundLaunch:
             self.device.stream, None, self.blob.extra,
         )  # fmt: skip
         self._dims_version += 1
+        self._touch()
 
     def set_vals(self, vals: Sequence[Any]) -> None:
         if len(vals) != self.blob.nint:
@@ -1236,7 +1249,8 @@ class CudaGraph:
     earlier node indices node ``i`` waits for. A node is a :class:`BoundLaunch`
     or a :class:`GraphCopy`. On :meth:`launch`, only nodes whose
     :class:`BoundLaunch` was patched since the last launch are re-uploaded
-    (``cuGraphExecKernelNodeSetParams``).
+    (``cuGraphExecKernelNodeSetParams``): a patch puts its launch in the
+    graph's dirty set, so an unpatched replay costs no per-node Python work.
     """
 
     def __init__(self, launches: Sequence[BoundLaunch], dependencies: Optional[Sequence[Sequence[int]]] = None) -> None:
@@ -1259,7 +1273,14 @@ class CudaGraph:
         lib.call("cuGraphInstantiateWithFlags", ctypes.byref(exe), graph, 0)
         self.exec = exe
         self._exec_fin = _finalize(self, dev.driver, dev.context_value, "cuGraphExecDestroy", exe.value)
-        self._versions = [b.version for b in self.launches]
+        self._dirty: set = set()  # launches patched since the last launch (filled by BoundLaunch._touch)
+        self._where: Dict[int, List[int]] = {}  # id(launch) -> its node indices
+        for i, member in enumerate(self.launches):
+            if isinstance(member, BoundLaunch):
+                if id(member) not in self._where:
+                    member._graphs.append(weakref.ref(self))
+                self._where.setdefault(id(member), []).append(i)
+        self._graph_launch = lib.untyped("cuGraphLaunch")
         self.patched = 0  # nodes re-uploaded so far (for tests and benchmarks)
 
     def _add_nodes(self, dependencies: Optional[Sequence[Sequence[int]]]) -> List[HANDLE]:
@@ -1281,15 +1302,20 @@ class CudaGraph:
 
     def launch(self) -> None:
         """Re-upload patched nodes, then replay the whole graph on the device's stream."""
-        lib = self.device.lib
         self.device.activate()
-        for i, bound in enumerate(self.launches):
-            if bound.version != self._versions[i]:
-                params = bound.node_params()
-                lib.call(self._set, self.exec, self.nodes[i], ctypes.byref(params))
-                self._versions[i] = bound.version
-                self.patched += 1
-        lib.call("cuGraphLaunch", self.exec, self.device.stream)
+        while self._dirty:
+            bound = self._dirty.pop()
+            params = bound.node_params()
+            try:
+                for i in self._where[id(bound)]:
+                    self.device.lib.call(self._set, self.exec, self.nodes[i], ctypes.byref(params))
+                    self.patched += 1
+            except BaseException:
+                self._dirty.add(bound)  # still stale: the next launch tries again
+                raise
+        code = self._graph_launch(self.exec, self.device.stream)  # both prebuilt ctypes handles
+        if code:
+            raise self.device.lib.error("cuGraphLaunch", code)
 
     __call__ = launch
 

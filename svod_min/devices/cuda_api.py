@@ -690,6 +690,7 @@ class ArgBlob:
         self._ints = (ctypes.c_int32 * self.nint).from_buffer(self.buffer, 8 * self.nptr) if self.nint else None
         self.layout = _layout(self.nptr, self.nint)
         self.version = 0  # bumped by every patch (graph nodes re-upload only changed blobs)
+        self.on_change: Optional[Callable[[], None]] = None  # told of every patch (a BoundLaunch's graphs)
         base = ctypes.addressof(self.buffer)
         self._size_t = ctypes.c_size_t(self.size)
         self.extra = (ctypes.c_void_p * 5)(
@@ -718,6 +719,8 @@ class ArgBlob:
             raise ArgumentRangeError("pointer argument %d=%#x is not a 64-bit address" % (index, value))
         self._ptrs[index] = value  # type: ignore[index]
         self.version += 1
+        if self.on_change is not None:
+            self.on_change()
 
     def set_int(self, index: int, value: Any, name: Optional[str] = None) -> None:
         """Patch int32 scalar ``index``; values outside int32 raise :class:`ArgumentRangeError`."""
@@ -731,6 +734,8 @@ class ArgBlob:
             )
         self._ints[index] = number  # type: ignore[index]
         self.version += 1
+        if self.on_change is not None:
+            self.on_change()
 
     def pointers(self) -> List[int]:
         return list(self._ptrs) if self._ptrs is not None else []
