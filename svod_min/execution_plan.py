@@ -450,6 +450,7 @@ class ExecutionPlan:
         self._native_entries: Dict[int, Tuple[int, List[int], int, int, int]] = {}
         self._segments: Optional[List[Any]] = None
         self._segment_kind: Optional[str] = None  # "native" (C runner tables) or "graph" (CUDA graphs)
+        self._gpu_launches = False  # some kernel op is bound to a GPU launch (CUDA graphs apply)
         self.native = _native_default()
         self.graphs = _graphs_default()
         self._var_values: Dict[str, int] = {}
@@ -464,6 +465,7 @@ class ExecutionPlan:
         for index, op in enumerate(self._ops):
             if isinstance(op, PreparedKernel):
                 self._bind_kernel(index, op)
+        self._gpu_launches = any(_graphable(call) for call in self._calls)  # launch objects never change type
         accesses = [self._accesses(op) for op in self._ops]
         barrier = [self._is_barrier(op) for op in self._ops]
         self._groups = [_group_level(level, accesses, barrier) for level in self.op_levels]
@@ -472,7 +474,7 @@ class ExecutionPlan:
     def _build_segments(self) -> None:
         """Pack runs of kernel groups into one-call segments: CUDA graphs on a GPU, C runner tables on the CPU."""
         self._segments, self._segment_kind = None, None
-        if self.graphs and any(_graphable(call) for call in self._calls):
+        if self.graphs and self._gpu_launches:
             try:
                 segments = self._graph_segments(copies=True)
             except DeviceError:  # a driver without memcpy nodes: copies stay on the Python path
@@ -981,7 +983,7 @@ class ExecutionPlan:
             self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
             self._calls = [None] * len(self._ops)
             self._native_entries.clear()
-            self._segments, self._segment_kind = None, None
+            self._segments, self._segment_kind, self._gpu_launches = None, None, False
             self._released = True
 
     def replicate(self) -> "ExecutionPlan":
