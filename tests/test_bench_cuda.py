@@ -137,7 +137,9 @@ def test_fake_driver_gives_every_row(fake_run: Dict[str, Any]) -> None:
     for row in table:
         assert set(KEYS) <= set(row), row
         value = row["svod_min"]
-        assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, row
+        assert isinstance(value, (int, float)) and math.isfinite(value), row
+        # per-node figures are differences of two timings: near zero on the stand-in, so noise may flip the sign
+        assert value > 0 or "(T_" in row["measure"], row
     assert len(table) == 14, [r["measure"] for r in table]
     for start in ("elementwise.ptx", "eager launch", "graph replay µs per node", "graph replay µs fixed", "H2D GB/s",
                   "D2H GB/s", "plan replay µs per kernel, CUDA graphs", "plan replay µs per kernel, eager"):  # fmt: skip
