@@ -698,9 +698,14 @@ class _PendingCuda:
     meta: Dict[str, Any]
 
     def load(self, device: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
+        from .devices.cuda_api import PtxError
+
         kwargs = dict(local_size=self.block, shared_bytes=self.shared_bytes, name=self.entry)
         if self.form in ("ptx", "ptx_file"):
-            program = device.load_ptx(self.text, self.entry, self.nbuf, self.var_names, **kwargs)
+            try:
+                program = device.load_ptx(self.text, self.entry, self.nbuf, self.var_names, **kwargs)
+            except PtxError as exc:  # svod's PTX rules, checked before the driver sees it: name the kernel
+                raise PtxError("%s.%s: %s" % (self.path, self.form, exc)) from None
         else:
             try:
                 program = device.compile_cuda(self.text, self.entry, self.nbuf, self.var_names, options=self.options, **kwargs)

@@ -321,6 +321,15 @@ def test_fake_cuda_form_errors_name_their_path(fake: Callable[..., Fake], mutate
     assert str(info.value).startswith(where + ":") and message in str(info.value), str(info.value)
 
 
+def test_fake_bad_ptx_in_a_plan_names_the_kernel(fake: Callable[..., Fake]) -> None:
+    wrong_entry = dict(PTX_FORM, entry="nope")
+    with pytest.raises(cuda.PtxError, match=r"^kernels.fake_axpb.cuda.ptx: .*nope"):
+        load_plan(_axpb_doc(wrong_entry), device=fake().device())
+    few_params = dict(PTX_FORM, vars=["n"])  # the PTX entry takes 5 parameters
+    with pytest.raises(cuda.PtxError, match=r"^kernels.fake_axpb.cuda.ptx: "):
+        load_plan(_axpb_doc(few_params), device=fake().device())
+
+
 def test_cuda_only_kernel_on_cpu_and_bad_cuda_form_are_refused_on_cpu() -> None:
     with pytest.raises(PlanFileError, match=r"kernels.fake_axpb: has only a CUDA form"):
         load_plan(_axpb_doc(PTX_FORM, with_c=False), device="CPU")
