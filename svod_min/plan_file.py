@@ -399,21 +399,13 @@ class _PlanReader:
 
     def _cuda_form(self, k: Dict[str, Any], path: str) -> "_PendingCuda":
         """Validate a kernel's ``cuda`` object (CUDA C for NVRTC, or PTX); loaded only on a GPU."""
-        c = _obj(k["cuda"], path + ".cuda")
         cpath = path + ".cuda"
+        c = _obj(k["cuda"], cpath)
         _need("library" not in k, cpath, "a library kernel brings its own CUDA form; drop \"cuda\"")
         _known_keys(c, {"source", "file", "ptx", "ptx_file", "entry", "vars", "grid", "block", "shared_bytes", "options"}, cpath)
-        forms = [f for f in ("source", "file", "ptx", "ptx_file") if f in c]
-        _need(len(forms) == 1, cpath, "give exactly one of source, file, ptx, ptx_file (got %s)" % (forms or "none"))
-        text = c[forms[0]]
-        if forms[0] in ("file", "ptx_file"):
-            text = self._read_text(_str(text, "%s.%s" % (cpath, forms[0])), "%s.%s" % (cpath, forms[0]))
-        text = _str(text, "%s.%s" % (cpath, forms[0]))
+        form, text = self._cuda_text(c, cpath)
         nbuf = _int(k.get("buffers"), path + ".buffers", 1, 64)
-        top_vars = [_str(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(_list(k.get("vars", []), path + ".vars"))]
-        default_vars = [v for v in top_vars if v not in _CPU_ONLY_VARS]  # CPU thread-split variables
-        var_names = [_str(v, "%s.vars[%d]" % (cpath, i)) for i, v in enumerate(_list(c.get("vars", default_vars), cpath + ".vars"))]
-        _need(not set(var_names) & set(_CPU_ONLY_VARS), cpath + ".vars", "%s are CPU dispatch variables" % list(_CPU_ONLY_VARS))
+        var_names = self._cuda_vars(k, c, path)
         outputs = [_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(_list(k.get("outputs", [0]), path + ".outputs"))]
         _need("grid" in c and "block" in c, cpath, "a CUDA form needs \"grid\" (blocks, svod's global size) and \"block\" (threads per block)")
         grid = self._grid(c["grid"], var_names, cpath + ".grid")
@@ -424,9 +416,26 @@ class _PlanReader:
             "bytes": self._work(k.get("bytes"), var_names, path + ".bytes"),
         }
         options = tuple(_str(o, "%s.options[%d]" % (cpath, i)) for i, o in enumerate(_list(c.get("options", []), cpath + ".options")))
-        return _PendingCuda(cpath, forms[0], text, _str(c.get("entry", k.get("entry", path.split(".", 1)[1])), cpath + ".entry"),
-                            nbuf, var_names, outputs, grid, block, _int(c.get("shared_bytes", 0), cpath + ".shared_bytes", 0, 1 << 20),
-                            options, meta)
+        entry = _str(c.get("entry", k.get("entry", path.split(".", 1)[1])), cpath + ".entry")
+        shared = _int(c.get("shared_bytes", 0), cpath + ".shared_bytes", 0, 1 << 20)
+        return _PendingCuda(cpath, form, text, entry, nbuf, var_names, outputs, grid, block, shared, options, meta)
+
+    def _cuda_text(self, c: Dict[str, Any], cpath: str) -> Tuple[str, str]:
+        """``(form, text)``: exactly one of source, file (CUDA C), ptx, ptx_file (PTX); files are read now."""
+        forms = [f for f in ("source", "file", "ptx", "ptx_file") if f in c]
+        _need(len(forms) == 1, cpath, "give exactly one of source, file, ptx, ptx_file (got %s)" % (forms or "none"))
+        where = "%s.%s" % (cpath, forms[0])
+        text = _str(c[forms[0]], where)
+        return forms[0], self._read_text(text, where) if forms[0] in ("file", "ptx_file") else text
+
+    def _cuda_vars(self, k: Dict[str, Any], c: Dict[str, Any], path: str) -> List[str]:
+        """The GPU form's int32 variables: its own ``vars``, else the kernel's without the CPU thread-split ones."""
+        top = [_str(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(_list(k.get("vars", []), path + ".vars"))]
+        default = [v for v in top if v not in _CPU_ONLY_VARS]
+        where = path + ".cuda.vars"
+        names = [_str(v, "%s[%d]" % (where, i)) for i, v in enumerate(_list(c.get("vars", default), where))]
+        _need(not set(names) & set(_CPU_ONLY_VARS), where, "%s are CPU dispatch variables" % list(_CPU_ONLY_VARS))
+        return names
 
     def _grid(self, value: Any, var_names: List[str], path: str) -> Tuple[Any, ...]:
         """Three ints or size expressions over the kernel's variables (``ceildiv(a,b)`` allowed)."""
