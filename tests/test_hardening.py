@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 import pytest
 from conftest import COMPILERS, needs_cc
+from maps_support import executable_at
 
 import svod_min
 from svod_min import clang
@@ -362,19 +363,7 @@ def test_kernel_cache_eviction_unmaps_the_dropped_program(plan_object) -> None:
 
     progs = [cache.get_or_compile(("k", i), compile_fn) for i in range(2)]
     bases = [p._loaded.base for p in progs]
-    def mapped(base: int) -> bool:
-        """Whether the image's first segment (its r-x text) still covers ``base``.
-
-        Containment, not a line starting at ``base``: the kernel merges adjacent mappings with equal
-        permissions into one line. Executable: another thread's mmap may reuse a freed address, but
-        only a JIT image would map it r-x.
-        """
-        for line in _maps():
-            span, perms = line.split()[:2]
-            lo, hi = (int(x, 16) for x in span.split("-"))
-            if lo <= base < hi:
-                return perms.startswith("r-x")
-        return False
+    mapped = executable_at  # the image's first segment is its r-x text
 
     assert all(mapped(b) for b in bases)
     del progs
