@@ -956,6 +956,12 @@ def test_fake_graph_replay_patches_only_changed_nodes(fake: Callable[..., Fake])
     second.set_dims((1, 1, 1), (64, 1, 1))
     graph()
     assert graph.patched == 4 and f.counter("set_params") == 5  # 4 for graph, 1 for parallel
+    import weakref
+
+    gone = iota.bind([x], [6])
+    ref = weakref.ref(gone)
+    del gone  # the blob's change hook holds no strong reference: refcounting alone frees the launch
+    assert ref() is None
     twice = CudaGraph([second, second])  # the same launch as two nodes: both re-uploaded
     second.set_val(2, 5)
     twice()

@@ -30,7 +30,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..device_registry import DeviceSpec
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
@@ -1141,7 +1141,7 @@ class BoundLaunch:
         self._graphs: List[Any] = []  # weak references to the CudaGraphs holding this launch
         self.grid, self.block = grid, block  # validated by CudaProgram.bind
         self._pack_call()
-        blob.on_change = self._touch
+        blob.on_change = _weak_touch(self)
 
     def _touch(self) -> None:
         """Tell the graphs holding this launch that it changed (they re-upload it on their next launch)."""
@@ -1226,10 +1226,20 @@ class BoundLaunch:
 # --- graphs ---------------------------------------------------------------------------------------
 
 
+def _weak_touch(bound: BoundLaunch) -> Callable[[], None]:
+    """``bound._touch`` without a strong reference: the blob must not keep its launch (and buffers) alive."""
+    ref = weakref.ref(bound)
+
+    def touch() -> None:
+        target = ref()
+        if target is not None:
+            target._touch()
+
+    return touch
+
+
 class GraphCopy:
     """A device-to-device copy as a CUDA graph node (``cuGraphAddMemcpyNode``); never patched."""
-
-    version = 0
 
     def __init__(self, device: "CudaDevice", dst: CudaBuffer, src: CudaBuffer) -> None:
         _check_same_size(src.nbytes, dst.nbytes, "copy")
