@@ -68,7 +68,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from svod_min.bench_suite import KEYS, format_table, make_row  # noqa: E402
+from svod_min.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 from svod_min.devices import cuda  # noqa: E402
 from svod_min.kernels import ptx_path  # noqa: E402
 
@@ -112,18 +112,6 @@ def best_us(fn: Callable[[], Any], per: int, batches: int, warmup: int = 3) -> f
     for _ in range(warmup):
         fn()
     return min(elapsed_ns(fn) for _ in range(batches)) / per / 1e3
-
-
-def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds of each callable, timed round-robin so all see the same machine state."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples: Dict[str, List[int]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for key, fn in fns.items():
-            samples[key].append(elapsed_ns(fn))
-    return {k: statistics.median(v) / 1e9 for k, v in samples.items()}
 
 
 # --- rows --------------------------------------------------------------------------------------

@@ -35,17 +35,9 @@ N_MM = 1024
 
 
 def _paired(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 2) -> Dict[str, float]:
-    """Median seconds of each callable, timed round-robin so that all see the same machine state."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples: Dict[str, List[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for key, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[key].append(time.perf_counter() - t0)
-    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+    from svod_min.bench_suite import paired_median_s  # svod_min is imported lazily in this script
+
+    return paired_median_s(fns, reps, warmup)
 
 
 def _median(fn: Callable[[], Any], reps: int, warmup: int = 2) -> float:

@@ -12,14 +12,30 @@ import importlib.util
 import inspect
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .error import NotSupportedError
 
 KEYS = ("measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met")
+
+
+def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 2) -> Dict[str, float]:
+    """Median seconds of each callable, timed round-robin so that all see the same machine state."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples: Dict[str, List[int]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for key, fn in fns.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[key].append(time.perf_counter_ns() - t0)
+    return {k: statistics.median(v) / 1e9 for k, v in samples.items()}
 
 
 def find_bench_dir(explicit: Optional[str] = None) -> str:

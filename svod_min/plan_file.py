@@ -491,13 +491,7 @@ class _PlanReader:
             lib = library.get(_str(k["library"], path + ".library"), device=str(self.device.spec), **params)
         except (SvodError, TypeError) as exc:
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        roles = [arg.role for arg in lib.buffers]
-        outputs = [i for i, role in enumerate(roles) if "w" in role]
-        inputs = [i for i, role in enumerate(roles) if "r" in role]
-        kernel = CachedKernel(lib.program, str(self.device.spec), lib.source, lib.entry_point, list(lib.var_names),
-                              list(range(len(roles))), outputs, inputs, True, tuple(lib.global_size))
-        extents = {i: arg.count for i, arg in enumerate(lib.buffers) if arg.count is not None}
-        return kernel, {"extents": extents, "flops": lib.flops, "bytes": lib.bytes}
+        return self._library_kernel(lib.program, lib.source, lib.entry_point, lib, tuple(lib.global_size), None)
 
     def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """The shipped PTX form of a library kernel, launched with its own grid and block."""
@@ -508,10 +502,15 @@ class _PlanReader:
         except (SvodError, TypeError) as exc:
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
         program = self.device.load_signature(sig)  # driver errors are device errors, not bad input
+        return self._library_kernel(program, "", sig.entry, sig, plan_dims(sig.grid), tuple(sig.block))
+
+    def _library_kernel(self, program: Any, code: str, entry: str, sig: Any, global_size: Tuple[Any, ...],
+                        local_size: Optional[Tuple[int, ...]]) -> Tuple[CachedKernel, Dict[str, Any]]:  # fmt: skip
+        """A library kernel (CPU ``LibraryKernel`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work."""
         roles = [arg.role for arg in sig.buffers]
-        kernel = CachedKernel(program, str(self.device.spec), "", sig.entry, list(sig.var_names), list(range(len(roles))),
+        kernel = CachedKernel(program, str(self.device.spec), code, entry, list(sig.var_names), list(range(len(roles))),
                               [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],
-                              True, plan_dims(sig.grid), tuple(sig.block))
+                              True, global_size, local_size)  # fmt: skip
         extents = {i: arg.count for i, arg in enumerate(sig.buffers) if arg.count is not None}
         return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes}
 
