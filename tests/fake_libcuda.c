@@ -12,12 +12,15 @@
  * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
  * fake_set_func_max_threads, fake_set_events_pending(n) / fake_complete_events() (events that stay
  * "not ready"), fake_fail_memcpy_nodes(1) (a driver without graph memcpy nodes), fake_counter(name),
- * fake_last_launch(...). Launches with more than 48 KiB of dynamic
+ * fake_last_launch(...), fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host, see
+ * tests/cuda_emu_support.py), fake_check_guards() (allocations whose guard zones were overwritten). Launches with more than 48 KiB of dynamic
  * shared memory are refused unless cuFuncSetAttribute opted the function in, as on the real driver.
  *
- * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c
+ * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c -ldl -pthread
  */
 #include <ctype.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +31,7 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 enum { OK = 0, E_VALUE = 1, E_OOM = 2, E_NOT_INIT = 3, E_NO_DEVICE = 100, E_DEVICE = 101,
-       E_CONTEXT = 201, E_PTX = 218, E_NOT_FOUND = 500, E_PEER_ENABLED = 704, E_NOT_SUPPORTED = 801 };
+       E_CONTEXT = 201, E_PTX = 218, E_NOT_FOUND = 500, E_PEER_ENABLED = 704, E_LAUNCH_FAILED = 719, E_NOT_SUPPORTED = 801 };
 
 /* ---- controls and counters ---- */
 static int g_init_rc = 0, g_version = 12040, g_count = 0, g_initialised = 0, g_func_max_threads = 1024;
@@ -87,6 +90,7 @@ static const struct { int code; const char *name, *text; } ERRORS[] = {
     {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the provided PTX was compiled with an unsupported toolchain."},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -102,10 +106,14 @@ CUresult cuGetErrorString(CUresult code, const char **out) { return describe(cod
 
 /* ---- init and devices ---- */
 /* FAKE_CUDA_DEVICES=N in the environment: N devices without fake_configure (for CLI subprocess tests). */
+int fake_load_emulator(const char *path);
+static void *g_emu;
+
 CUresult cuInit(unsigned flags) {
     (void)flags;
-    const char *env = getenv("FAKE_CUDA_DEVICES");
+    const char *env = getenv("FAKE_CUDA_DEVICES"), *emu = getenv("FAKE_CUDA_EMULATOR");
     if (env && !g_initialised && !g_configured) g_count = atoi(env);
+    if (emu && !g_emu && fake_load_emulator(emu)) return 999; /* a broken test set-up must not pass quietly */
     if (g_init_rc) return g_init_rc;
     g_initialised = 1;
     return OK;
@@ -174,18 +182,56 @@ CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags) {
 
 /* ---- memory ---- */
 CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { NEED_CTX; *free_bytes = *total = (size_t)16 << 30; return OK; }
+/* Every allocation sits between two guard zones, so a kernel (emulated, see fake_load_emulator) that
+ * writes out of bounds is caught: fake_check_guards() counts the live allocations whose guards changed. */
+enum { GUARD = 64, GUARD_BYTE = 0xC5 };
+typedef struct Alloc { struct Alloc *prev, *next; size_t n; } Alloc; /* fits in the front guard's place */
+static Alloc g_allocs = {&g_allocs, &g_allocs, 0};
+static long g_guard_breaches;
+static pthread_mutex_t g_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int guards_intact(const Alloc *a) {
+    const unsigned char *front = (const unsigned char *)a + sizeof(Alloc), *back = (const unsigned char *)a + GUARD + a->n;
+    for (size_t i = 0; i < GUARD - sizeof(Alloc); i++) if (front[i] != GUARD_BYTE) return 0;
+    for (size_t i = 0; i < GUARD; i++) if (back[i] != GUARD_BYTE) return 0;
+    return 1;
+}
+long fake_check_guards(void) {
+    long bad = 0;
+    pthread_mutex_lock(&g_alloc_lock);
+    for (const Alloc *a = g_allocs.next; a != &g_allocs; a = a->next) bad += !guards_intact(a);
+    pthread_mutex_unlock(&g_alloc_lock);
+    return bad + g_guard_breaches;
+}
+
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
     NEED_CTX;
     if (!n) return E_VALUE;
     if (n > g_mem_limit) return E_OOM;
-    void *m = malloc(n);
-    if (!m) return E_OOM;
-    memset(m, 0xAB, n); /* garbage, so zero-filling is observable */
-    *p = (CUdeviceptr)(uintptr_t)m;
+    Alloc *a = malloc(n + 2 * GUARD);
+    if (!a) return E_OOM;
+    memset(a, GUARD_BYTE, n + 2 * GUARD);
+    memset((unsigned char *)a + GUARD, 0xAB, n); /* garbage, so zero-filling is observable */
+    a->n = n;
+    pthread_mutex_lock(&g_alloc_lock);
+    a->prev = g_allocs.prev; a->next = &g_allocs;
+    g_allocs.prev->next = a; g_allocs.prev = a;
+    pthread_mutex_unlock(&g_alloc_lock);
+    *p = (CUdeviceptr)(uintptr_t)((unsigned char *)a + GUARD);
     g_live_dev++;
     return OK;
 }
-CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CTX; free((void *)(uintptr_t)p); g_live_dev--; return OK; }
+CUresult cuMemFree_v2(CUdeviceptr p) {
+    NEED_CTX;
+    Alloc *a = (Alloc *)(uintptr_t)(p - GUARD);
+    pthread_mutex_lock(&g_alloc_lock);
+    g_guard_breaches += !guards_intact(a); /* a breach stays counted after the free */
+    a->prev->next = a->next; a->next->prev = a->prev;
+    pthread_mutex_unlock(&g_alloc_lock);
+    free(a);
+    g_live_dev--;
+    return OK;
+}
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; NEED_CTX; *p = malloc(n); g_live_host++; return *p ? OK : E_OOM; }
 CUresult cuMemFreeHost(void *p) { free(p); g_live_host--; return OK; }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) { (void)s; NEED_CTX; memset((void *)(uintptr_t)p, v, n); return OK; }
@@ -242,7 +288,26 @@ CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; retur
 CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return E_NOT_SUPPORTED; }
 
 /* ---- modules and functions ---- */
-typedef struct { char name[128]; int nparams; int sizes[64]; int max_dynamic_shared; } Function;
+typedef void (*EmuEntry)(const unsigned char *params);
+typedef struct { char name[128]; int nparams; int sizes[64]; int max_dynamic_shared; EmuEntry emu; } Function;
+
+/* The host emulation of the real kernel library (tests/cuda_host_emu.*): once loaded, an entry that the
+ * emulator exports as svod_emu_<name> runs its real CUDA C code, every thread of every block. */
+static int (*g_emu_launch)(EmuEntry, const unsigned char *, const unsigned *);
+int fake_load_emulator(const char *path) {
+    g_emu = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!g_emu) return -1;
+    *(void **)&g_emu_launch = dlsym(g_emu, "svod_emu_launch");
+    return g_emu_launch ? 0 : -1;
+}
+static EmuEntry emulated_entry(const char *name) {
+    char symbol[160];
+    EmuEntry entry = NULL;
+    if (!g_emu) return NULL;
+    snprintf(symbol, sizeof symbol, "svod_emu_%s", name);
+    *(void **)&entry = dlsym(g_emu, symbol);
+    return entry;
+}
 typedef struct { char *text; } Module;
 
 static void set_log(unsigned n, const int *opts, void **vals, const char *msg) {
@@ -310,6 +375,7 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
         Function *f = calloc(1, sizeof(Function)); /* leaked on purpose: tiny, test-only */
         snprintf(f->name, sizeof f->name, "%s", name);
         if (parse_params(q, f)) { free(f); return E_PTX; }
+        f->emu = emulated_entry(name);
         *fn = f;
         return OK;
     }
@@ -444,6 +510,13 @@ static void run(const Function *f, const unsigned char *a, const unsigned *dims)
     }
 }
 
+/* A kernel's work: its emulated real code when loaded (a failed emulation is a failed launch), else run(). */
+static CUresult execute(const Function *f, const unsigned char *a, const unsigned *dims) {
+    if (f->emu) return g_emu_launch(f->emu, a, dims) ? E_LAUNCH_FAILED : OK;
+    run(f, a, dims);
+    return OK;
+}
+
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) {
     (void)stream;
@@ -460,8 +533,7 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     g_last_size = size;
     g_last_extra = extra != NULL;
     g_launches++;
-    run((const Function *)fn, args, dims);
-    return OK;
+    return execute(f, args, dims);
 }
 
 /* ---- graphs (kernel nodes only) ---- */
@@ -561,8 +633,10 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
     NEED_CTX;
     for (int i = 0; i < e->n; i++) {
         const Node *nd = &e->nodes[i];
-        if (nd->f) run(nd->f, nd->args, nd->dims);
-        else memmove((void *)(uintptr_t)nd->copy_dst, (const void *)(uintptr_t)nd->copy_src, nd->copy_n);
+        if (nd->f) {
+            CUresult rc = execute(nd->f, nd->args, nd->dims);
+            if (rc) return rc;
+        } else memmove((void *)(uintptr_t)nd->copy_dst, (const void *)(uintptr_t)nd->copy_src, nd->copy_n);
     }
     g_graph_launches++;
     return OK;

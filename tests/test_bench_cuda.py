@@ -14,20 +14,19 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
+from cuda_emu_support import build_fake_libcuda, find_cc
 
 from svod_min.bench_suite import KEYS, run_suite
 from svod_min.devices import cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "bench_cuda.py"
-FAKE_SOURCE = Path(__file__).with_name("fake_libcuda.c")
 HAVE_CUPY = importlib.util.find_spec("cupy") is not None
 
 
@@ -104,12 +103,12 @@ def test_kernels_below_two_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
-    cc = shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    cc = find_cc()
     if cc is None:
         pytest.skip("no C compiler to build the fake libcuda")
     tmp = tmp_path_factory.mktemp("bench_cuda")
     lib = tmp / "libfakecuda.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(FAKE_SOURCE)], check=True, capture_output=True)
+    build_fake_libcuda(str(lib), cc)
     site = tmp / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
+from cuda_emu_support import build_fake_libcuda, find_cc
 
 from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.devices import cuda
@@ -457,17 +458,14 @@ def test_compile_cuda_without_nvrtc_is_a_clear_error() -> None:
 
 # --- the fake driver ------------------------------------------------------------------------------
 
-FAKE_SOURCE = Path(__file__).with_name("fake_libcuda.c")
 
 
 @pytest.fixture(scope="session")
 def fake_so(tmp_path_factory: pytest.TempPathFactory) -> str:
-    cc = shutil.which("gcc") or shutil.which("cc") or shutil.which("clang")
+    cc = find_cc()
     if cc is None:
         pytest.skip("no C compiler to build the fake libcuda")
-    out = str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so")
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", out, str(FAKE_SOURCE)], check=True, capture_output=True)
-    return out
+    return build_fake_libcuda(str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so"), cc)
 
 
 class Fake:
@@ -494,6 +492,15 @@ class Fake:
         value = self.cfg.fake_counter(name.encode())
         assert value >= 0, name
         return value
+
+    def load_emulator(self, path: str) -> None:
+        """Run the real kernel library's code (tests/cuda_emu_support.py) for the entries it exports."""
+        assert self.cfg.fake_load_emulator(path.encode()) == 0, path
+
+    def guard_breaches(self) -> int:
+        """Allocations whose guard zones were overwritten (out-of-bounds writes), freed ones included."""
+        self.cfg.fake_check_guards.restype = ctypes.c_long
+        return int(self.cfg.fake_check_guards())
 
     def last_launch(self) -> Tuple[Tuple[int, ...], bytes, bool]:
         dims, args, extra = (ctypes.c_uint * 7)(), (ctypes.c_ubyte * 512)(), ctypes.c_int()
@@ -1286,8 +1293,10 @@ def _reference(sig: Any, ins: Dict[str, Any], env: Dict[str, int]) -> Any:
              "silu": lambda: x["a"] * unary["sigmoid"](x["a"])}  # fmt: skip
     if name in fused:
         return fused[name]()
-    if name.startswith("reduce_"):
-        cube = x["x"].reshape(env["outer"], env["red"], env["inner"])
+    if name.startswith("reduce_"):  # a strided (outer, red, inner) view, like the kernel reads it
+        flat = np.ascontiguousarray(x["x"])
+        strides = tuple(env[k] * flat.itemsize for k in ("so", "sr", "si"))
+        cube = np.lib.stride_tricks.as_strided(flat, (env["outer"], env["red"], env["inner"]), strides)
         return {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_mean": np.mean}[name](cube, axis=1).ravel()
     if name == "softmax":
         rows = x["x"].reshape(env["rows"], env["cols"])
@@ -1318,19 +1327,33 @@ def _cuda_sigs() -> List[Any]:
         return []
 
 
-@gpu_test
-@pytest.mark.parametrize("sig", _cuda_sigs(), ids=lambda s: "%s-%s" % (s.name, "-".join(str(v) for _, v in s.params)))
-def test_gpu_library_kernel_matches_numpy(gpu: cuda.CudaDevice, sig: Any) -> None:
+def library_env(sig: Any, **sizes: int) -> Dict[str, int]:
+    """Variable values for one run of ``sig``: VAR_VALUES overridden by ``sizes``, reduce strides derived."""
+    env = dict(VAR_VALUES[sig.module], **sizes)
+    if sig.module == "reduce":
+        env.setdefault("so", env["red"] * env["inner"])
+        env.setdefault("sr", env["inner"])
+        env.setdefault("si", 1)
+    return env
+
+
+def check_library_kernel(dev: cuda.CudaDevice, sig: Any, env: Dict[str, int], grid: Optional[Tuple[int, int, int]] = None) -> None:
+    """Run library kernel ``sig`` on ``dev`` (a GPU, or the fake driver with the host emulator) vs numpy.
+
+    ``grid`` replaces the signature's grid (fewer blocks than items: the grid-stride loops must cover the rest).
+    """
+    from svod_min.kernels import ptx_path
     from svod_min.kernels.sig import compile_expr
 
-    env = dict(VAR_VALUES[sig.module])
-    if sig.module == "reduce":
-        env.update(so=env["red"] * env["inner"], sr=env["inner"], si=1)
-    ins = _inputs(sig, env, np.random.default_rng(len(sig.entry)))
-    prog = gpu.load_signature(sig)
+    ins = _inputs(sig, env, np.random.default_rng(len(sig.entry) + sum(env.values())))
+    if grid is None:
+        prog = dev.load_signature(sig)
+    else:
+        text = Path(ptx_path(sig.module)).read_text()
+        prog = dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=grid)
     bufs = []
     for arg in sig.buffers:
-        buf = gpu.allocate([compile_expr(arg.count)(env)], arg.dtype)
+        buf = dev.allocate([compile_expr(arg.count)(env)], arg.dtype)
         if arg.name in ins:
             buf.copyin(ins[arg.name])
         bufs.append(buf)
@@ -1340,7 +1363,17 @@ def test_gpu_library_kernel_matches_numpy(gpu: cuda.CudaDevice, sig: Any) -> Non
     if sig.buffers[0].dtype in ("float16", "bfloat16"):  # computed in float32, rounded once
         want = _from_storage(_to_bf16(want) if sig.buffers[0].dtype == "bfloat16" else want.astype(np.float16), sig.buffers[0].dtype)
     rtol, atol = _tolerance(sig)
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg="%s %s" % (sig.entry, env))
+
+
+def sig_id(sig: Any) -> str:
+    return "%s-%s" % (sig.name, "-".join(str(v) for _, v in sig.params))
+
+
+@gpu_test
+@pytest.mark.parametrize("sig", _cuda_sigs(), ids=sig_id)
+def test_gpu_library_kernel_matches_numpy(gpu: cuda.CudaDevice, sig: Any) -> None:
+    check_library_kernel(gpu, sig, library_env(sig))
 
 
 @gpu_test

@@ -386,11 +386,10 @@ def test_fake_cli_runs_the_default_plan_on_cuda(fake_so: str, tmp_path: Path) ->
 # --- on a real GPU ---------------------------------------------------------------------------------
 
 
-@gpu_test
-def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
-    assert REAL_DRIVER is not None
+def check_default_plan_on(dev: Any) -> None:
+    """The built-in default plan on CUDA device ``dev`` equals the CPU, eager and replayed from a graph."""
     doc = default_plan_document()
-    loaded = load_plan(doc, device=REAL_DRIVER.device(0))
+    loaded = load_plan(doc, device=dev)
     plan = loaded.plan
     assert plan.graph_replay
     plan.execute()
@@ -407,6 +406,12 @@ def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
     np.testing.assert_allclose(eager[: 5 * D_OUT], _cpu_output(doc, rows=5)[: 5 * D_OUT], rtol=1e-4, atol=1e-6)
     profiles = plan.execute_profiled()
     assert all(0 < p.elapsed < 1 for p in profiles)
+
+
+@gpu_test
+def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
+    assert REAL_DRIVER is not None
+    check_default_plan_on(REAL_DRIVER.device(0))
 
 
 @gpu_test

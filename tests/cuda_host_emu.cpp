@@ -1,0 +1,101 @@
+/* The runtime of the host CUDA emulation (see cuda_host_emu.h): runs one launch's blocks in order, the
+ * threads of each block as fibers on one OS thread, switching at __syncthreads().
+ *
+ * svod_emu_launch returns 0, or -1 when threads of one block disagree about a barrier (some returned
+ * while others wait at __syncthreads(): undefined behaviour on a GPU, a hang or garbage there), or -2
+ * when a block is larger than 1024 threads. The fake driver turns a non-zero result into
+ * CUDA_ERROR_LAUNCH_FAILED.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+#include <memory>
+#include <vector>
+
+#include "cuda_host_emu.h"
+
+extern "C" {
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+}
+
+namespace {
+
+enum State { READY, AT_BARRIER, DONE };
+
+struct Fiber {
+    ucontext_t context;
+    State state;
+    dim3 index;
+};
+
+typedef void (*Entry)(const unsigned char *);
+
+const size_t STACK_BYTES = 64 << 10;
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* one launch at a time: the globals are shared */
+ucontext_t g_scheduler;
+Fiber *g_current;
+Entry g_entry;
+const unsigned char *g_params;
+
+void fiber_main() {
+    g_entry(g_params);
+    g_current->state = DONE; /* then uc_link returns to the scheduler */
+}
+
+/* Run every fiber until it waits at a barrier or returns; repeat while all of them wait. */
+int run_block(std::vector<Fiber> &fibers, char *stacks) {
+    for (size_t i = 0; i < fibers.size(); i++) {
+        Fiber &f = fibers[i];
+        getcontext(&f.context);
+        f.context.uc_stack.ss_sp = &stacks[i * STACK_BYTES];
+        f.context.uc_stack.ss_size = STACK_BYTES;
+        f.context.uc_link = &g_scheduler;
+        f.state = READY;
+        makecontext(&f.context, fiber_main, 0);
+    }
+    for (;;) {
+        size_t waiting = 0, done = 0;
+        for (Fiber &f : fibers) {
+            if (f.state != READY) continue;
+            g_current = &f;
+            threadIdx = f.index;
+            swapcontext(&g_scheduler, &f.context);
+        }
+        for (Fiber &f : fibers) (f.state == DONE ? done : waiting)++;
+        if (done == fibers.size()) return 0;
+        if (done) return -1;
+        for (Fiber &f : fibers) f.state = READY;
+    }
+}
+
+}  // namespace
+
+extern "C" void svod_emu_syncthreads(void) {
+    g_current->state = AT_BARRIER;
+    swapcontext(&g_current->context, &g_scheduler);
+}
+
+/* dims: grid x, y, z, block x, y, z */
+extern "C" int svod_emu_launch(Entry entry, const unsigned char *params, const unsigned *dims) {
+    unsigned long threads = (unsigned long)dims[3] * dims[4] * dims[5];
+    if (threads == 0 || threads > 1024) return -2;
+    pthread_mutex_lock(&g_lock);
+    gridDim = dim3{dims[0], dims[1], dims[2]};
+    blockDim = dim3{dims[3], dims[4], dims[5]};
+    g_entry = entry;
+    g_params = params;
+    std::vector<Fiber> fibers(threads);
+    std::unique_ptr<char[]> stacks(new char[threads * STACK_BYTES]); /* uninitialised: no 64 MiB memset */
+    for (unsigned long t = 0; t < threads; t++)
+        fibers[t].index = dim3{(unsigned)(t % dims[3]), (unsigned)(t / dims[3] % dims[4]), (unsigned)(t / dims[3] / dims[4])};
+    int rc = 0;
+    for (unsigned z = 0; z < dims[2] && !rc; z++)
+        for (unsigned y = 0; y < dims[1] && !rc; y++)
+            for (unsigned x = 0; x < dims[0] && !rc; x++) {
+                blockIdx = dim3{x, y, z};
+                rc = run_block(fibers, stacks.get());
+            }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
