@@ -17,6 +17,7 @@ import ctypes
 import gc
 import glob
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -427,6 +428,40 @@ def test_ptxas_assembles_the_shipped_ptx(arch: str) -> None:
         with open(path, encoding="utf-8") as fh:
             cubin = cuda.ptxas_check(fh.read(), arch)
         assert cubin[:4] == b"\x7fELF", path
+
+
+def _ptxas_resources(path: str, arch: str) -> Dict[str, Tuple[int, int]]:
+    """{entry: (registers per thread, static shared bytes)} from ``ptxas -v``."""
+    assert PTXAS is not None
+    proc = subprocess.run([PTXAS, "-v", "-arch=" + arch, "-o", os.devnull, path], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    found, entry = {}, None
+    for line in proc.stderr.splitlines():
+        named = re.search(r"Compiling entry function '(\w+)'", line)
+        used = re.search(r"Used (\d+) registers.*?(?:(\d+) bytes smem|$)", line)
+        if named:
+            entry = named.group(1)
+        elif used and entry:
+            found[entry] = (int(used.group(1)), int(used.group(2) or 0))
+    return found
+
+
+@pytest.mark.skipif(PTXAS is None, reason="ptxas not found (CUDA toolkit not installed)")
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_library_kernels_fit_their_blocks(arch: str) -> None:
+    """Registers x threads of each library kernel's block fit one SM's 64K registers, static shared memory
+    fits 48 KiB: otherwise every launch of it fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on a real GPU."""
+    from svod_min.kernels import ptx_path
+
+    sigs = _cuda_sigs()
+    resources: Dict[str, Tuple[int, int]] = {}
+    for module in sorted({s.module for s in sigs}):
+        resources.update(_ptxas_resources(ptx_path(module), arch))
+    for sig in sigs:
+        regs, smem = resources[sig.entry]
+        threads = sig.block[0] * sig.block[1] * sig.block[2]
+        assert regs * threads <= 65536, "%s: %d registers x %d threads" % (sig.entry, regs, threads)
+        assert smem + sig.shared_bytes <= 48 << 10, "%s: %d bytes of shared memory" % (sig.entry, smem)
 
 
 @pytest.mark.skipif(PTXAS is None, reason="ptxas not found (CUDA toolkit not installed)")
