@@ -283,6 +283,7 @@ CUresult cuEventQuery(void *e) {
 }
 CUresult cuEventSynchronize(void *e) { g_event_syncs++; ((Event *)e)->pending = 0; return OK; }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)((((Event *)end)->t - ((Event *)start)->t) * 0.25); return OK; }
+CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { return cuEventElapsedTime(ms, start, end); }
 CUresult cuEventDestroy_v2(void *e) { free(e); g_live_events--; return OK; }
 CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return E_NOT_SUPPORTED; }
 CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return E_NOT_SUPPORTED; }

@@ -596,6 +596,14 @@ def test_fake_every_prototype_binds(fake: Callable[..., Fake]) -> None:
         lib.call("cuNotAFunction")
 
 
+def test_fake_first_exported_prefers_the_newest_entry(fake: Callable[..., Fake]) -> None:
+    lib = CudaLibrary(fake().path)
+    assert lib.first_exported("cuEventElapsedTime_v2", "cuEventElapsedTime") == "cuEventElapsedTime_v2"
+    assert lib.first_exported("cuNotInTheTable_v2", "cuEventElapsedTime") == "cuEventElapsedTime"
+    with pytest.raises(CudaSymbolError, match="cuNotInTheTable_v2, cuAlsoMissing"):
+        lib.first_exported("cuNotInTheTable_v2", "cuAlsoMissing")
+
+
 def test_fake_checked_call_turns_cuResult_into_CudaError(fake: Callable[..., Fake]) -> None:
     lib = CudaLibrary(fake().path)
     handle = ctypes.c_int()

@@ -534,7 +534,8 @@ class CudaEvent:
     def elapsed_since(self, start: "CudaEvent") -> float:
         """Seconds of device time between ``start`` and this event (both recorded, this one completed)."""
         ms = ctypes.c_float()
-        self.device.lib.call("cuEventElapsedTime", ctypes.byref(ms), start.handle, self.handle)
+        lib = self.device.lib
+        lib.call(lib.first_exported("cuEventElapsedTime_v2", "cuEventElapsedTime"), ctypes.byref(ms), start.handle, self.handle)
         return ms.value / 1e3
 
 
@@ -1271,8 +1272,8 @@ class CudaGraph:
             raise ExecutionError("every launch of a CUDA graph must be on the same device")
         self.launches = list(launches)
         lib, dev = self.device.lib, self.device
-        self._add = "cuGraphAddKernelNode_v2" if lib.has("cuGraphAddKernelNode_v2") else "cuGraphAddKernelNode"
-        self._set = "cuGraphExecKernelNodeSetParams_v2" if lib.has("cuGraphExecKernelNodeSetParams_v2") else "cuGraphExecKernelNodeSetParams"
+        self._add = lib.first_exported("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode")
+        self._set = lib.first_exported("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams")
         dev.activate()
         graph = HANDLE()
         lib.call("cuGraphCreate", ctypes.byref(graph), 0)

@@ -141,7 +141,8 @@ PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
     ("cuEventRecord", (HANDLE, HANDLE)),
     ("cuEventQuery", (HANDLE,)),
     ("cuEventSynchronize", (HANDLE,)),
-    ("cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE)),
+    ("cuEventElapsedTime_v2", (_P(ctypes.c_float), HANDLE, HANDLE)),  # driver 12.8+: what cuda.h calls today
+    ("cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE)),  # the v1, for older drivers
     ("cuEventDestroy_v2", (HANDLE,)),
     # modules and launches
     ("cuModuleLoadDataEx", (_P(HANDLE), _vp, _uint, _P(_int), _P(_vp))),
@@ -267,6 +268,7 @@ class CudaLibrary:
         self._dll = ctypes.CDLL(path)  # OSError when absent: callers turn it into a reason
         self._fns: Dict[str, Callable[..., int]] = {}
         self._untyped: Dict[str, Callable[..., int]] = {}
+        self._first: Dict[Tuple[str, ...], str] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -279,6 +281,17 @@ class CudaLibrary:
         except CudaSymbolError:
             return False
         return True
+
+    def first_exported(self, *names: str) -> str:
+        """The first of ``names`` the library exports (newest version first), for entries with a legacy fallback."""
+        chosen = self._first.get(names)
+        if chosen is not None:
+            return chosen
+        for name in names:
+            if self.has(name):
+                self._first[names] = name
+                return name
+        raise CudaSymbolError("%s exports none of %s (driver too old?)" % (self.path, ", ".join(names)))
 
     def function(self, name: str) -> Callable[..., int]:
         """The typed ctypes function for ``name`` (resolved on first use)."""
