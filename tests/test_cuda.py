@@ -906,7 +906,18 @@ def test_fake_launch_errors_happen_before_launch(fake: Callable[..., Fake]) -> N
         iota.execute([np.zeros(4, np.int32)], [4])
     with pytest.raises(ExecutionError, match="lives on CUDA:1"):
         iota.execute([f.device(1).allocate([4], "int32")], [4])
+    with pytest.raises(ExecutionError, match="starts 2 bytes into its allocation, not a multiple of its 4-byte"):
+        iota.execute([dev.allocate([8], "int32").view(2, 8)], [2])
+    bound = iota.bind([out], [4])
+    with pytest.raises(ExecutionError, match="misaligned"):
+        bound.set_buffer(0, dev.allocate([8], "int32").view(6, 8))
+    add = dev.library_kernel("add", dtype="float64")
+    raw = dev.allocate([40], "uint8")  # raw bytes: the kernel's float64 decides the alignment
+    with pytest.raises(ExecutionError, match="'a' starts 4 bytes .* 8-byte elements"):
+        add.execute([dev.allocate([2], "float64"), raw.view(4, 16), raw.view(24, 16)], [2])
     assert f.counter("launches") == launches
+    iota.execute([dev.allocate([8], "int32").view(4, 8)], [2])  # aligned views launch
+    assert f.counter("launches") == launches + 1
 
 
 def test_fake_kernel_thread_limit_is_checked(fake: Callable[..., Fake]) -> None:

@@ -981,6 +981,16 @@ def _log_text(buf: Any) -> str:
     return buf.value.decode("utf-8", "replace").strip()
 
 
+
+def _check_aligned(kernel: str, which: Any, buf: "CudaBuffer", align: int) -> None:
+    """Refuse a buffer whose start is not a multiple of its element size: a GPU load from it faults with
+    CUDA_ERROR_MISALIGNED_ADDRESS, a sticky error that leaves the context unusable for the rest of the process."""
+    if buf.address % align:
+        raise ExecutionError(
+            "%s: buffer %r starts %d bytes into its allocation, not a multiple of its %d-byte elements; "
+            "a GPU would fault on it (misaligned address), so it is not launched" % (kernel, which, buf.offset, align)
+        )
+
 class CudaProgram:
     """A kernel entry point with svod's calling convention on one GPU.
 
@@ -1052,6 +1062,7 @@ class CudaProgram:
         if isinstance(buf, CudaBuffer):
             if buf.device is not self.device:
                 raise ExecutionError("%s: buffer %d lives on %s, the kernel on %s" % (self.name, index, buf.device.spec, self.device.spec))
+            _check_aligned(self.name, index, buf, buf.dtype.itemsize)
             return buf.address
         where = getattr(getattr(buf, "device", None), "spec", None) or type(buf).__name__
         raise ExecutionError("%s: buffer %d is not a CUDA buffer (%s); copy it to %s first" % (self.name, index, where, self.device.spec))
@@ -1070,6 +1081,7 @@ class CudaProgram:
                 continue
             if buf.dtype.name != arg.dtype and buf.dtype.name != "uint8":  # uint8: raw bytes, size checked below
                 raise ExecutionError("%s: buffer %r is %s, the kernel takes %s" % (self.name, arg.name, buf.dtype.name, arg.dtype))
+            _check_aligned(self.name, arg.name, buf, to_dtype(arg.dtype).itemsize)
             count = compile_expr(arg.count)(env) if arg.count is not None else 0
             need = count * to_dtype(arg.dtype).itemsize
             if buf.nbytes < need:
