@@ -620,6 +620,9 @@ def test_fake_checked_call_turns_cuResult_into_CudaError(fake: Callable[..., Fak
     assert lib.call_raw("cuDeviceGet", ctypes.byref(handle), 5) == 101
     unknown = lib.error("cuFoo", 12345)  # the driver has no name for it
     assert (unknown.name, unknown.description) == ("CUDA_ERROR_12345", "unrecognized error code")
+    assert not err.sticky and not unknown.sticky
+    fault = lib.error("cuStreamSynchronize", 700)  # CUDA_ERROR_ILLEGAL_ADDRESS: a kernel fault
+    assert fault.sticky and str(fault).endswith("every later CUDA call in this process will fail: restart the process)")
 
 
 def test_fake_cuinit_failure_means_no_driver_with_the_drivers_words(fake: Callable[..., Fake]) -> None:

@@ -205,8 +205,9 @@ def test_emulator_fails_a_launch_whose_threads_skip_a_barrier(fake: Callable[...
     driver.load_emulator(bad_emulator_so)
     dev = driver.device()
     prog = dev.load_ptx(BAD_PTX, "bad_barrier", 1, ["n"], local_size=(32, 1, 1), grid=(1, 1, 1))
-    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):
+    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED.*restart the process") as info:
         prog.execute([dev.allocate([32], "float32")], [32])
+    assert info.value.sticky
 
 
 def test_emulator_catches_a_write_past_the_end(fake: Callable[..., Fake], bad_emulator_so: str) -> None:

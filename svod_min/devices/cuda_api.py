@@ -184,10 +184,27 @@ CUDA_ERROR_INVALID_PTX = 218
 CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222
 CUDA_ERROR_NOT_FOUND = 500
 CUDA_ERROR_NOT_READY = 600
+CUDA_ERROR_ILLEGAL_ADDRESS = 700
 CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
+CUDA_ERROR_LAUNCH_TIMEOUT = 702
 CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
+CUDA_ERROR_HARDWARE_STACK_ERROR = 714
+CUDA_ERROR_ILLEGAL_INSTRUCTION = 715
+CUDA_ERROR_MISALIGNED_ADDRESS = 716
+CUDA_ERROR_INVALID_ADDRESS_SPACE = 717
+CUDA_ERROR_INVALID_PC = 718
+CUDA_ERROR_LAUNCH_FAILED = 719
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_UNKNOWN = 999
+
+# Errors a kernel leaves behind in its context: every later call in the process fails the same way.
+STICKY_ERRORS = frozenset({
+    CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_TIMEOUT, CUDA_ERROR_HARDWARE_STACK_ERROR,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    CUDA_ERROR_INVALID_PC, CUDA_ERROR_LAUNCH_FAILED,
+})  # fmt: skip
+STICKY_HINT = ("a kernel fault; the GPU context is now unusable and every later CUDA call in this process will "
+               "fail: restart the process")  # fmt: skip
 
 # CUdevice_attribute
 ATTR_MAX_THREADS_PER_BLOCK = 1
@@ -235,12 +252,16 @@ class CudaError(DeviceError):
     ``code`` is the number, ``name`` what ``cuGetErrorName`` says
     (``CUDA_ERROR_OUT_OF_MEMORY``), ``description`` what ``cuGetErrorString``
     says, ``function`` the driver entry point, ``log`` a JIT log when there
-    is one (module loads).
+    is one (module loads), ``sticky`` whether it is a kernel fault that leaves
+    the context unusable (the message then says to restart the process).
     """
 
     def __init__(self, function: str, code: int, name: str, description: str, log: str = "") -> None:
         self.function, self.code, self.name, self.description, self.log = function, code, name, description, log
+        self.sticky = code in STICKY_ERRORS  # the context is lost: only a new process can use the GPU again
         message = "%s failed: %s (%d): %s" % (function, name, code, description)
+        if self.sticky:
+            message += " (%s)" % STICKY_HINT
         if log:
             message += "\nJIT log:\n" + log.rstrip()
         super().__init__(message)
