@@ -483,8 +483,16 @@ def test_ptxas_absent(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- NVRTC ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(cuda.find_nvrtc() is not None, reason="libnvrtc is installed here")
-def test_compile_cuda_without_nvrtc_is_a_clear_error() -> None:
+@pytest.fixture
+def no_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test sees no libnvrtc, even where one is installed."""
+    from svod_min.devices import cuda_api
+
+    monkeypatch.setenv("SVOD_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13")
+    monkeypatch.setattr(cuda_api, "_nvrtc_cache", {})
+
+
+def test_compile_cuda_without_nvrtc_is_a_clear_error(no_nvrtc: None) -> None:
     with pytest.raises(NotSupportedError) as info:
         cuda.compile_cuda('extern "C" __global__ void k() {}', "sm_80")
     assert str(info.value) == "NVRTC (libnvrtc) not found; ship PTX or install nvidia-cuda-nvrtc==13.0.*"

@@ -23,7 +23,7 @@ from svod_min.error import NotSupportedError, PlanError
 from svod_min.execution_plan import register_custom_function
 from svod_min.plan_file import PlanFileError, load_plan
 
-from test_cuda import FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
+from test_cuda import FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu_test, no_nvrtc  # noqa: F401
 
 np = pytest.importorskip("numpy")
 
@@ -338,9 +338,7 @@ def test_cuda_only_kernel_on_cpu_and_bad_cuda_form_are_refused_on_cpu() -> None:
         load_plan(bad, device="CPU")  # checked on every device, not only where it would load
 
 
-def test_fake_cuda_c_without_nvrtc_names_the_kernel(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
-    if cuda.find_nvrtc() is not None:
-        pytest.skip("NVRTC is installed here")
+def test_fake_cuda_c_without_nvrtc_names_the_kernel(fake: Callable[..., Fake], no_nvrtc: None) -> None:
     doc = _axpb_doc({"source": "extern \"C\" __global__ void fake_axpb() {}", "grid": [1, 1, 1], "block": [32, 1, 1]})
     with pytest.raises(NotSupportedError, match=r"kernels.fake_axpb.cuda: NVRTC"):
         load_plan(doc, device=fake().device())
