@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import subprocess
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from svod_min.kernels import GEN_DIR
 
@@ -31,13 +31,17 @@ _ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 FAKE_SOURCE = os.path.join(HERE, "fake_libcuda.c")
 
 
-def find_cc() -> Optional[str]:
-    """A C compiler, or None."""
-    for name in ("gcc", "cc", "clang"):
+def _first_on_path(names: Sequence[str]) -> Optional[str]:
+    for name in names:
         path = shutil.which(name)
         if path:
             return path
     return None
+
+
+def find_cc() -> Optional[str]:
+    """A C compiler, or None."""
+    return _first_on_path(("gcc", "cc", "clang"))
 
 
 def build_fake_libcuda(out: str, cc: str) -> str:
@@ -51,11 +55,7 @@ def build_fake_libcuda(out: str, cc: str) -> str:
 
 def find_cxx() -> Optional[str]:
     """A C++17 compiler, or None."""
-    for name in ("g++", "clang++", "c++"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+    return _first_on_path(("g++", "clang++", "c++"))
 
 
 def cuda_sources() -> List[str]:

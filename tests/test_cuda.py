@@ -1441,13 +1441,12 @@ def test_gpu_library_kernel_matches_numpy(gpu: cuda.CudaDevice, sig: Any) -> Non
     check_library_kernel(gpu, sig, library_env(sig))
 
 
-@gpu_test
-def test_gpu_plan_on_cuda_equals_cpu(gpu: cuda.CudaDevice) -> None:
+def check_plan_equals_cpu(gpu: cuda.CudaDevice, M: int, N: int, K: int) -> None:
+    """matmul -> add -> relu as an ExecutionPlan on CUDA device ``gpu`` equals the same kernels on the CPU."""
     from svod_min import kernels
     from svod_min.devices.cpu import create_cpu_device
 
-    M, N, K = 40, 70, 33
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(M)
     a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in (M * K, K * N, M * N))
     cpu = create_cpu_device()
     host = {name: cpu.allocate([len(v)], "float32").copyin(v) for name, v in (("a", a), ("b", b), ("bias", bias))}
@@ -1465,6 +1464,11 @@ def test_gpu_plan_on_cuda_equals_cpu(gpu: cuda.CudaDevice) -> None:
     ], bufs)  # fmt: skip
     plan.execute()
     np.testing.assert_allclose(plan.output_buffer().numpy(), act.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@gpu_test
+def test_gpu_plan_on_cuda_equals_cpu(gpu: cuda.CudaDevice) -> None:
+    check_plan_equals_cpu(gpu, 40, 70, 33)
 
 
 @gpu_test

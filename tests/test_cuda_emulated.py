@@ -28,6 +28,7 @@ from test_cuda import (  # noqa: F401  (fixtures)
     Fake,
     _cuda_sigs,
     check_library_kernel,
+    check_plan_equals_cpu,
     fake,
     fake_so,
     library_env,
@@ -108,24 +109,8 @@ def test_grid_stride_loops_cover_more_work_than_blocks(emu: Fake, sig: Any) -> N
     check_library_kernel(emu.device(), sig, library_env(sig, **STRIDED[sig.module]), grid=(2, 1, 1))
 
 
-def test_plan_on_emulated_cuda_equals_numpy(emu: Fake) -> None:
-    from test_cuda import _cuda_plan
-
-    dev = emu.device()
-    M, N, K = 20, 37, 19
-    rng = np.random.default_rng(3)
-    a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in (M * K, K * N, M * N))
-    bufs = [dev.allocate([n], "float32") for n in (M * K, K * N, M * N, M * N, M * N, M * N)]
-    for buf, v in zip(bufs, (a, b, bias)):
-        buf.copyin(v)
-    plan = _cuda_plan(dev, [
-        (dev.library_kernel("matmul", dtype="float32", tile=16), [3, 0, 1], [M, N, K]),
-        (dev.library_kernel("add", dtype="float32"), [4, 3, 2], [M * N]),
-        (dev.library_kernel("relu", dtype="float32"), [5, 4], [M * N]),
-    ], bufs)  # fmt: skip
-    plan.execute()
-    want = np.maximum(a.reshape(M, K).astype(np.float64) @ b.reshape(K, N) + bias.reshape(M, N), 0).ravel()
-    np.testing.assert_allclose(plan.output_buffer().numpy(), want, rtol=1e-4, atol=1e-5)
+def test_plan_on_emulated_cuda_equals_cpu(emu: Fake) -> None:
+    check_plan_equals_cpu(emu.device(), 20, 37, 19)
 
 
 def test_graph_replay_equals_eager(emu: Fake) -> None:
