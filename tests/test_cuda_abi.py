@@ -1,18 +1,25 @@
-"""The ctypes binding of libcuda (svod_min.devices.cuda_api) checked against the real ``cuda.h``.
+"""The ctypes bindings of libcuda and libnvrtc (svod_min.devices.cuda_api) checked against ``cuda.h`` and ``nvrtc.h``.
 
-The binding is written by hand: exported symbol names, argument types, two
-struct layouts and a block of integer constants. CI has no GPU, and the
-stand-in driver the other tests load (``tests/fake_libcuda.c``) was written
+The bindings are written by hand: exported symbol names, argument and result
+types, two struct layouts and a block of integer constants. CI has no GPU, and
+the stand-in driver the other tests load (``tests/fake_libcuda.c``) was written
 by the same hands, so a wrong argtype, offset or value would never show up
-there - on a real driver it means corrupted arguments or memory. The toolkit
-header is the independent reference: these tests preprocess ``cuda.h`` and
-compile small C programs against it with the host C compiler, then compare
-what the compiler says with what ctypes says.
+there - on a real driver it means corrupted arguments or memory. NVRTC does
+run in CI, but a wrong argtype there can go unnoticed on x86-64 (an ``int``
+passed where a ``size_t`` is read works until it does not). The headers are
+the independent reference: these tests preprocess them and compile small C
+programs against them with the host C compiler, then compare what the compiler
+says with what ctypes says. Both headers go through the same code path, each
+described by an :class:`Api`.
 
-Skipped when no ``cuda.h`` ($CUDA_HOME/include, $CUDA_PATH/include,
-/usr/local/cuda/include) or no C compiler ($CC, cc, gcc, clang) is found. The
-reference is whatever header is found: one older than the binding's newest
-entry point (cuEventElapsedTime_v2 is CUDA 12.8) fails the name check, naming it.
+``cuda.h`` is looked for in $CUDA_HOME/include, $CUDA_PATH/include and
+/usr/local/cuda/include. ``nvrtc.h`` is looked for beside the libnvrtc the
+binding loads ($SVOD_NVRTC_LIBRARY or ``find_nvrtc()``; ``<lib dir>/../include``
+in the toolkit and in pip's nvidia wheels), then in those toolkit include
+directories. A header that is missing, or no C compiler ($CC, cc, gcc,
+clang), skips that header's tests. The reference is whatever header is found:
+one older than the binding's newest entry point (cuEventElapsedTime_v2 is
+CUDA 12.8) fails the name check, naming it.
 """
 
 from __future__ import annotations
@@ -25,12 +32,18 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import pytest
 
 from svod_min.devices import cuda_api
-from svod_min.devices.cuda_api import CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, PROTOTYPES
+from svod_min.devices.cuda_api import (
+    CUDA_KERNEL_NODE_PARAMS,
+    CUDA_MEMCPY3D,
+    NVRTC_PROTOTYPES,
+    NVRTC_RESTYPES,
+    PROTOTYPES,
+)
 
 # v1 entry points the table keeps on purpose, beside their current version, for drivers that lack it.
 LEGACY_FALLBACKS = frozenset({"cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams", "cuEventElapsedTime"})
@@ -44,18 +57,91 @@ PREFIX_STRUCTS = ((CUDA_KERNEL_NODE_PARAMS, "CUDA_KERNEL_NODE_PARAMS_v1"),)
 CONSTANT_PREFIXES = ("CUDA_SUCCESS", "CUDA_ERROR_", "ATTR_", "FUNC_ATTR_", "CU_")
 CONSTANT_RENAMES = (("FUNC_ATTR_", "CU_FUNC_ATTRIBUTE_"), ("ATTR_", "CU_DEVICE_ATTRIBUTE_"))
 
-NAMES = [name for name, _ in PROTOTYPES]
-ARGTYPES = dict(PROTOTYPES)
+
+# --- finding the headers -----------------------------------------------------------------------------
+
+
+def find_cuda_include(header: str = "cuda.h") -> Optional[str]:
+    """The toolkit include directory that holds ``header``."""
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.path.isfile(os.path.join(root, "include", header)):
+            return os.path.join(root, "include")
+    return None
+
+
+def find_nvrtc_include() -> Optional[str]:
+    """The ``nvrtc.h`` of the libnvrtc the binding loads (``<lib dir>/../include``), else the toolkit's."""
+    for library in (os.environ.get(cuda_api._NVRTC_ENV, "").strip(), cuda_api.find_nvrtc() or ""):
+        if not os.path.dirname(library):  # unset, or a bare soname from the loader path
+            continue
+        for directory in (os.path.dirname(library), os.path.dirname(os.path.realpath(library))):
+            include = os.path.normpath(os.path.join(directory, os.pardir, "include"))
+            if os.path.isfile(os.path.join(include, "nvrtc.h")):
+                return include
+    return find_cuda_include("nvrtc.h")
+
+
+# --- the two APIs ------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Api:
+    """One library's part of the binding, and the header that is its reference."""
+
+    header: str  # "cuda.h"
+    where: str  # where find_include looks, for the skip reason
+    find_include: Callable[[], Optional[str]]
+    table: str  # the name of the prototype table in cuda_api, for messages
+    prototypes: Tuple[Tuple[str, Tuple[Any, ...]], ...]  # (exported name, argtypes)
+    restype: Any  # what the binding sets as restype ...
+    restypes: Dict[str, Any]  # ... unless named here
+    legacy: FrozenSet[str] = frozenset()  # entries declared only with internal_flags
+    internal_flags: Tuple[str, ...] = ()  # preprocessor flags that make the legacy declarations visible
+    version_macro: Optional[str] = None
+    constant_prefixes: Tuple[str, ...] = ()  # module-level ints named so are the header's constants
+    constant_renames: Tuple[Tuple[str, str], ...] = ()  # (our prefix, the header's prefix)
+
+    @property
+    def names(self) -> List[str]:
+        return [name for name, _ in self.prototypes]
+
+    @property
+    def argtypes(self) -> Dict[str, Tuple[Any, ...]]:
+        return dict(self.prototypes)
+
+    def restype_of(self, symbol: str) -> Any:
+        return self.restypes.get(symbol, self.restype)
+
+
+CUDA = Api(
+    header="cuda.h",
+    where="in $CUDA_HOME/include, $CUDA_PATH/include or /usr/local/cuda/include",
+    find_include=find_cuda_include,
+    table="PROTOTYPES",
+    prototypes=PROTOTYPES,
+    restype=cuda_api.CUresult,
+    restypes={},
+    legacy=LEGACY_FALLBACKS,
+    internal_flags=("-D__CUDA_API_VERSION_INTERNAL",),
+    version_macro="CUDA_VERSION",
+    constant_prefixes=CONSTANT_PREFIXES,
+    constant_renames=CONSTANT_RENAMES,
+)
+NVRTC = Api(
+    header="nvrtc.h",
+    where="beside libnvrtc (<lib dir>/../include of $%s or find_nvrtc()) nor in the toolkit include "
+    "directories ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)" % cuda_api._NVRTC_ENV,
+    find_include=find_nvrtc_include,
+    table="NVRTC_PROTOTYPES",
+    prototypes=NVRTC_PROTOTYPES,
+    restype=cuda_api.nvrtcResult,
+    restypes=NVRTC_RESTYPES,
+    constant_prefixes=("NVRTC_",),
+)
+APIS = (CUDA, NVRTC)
 
 
 # --- toolchain ---------------------------------------------------------------------------------------
-
-
-def find_cuda_include() -> Optional[str]:
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.path.isfile(os.path.join(root, "include", "cuda.h")):
-            return os.path.join(root, "include")
-    return None
 
 
 def find_c_compiler() -> Optional[List[str]]:
@@ -105,15 +191,29 @@ def errors(stderr: str, source: Path) -> str:
     return "\n".join(shown)[:6000] or stderr[-6000:]
 
 
-@pytest.fixture(scope="module")
-def toolchain() -> Toolchain:
-    include = find_cuda_include()
+def make_toolchain(api: Api) -> Toolchain:
+    include = api.find_include()
     if include is None:
-        pytest.skip("no cuda.h in $CUDA_HOME/include, $CUDA_PATH/include or /usr/local/cuda/include")
+        pytest.skip("no %s %s" % (api.header, api.where))
     cc = find_c_compiler()
     if cc is None:
-        pytest.skip("no C compiler ($CC, cc, gcc, clang) to read cuda.h with")
+        pytest.skip("no C compiler ($CC, cc, gcc, clang) to read %s with" % api.header)
     return Toolchain(cc, include)
+
+
+@pytest.fixture(scope="module", params=APIS, ids=lambda api: api.header)
+def api(request: pytest.FixtureRequest) -> Api:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def toolchain(api: Api) -> Toolchain:
+    return make_toolchain(api)
+
+
+@pytest.fixture(scope="module")
+def cuda_toolchain() -> Toolchain:
+    return make_toolchain(CUDA)
 
 
 # --- the preprocessed header -------------------------------------------------------------------------
@@ -125,26 +225,40 @@ def api_name(symbol: str) -> str:
 
 
 @dataclass(frozen=True)
+class Declaration:
+    result: str  # the return type, attributes and storage class dropped: "CUresult", "const char *"
+    params: str  # the parameter list, whitespace normalized
+
+
+@dataclass(frozen=True)
 class Header:
-    public: str  # cuda.h as an application sees it (no per-thread default stream)
-    internal: str  # with __CUDA_API_VERSION_INTERNAL: the legacy v1 declarations are visible too
-    expansion: Dict[str, str]  # API name -> what cuda.h's #define makes of it
-    macros: Dict[str, str]  # every #define in effect after #include <cuda.h>
+    api: Api
+    include: str  # the directory it was read from
+    public: str  # the header as an application sees it (cuda.h: no per-thread default stream)
+    internal: str  # with api.internal_flags (cuda.h: the legacy v1 declarations are visible too)
+    expansion: Dict[str, str]  # API name -> what the header's #define makes of it
+    macros: Dict[str, str]  # every #define in effect after the #include
     enums: FrozenSet[str]  # typedef names of enum types
 
     def __str__(self) -> str:
-        return "cuda.h (CUDA_VERSION %s)" % self.macros.get("CUDA_VERSION", "?")
+        version = self.api.version_macro
+        if version:
+            return "%s (%s %s, in %s)" % (self.api.header, version, self.macros.get(version, "?"), self.include)
+        return "%s (in %s)" % (self.api.header, self.include)
 
     def has_constant(self, name: str) -> bool:
         """A macro, or an identifier of the preprocessed text (an enumerator)."""
         return name in self.macros or re.search(r"\b%s\b" % re.escape(name), self.public) is not None
 
-    def declarations(self, symbol: str) -> List[str]:
-        """The distinct parameter lists cuda.h declares for the exported ``symbol``."""
-        text = self.internal if symbol in LEGACY_FALLBACKS else self.public
-        pattern = r"\bCUresult\s+(?:__attribute__\s*\(\(.*?\)\)\s*)*%s\s*\(" % re.escape(symbol)
-        found = {" ".join(balanced(text, m.end()).split()) for m in re.finditer(pattern, text)}
-        return sorted(found)
+    def declarations(self, symbol: str) -> List[Declaration]:
+        """The distinct declarations the header makes of the exported ``symbol``."""
+        text = self.internal if symbol in self.api.legacy else self.public
+        found = set()
+        for m in re.finditer(r"(?<![\w$])%s\s*\(" % re.escape(symbol), text):
+            result = result_type(text, m.start())
+            if result:
+                found.add(Declaration(result, " ".join(balanced(text, m.end()).split())))
+        return sorted(found, key=lambda d: (d.result, d.params))
 
 
 def balanced(text: str, start: int) -> str:
@@ -157,52 +271,76 @@ def balanced(text: str, start: int) -> str:
     raise AssertionError("unbalanced parentheses after offset %d" % start)
 
 
+_NOT_TYPE = frozenset("extern static inline __inline __inline__ __extension__".split())
+
+
+def result_type(text: str, end: int) -> Optional[str]:
+    """The return type written before the function name at ``end`` (back to the previous declaration),
+    without ``__attribute__((...))`` or storage class; None where the name is not declared there
+    (inside parentheses, or with nothing before it)."""
+    depth, start = 0, end
+    while start > 0 and not (depth == 0 and text[start - 1] in ";{}"):
+        depth += {")": 1, "(": -1}.get(text[start - 1], 0)
+        if depth < 0:
+            return None
+        start -= 1
+    decl = text[start:end]
+    while True:
+        attr = re.search(r"\b(?:__attribute__|__declspec)\s*\(", decl)
+        if attr is None:
+            break
+        decl = decl[: attr.start()] + " " + decl[attr.end() + len(balanced(decl, attr.end())) + 1 :]
+    words = [w for w in re.findall(r"\w+|\*", decl) if w not in _NOT_TYPE]
+    return re.sub(r"\* (?=\*)", "*", " ".join(words)) or None
+
+
 @pytest.fixture(scope="module")
-def header(toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> Header:
-    """cuda.h preprocessed three ways; ``svod_expand__X X ;`` lines show what each API name becomes."""
-    tmp, include = tmp_path_factory.mktemp("cuda_h"), "#include <cuda.h>\n"
-    markers = "".join("svod_expand__%s %s ;\n" % (a, a) for a in sorted({api_name(n) for n in NAMES} | set(NAMES)))
+def header(api: Api, toolchain: Toolchain, tmp_path_factory: pytest.TempPathFactory) -> Header:
+    """The header preprocessed three ways; ``svod_expand__X X ;`` lines show what each API name becomes."""
+    tmp, include = tmp_path_factory.mktemp(api.header.replace(".", "_")), "#include <%s>\n" % api.header
+    names = api.names
+    markers = "".join("svod_expand__%s %s ;\n" % (a, a) for a in sorted({api_name(n) for n in names} | set(names)))
     public = toolchain.preprocess(include + markers, tmp / "public.c", "-P")
-    internal = toolchain.preprocess(include, tmp / "internal.c", "-P", "-D__CUDA_API_VERSION_INTERNAL")
+    internal = toolchain.preprocess(include, tmp / "internal.c", "-P", *api.internal_flags)
     defines = toolchain.preprocess(include, tmp / "defines.c", "-dM")
     expansion = dict(re.findall(r"^svod_expand__(\w+)\s+(.*?)\s*;\s*$", public, re.M))
     macros = dict(re.findall(r"^#define[ \t]+(\w+)(?:\([^)]*\))?[ \t]*(.*)$", defines, re.M))
     enums = frozenset(re.findall(r"\btypedef\s+enum\s+\w*\s*(?:\{[^{}]*\})?\s*(\w+)\s*;", internal))
-    return Header(public, internal, expansion, macros, enums)
+    return Header(api, toolchain.include, public, internal, expansion, macros, enums)
 
 
 # --- 1. symbol names ---------------------------------------------------------------------------------
 
 
-def test_every_symbol_is_declared_by_cuda_h(header: Header) -> None:
-    """Each table name is a function cuda.h declares (legacy v1 forms: with __CUDA_API_VERSION_INTERNAL)."""
-    missing = [name for name in NAMES if not header.declarations(name)]
+def test_every_symbol_is_declared_by_the_header(api: Api, header: Header) -> None:
+    """Each table name is a function the header declares (cuda.h's legacy v1: with __CUDA_API_VERSION_INTERNAL)."""
+    missing = [name for name in api.names if not header.declarations(name)]
     assert not missing, "%s declares no function with these exported names: %s" % (header, ", ".join(missing))
 
 
-def test_every_symbol_is_the_current_version(header: Header) -> None:
-    """cuda.h's #define for each API name must give our symbol (cuMemAlloc -> cuMemAlloc_v2)."""
-    problems = [p for p in (version_problem(name, header.expansion) for name in NAMES) if p]
-    stale = sorted(LEGACY_FALLBACKS - set(NAMES))
-    problems += ["%s is listed as a legacy fallback but is not in PROTOTYPES" % name for name in stale]
+def test_every_symbol_is_the_current_version(api: Api, header: Header) -> None:
+    """The header's #define for each API name must give our symbol (cuMemAlloc -> cuMemAlloc_v2)."""
+    problems = [p for p in (version_problem(name, api, header.expansion) for name in api.names) if p]
+    stale = sorted(api.legacy - set(api.names))
+    problems += ["%s is listed as a legacy fallback but is not in %s" % (name, api.table) for name in stale]
     assert not problems, "%s:\n%s" % (header, "\n".join(problems))
 
 
-def version_problem(name: str, expansion: Dict[str, str]) -> Optional[str]:
-    api = api_name(name)
-    current = expansion.get(api, "?")
-    if name not in LEGACY_FALLBACKS:
+def version_problem(name: str, api: Api, expansion: Dict[str, str]) -> Optional[str]:
+    short = api_name(name)
+    current = expansion.get(short, "?")
+    if name not in api.legacy:
         if current == name:
             return None
-        return "%s: a call to %s compiles to %s, not %s (an outdated entry point?)" % (name, api, current, name)
+        return "%s: a call to %s compiles to %s, not %s (an outdated entry point?)" % (name, short, current, name)
     if current == name:
-        return "%s is listed as a legacy fallback but is cuda.h's current %s" % (name, api)
-    if current not in ARGTYPES:
-        return "%s is a legacy fallback, but its current version %s is not in PROTOTYPES" % (name, current)
+        return "%s is listed as a legacy fallback but is %s's current %s" % (name, api.header, short)
+    if current not in api.argtypes:
+        return "%s is a legacy fallback, but its current version %s is not in %s" % (name, current, api.table)
     return None
 
 
-# --- 2. argument lists -------------------------------------------------------------------------------
+# --- 2. argument lists and results -------------------------------------------------------------------
 
 _TYPE_WORDS = frozenset("void char short int long float double signed unsigned _Bool const volatile".split())
 _QUALIFIERS = frozenset("const volatile restrict __restrict struct enum union".split())
@@ -266,17 +404,18 @@ def param_name(param: str) -> Optional[str]:
 
 
 @dataclass(frozen=True)
-class Param:
-    """One parameter as cuda.h declares it, beside our argtype for it."""
+class Value:
+    """A parameter (``index`` >= 0) or the result (``index`` -1) as the header declares it, beside
+    our ctypes type for it (None: a parameter past the end of our argtypes)."""
 
     symbol: str
     index: int
-    text: str
-    argtype: Any
+    text: str  # "const CUgraphNode *dependencies"; for the result the type alone: "const char *"
+    ours: Any
 
     @property
     def name(self) -> str:
-        return param_name(self.text) or "?"
+        return "" if self.index < 0 else param_name(self.text) or "?"
 
     def type_words(self) -> List[str]:
         """The identifiers naming its type (``const CUjit_option *options`` -> ``[CUjit_option]``)."""
@@ -296,25 +435,42 @@ class Param:
         return re.sub(r"\b%s\s*\[[^\]]*\]" % name, "(*%s)" % self.name, self.text, count=1)
 
     def __str__(self) -> str:
+        if self.index < 0:
+            return "%s result (%s)" % (self.symbol, self.text)
         return "%s argument %d (%s)" % (self.symbol, self.index, self.text)
 
 
-def collect_params(header: Header) -> Tuple[List[Param], List[str]]:
-    """Every parameter of every table entry cuda.h declares, and the entries whose count differs."""
-    params, problems = [], []
-    for symbol in NAMES:
-        argtypes = ARGTYPES[symbol]
+@dataclass(frozen=True)
+class Call:
+    """One declaration of a table entry: every parameter, and the result of a call with them."""
+
+    symbol: str
+    params: Tuple[Value, ...]
+    result: Value
+
+    def __str__(self) -> str:
+        return "%s %s(%s)" % (self.result.text, self.symbol, ", ".join(p.text for p in self.params))
+
+
+def collect_calls(header: Header) -> Tuple[List[Call], List[str]]:
+    """Every declaration of every table entry, and the problems found without a compiler:
+    a parameter count that differs from ours, an unnamed parameter (that declaration is not probed)."""
+    api, calls, problems = header.api, [], []
+    for symbol in api.names:
+        argtypes = api.argtypes[symbol]
         for decl in header.declarations(symbol):
-            texts = split_params(decl)
+            texts = split_params(decl.params)
             if len(texts) != len(argtypes):
-                problems.append("%s: cuda.h declares %d parameters (%s), PROTOTYPES has %d"
-                                % (symbol, len(texts), decl, len(argtypes)))  # fmt: skip
-            for index, (text, argtype) in enumerate(zip(texts, argtypes)):
-                if param_name(text) is None:
-                    problems.append("%s: cannot probe the unnamed parameter %d (%s)" % (symbol, index, text))
-                else:
-                    params.append(Param(symbol, index, text, argtype))
-    return params, problems
+                problems.append("%s: %s declares %d parameters (%s), %s has %d"
+                                % (symbol, api.header, len(texts), decl.params, api.table, len(argtypes)))  # fmt: skip
+            unnamed = ["%s: cannot probe the unnamed parameter %d (%s)" % (symbol, index, text)
+                       for index, text in enumerate(texts) if param_name(text) is None]  # fmt: skip
+            if unnamed:
+                problems += unnamed
+                continue
+            params = tuple(Value(symbol, i, t, argtypes[i] if i < len(argtypes) else None) for i, t in enumerate(texts))
+            calls.append(Call(symbol, params, Value(symbol, -1, decl.result, api.restype_of(symbol))))
+    return calls, problems
 
 
 PROBE_PRELUDE = r"""
@@ -327,22 +483,33 @@ int main(void) {
 """
 
 
-def probe_params(params: List[Param], header: Header, toolchain: Toolchain, tmp: Path) -> Dict[str, CType]:
-    """What the compiler says of parameter ``k`` (key ``"k"``) and, for POINTER(T) argtypes, of ``*p`` (``"k*"``).
+def describe(key: str, value: Value, expr: str) -> str:
+    """C statements printing what ``expr`` is (key ``key``) and, for a POINTER(T), what ``*expr`` is (``key*``)."""
+    text = 'SVOD_DESCRIBE("%s", %s);' % (key, expr)
+    if is_pointer_type(value.ours):
+        text += ' SVOD_DESCRIBE("%s*", *(%s));' % (key, expr)
+    return text
 
-    Each parameter becomes a local variable in a block of its own; sizeof, _Generic and
-    __builtin_classify_type never evaluate it. Compiled against the preprocessed header, so no
-    macro touches the parameter text again (the internal text also has the v1 structs). A
-    POINTER(T) argtype for a C pointer to void or to an opaque struct (a handle) does not
-    compile: the failure quotes the block, which names the entry and argument.
+
+def probe_calls(calls: List[Call], header: Header, toolchain: Toolchain, tmp: Path) -> Dict[str, CType]:
+    """What the compiler says of parameter ``j`` of call ``i`` (key ``"i.j"``), of its result (``"i.r"``)
+    and, where ours is POINTER(T), of what it points to (``"i.j*"``, ``"i.r*"``).
+
+    Each declaration becomes a block declaring its parameters as local variables and describing
+    them and a call with them; sizeof, _Generic and __builtin_classify_type never evaluate them (the
+    call is never made, nor linked). Compiled against the preprocessed header, so no macro touches
+    the text again (the internal text also has the v1 structs). A POINTER(T) for a C pointer to void
+    or to an opaque struct (a handle) does not compile: the failure quotes the block, which names
+    the entry and the argument.
     """
     body = []
-    for k, p in enumerate(params):
-        describe = 'SVOD_DESCRIBE("%d", %s);' % (k, p.name)
-        if is_pointer_type(p.argtype):
-            describe += ' SVOD_DESCRIBE("%d*", *%s);' % (k, p.name)
-        body.append("    { %s; %s }  /* %s */" % (p.as_local(), describe, p))
-    out = toolchain.run(header.internal + PROBE_PRELUDE + "\n".join(body) + "\n    return 0;\n}\n", tmp, "params")
+    for i, call in enumerate(calls):
+        statements = [describe("%d.%d" % (i, j), p, p.name) for j, p in enumerate(call.params) if p.ours is not None]
+        invocation = "%s(%s)" % (call.symbol, ", ".join(p.name for p in call.params))
+        statements.append(describe("%d.r" % i, call.result, invocation))
+        locals_ = "".join("%s; " % p.as_local() for p in call.params)
+        body.append("    { %s%s }  /* %s */" % (locals_, " ".join(statements), call))
+    out = toolchain.run(header.internal + PROBE_PRELUDE + "\n".join(body) + "\n    return 0;\n}\n", tmp, "calls")
     result = {}
     for key, kind, size, signed in (line.split() for line in out.splitlines()):
         result[key] = CType(_C_KINDS.get(int(kind), "type class %s" % kind), int(size), signed == "1")
@@ -356,33 +523,36 @@ def type_problem(c: CType, ours: CType, enum: bool) -> Optional[str]:
     return None
 
 
-def arg_problem(p: Param, value: CType, pointee: Optional[CType], header: Header) -> Optional[str]:
-    problem = type_problem(value, ctypes_ctype(p.argtype), p.is_enum(header, pointee=False))
+def value_problem(v: Value, value: CType, pointee: Optional[CType], header: Header) -> Optional[str]:
+    problem = type_problem(value, ctypes_ctype(v.ours), v.is_enum(header, pointee=False))
     if problem:
-        return "%s: %s" % (p, problem)
+        return "%s: %s" % (v, problem)
     if pointee is None:
         return None
-    problem = type_problem(pointee, ctypes_ctype(p.argtype._type_), p.is_enum(header, pointee=True))
-    if problem and not reads_a_prefix(p, pointee):
-        return "%s, what it points to: %s" % (p, problem)
+    problem = type_problem(pointee, ctypes_ctype(v.ours._type_), v.is_enum(header, pointee=True))
+    if problem and not reads_a_prefix(v, pointee, header.api):
+        return "%s, what it points to: %s" % (v, problem)
     return None
 
 
-def reads_a_prefix(p: Param, pointee: CType) -> bool:
+def reads_a_prefix(v: Value, pointee: CType, api: Api) -> bool:
     """A legacy entry point may take the v1 struct that leads ours (see test_legacy_structs_lead_ours)."""
-    if p.symbol not in LEGACY_FALLBACKS or pointee.kind != "struct" or pointee.size > ctypes.sizeof(p.argtype._type_):
+    if v.symbol not in api.legacy or pointee.kind != "struct" or pointee.size > ctypes.sizeof(v.ours._type_):
         return False
-    return any(p.argtype._type_ is ours and p.type_words() == [c_name] for ours, c_name in PREFIX_STRUCTS)
+    return any(v.ours._type_ is ours and v.type_words() == [c_name] for ours, c_name in PREFIX_STRUCTS)
 
 
-def test_argument_lists_match_cuda_h(header: Header, toolchain: Toolchain, tmp_path: Path) -> None:
-    """Count, and per parameter: pointer or not, scalar size and signedness (enums: size only), pointee."""
-    params, problems = collect_params(header)
-    c = probe_params(params, header, toolchain, tmp_path)
-    for k, p in enumerate(params):
-        problems.append(arg_problem(p, c["%d" % k], c.get("%d*" % k), header) or "")
+def test_argument_lists_and_results_match_the_header(header: Header, toolchain: Toolchain, tmp_path: Path) -> None:
+    """Count, and per parameter and result: pointer or not, scalar size and signedness (enums: size only), pointee."""
+    calls, problems = collect_calls(header)
+    c = probe_calls(calls, header, toolchain, tmp_path)
+    for i, call in enumerate(calls):
+        for j, p in enumerate(call.params):
+            if p.ours is not None:
+                problems.append(value_problem(p, c["%d.%d" % (i, j)], c.get("%d.%d*" % (i, j)), header) or "")
+        problems.append(value_problem(call.result, c["%d.r" % i], c.get("%d.r*" % i), header) or "")
     problems = [line for line in problems if line]
-    assert not problems, "argument lists that differ from cuda.h:\n" + "\n".join(problems)
+    assert not problems, "%s: argument lists or results that differ:\n%s" % (header, "\n".join(problems))
 
 
 # --- 3. struct layouts -------------------------------------------------------------------------------
@@ -426,9 +596,9 @@ def field_end(ours: Any, field: str) -> int:
     return getattr(ours, field).offset + getattr(ours, field).size
 
 
-def test_struct_layouts_match_cuda_h(toolchain: Toolchain, tmp_path: Path) -> None:
+def test_struct_layouts_match_cuda_h(cuda_toolchain: Toolchain, tmp_path: Path) -> None:
     """sizeof, alignment and every field's offset and size of each ctypes struct equal cuda.h's."""
-    c = c_layout(toolchain, tmp_path, "layout", {c_name: field_names(ours) for ours, c_name in STRUCTS})
+    c = c_layout(cuda_toolchain, tmp_path, "layout", {c_name: field_names(ours) for ours, c_name in STRUCTS})
     problems = []
     for ours, c_name in STRUCTS:
         mine = (ctypes.sizeof(ours), ctypes.alignment(ours))
@@ -439,9 +609,9 @@ def test_struct_layouts_match_cuda_h(toolchain: Toolchain, tmp_path: Path) -> No
     assert not problems, "\n".join(problems)
 
 
-def test_legacy_structs_lead_ours(toolchain: Toolchain, tmp_path: Path) -> None:
+def test_legacy_structs_lead_ours(cuda_toolchain: Toolchain, tmp_path: Path) -> None:
     """The v1 structs legacy entry points read are exactly the leading fields of ours."""
-    sizes = c_layout(toolchain, tmp_path, "sizes", {c_name: () for _, c_name in PREFIX_STRUCTS})
+    sizes = c_layout(cuda_toolchain, tmp_path, "sizes", {c_name: () for _, c_name in PREFIX_STRUCTS})
     fields, problems = {}, []
     for ours, c_name in PREFIX_STRUCTS:
         size, align = sizes[(c_name, ".")]
@@ -450,7 +620,7 @@ def test_legacy_structs_lead_ours(toolchain: Toolchain, tmp_path: Path) -> None:
         if -(-end // align) * align != size:
             problems.append("%s (%d bytes) is more than the leading fields %s of %s"
                             % (c_name, size, fields[c_name], ours.__name__))  # fmt: skip
-    c = c_layout(toolchain, tmp_path, "prefix", fields)
+    c = c_layout(cuda_toolchain, tmp_path, "prefix", fields)
     for ours, c_name in PREFIX_STRUCTS:
         problems += layout_problems(ours, c_name, c, fields[c_name])
     assert not problems, "\n".join(problems)
@@ -459,13 +629,13 @@ def test_legacy_structs_lead_ours(toolchain: Toolchain, tmp_path: Path) -> None:
 # --- 4. constants ------------------------------------------------------------------------------------
 
 
-def our_constants() -> Dict[str, int]:
-    """Every cuda.h constant the module defines, found by name so a new one is checked too."""
-    return {k: v for k, v in sorted(vars(cuda_api).items()) if type(v) is int and k.startswith(CONSTANT_PREFIXES)}
+def our_constants(api: Api) -> Dict[str, int]:
+    """Every constant of the header the module defines, found by name so a new one is checked too."""
+    return {k: v for k, v in sorted(vars(cuda_api).items()) if type(v) is int and k.startswith(api.constant_prefixes)}
 
 
-def c_constant_name(name: str) -> str:
-    for ours, theirs in CONSTANT_RENAMES:
+def c_constant_name(name: str, api: Api) -> str:
+    for ours, theirs in api.constant_renames:
         if name.startswith(ours):
             return theirs + name[len(ours):]
     return name
@@ -474,23 +644,29 @@ def c_constant_name(name: str) -> str:
 CONSTANT_PRELUDE = r"""
 #include <stdint.h>
 #include <stdio.h>
-#include <cuda.h>
+#include <%s>
 #define SVOD_SIGNED(x) _Generic((x), signed char: 1, short: 1, int: 1, long: 1, long long: 1, default: 0)
-#define SVOD_VALUE(name, x) printf("%s %d %lld %llu\n", name, SVOD_SIGNED(x), (long long)(intptr_t)(x), \
+#define SVOD_VALUE(name, x) printf("%%s %%d %%lld %%llu\n", name, SVOD_SIGNED(x), (long long)(intptr_t)(x), \
                                    (unsigned long long)(uintptr_t)(x))
 int main(void) {
 """
 
 
-def test_constants_match_cuda_h(header: Header, toolchain: Toolchain, tmp_path: Path) -> None:
-    """Every CUDA_ERROR_*, ATTR_*, FUNC_ATTR_*, CU_* int equals its cuda.h enumerator or macro."""
-    ours = our_constants()
-    known = {n for n in ours if header.has_constant(c_constant_name(n))}
-    problems = ["%s: %s has no %s" % (n, header, c_constant_name(n)) for n in ours if n not in known]
-    body = ['    SVOD_VALUE("%s", %s);' % (n, c_constant_name(n)) for n in sorted(known)]
-    out = toolchain.run(CONSTANT_PRELUDE + "\n".join(body) + "\n    return 0;\n}\n", tmp_path, "constants")
+def test_constants_match_the_header(api: Api, header: Header, toolchain: Toolchain, tmp_path: Path) -> None:
+    """Every module-level int named like a constant of the header (cuda.h: CUDA_ERROR_*, ATTR_*,
+    FUNC_ATTR_*, CU_*; nvrtc.h: NVRTC_*) equals its enumerator or macro there."""
+    ours = our_constants(api)
+    if not ours:
+        names = ", ".join(prefix + "*" for prefix in api.constant_prefixes)
+        pytest.skip("cuda_api defines no %s constants (module-level ints named %s)" % (api.header, names))
+    known = {n for n in ours if header.has_constant(c_constant_name(n, api))}
+    problems = ["%s: %s has no %s" % (n, header, c_constant_name(n, api)) for n in ours if n not in known]
+    body = ['    SVOD_VALUE("%s", %s);' % (n, c_constant_name(n, api)) for n in sorted(known)]
+    source = CONSTANT_PRELUDE % api.header + "\n".join(body) + "\n    return 0;\n}\n"
+    out = toolchain.run(source, tmp_path, "constants")
     for name, signed, as_signed, as_unsigned in (line.split() for line in out.splitlines()):
         value = int(as_signed) if signed == "1" else int(as_unsigned)
         if value != ours[name]:
-            problems.append("%s = %d, but cuda.h's %s is %d" % (name, ours[name], c_constant_name(name), value))
+            theirs = c_constant_name(name, api)
+            problems.append("%s = %d, but %s's %s is %d" % (name, ours[name], api.header, theirs, value))
     assert not problems, "\n".join(problems)

@@ -1022,38 +1022,40 @@ def _search_nvrtc() -> Optional[str]:
         return None
 
 
-class Nvrtc:
-    """A loaded libnvrtc (prototypes bound here; NVRTC returns ``nvrtcResult``, 0 = success)."""
+# nvrtc.h entry points Nvrtc binds, (name, argtypes) like PROTOTYPES. Each returns nvrtcResult (an int,
+# NVRTC_SUCCESS = 0) unless NVRTC_RESTYPES names another restype. nvrtcProgram is an opaque pointer (c_void_p).
+NVRTC_PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
+    ("nvrtcVersion", (_P(_int), _P(_int))),
+    ("nvrtcCreateProgram", (_P(_vp), _cp, _cp, _int, _P(_cp), _P(_cp))),
+    ("nvrtcCompileProgram", (_vp, _int, _P(_cp))),
+    ("nvrtcGetProgramLogSize", (_vp, _P(_size))),
+    ("nvrtcGetProgramLog", (_vp, _cp)),
+    ("nvrtcGetPTXSize", (_vp, _P(_size))),
+    ("nvrtcGetPTX", (_vp, _cp)),
+    ("nvrtcDestroyProgram", (_P(_vp),)),
+    ("nvrtcGetErrorString", (_int,)),
+)
+nvrtcResult = ctypes.c_int
+NVRTC_RESTYPES: Dict[str, Any] = {"nvrtcGetErrorString": _cp}
+NVRTC_SUCCESS = 0
 
-    _PROTOS: Dict[str, Tuple[Any, ...]] = {
-        "nvrtcVersion": (ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)),
-        "nvrtcCreateProgram": (
-            ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-            ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p),
-        ),
-        "nvrtcCompileProgram": (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)),
-        "nvrtcGetProgramLogSize": (ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)),
-        "nvrtcGetProgramLog": (ctypes.c_void_p, ctypes.c_char_p),
-        "nvrtcGetPTXSize": (ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)),
-        "nvrtcGetPTX": (ctypes.c_void_p, ctypes.c_char_p),
-        "nvrtcDestroyProgram": (ctypes.POINTER(ctypes.c_void_p),),
-    }  # fmt: skip
+
+class Nvrtc:
+    """A loaded libnvrtc (:data:`NVRTC_PROTOTYPES` bound here; NVRTC returns ``nvrtcResult``, 0 = success)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         _preload_nvrtc_builtins(path)
         self._dll = ctypes.CDLL(path)
-        for name, argtypes in self._PROTOS.items():
+        for name, argtypes in NVRTC_PROTOTYPES:
             fn = getattr(self._dll, name)
-            fn.restype, fn.argtypes = ctypes.c_int, list(argtypes)
-        self._dll.nvrtcGetErrorString.restype = ctypes.c_char_p
-        self._dll.nvrtcGetErrorString.argtypes = [ctypes.c_int]
+            fn.restype, fn.argtypes = NVRTC_RESTYPES.get(name, nvrtcResult), list(argtypes)
         major, minor = ctypes.c_int(), ctypes.c_int()
         self.check("nvrtcVersion", self._dll.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)))
         self.version: Version = (major.value, minor.value)
 
     def check(self, what: str, code: int) -> None:
-        if code:
+        if code != NVRTC_SUCCESS:
             text = self._dll.nvrtcGetErrorString(code) or b"unknown"
             raise CompilationError("%s failed: %s (%d)" % (what, text.decode("utf-8", "replace"), code), compiler="nvrtc")
 
@@ -1066,7 +1068,7 @@ class Nvrtc:
             opts = (ctypes.c_char_p * max(1, len(options)))(*[o.encode() for o in options])
             code = lib.nvrtcCompileProgram(prog, len(options), opts)
             log = self._log(prog)
-            if code:
+            if code != NVRTC_SUCCESS:
                 raise CompilationError("NVRTC could not compile %s (%d)" % (name, code), diagnostics=log, compiler="nvrtc %d.%d" % self.version)
             size = ctypes.c_size_t()
             self.check("nvrtcGetPTXSize", lib.nvrtcGetPTXSize(prog, ctypes.byref(size)))
@@ -1140,6 +1142,9 @@ __all__ = [
     "LaunchConfigError",
     "LaunchLimits",
     "NVRTC_MISSING",
+    "NVRTC_PROTOTYPES",
+    "NVRTC_RESTYPES",
+    "NVRTC_SUCCESS",
     "Nvrtc",
     "PROTOTYPES",
     "PTX_FOR_CUDA",
