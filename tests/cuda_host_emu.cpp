@@ -37,6 +37,7 @@ ucontext_t g_scheduler;
 Fiber *g_current;
 Entry g_entry;
 const unsigned char *g_params;
+int g_reverse; /* run a block's fibers last to first: exposes the races the first-to-last order hides */
 
 void fiber_main() {
     g_entry(g_params);
@@ -56,7 +57,8 @@ int run_block(std::vector<Fiber> &fibers, char *stacks) {
     }
     for (;;) {
         size_t waiting = 0, done = 0;
-        for (Fiber &f : fibers) {
+        for (size_t i = 0; i < fibers.size(); i++) {
+            Fiber &f = fibers[g_reverse ? fibers.size() - 1 - i : i];
             if (f.state != READY) continue;
             g_current = &f;
             threadIdx = f.index;
@@ -70,6 +72,11 @@ int run_block(std::vector<Fiber> &fibers, char *stacks) {
 }
 
 }  // namespace
+
+/* Between two barriers, threads run one after another in index order (or reversed): a thread that reads
+ * shared memory another thread of the block writes in the same phase (a missing __syncthreads) reads it
+ * too early or too late in at least one of the two orders, so tests run the shared-memory kernels both ways. */
+extern "C" void svod_emu_set_reverse(int reverse) { g_reverse = reverse; }
 
 extern "C" void svod_emu_syncthreads(void) {
     g_current->state = AT_BARRIER;

@@ -16,6 +16,7 @@ check the PTX (``ptxas`` does, in test_cuda.py) or GPU rounding; a real GPU run
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -71,6 +72,27 @@ def test_every_library_entry_is_emulated() -> None:
 @pytest.mark.parametrize("sig", SIGS, ids=sig_id)
 def test_library_kernel_matches_numpy(emu: Fake, sig: Any) -> None:
     check_library_kernel(emu.device(), sig, library_env(sig))
+
+
+SHARED_MEMORY = [s for s in SIGS if s.module in ("reduce", "softmax", "matmul", "transpose")]
+
+
+@pytest.fixture
+def emu_reversed(emu: Fake, emulator_so: str) -> Iterator[Fake]:
+    """The emulator running each block's threads last to first between barriers."""
+    runtime = ctypes.CDLL(emulator_so)  # the same handle the fake driver opened: one flag
+    runtime.svod_emu_set_reverse(1)
+    try:
+        yield emu
+    finally:
+        runtime.svod_emu_set_reverse(0)
+
+
+@pytest.mark.parametrize("sig", SHARED_MEMORY, ids=sig_id)
+def test_shared_memory_kernels_in_reverse_thread_order(emu_reversed: Fake, sig: Any) -> None:
+    """A thread reading shared memory that another thread of its block writes in the same phase (a missing
+    barrier) reads too early or too late in at least one of the two orders; forward order runs in the others."""
+    check_library_kernel(emu_reversed.device(), sig, library_env(sig))
 
 
 # Sizes at the edges of each kernel's blocking: one element, a block +- 1, tiles that do not divide.
