@@ -11,7 +11,8 @@ bounds fails the test even when its visible output is right.
 This checks the kernels' index math, boundary handling, grid-stride loops and
 reductions, and the launch geometry svod_min computes for them. It does not
 check the PTX (``ptxas`` does, in test_cuda.py) or GPU rounding; a real GPU run
-(``.ci/gpu-session``) does both.
+(``.ci/gpu-session``) does both: the tests taking the ``device`` fixture run on
+the GPU as well where there is one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
 from test_cuda import (  # noqa: F401  (fixtures)
+    _GPU_REASON as GPU_REASON,
+    HAVE_GPU,
+    REAL_DRIVER,
     Fake,
     _cuda_sigs,
     check_library_kernel,
@@ -36,6 +40,7 @@ from test_cuda import (  # noqa: F401  (fixtures)
     sig_id,
 )
 
+from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaError, CudaGraph
 
 np = pytest.importorskip("numpy")
@@ -60,6 +65,17 @@ def emu(fake: Callable[..., Fake], emulator_so: str) -> Iterator[Fake]:
     driver.load_emulator(emulator_so)
     yield driver
     assert driver.guard_breaches() == 0, "a kernel wrote outside its buffers"
+
+
+@pytest.fixture(params=["emulated", "gpu"])
+def device(request: Any) -> cuda.CudaDevice:
+    """The emulated device, and a real GPU where there is one (the same checks, run by .ci/gpu-session)."""
+    if request.param == "gpu":
+        if not HAVE_GPU:
+            pytest.skip(GPU_REASON)
+        assert REAL_DRIVER is not None
+        return REAL_DRIVER.device(0)
+    return request.getfixturevalue("emu").device()
 
 
 def test_every_library_entry_is_emulated() -> None:
@@ -113,8 +129,8 @@ def _edge_cases() -> List[Tuple[Any, Dict[str, int]]]:
 
 
 @pytest.mark.parametrize("sig, sizes", _edge_cases(), ids=lambda v: sig_id(v) if hasattr(v, "entry") else "-".join("%s%d" % kv for kv in v.items()))
-def test_library_kernel_edge_sizes(emu: Fake, sig: Any, sizes: Dict[str, int]) -> None:
-    check_library_kernel(emu.device(), sig, library_env(sig, **sizes))
+def test_library_kernel_edge_sizes(device: cuda.CudaDevice, sig: Any, sizes: Dict[str, int]) -> None:
+    check_library_kernel(device, sig, library_env(sig, **sizes))
 
 
 # Grid-stride kernels get fewer blocks than work items: the loops must cover the rest (on a GPU this
@@ -127,16 +143,16 @@ STRIDED: Dict[str, Dict[str, int]] = {
 
 
 @pytest.mark.parametrize("sig", [s for s in F32 if s.module in STRIDED], ids=sig_id)
-def test_grid_stride_loops_cover_more_work_than_blocks(emu: Fake, sig: Any) -> None:
-    check_library_kernel(emu.device(), sig, library_env(sig, **STRIDED[sig.module]), grid=(2, 1, 1))
+def test_grid_stride_loops_cover_more_work_than_blocks(device: cuda.CudaDevice, sig: Any) -> None:
+    check_library_kernel(device, sig, library_env(sig, **STRIDED[sig.module]), grid=(2, 1, 1))
 
 
 def test_plan_on_emulated_cuda_equals_cpu(emu: Fake) -> None:
     check_plan_equals_cpu(emu.device(), 20, 37, 19)
 
 
-def test_graph_replay_equals_eager(emu: Fake) -> None:
-    dev = emu.device()
+def test_graph_replay_equals_eager(device: cuda.CudaDevice) -> None:
+    dev = device
     n = 1000
     softmax, reduce_sum = dev.library_kernel("softmax", dtype="float32"), dev.library_kernel("reduce_sum", dtype="float32")
     x, probs, sums, eager = (dev.allocate([size], "float32") for size in (n, n, 10, 10))
@@ -230,9 +246,9 @@ def test_emulator_catches_a_write_past_the_end(fake: Callable[..., Fake], bad_em
     assert driver.guard_breaches() == 1  # still counted once freed
 
 
-def test_reduce_rows_and_columns_of_one_matrix(emu: Fake) -> None:
+def test_reduce_rows_and_columns_of_one_matrix(device: cuda.CudaDevice) -> None:
     """The same buffer reduced along either axis, only the strides differ (a pure-Python loop as reference)."""
-    dev = emu.device()
+    dev = device
     prog = dev.library_kernel("reduce_sum", dtype="float32")
     rows, cols = 2, 3
     values = [float(v) for v in range(rows * cols)]
