@@ -1054,6 +1054,21 @@ def test_fake_jit_error_carries_the_log(fake: Callable[..., Fake]) -> None:
     assert "JIT log:\nptxas application ptx input, line 7" in message
 
 
+def test_fake_jit_error_after_lowering_the_version_says_so(fake: Callable[..., Fake]) -> None:
+    """NVRTC newer than the driver: the .version is lowered; if the JIT still refuses, the error names the cause."""
+    dev = fake(version=12040).device()
+    bad = FAKE_PTX.replace(".version 7.0", ".version 9.0").replace("{\n    ret;", "{\n    FAKE_JIT_ERROR;\n    ret;", 1)
+    with pytest.raises(CudaError) as info:
+        dev.load_ptx(bad, "fake_iota", 1, ["n"], lower_version=True)
+    message = str(info.value)
+    assert message.startswith("PTX ISA 9.0 was lowered to 8.4, the most this driver (CUDA 12.4) accepts")
+    assert "NVRTC no newer than CUDA 12.4" in message and "loading PTX module 'fake_iota'" in message
+    assert "Unknown symbol 'FAKE_JIT_ERROR'" in info.value.log and info.value.code == 218
+    with pytest.raises(CudaError) as plain:  # nothing lowered: the error stays as the driver gave it
+        dev.load_ptx(bad.replace(".version 9.0", ".version 8.0"), "fake_iota", 1, ["n"], lower_version=True)
+    assert str(plain.value).startswith("loading PTX module")
+
+
 def test_fake_ptx_rules_are_checked_before_the_driver(fake: Callable[..., Fake]) -> None:
     f = fake(version=12000)  # accepts PTX up to 8.0
     dev = f.device()

@@ -828,6 +828,19 @@ class CudaDevice:
             text = rewrite_ptx_version(text, self.driver.max_ptx_version)
         return text
 
+    def _explain_lowering(self, exc: CudaError, original: Union[str, bytes], loaded: str) -> CudaError:
+        """A module that failed after its ``.version`` was lowered: say so (the likely cause) and what to do."""
+        before = validate_ptx(original).version
+        after = validate_ptx(loaded).version
+        if before == after:
+            return exc
+        hint = ("PTX ISA %s was lowered to %s, the most this driver (CUDA %s) accepts, and the driver's JIT "
+                "refused it: compile with an NVRTC no newer than CUDA %s, or update the driver") % (
+            format_version(before), format_version(after), self.driver.version_string, self.driver.version_string)
+        err = exc.with_log(exc.log)
+        err.args = ("%s\n%s" % (hint, exc.args[0]),)
+        return err
+
     def load_ptx(
         self,
         ptx: Union[str, bytes],
@@ -849,7 +862,10 @@ class CudaDevice:
         """
         text = self.prepare_ptx(ptx, entry, lower_version=lower_version)
         check_entry_params(text, entry, buf_count, len(var_names))
-        mod = self.module(text, name=name or entry)
+        try:
+            mod = self.module(text, name=name or entry)
+        except CudaError as exc:
+            raise self._explain_lowering(exc, ptx, text) from None
         return CudaProgram(
             mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size, grid=grid,
             shared_bytes=shared_bytes, name=name,
