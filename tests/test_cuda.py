@@ -703,6 +703,7 @@ def _counter(dev: cuda.CudaDevice, name: str) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # forking is the point
 def test_fake_forked_child_is_refused(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
