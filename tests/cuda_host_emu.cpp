@@ -3,14 +3,15 @@
  *
  * svod_emu_launch returns 0, or -1 when threads of one block disagree about a barrier (some returned
  * while others wait at __syncthreads(): undefined behaviour on a GPU, a hang or garbage there), or -2
- * when a block is larger than 1024 threads. The fake driver turns a non-zero result into
- * CUDA_ERROR_LAUNCH_FAILED.
+ * when a block is larger than 1024 threads, or -3 when the fiber stacks cannot be mapped. The fake
+ * driver turns a non-zero result into CUDA_ERROR_LAUNCH_FAILED.
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
-#include <memory>
 #include <vector>
 
 #include "cuda_host_emu.h"
@@ -31,7 +32,7 @@ struct Fiber {
 
 typedef void (*Entry)(const unsigned char *);
 
-const size_t STACK_BYTES = 64 << 10;
+const size_t STACK_BYTES = 64 << 10; /* each fiber's stack sits above an inaccessible guard page */
 pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* one launch at a time: the globals are shared */
 ucontext_t g_scheduler;
 Fiber *g_current;
@@ -45,11 +46,30 @@ void fiber_main() {
 }
 
 /* Run every fiber until it waits at a barrier or returns; repeat while all of them wait. */
-int run_block(std::vector<Fiber> &fibers, char *stacks) {
+/* Fiber stacks, each above a PROT_NONE page: a kernel whose locals overflow its stack faults at once
+ * instead of silently overwriting the next fiber's stack. */
+struct Stacks {
+    char *base = nullptr;
+    size_t slot = 0, count = 0;
+    explicit Stacks(size_t n) : count(n) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        slot = page + STACK_BYTES;
+        void *m = mmap(nullptr, slot * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return;
+        base = (char *)m;
+        for (size_t i = 0; i < n; i++) mprotect(base + i * slot, page, PROT_NONE);
+    }
+    ~Stacks() {
+        if (base) munmap(base, slot * count);
+    }
+    char *stack(size_t i) const { return base + i * slot + (slot - STACK_BYTES); }
+};
+
+int run_block(std::vector<Fiber> &fibers, const Stacks &stacks) {
     for (size_t i = 0; i < fibers.size(); i++) {
         Fiber &f = fibers[i];
         getcontext(&f.context);
-        f.context.uc_stack.ss_sp = &stacks[i * STACK_BYTES];
+        f.context.uc_stack.ss_sp = stacks.stack(i);
         f.context.uc_stack.ss_size = STACK_BYTES;
         f.context.uc_link = &g_scheduler;
         f.state = READY;
@@ -93,7 +113,11 @@ extern "C" int svod_emu_launch(Entry entry, const unsigned char *params, const u
     g_entry = entry;
     g_params = params;
     std::vector<Fiber> fibers(threads);
-    std::unique_ptr<char[]> stacks(new char[threads * STACK_BYTES]); /* uninitialised: no 64 MiB memset */
+    Stacks stacks(threads);
+    if (!stacks.base) {
+        pthread_mutex_unlock(&g_lock);
+        return -3;
+    }
     for (unsigned long t = 0; t < threads; t++)
         fibers[t].index = dim3{(unsigned)(t % dims[3]), (unsigned)(t / dims[3] % dims[4]), (unsigned)(t / dims[3] / dims[4])};
     int rc = 0;
@@ -101,7 +125,7 @@ extern "C" int svod_emu_launch(Entry entry, const unsigned char *params, const u
         for (unsigned y = 0; y < dims[1] && !rc; y++)
             for (unsigned x = 0; x < dims[0] && !rc; x++) {
                 blockIdx = dim3{x, y, z};
-                rc = run_block(fibers, stacks.get());
+                rc = run_block(fibers, stacks);
             }
     pthread_mutex_unlock(&g_lock);
     return rc;
