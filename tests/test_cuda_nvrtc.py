@@ -35,7 +35,17 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def test_nvrtc_loads_and_reports_its_version() -> None:
     nvrtc = load_nvrtc()
     assert nvrtc.version >= (11, 2), nvrtc.version
-    assert cuda.info_lines("/nonexistent/libcuda.so.1")[-1] == "nvrtc: %s" % cuda.find_nvrtc()
+    line = "nvrtc: %s, CUDA %d.%d" % ((cuda.find_nvrtc(),) + nvrtc.version)
+    assert cuda.info_lines("/nonexistent/libcuda.so.1")[-1] == line  # no driver: nothing to compare with
+
+
+def test_info_says_when_nvrtc_is_newer_than_the_driver(fake: Callable[..., Fake]) -> None:
+    nvrtc = load_nvrtc()
+    old = fake(version=12000)  # CUDA 12.0: PTX ISA up to 8.0
+    assert nvrtc.version > (12, 0)
+    assert cuda.info_lines(old.path)[-1].endswith("(newer than the driver, CUDA 12.0: its PTX is lowered to ISA 8.0 on load)")
+    new = fake(version=(nvrtc.version[0] + 1) * 1000)
+    assert cuda.info_lines(new.path)[-1] == "nvrtc: %s, CUDA %d.%d" % ((cuda.find_nvrtc(),) + nvrtc.version)
 
 
 @pytest.mark.parametrize("source", cuda_sources(), ids=os.path.basename)

@@ -1403,11 +1403,27 @@ def info_lines(path: Optional[str] = None) -> List[str]:
     except Exception as exc:  # noqa: B902
         lines = ["cuda: error while probing: %s: %s" % (type(exc).__name__, exc)]
     try:
-        nvrtc = find_nvrtc()
-    except Exception:  # noqa: B902
-        nvrtc = None
-    lines.append("nvrtc: %s" % (nvrtc if nvrtc else "not found (optional: the kernel library ships PTX)"))
+        lines.append(_nvrtc_line(path))
+    except Exception as exc:  # noqa: B902
+        lines.append("nvrtc: error while probing: %s: %s" % (type(exc).__name__, exc))
     return lines
+
+
+def _nvrtc_line(driver_path: Optional[str]) -> str:
+    """Where NVRTC is, its CUDA version, and whether its PTX must be lowered for this driver."""
+    path = find_nvrtc()
+    if not path:
+        return "nvrtc: not found (optional: the kernel library ships PTX)"
+    try:
+        version = api.load_nvrtc().version
+    except NotSupportedError as exc:
+        return "nvrtc: %s cannot be used: %s" % (path, exc)
+    line = "nvrtc: %s, CUDA %s" % (path, format_version(version))
+    driver = load_driver(driver_path)
+    if driver is not None and version > driver_version_tuple(driver.version):
+        line += " (newer than the driver, CUDA %s: its PTX is lowered to ISA %s on load)" % (
+            driver.version_string, driver.max_ptx_version)
+    return line
 
 
 def _driver_lines(path: Optional[str]) -> List[str]:
