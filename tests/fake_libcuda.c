@@ -12,7 +12,8 @@
  * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
  * fake_set_func_max_threads, fake_set_events_pending(n) / fake_complete_events() (events that stay
  * "not ready"), fake_fail_memcpy_nodes(1) (a driver without graph memcpy nodes), fake_counter(name),
- * fake_last_launch(...), fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host, see
+ * fake_last_launch(...), fake_set_graph_order(fifo) (graph nodes run newest-ready-first by default),
+ * fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host, see
  * tests/cuda_emu_support.py), fake_check_guards() (allocations whose guard zones were overwritten). Launches with more than 48 KiB of dynamic
  * shared memory are refused unless cuFuncSetAttribute opted the function in, as on the real driver.
  *
@@ -545,7 +546,10 @@ typedef struct {
     void *kern, *ctx;
 } NodeParams;
 /* a kernel node (f set) or a 1-D device copy node (f NULL: copy_n bytes copy_src -> copy_dst) */
-typedef struct { const Function *f; unsigned char args[512]; unsigned dims[7]; CUdeviceptr copy_dst, copy_src; size_t copy_n; } Node;
+typedef struct {
+    const Function *f; unsigned char args[512]; unsigned dims[7]; CUdeviceptr copy_dst, copy_src; size_t copy_n;
+    unsigned char deps[128]; /* deps[j]: this node waits for node j */
+} Node;
 typedef struct { /* CUDA_MEMCPY3D */
     size_t srcXInBytes, srcY, srcZ, srcLOD; int srcMemoryType; const void *srcHost; CUdeviceptr srcDevice; void *srcArray;
     void *reserved0; size_t srcPitch, srcHeight;
@@ -569,6 +573,8 @@ CUresult cuGraphAddKernelNode_v2(void **node, void *graph, void **deps, size_t n
         if ((Node *)deps[i] < g->nodes || (Node *)deps[i] >= g->nodes + g->n) return E_VALUE;
     if (g->n >= 128) return E_OOM;
     Node *nd = &g->nodes[g->n];
+    memset(nd->deps, 0, sizeof nd->deps);
+    for (size_t i = 0; i < ndeps; i++) nd->deps[(Node *)deps[i] - g->nodes] = 1;
     nd->f = p->func;
     CUresult rc = pack(nd->f, p->kernelParams, p->extra, nd->args, &size);
     if (rc) return rc;
@@ -594,6 +600,7 @@ CUresult cuGraphAddMemcpyNode(void **node, void *graph, void **deps, size_t ndep
     if (g->n >= 128) return E_OOM;
     Node *nd = &g->nodes[g->n++];
     memset(nd, 0, sizeof *nd);
+    for (size_t i = 0; i < ndeps; i++) nd->deps[(Node *)deps[i] - g->nodes] = 1;
     nd->copy_dst = p->dstDevice;
     nd->copy_src = p->srcDevice;
     nd->copy_n = p->WidthInBytes;
@@ -628,12 +635,30 @@ CUresult cuGraphExecKernelNodeSetParams(void *exec, void *node, const NodeParams
     return cuGraphExecKernelNodeSetParams_v2(exec, node, p);
 }
 
+/* A real GPU may run graph nodes in any order their dependencies allow. The fake picks the newest ready
+ * node first (fake_set_graph_order(1): the oldest), so a missing dependency edge runs a reader before its
+ * writer and the result comes out wrong. */
+static int g_graph_fifo = 0;
+void fake_set_graph_order(int fifo) { g_graph_fifo = fifo; }
+
+static int next_ready(const Exec *e, unsigned char *done) {
+    int pick = -1;
+    for (int i = 0; i < e->n; i++) {
+        int ready = !done[i];
+        for (int j = 0; j < e->n && ready; j++) ready = !e->nodes[i].deps[j] || done[j];
+        if (ready && (pick < 0 || !g_graph_fifo)) pick = i;
+    }
+    done[pick] = 1; /* a DAG always has a ready node while some are left */
+    return pick;
+}
+
 CUresult cuGraphLaunch(void *exec, void *stream) {
     Exec *e = exec;
     (void)stream;
     NEED_CTX;
-    for (int i = 0; i < e->n; i++) {
-        const Node *nd = &e->nodes[i];
+    unsigned char done[128] = {0};
+    for (int step = 0; step < e->n; step++) {
+        const Node *nd = &e->nodes[next_ready(e, done)];
         if (nd->f) {
             CUresult rc = execute(nd->f, nd->args, nd->dims);
             if (rc) return rc;
