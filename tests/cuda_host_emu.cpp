@@ -38,7 +38,7 @@ ucontext_t g_scheduler;
 Fiber *g_current;
 Entry g_entry;
 const unsigned char *g_params;
-int g_reverse; /* run a block's fibers last to first: exposes the races the first-to-last order hides */
+int g_reverse; /* run blocks, and a block's fibers, last to first: exposes the races the other order hides */
 
 void fiber_main() {
     g_entry(g_params);
@@ -121,12 +121,12 @@ extern "C" int svod_emu_launch(Entry entry, const unsigned char *params, const u
     for (unsigned long t = 0; t < threads; t++)
         fibers[t].index = dim3{(unsigned)(t % dims[3]), (unsigned)(t / dims[3] % dims[4]), (unsigned)(t / dims[3] / dims[4])};
     int rc = 0;
-    for (unsigned z = 0; z < dims[2] && !rc; z++)
-        for (unsigned y = 0; y < dims[1] && !rc; y++)
-            for (unsigned x = 0; x < dims[0] && !rc; x++) {
-                blockIdx = dim3{x, y, z};
-                rc = run_block(fibers, stacks);
-            }
+    unsigned long blocks = (unsigned long)dims[0] * dims[1] * dims[2];
+    for (unsigned long i = 0; i < blocks && !rc; i++) {
+        unsigned long b = g_reverse ? blocks - 1 - i : i; /* reversed too: blocks must not depend on each other */
+        blockIdx = dim3{(unsigned)(b % dims[0]), (unsigned)(b / dims[0] % dims[1]), (unsigned)(b / dims[0] / dims[1])};
+        rc = run_block(fibers, stacks);
+    }
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
