@@ -997,7 +997,6 @@ def _log_text(buf: Any) -> str:
     return buf.value.decode("utf-8", "replace").strip()
 
 
-
 def _check_aligned(kernel: str, which: Any, buf: "CudaBuffer", align: int) -> None:
     """Refuse a buffer whose start is not a multiple of its element size: a GPU load from it faults with
     CUDA_ERROR_MISALIGNED_ADDRESS, a sticky error that leaves the context unusable for the rest of the process."""
@@ -1006,6 +1005,7 @@ def _check_aligned(kernel: str, which: Any, buf: "CudaBuffer", align: int) -> No
             "%s: buffer %r starts %d bytes into its allocation, not a multiple of its %d-byte elements; "
             "a GPU would fault on it (misaligned address), so it is not launched" % (kernel, which, buf.offset, align)
         )
+
 
 class CudaProgram:
     """A kernel entry point with svod's calling convention on one GPU.
