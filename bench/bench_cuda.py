@@ -434,6 +434,7 @@ def copy_rates(dev: cuda.CudaDevice, nbytes: int, reps: int) -> Dict[str, float]
         if ctypes.string_at(pinned.address, nbytes) != host:
             raise RuntimeError("raw cuMemcpyDtoH_v2 returned the wrong bytes")
         buf.copyin(bytes(nbytes))
+        dev.synchronize()  # copyin is queued on svod_min's non-blocking stream; a plain cuMemcpy does not wait for it
         lib.call("cuMemcpyHtoD_v2", address, pinned.address, nbytes)
         if buf.copyout_into(out) != host:
             raise RuntimeError("raw cuMemcpyHtoD_v2 moved the wrong bytes")

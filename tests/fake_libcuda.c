@@ -7,18 +7,21 @@
  * like the real one, and a few kernels are emulated on the host by name so
  * argument blobs can be checked end to end. Like recent drivers, a launch
  * whose CU_LAUNCH_PARAM_BUFFER_SIZE differs from the kernel's exact parameter
- * size (no tail padding) is refused with CUDA_ERROR_INVALID_VALUE.
+ * size (no tail padding) is refused with CUDA_ERROR_INVALID_VALUE, and one
+ * with more than 48 KiB of dynamic shared memory unless cuFuncSetAttribute
+ * opted the function in. Work queued on a stream runs as late as a GPU may run
+ * it (see "deferred streams"), and graph nodes in an order their edges allow.
  *
  * Test controls: fake_configure(init_rc, version, count) (or FAKE_CUDA_DEVICES=N), fake_set_mem_limit,
  * fake_set_func_max_threads, fake_set_events_pending(n) / fake_complete_events() (events that stay
  * "not ready"), fake_fail_memcpy_nodes(1) (a driver without graph memcpy nodes), fake_counter(name),
  * fake_last_launch(...), fake_set_graph_order(fifo) (graph nodes run newest-ready-first by default),
- * fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host, see
- * tests/cuda_emu_support.py), fake_check_guards() (allocations whose guard zones were overwritten). Launches with more than 48 KiB of dynamic
- * shared memory are refused unless cuFuncSetAttribute opted the function in, as on the real driver.
+ * fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host,
+ * see tests/cuda_emu_support.py), fake_check_guards() (allocations whose guard zones were overwritten).
  *
  * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c -ldl -pthread
  */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -76,6 +79,17 @@ size_t fake_last_launch(unsigned *dims, unsigned char *args, size_t cap, int *us
 
 #define NEED_INIT do { if (!g_initialised) return E_NOT_INIT; } while (0)
 #define NEED_CTX do { NEED_INIT; if (!g_current) return E_CONTEXT; } while (0)
+
+/* Streams run their work later (see "deferred streams" at the end); these enqueue or flush it. */
+typedef struct Stream Stream;
+typedef struct Event Event;
+static void enqueue_copy(void *stream, void *dst, const void *src, size_t n);
+static void enqueue_set(void *stream, void *dst, unsigned char value, size_t n);
+static void enqueue_record(void *stream, Event *e);
+static void enqueue_wait(void *stream, Event *e);
+static CUresult flush_stream(Stream *s);
+static CUresult flush_event(Event *e);
+static CUresult flush_all(void);
 
 /* ---- errors ---- */
 static const struct { int code; const char *name, *text; } ERRORS[] = {
@@ -169,7 +183,7 @@ CUresult cuCtxPopCurrent_v2(void **ctx) {
     g_current = g_stack[--g_depth];
     return OK;
 }
-CUresult cuCtxSynchronize(void) { NEED_CTX; return OK; }
+CUresult cuCtxSynchronize(void) { NEED_CTX; return flush_all(); }
 CUresult cuCtxEnablePeerAccess(void *peer, unsigned flags) {
     static void *enabled[8][8];
     (void)flags;
@@ -224,6 +238,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 }
 CUresult cuMemFree_v2(CUdeviceptr p) {
     NEED_CTX;
+    flush_all(); /* like the real driver, a free waits for the work in flight */
     Alloc *a = (Alloc *)(uintptr_t)(p - GUARD);
     pthread_mutex_lock(&g_alloc_lock);
     g_guard_breaches += !guards_intact(a); /* a breach stays counted after the free */
@@ -234,43 +249,49 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
     return OK;
 }
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; NEED_CTX; *p = malloc(n); g_live_host++; return *p ? OK : E_OOM; }
-CUresult cuMemFreeHost(void *p) { free(p); g_live_host--; return OK; }
-CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) { (void)s; NEED_CTX; memset((void *)(uintptr_t)p, v, n); return OK; }
+CUresult cuMemFreeHost(void *p) { flush_all(); free(p); g_live_host--; return OK; }
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, void *s) { NEED_CTX; enqueue_set(s, (void *)(uintptr_t)p, v, n); return OK; }
 
 static CUresult copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); g_memcpy++; return OK; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CTX; return copy((void *)(uintptr_t)d, s, n); }
 CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CTX; return copy(d, (void *)(uintptr_t)s, n); }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CTX; return copy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { (void)st; return cuMemcpyHtoD_v2(d, s, n); }
-CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { (void)st; return cuMemcpyDtoH_v2(d, s, n); }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) { (void)st; return cuMemcpyDtoD_v2(d, s, n); }
+/* The synchronous copies above run at once: they do not wait for work queued on svod_min's non-blocking
+ * stream (neither does the real driver). The async ones below run when their stream gets there. */
+static CUresult async_copy(void *st, void *d, const void *s, size_t n) { NEED_CTX; g_memcpy++; enqueue_copy(st, d, s, n); return OK; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { return async_copy(st, (void *)(uintptr_t)d, s, n); }
+CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { return async_copy(st, d, (const void *)(uintptr_t)s, n); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *st) {
+    return async_copy(st, (void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
+}
 CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dc, CUdeviceptr s, void *sc, size_t n, void *st) {
-    (void)dc; (void)sc; (void)st;
-    return cuMemcpyDtoD_v2(d, s, n);
+    (void)dc; (void)sc;
+    return async_copy(st, (void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
 }
 
 /* ---- streams and events ---- */
-/* Work runs at once, but events can pretend otherwise: after fake_set_events_pending(n) the next n
- * recorded events stay not ready (cuEventQuery -> CUDA_ERROR_NOT_READY) until cuEventSynchronize is
- * called on them, or until any cuStreamSynchronize / fake_complete_events() (all streams are one queue). */
+/* Events complete when their stream's work reaches them (deferred streams, below). On top of that, after
+ * fake_set_events_pending(n) the next n recorded events stay not ready (cuEventQuery ->
+ * CUDA_ERROR_NOT_READY) until cuEventSynchronize is called on them, or until any cuStreamSynchronize /
+ * fake_complete_events(). */
 #define E_NOT_READY 600
-typedef struct { double t; int pending; long epoch; } Event;
+struct Event { double t; int pending; long epoch; Stream *stream; long recorded, done; };
 static double g_clock = 0.0;
 static int g_events_pending;
 static long g_event_epoch; /* bumped by a stream sync: every event recorded before it is complete */
 void fake_set_events_pending(int n) { g_events_pending = n; }
 void fake_complete_events(void) { g_event_epoch++; }
-CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; NEED_CTX; *s = malloc(1); g_live_streams++; return OK; }
-CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; g_stream_syncs++; g_event_epoch++; return OK; }
-CUresult cuStreamDestroy_v2(void *s) { free(s); g_live_streams--; return OK; }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return OK; }
+static Stream *new_stream(void);
+static void free_stream(Stream *s);
+CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; NEED_CTX; *s = new_stream(); g_live_streams++; return *s ? OK : E_OOM; }
+CUresult cuStreamSynchronize(void *s) { NEED_CTX; g_stream_syncs++; g_event_epoch++; return s ? flush_stream(s) : flush_all(); }
+CUresult cuStreamDestroy_v2(void *s) { flush_stream(s); free_stream(s); g_live_streams--; return OK; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)f; NEED_CTX; enqueue_wait(s, e); return OK; }
 CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; NEED_CTX; *e = calloc(1, sizeof(Event)); g_live_events++; return OK; }
 CUresult cuEventRecord(void *e, void *s) {
     Event *ev = e;
-    (void)s;
     NEED_CTX;
-    ev->t = g_clock;
-    g_clock += 1.0;
+    enqueue_record(s, ev);
     ev->pending = g_events_pending > 0;
     if (ev->pending) g_events_pending--;
     ev->epoch = g_event_epoch;
@@ -278,14 +299,16 @@ CUresult cuEventRecord(void *e, void *s) {
     return OK;
 }
 CUresult cuEventQuery(void *e) {
-    const Event *ev = e;
+    Event *ev = e;
     g_event_queries++;
+    CUresult rc = flush_event(ev); /* the GPU makes progress on its own */
+    if (rc) return rc;
     return ev->pending && ev->epoch == g_event_epoch ? E_NOT_READY : OK;
 }
-CUresult cuEventSynchronize(void *e) { g_event_syncs++; ((Event *)e)->pending = 0; return OK; }
+CUresult cuEventSynchronize(void *e) { g_event_syncs++; ((Event *)e)->pending = 0; return flush_event(e); }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = (float)((((Event *)end)->t - ((Event *)start)->t) * 0.25); return OK; }
 CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { return cuEventElapsedTime(ms, start, end); }
-CUresult cuEventDestroy_v2(void *e) { free(e); g_live_events--; return OK; }
+CUresult cuEventDestroy_v2(void *e) { flush_all(); free(e); g_live_events--; return OK; }
 CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return E_NOT_SUPPORTED; }
 CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return E_NOT_SUPPORTED; }
 
@@ -338,7 +361,7 @@ CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, int *opts
     return OK;
 }
 
-CUresult cuModuleUnload(void *mod) { Module *m = mod; free(m->text); free(m); g_live_modules--; return OK; }
+CUresult cuModuleUnload(void *mod) { flush_all(); Module *m = mod; free(m->text); free(m); g_live_modules--; return OK; }
 
 static int parse_params(const char *open, Function *f) {
     const char *close = strchr(open, ')');
@@ -519,9 +542,9 @@ static CUresult execute(const Function *f, const unsigned char *a, const unsigne
     return OK;
 }
 
+static void enqueue_kernel(void *stream, const Function *f, const unsigned char *args, size_t size, const unsigned *dims);
 CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) {
-    (void)stream;
     NEED_CTX;
     unsigned char args[512];
     size_t size = 0;
@@ -535,7 +558,8 @@ CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigne
     g_last_size = size;
     g_last_extra = extra != NULL;
     g_launches++;
-    return execute(f, args, dims);
+    enqueue_kernel(stream, f, args, size, dims);
+    return OK;
 }
 
 /* ---- graphs (kernel nodes only) ---- */
@@ -619,7 +643,7 @@ CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long lon
     *exec = e;
     return OK;
 }
-CUresult cuGraphExecDestroy(void *e) { free(e); return OK; }
+CUresult cuGraphExecDestroy(void *e) { flush_all(); free(e); return OK; }
 
 CUresult cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const NodeParams *p) {
     Exec *e = exec;
@@ -652,10 +676,8 @@ static int next_ready(const Exec *e, unsigned char *done) {
     return pick;
 }
 
-CUresult cuGraphLaunch(void *exec, void *stream) {
-    Exec *e = exec;
-    (void)stream;
-    NEED_CTX;
+/* Runs a launched graph's snapshot (nodes set after the launch only affect later launches). */
+static CUresult run_graph(const Exec *e) {
     unsigned char done[128] = {0};
     for (int step = 0; step < e->n; step++) {
         const Node *nd = &e->nodes[next_ready(e, done)];
@@ -664,6 +686,161 @@ CUresult cuGraphLaunch(void *exec, void *stream) {
             if (rc) return rc;
         } else memmove((void *)(uintptr_t)nd->copy_dst, (const void *)(uintptr_t)nd->copy_src, nd->copy_n);
     }
+    return OK;
+}
+
+static void enqueue_graph(void *stream, const Exec *e);
+CUresult cuGraphLaunch(void *exec, void *stream) {
+    NEED_CTX;
+    enqueue_graph(stream, exec);
     g_graph_launches++;
     return OK;
+}
+
+/* ---- deferred streams ----
+ * Work queued on a stream runs later, in order, when something waits for it: cuStreamSynchronize,
+ * cuEventSynchronize / cuEventQuery (up to that event), cuCtxSynchronize, a stream waiting on an event
+ * of another stream (when the waiting stream gets there), and frees and destroys (everything). That is
+ * the latest a GPU may run it, so host code that reads a pinned block, or reuses one, before the DMA is
+ * done sees the wrong bytes here too. Work on the NULL stream, and the synchronous copies, run at once.
+ * A kernel that fails while a stream runs (an emulated launch, see fake_load_emulator) is reported by
+ * the call that ran it, and by every later one that waits for work: the error is sticky, as on a GPU. */
+enum { OP_COPY, OP_SET, OP_KERNEL, OP_GRAPH, OP_RECORD, OP_WAIT };
+typedef struct Op {
+    int kind;
+    void *dst; const void *src; size_t n; unsigned char value; /* copy, set */
+    const Function *f; unsigned char args[512]; unsigned dims[7]; /* kernel */
+    Exec *graph; /* a snapshot, freed once run */
+    Event *event; long gen; /* record, wait */
+    struct Op *next;
+} Op;
+struct Stream { Op *head, *tail; int count; };
+enum { MAX_QUEUED = 256, MAX_STREAMS = 64 };
+static pthread_mutex_t g_queue_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static Stream *g_streams[MAX_STREAMS];
+static CUresult g_async_error; /* sticky */
+
+static Stream *new_stream(void) {
+    Stream *s = calloc(1, sizeof(Stream));
+    pthread_mutex_lock(&g_queue_lock);
+    for (int i = 0; s && i < MAX_STREAMS; i++)
+        if (!g_streams[i]) { g_streams[i] = s; break; }
+    pthread_mutex_unlock(&g_queue_lock);
+    return s;
+}
+
+static void free_stream(Stream *s) {
+    pthread_mutex_lock(&g_queue_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (g_streams[i] == s) g_streams[i] = NULL;
+    pthread_mutex_unlock(&g_queue_lock);
+    free(s);
+}
+
+static CUresult flush_until(Stream *s, const Event *e, long gen);
+static CUresult run_op(Op *op) {
+    CUresult rc = OK;
+    switch (op->kind) {
+    case OP_COPY: memmove(op->dst, op->src, op->n); break;
+    case OP_SET: memset(op->dst, op->value, op->n); break;
+    case OP_KERNEL: rc = execute(op->f, op->args, op->dims); break;
+    case OP_GRAPH: rc = run_graph(op->graph); free(op->graph); break;
+    case OP_RECORD:
+        op->event->t = g_clock;
+        g_clock += 1.0;
+        op->event->done = op->gen;
+        break;
+    case OP_WAIT: rc = op->event->stream ? flush_until(op->event->stream, op->event, op->gen) : g_async_error; break;
+    }
+    free(op);
+    if (rc && !g_async_error) g_async_error = rc;
+    return rc;
+}
+
+/* Run the queued work of ``s`` up to and including the record of generation ``gen`` of ``e`` (all with e NULL). */
+static CUresult flush_until(Stream *s, const Event *e, long gen) {
+    pthread_mutex_lock(&g_queue_lock);
+    while (s->head && !(e && e->done >= gen)) {
+        Op *op = s->head;
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        s->count--;
+        run_op(op);
+    }
+    pthread_mutex_unlock(&g_queue_lock);
+    return g_async_error;
+}
+
+static CUresult flush_stream(Stream *s) { return s ? flush_until(s, NULL, 0) : g_async_error; }
+static CUresult flush_event(Event *e) { return e->stream ? flush_until(e->stream, e, e->recorded) : g_async_error; }
+
+static CUresult flush_all(void) {
+    pthread_mutex_lock(&g_queue_lock);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (g_streams[i]) flush_until(g_streams[i], NULL, 0);
+    pthread_mutex_unlock(&g_queue_lock);
+    return g_async_error;
+}
+
+static void enqueue(void *stream, Op *op) {
+    Stream *s = stream;
+    if (!s) { run_op(op); return; } /* the NULL stream: at once */
+    pthread_mutex_lock(&g_queue_lock);
+    op->next = NULL;
+    if (s->tail) s->tail->next = op; else s->head = op;
+    s->tail = op;
+    if (++s->count > MAX_QUEUED) flush_stream(s); /* bounded memory: running early is always allowed */
+    pthread_mutex_unlock(&g_queue_lock);
+}
+
+static Op *new_op(int kind) {
+    Op *op = calloc(1, sizeof(Op));
+    if (!op) abort(); /* test-only library */
+    op->kind = kind;
+    return op;
+}
+
+static void enqueue_copy(void *stream, void *dst, const void *src, size_t n) {
+    Op *op = new_op(OP_COPY);
+    op->dst = dst; op->src = src; op->n = n;
+    enqueue(stream, op);
+}
+
+static void enqueue_set(void *stream, void *dst, unsigned char value, size_t n) {
+    Op *op = new_op(OP_SET);
+    op->dst = dst; op->value = value; op->n = n;
+    enqueue(stream, op);
+}
+
+static void enqueue_kernel(void *stream, const Function *f, const unsigned char *args, size_t size, const unsigned *dims) {
+    Op *op = new_op(OP_KERNEL);
+    op->f = f;
+    memcpy(op->args, args, size);
+    memcpy(op->dims, dims, sizeof op->dims);
+    enqueue(stream, op);
+}
+
+static void enqueue_graph(void *stream, const Exec *e) {
+    Op *op = new_op(OP_GRAPH);
+    op->graph = malloc(sizeof(Exec));
+    if (!op->graph) abort();
+    memcpy(op->graph, e, offsetof(Exec, nodes) + (size_t)e->n * sizeof(Node));
+    enqueue(stream, op);
+}
+
+static void enqueue_record(void *stream, Event *e) {
+    Op *op = new_op(OP_RECORD);
+    pthread_mutex_lock(&g_queue_lock);
+    e->stream = stream;
+    op->event = e;
+    op->gen = ++e->recorded;
+    pthread_mutex_unlock(&g_queue_lock);
+    enqueue(stream, op);
+}
+
+static void enqueue_wait(void *stream, Event *e) {
+    Op *op = new_op(OP_WAIT);
+    op->event = e;
+    op->gen = e->recorded;
+    enqueue(stream, op);
 }

@@ -228,9 +228,12 @@ def test_emulator_fails_a_launch_whose_threads_skip_a_barrier(fake: Callable[...
     driver.load_emulator(bad_emulator_so)
     dev = driver.device()
     prog = dev.load_ptx(BAD_PTX, "bad_barrier", 1, ["n"], local_size=(32, 1, 1), grid=(1, 1, 1))
-    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED.*restart the process") as info:
-        prog.execute([dev.allocate([32], "float32")], [32])
+    prog.execute([dev.allocate([32], "float32")], [32])  # queued: like a GPU, the fault shows at the next wait
+    with pytest.raises(CudaError, match="cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED.*restart the process") as info:
+        dev.synchronize()
     assert info.value.sticky
+    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):  # and stays: the context is lost
+        dev.synchronize()
 
 
 def test_emulator_catches_a_write_past_the_end(fake: Callable[..., Fake], bad_emulator_so: str) -> None:
