@@ -840,6 +840,9 @@ def test_fake_device_to_device_and_peer_copies(fake: Callable[..., Fake]) -> Non
     dev1.copy_from_peer(c, b)
     assert f.counter("peer_enables") == 1  # remembered
     assert dev0.enable_peer_access(dev1) is True
+    a.copyin([9, 8, 7, 6])  # still queued on CUDA:0's stream (the stand-in runs it only when waited for)
+    dev1.copy_from_peer(c, a)  # so the peer copy must wait for CUDA:0
+    assert _ints(c) == [9, 8, 7, 6]
     dev1.copy_from_peer(c, [5, 6, 7, 8])  # host data: staged
     assert _ints(c) == [5, 6, 7, 8]
 
