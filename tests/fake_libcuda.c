@@ -738,6 +738,7 @@ static void free_stream(Stream *s) {
 }
 
 static CUresult flush_until(Stream *s, const Event *e, long gen);
+static int live_stream(const Stream *s);
 static CUresult run_op(Op *op) {
     CUresult rc = OK;
     switch (op->kind) {
@@ -750,7 +751,7 @@ static CUresult run_op(Op *op) {
         g_clock += 1.0;
         op->event->done = op->gen;
         break;
-    case OP_WAIT: rc = op->event->stream ? flush_until(op->event->stream, op->event, op->gen) : g_async_error; break;
+    case OP_WAIT: rc = live_stream(op->event->stream) ? flush_until(op->event->stream, op->event, op->gen) : g_async_error; break;
     }
     free(op);
     if (rc && !g_async_error) g_async_error = rc;
@@ -771,8 +772,14 @@ static CUresult flush_until(Stream *s, const Event *e, long gen) {
     return g_async_error;
 }
 
-static CUresult flush_stream(Stream *s) { return s ? flush_until(s, NULL, 0) : g_async_error; }
-static CUresult flush_event(Event *e) { return e->stream ? flush_until(e->stream, e, e->recorded) : g_async_error; }
+static int live_stream(const Stream *s) {
+    for (int i = 0; s && i < MAX_STREAMS; i++)
+        if (g_streams[i] == s) return 1;
+    return 0; /* NULL, or destroyed (its work ran when it was) */
+}
+
+static CUresult flush_stream(Stream *s) { return live_stream(s) ? flush_until(s, NULL, 0) : g_async_error; }
+static CUresult flush_event(Event *e) { return live_stream(e->stream) ? flush_until(e->stream, e, e->recorded) : g_async_error; }
 
 static CUresult flush_all(void) {
     pthread_mutex_lock(&g_queue_lock);
