@@ -90,7 +90,8 @@ def test_library_kernel_matches_numpy(emu: Fake, sig: Any) -> None:
     check_library_kernel(emu.device(), sig, library_env(sig))
 
 
-SHARED_MEMORY = [s for s in SIGS if s.module in ("reduce", "softmax", "matmul", "transpose")]
+SHARED_MODULES = ("reduce", "softmax", "matmul", "transpose")
+SHARED_MEMORY = [s for s in SIGS if s.module in SHARED_MODULES]
 
 
 @pytest.fixture
@@ -128,9 +129,18 @@ def _edge_cases() -> List[Tuple[Any, Dict[str, int]]]:
     return [(sig, sizes) for sig in F32 for sizes in EDGE_SIZES[sig.module]]
 
 
-@pytest.mark.parametrize("sig, sizes", _edge_cases(), ids=lambda v: sig_id(v) if hasattr(v, "entry") else "-".join("%s%d" % kv for kv in v.items()))
+def _case_id(value: Any) -> str:
+    return sig_id(value) if hasattr(value, "entry") else "-".join("%s%d" % kv for kv in value.items())
+
+
+@pytest.mark.parametrize("sig, sizes", _edge_cases(), ids=_case_id)
 def test_library_kernel_edge_sizes(device: cuda.CudaDevice, sig: Any, sizes: Dict[str, int]) -> None:
     check_library_kernel(device, sig, library_env(sig, **sizes))
+
+
+@pytest.mark.parametrize("sig, sizes", [c for c in _edge_cases() if c[0].module in SHARED_MODULES], ids=_case_id)
+def test_shared_memory_kernels_at_edge_sizes_in_reverse_thread_order(emu_reversed: Fake, sig: Any, sizes: Dict[str, int]) -> None:
+    check_library_kernel(emu_reversed.device(), sig, library_env(sig, **sizes))
 
 
 # Grid-stride kernels get fewer blocks than work items: the loops must cover the rest (on a GPU this
