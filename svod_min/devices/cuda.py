@@ -1097,7 +1097,8 @@ class CudaProgram:
                 continue
             if buf.dtype.name != arg.dtype and buf.dtype.name != "uint8":  # uint8: raw bytes, size checked below
                 raise ExecutionError("%s: buffer %r is %s, the kernel takes %s" % (self.name, arg.name, buf.dtype.name, arg.dtype))
-            _check_aligned(self.name, arg.name, buf, to_dtype(arg.dtype).itemsize)
+            if to_dtype(arg.dtype).itemsize > buf.dtype.itemsize:  # raw bytes: _pointer checked only 1-byte alignment
+                _check_aligned(self.name, arg.name, buf, to_dtype(arg.dtype).itemsize)
             count = compile_expr(arg.count)(env) if arg.count is not None else 0
             need = count * to_dtype(arg.dtype).itemsize
             if buf.nbytes < need:
