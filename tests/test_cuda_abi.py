@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import pytest
+from cuda_emu_support import find_cc
 
 from svod_min.devices import cuda_api
 from svod_min.devices.cuda_api import (
@@ -148,11 +149,8 @@ def find_c_compiler() -> Optional[List[str]]:
     env = shlex.split(os.environ.get("CC", ""))
     if env and shutil.which(env[0]):
         return env
-    for name in ("cc", "gcc", "clang"):
-        path = shutil.which(name)
-        if path:
-            return [path]
-    return None
+    path = find_cc()
+    return [path] if path else None
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,7 @@ def make_toolchain(api: Api) -> Toolchain:
         pytest.skip("no %s %s" % (api.header, api.where))
     cc = find_c_compiler()
     if cc is None:
-        pytest.skip("no C compiler ($CC, cc, gcc, clang) to read %s with" % api.header)
+        pytest.skip("no C compiler ($CC, gcc, cc, clang) to read %s with" % api.header)
     return Toolchain(cc, include)
 
 
