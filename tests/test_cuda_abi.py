@@ -16,7 +16,7 @@ described by an :class:`Api`.
 /usr/local/cuda/include. ``nvrtc.h`` is looked for beside the libnvrtc the
 binding loads ($SVOD_NVRTC_LIBRARY or ``find_nvrtc()``; ``<lib dir>/../include``
 in the toolkit and in pip's nvidia wheels), then in those toolkit include
-directories. A header that is missing, or no C compiler ($CC, cc, gcc,
+directories. A header that is missing, or no C compiler ($CC, gcc, cc,
 clang), skips that header's tests. The reference is whatever header is found:
 one older than the binding's newest entry point (cuEventElapsedTime_v2 is
 CUDA 12.8) fails the name check, naming it.
