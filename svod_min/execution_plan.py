@@ -59,7 +59,9 @@ class PreparedKernel:
     ``buffer_indices`` index plan buffers in kernel argument order;
     ``output_indices`` are positions within them that the kernel writes.
     ``vals`` follows ``kernel.var_names``. ``extents`` optionally maps a
-    position to an element-count expression the buffer must hold.
+    position to an element-count expression the buffer must hold;
+    ``arg_check`` (library kernels) checks dtypes, variable bounds and
+    overlap at every bind, so a variable change cannot break them either.
     """
 
     id: int
@@ -75,6 +77,8 @@ class PreparedKernel:
     bytes_moved: Optional[Union[int, str]] = None
     # kernel variable -> expression over plan variables (e.g. {"n": "rows*128"})
     var_exprs: Dict[str, str] = field(default_factory=dict)
+    # (env, buffers) -> None, raising when they break the kernel's contract: run at every (re)bind
+    arg_check: Optional[Callable[[Mapping[str, int], Sequence[Any]], None]] = field(default=None, compare=False)
 
     @property
     def device(self) -> str:
@@ -619,6 +623,8 @@ class ExecutionPlan:
         launch = self._launch(op, env)
         self._check_extents(op, env)
         bufs = [self._buffers[i] for i in op.buffer_indices]
+        if op.arg_check is not None:
+            op.arg_check(env, bufs)
         program = op.kernel.program
         if getattr(program, "grid_in_blocks", False):
             self._bind_gpu_kernel(index, op, bufs, launch, env)

@@ -8,12 +8,14 @@ with what is needed to verify it. Nothing is dispatched on bad input.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import random
+import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values
 from .error import NotSupportedError, PlanError, SvodError
@@ -32,6 +34,7 @@ from .kernel_cache import CachedKernel
 FORMAT_VERSION = 1
 MAX_PLAN_BYTES = 64 * 1024 * 1024
 MAX_BUFFER_BYTES = 1 << 34
+_FLOAT32_MAX = 3.4028234663852886e38
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
 _CPU_ONLY_VARS = ("core_id", "core_id_count")
@@ -97,6 +100,13 @@ def _int(value: Any, path: str, lo: Optional[int] = None, hi: Optional[int] = No
 def _num(value: Any, path: str) -> float:
     _need(isinstance(value, (int, float)) and not isinstance(value, bool), path, "expected a number, got %s" % _kind(value))
     return float(value)
+
+
+def _float32_bits(value: Any, path: str) -> int:
+    """A number as the int32 holding its float32 bits (what an ``f32`` kernel variable receives)."""
+    number = _num(value, path)
+    _need(math.isfinite(number) and abs(number) <= _FLOAT32_MAX, path, "%r is not a finite float32 value" % (value,))
+    return struct.unpack("<i", struct.pack("<f", number))[0]
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -491,7 +501,7 @@ class _PlanReader:
             lib = library.get(_str(k["library"], path + ".library"), device=str(self.device.spec), **params)
         except (SvodError, TypeError) as exc:
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        return self._library_kernel(lib.program, lib.source, lib.entry_point, lib, tuple(lib.global_size), None)
+        return self._library_kernel(lib.program, lib.source, lib.entry_point, lib.sig, tuple(lib.global_size), None)
 
     def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """The shipped PTX form of a library kernel, launched with its own grid and block."""
@@ -511,8 +521,12 @@ class _PlanReader:
         kernel = CachedKernel(program, str(self.device.spec), code, entry, list(sig.var_names), list(range(len(roles))),
                               [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],
                               True, global_size, local_size)  # fmt: skip
+        from .kernels import check_bound_args
+
         extents = {i: arg.count for i, arg in enumerate(sig.buffers) if arg.count is not None}
-        return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes}
+        f32 = {v.name for v in sig.vars if v.kind == "f32"}
+        return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes, "f32": f32,
+                        "arg_check": functools.partial(check_bound_args, sig)}  # fmt: skip
 
     def _global_size(self, value: Any, path: str) -> Tuple[Any, ...]:
         dims = _list(value, path)
@@ -591,14 +605,18 @@ class _PlanReader:
                     bindings.pop(cpu_only, None)
         if "core_id_count" in kernel.var_names and "core_id_count" not in bindings and "core_id_count" not in self.variables:
             bindings["core_id_count"] = max(1, int(getattr(self.device, "threads", 1)))  # library kernels: one chunk per thread
-        vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars")
+        vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars", meta.get("f32", ()))
         try:
+            if meta.get("arg_check") is not None:  # now, to name the op; the plan re-checks at every bind
+                meta["arg_check"](dict(zip(kernel.var_names, vals)), [self.buffers[n] for n in names])
             return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
-                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs)
+                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs,
+                                  arg_check=meta.get("arg_check"))  # fmt: skip
         except SvodError as exc:
             raise PlanFileError(path, str(exc)) from None
 
-    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:
+    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str,
+                   f32: Iterable[str] = ()) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:  # fmt: skip
         extra = sorted(set(bindings) - set(kernel.var_names))
         _need(not extra, path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names))
         vals, fixed, runtime, exprs = [], {}, [], {}
@@ -607,7 +625,11 @@ class _PlanReader:
                 vals.append(0)  # set per invocation by the dispatcher
                 continue
             bound = bindings.get(name, name)
-            if type(bound) is int:
+            if name in f32:  # a real-valued parameter (layernorm's eps): the kernel gets its float32 bits
+                bits = _float32_bits(bound, "%s.%s" % (path, name))
+                vals.append(bits)
+                fixed[name] = bits
+            elif type(bound) is int:
                 _int(bound, "%s.%s" % (path, name), -(1 << 31), (1 << 31) - 1)
                 vals.append(bound)
                 fixed[name] = bound

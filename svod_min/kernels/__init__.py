@@ -281,14 +281,42 @@ def _check_buffers(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, An
         if arg.writes and not writable:
             raise KernelArgumentError("%s: buffer %s is written but the array is read-only" % (sig.name, arg.name))
         spans.append((arg, addr, max(need, 0) * want.itemsize))
-    _check_overlap(sig, spans)
+    _check_overlap(sig.name, sig.inplace, spans)
     return [addr for _, addr, _ in spans]
 
 
-def _check_overlap(sig: KernelSig, spans: List[Tuple[BufferArg, int, int]]) -> None:
+def check_bound_args(sig: Any, env: Mapping[str, int], buffers: Sequence[Any]) -> None:
+    """The library's argument checks for values and buffers a plan already bound (sizes: its extents).
+
+    Variable minimums and conditions, buffer dtypes, and overlap between a
+    written buffer and another argument: what :meth:`LibraryKernel.run`
+    refuses, re-checked whenever a plan's variables change. ``sig`` is a
+    :class:`KernelSig` or :class:`CudaKernelSig`; a CUDA signature uses the
+    conditions and in-place pairs of its CPU twin when there is one.
+    """
+    twin = sig if isinstance(sig, KernelSig) else _sig((sig.name, sig.params))
+    checks, inplace = (twin.checks, twin.inplace) if twin is not None else ((), ())
+    for var in sig.vars:
+        value = env.get(var.name)
+        if var.name != CORE_ID and value is not None and value < var.min:
+            raise KernelArgumentError("%s: variable %s=%d is below its minimum %d" % (sig.name, var.name, value, var.min))
+    for check in checks:
+        if not compile_expr(check)(env):
+            raise KernelArgumentError("%s: variables %s violate %s" % (sig.name, dict(env), check))
+    spans = []
+    for arg, buf in zip(sig.buffers, buffers):
+        addr, _nbytes, dname, _writable = _describe(buf)
+        if not _np_dtype_ok(arg.dtype, dname):
+            raise KernelArgumentError("%s: buffer %s must be %s, got %s" % (sig.name, arg.name, arg.dtype, dname))
+        count = compile_expr(arg.count)(env) if arg.count is not None else 0
+        spans.append((arg, addr, max(count, 0) * c_dtype(arg.dtype).itemsize))
+    _check_overlap(sig.name, inplace, spans)
+
+
+def _check_overlap(name: str, inplace: Sequence[Tuple[str, str]], spans: List[Tuple[BufferArg, int, int]]) -> None:
     # A written buffer sharing memory with another argument is refused, except an
     # elementwise output that is exactly one of its inputs (same start, same dtype).
-    allowed = set(sig.inplace)
+    allowed = set(inplace)
     for i, (a, a0, an) in enumerate(spans):
         for b, b0, bn in spans[i + 1:]:
             if not (a.writes or b.writes) or an == 0 or bn == 0 or a0 + an <= b0 or b0 + bn <= a0:
@@ -296,7 +324,7 @@ def _check_overlap(sig: KernelSig, spans: List[Tuple[BufferArg, int, int]]) -> N
             if a0 == b0 and an == bn and ((a.name, b.name) in allowed or (b.name, a.name) in allowed):
                 continue
             raise KernelArgumentError("%s: buffers %s and %s overlap in memory (%s is written)"
-                                      % (sig.name, a.name, b.name, a.name if a.writes else b.name))  # fmt: skip
+                                      % (name, a.name, b.name, a.name if a.writes else b.name))  # fmt: skip
 
 
 # --- lookup -------------------------------------------------------------------------------------
@@ -585,6 +613,7 @@ __all__ = [
     "OPS",
     "VarArg",
     "catalogue",
+    "check_bound_args",
     "cuda_kernels",
     "find_sig",
     "fused",
