@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -78,14 +79,22 @@ def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
     from .npy import write_npy
 
     os.makedirs(directory, exist_ok=True)
-    outputs = {id(b) for b in loaded.plan.output_buffers()}
     written = []
-    for name, buf in loaded.buffers.items():
-        if id(buf) in outputs:
-            path = os.path.join(directory, name + ".npy")
-            write_npy(path, buf.dtype, tuple(buf.shape), buf.copyout())
-            written.append(path)
+    for name, buf in _saved_outputs(loaded).items():
+        path = os.path.join(directory, name + ".npy")
+        write_npy(path, buf.dtype, tuple(buf.shape), buf.copyout())
+        written.append(path)
     return written
+
+
+def _saved_outputs(loaded: "LoadedPlan") -> Dict[str, Any]:
+    """Output buffers by name; a name that is not a plain file name is refused (it would leave --save's folder)."""
+    outputs = {id(b) for b in loaded.plan.output_buffers()}
+    chosen = {name: buf for name, buf in loaded.buffers.items() if id(buf) in outputs}
+    for name in chosen:
+        if name in (".", "..") or os.path.basename(name) != name or "/" in name or "\\" in name or "\0" in name:
+            raise PlanError("--save: output buffer %r is not a plain file name" % name)
+    return chosen
 
 
 def _writing(path: str, option: str, write: Any) -> Any:
@@ -103,6 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise PlanError("--repeat must be >= 1, got %d" % args.repeat)
     loaded = _load(args, _parse_vars(args.var))
     plan = loaded.plan
+    if args.save:
+        _saved_outputs(loaded)  # refused before anything runs
     plan.execute()  # the first run from the initial state is the one verified
     checks = loaded.verify()
     saved = _writing(args.save, "--save", lambda: _save_outputs(loaded, args.save)) if args.save else []
@@ -116,13 +127,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "device": str(getattr(plan.device, "spec", plan.device)),
         "vars": loaded.defaults,
         "ops": len(plan.prepared_ops()),
-        "verify": [{"buffer": b, "ok": ok, "max_abs_error": err} for b, ok, err in checks],
+        # null, not Infinity/NaN: strict JSON has no such numbers (a NaN output gives an infinite error)
+        "verify": [{"buffer": b, "ok": ok, "max_abs_error": err if math.isfinite(err) else None} for b, ok, err in checks],
         "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
         "profile": [p.to_dict() for p in profiles],
         "saved": saved,
     }
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(report, indent=1, allow_nan=False))
     else:
         _print_report(report, profile_table(profiles) if args.profile or args.plan is None else None)
     failed = [c["buffer"] for c in report["verify"] if not c["ok"]]
@@ -140,7 +152,8 @@ def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
     t = report["time_s"]
     print("total: min %.1f µs, median %.1f µs over %d run(s)" % (t["min"] * 1e6, t["median"] * 1e6, t["runs"]))
     for check in report["verify"]:
-        print("verify %s: %s (max |err| %.3g)" % (check["buffer"], "ok" if check["ok"] else "FAILED", check["max_abs_error"]))
+        err = check["max_abs_error"]
+        print("verify %s: %s (max |err| %s)" % (check["buffer"], "ok" if check["ok"] else "FAILED", "%.3g" % err if err is not None else "inf"))
     if not report["verify"]:
         print("verify: nothing to check (the plan has no \"expect\" section)")
     for path in report["saved"]:

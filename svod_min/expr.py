@@ -3,7 +3,7 @@
     "n", "(n + 255) // 256", "max(1, rows * cols)", "n % 4"
 
 Integers, variable names, ``+ - * // %``, unary minus, parentheses, and the
-functions ``min``/``max``. The text is parsed with :mod:`ast` and every node is
+functions ``min``/``max`` and ``ceildiv(a, b)`` (``-(-a // b)``, the kernel library's spelling). The text is parsed with :mod:`ast` and every node is
 checked against that whitelist, then turned into nested closures; nothing is
 ever handed to ``eval``. Compiled expressions are cached by text.
 """
@@ -29,6 +29,10 @@ _BINOPS = {
     ast.Mod: operator.mod,
 }
 _FUNCS = {"min": min, "max": max}
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 class SizeExpr:
@@ -81,7 +85,12 @@ def _compile_node(node: ast.AST, text: str, names: set) -> Fn:
         fn = _FUNCS[node.func.id]
         args = [_compile_node(a, text, names) for a in node.args]
         return lambda env: fn(a(env) for a in args)
-    raise PlanError("expression %r: %s is not allowed (integers, names, + - * // %%, min, max)" % (text, _describe(node)))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceildiv":
+        if node.keywords or len(node.args) != 2:
+            raise PlanError("expression %r: ceildiv takes exactly 2 arguments" % (text,))
+        num, den = (_compile_node(a, text, names) for a in node.args)
+        return lambda env: _ceildiv(num(env), den(env))
+    raise PlanError("expression %r: %s is not allowed (integers, names, + - * // %%, min, max, ceildiv)" % (text, _describe(node)))
 
 
 def _describe(node: ast.AST) -> str:
@@ -113,8 +122,13 @@ def compile_expr(text: Union[str, int]) -> SizeExpr:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise PlanError("expression %r is not valid: %s" % (text, exc.msg)) from None
+    except (RecursionError, MemoryError):  # the parser's own nesting limits (Python 3.8)
+        raise PlanError("expression %r nests too deeply" % (text,)) from None
     names: set = set()
-    compiled = SizeExpr(text, _compile_node(tree, text, names), frozenset(names))
+    try:
+        compiled = SizeExpr(text, _compile_node(tree, text, names), frozenset(names))
+    except RecursionError:
+        raise PlanError("expression %r nests too deeply" % (text,)) from None
     _cache[text] = compiled
     return compiled
 

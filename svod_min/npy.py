@@ -7,8 +7,9 @@ where numpy is not installed.
 from __future__ import annotations
 
 import ast
+import os
 import struct
-from typing import Tuple
+from typing import BinaryIO, Tuple
 
 from .dtypes import DType, dtype as to_dtype
 from .error import PlanError
@@ -21,27 +22,60 @@ _DESCR = {
 _NAME_TO_DESCR = {v: k for k, v in _DESCR.items()}
 
 
+_MAX_HEADER = 1 << 16  # numpy's own headers are a few hundred bytes
+
+
 def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
-    """(dtype, shape, raw little-endian bytes) of an ``.npy`` file."""
+    """(dtype, shape, raw little-endian bytes) of an ``.npy`` file.
+
+    The header is read and checked first; the payload is read only when the
+    file holds exactly the bytes the header announces.
+    """
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            header, start = _read_header(fh, path)
+            dt, shape, count = _parse_header(header, path)
+            found = os.fstat(fh.fileno()).st_size - start
+            if found != count * dt.itemsize:
+                raise PlanError("%s: expected %d bytes of data, found %d" % (path, count * dt.itemsize, found))
+            payload = fh.read(found)
     except OSError as exc:
         raise PlanError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
-    if not data.startswith(_MAGIC) or len(data) < 10:
+    if len(payload) != count * dt.itemsize:  # the file shrank under us
+        raise PlanError("%s: expected %d bytes of data, found %d" % (path, count * dt.itemsize, len(payload)))
+    return dt, shape, payload
+
+
+def _read_header(fh: BinaryIO, path: str) -> Tuple[str, int]:
+    """The header text and the payload's offset."""
+    lead = fh.read(12)
+    if not lead.startswith(_MAGIC) or len(lead) < 10:
         raise PlanError("%s is not an .npy file" % path)
-    major = data[6]
+    major = lead[6]
     if major == 1:
-        (hlen,), start = struct.unpack_from("<H", data, 8), 10
+        (hlen,), start = struct.unpack_from("<H", lead, 8), 10
     elif major in (2, 3):
-        (hlen,), start = struct.unpack_from("<I", data, 8), 12
+        (hlen,), start = struct.unpack_from("<I", lead, 8), 12
     else:
         raise PlanError("%s: unsupported .npy version %d" % (path, major))
+    if hlen > _MAX_HEADER:
+        raise PlanError("%s: .npy header of %d bytes is over the %d-byte limit" % (path, hlen, _MAX_HEADER))
+    fh.seek(start)
+    raw = fh.read(hlen)
+    if len(raw) != hlen:
+        raise PlanError("%s: truncated .npy header" % path)
+    return raw.decode("latin1"), start + hlen
+
+
+def _parse_header(text: str, path: str) -> Tuple[DType, Tuple[int, ...], int]:
     try:
-        header = ast.literal_eval(data[start : start + hlen].decode("latin1"))
-    except (ValueError, SyntaxError) as exc:
-        raise PlanError("%s: malformed .npy header (%s)" % (path, exc)) from None
-    if not isinstance(header, dict) or header.get("fortran_order"):
+        header = ast.literal_eval(text)
+    except Exception as exc:  # literal_eval raises ValueError, TypeError, MemoryError, RecursionError ...
+        why = "%s: %s" % (type(exc).__name__, exc) if str(exc) else type(exc).__name__
+        raise PlanError("%s: malformed .npy header (%s)" % (path, why)) from None
+    if not isinstance(header, dict):
+        raise PlanError("%s: malformed .npy header (not a dict)" % path)
+    if header.get("fortran_order"):
         raise PlanError("%s: only C-order .npy arrays are supported" % path)
     descr = header.get("descr")
     if not isinstance(descr, str) or descr not in _DESCR:
@@ -49,19 +83,19 @@ def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
     shape = header.get("shape", ())
     if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
         raise PlanError("%s: malformed .npy shape %r" % (path, shape))
-    dt = to_dtype(_DESCR[descr])
     count = 1
     for d in shape:
         count *= d
-    payload = data[start + hlen :]
-    if len(payload) != count * dt.itemsize:
-        raise PlanError("%s: expected %d bytes of data, found %d" % (path, count * dt.itemsize, len(payload)))
-    return dt, shape, payload
+    return to_dtype(_DESCR[descr]), shape, count
 
 
 def write_npy(path: str, dt: DType, shape: Tuple[int, ...], payload: bytes) -> None:
-    """Write raw little-endian ``payload`` as an ``.npy`` file."""
-    descr = _NAME_TO_DESCR.get(dt.name)
+    """Write raw little-endian ``payload`` as an ``.npy`` file.
+
+    numpy has no bfloat16: its bits are written as ``<u2`` (``uint16``), the
+    form the kernel library accepts for bfloat16 buffers.
+    """
+    descr = _NAME_TO_DESCR.get("uint16" if dt.name == "bfloat16" else dt.name)
     if descr is None:
         raise PlanError("cannot save dtype %s as .npy" % dt.name)
     shape_txt = "(%s)" % "".join("%d, " % d for d in shape) if len(shape) != 1 else "(%d,)" % shape[0]

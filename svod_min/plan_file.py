@@ -15,10 +15,10 @@ import os
 import random
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values
-from .error import NotSupportedError, PlanError, SvodError
+from .error import BufferAllocationError, NotSupportedError, PlanError, SvodError
 from .execution_plan import (
     ExecutionPlan,
     ExecutionPlanBuilder,
@@ -28,6 +28,7 @@ from .execution_plan import (
     PreparedKernel,
     RuntimeVar,
 )
+from . import execution_plan as execution_plan_module
 from .expr import compile_expr
 from .kernel_cache import CachedKernel
 
@@ -133,6 +134,21 @@ def _known_keys(obj: Mapping[str, Any], allowed: set, path: str) -> None:
 # --- reading the document --------------------------------------------------------------
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def read_plan_document(path: str) -> Dict[str, Any]:
     """Read and parse a plan file with size and syntax checks."""
     try:
@@ -148,9 +164,11 @@ def read_plan_document(path: str) -> Dict[str, Any]:
     except OSError as exc:
         raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
         raise PlanFileError("", "plan file %s is not UTF-8 text" % path) from None
+    except _DuplicateKey as exc:  # json keeps the last one silently: a second "expect" would hide the first
+        raise PlanFileError("", "plan file %s repeats the key %r in one object" % (path, exc.key)) from None
     except ValueError as exc:
         raise PlanFileError("", "plan file %s is not valid JSON: %s" % (path, exc)) from None
     except RecursionError:
@@ -187,7 +205,7 @@ class _PlanReader:
         doc = self.doc
         _known_keys(doc, _TOP_KEYS, "$")
         _need("svod_plan" in doc, "svod_plan", "missing: a plan file starts with \"svod_plan\": %d" % FORMAT_VERSION)
-        _need(doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
+        _need(type(doc["svod_plan"]) is int and doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
         self._device()
         self._vars(_obj(doc.get("vars", {}), "vars"))
         builder = ExecutionPlanBuilder(self.device)
@@ -203,7 +221,8 @@ class _PlanReader:
         builder.set_output_buffers(outputs)
         expectations = self._expect(_obj(doc.get("expect", {}), "expect"))
         plan = builder.build()
-        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, str(doc.get("description", "")))
+        description = _str(doc["description"], "description") if doc.get("description", "") != "" else ""
+        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description)
 
     # -- device and variables ------------------------------------------------------------
 
@@ -254,6 +273,7 @@ class _PlanReader:
             for flag in ("output", "input"):
                 if flag in b:
                     _bool(b[flag], "%s.%s" % (path, flag))
+            _need("offset" not in b or "view_of" in b, path + ".offset", "an offset needs view_of (it places a view in its base)")
             buf = self._view(name, b, path) if "view_of" in b else self._allocate(b, path)
             self.buffers[name] = buf
             self.buffer_index[name] = builder.add_buffer(ast_id, buf)
@@ -272,10 +292,13 @@ class _PlanReader:
 
     def _allocate(self, b: Dict[str, Any], path: str) -> Any:
         dt, shape, count = self._shape(b, path)
-        data = self._init(b.get("init", "zeros"), dt, shape, count, path + ".init")
-        buf = self.device.allocate(list(shape), dt.name)
-        if data is not None:
-            buf.copyin(data)
+        try:
+            data = self._init(b.get("init", "zeros"), dt, shape, count, path + ".init")
+            buf = self.device.allocate(list(shape), dt.name)
+            if data is not None:
+                buf.copyin(data)
+        except MemoryError:
+            raise BufferAllocationError("%s: not enough host memory for %d bytes" % (path, count * dt.itemsize)) from None
         return buf
 
     def _view(self, name: str, b: Dict[str, Any], path: str) -> Any:
@@ -292,9 +315,9 @@ class _PlanReader:
         if init == "zeros":
             return None
         if init == "ones":
-            return pack_values(dt, [1] * count)
+            return pack_values(dt, [1]) * count
         if init == "arange":
-            return pack_values(dt, list(range(count)))
+            return _packed_chunks(dt, count, lambda lo, hi: range(lo, hi))
         init = _obj(init, path)
         _need(len(init) == 1, path, "expected one of zeros, ones, arange, {random}, {values}, {npy}")
         kind, arg = next(iter(init.items()))
@@ -307,8 +330,11 @@ class _PlanReader:
             _known_keys(arg, {"seed", "low", "high"}, path + ".random")
             rng = random.Random(_int(arg.get("seed", 0), path + ".random.seed"))
             low, high = _num(arg.get("low", -1.0), path + ".random.low"), _num(arg.get("high", 1.0), path + ".random.high")
-            values = [rng.uniform(low, high) for _ in range(count)]
-            return pack_values(dt, [int(v) for v in values] if not dt.is_float else values)
+            def draw(lo: int, hi: int) -> List[Any]:
+                values = [rng.uniform(low, high) for _ in range(lo, hi)]
+                return values if dt.is_float else [int(v) for v in values]
+
+            return _packed_chunks(dt, count, draw)
         if kind == "npy":
             return self._npy(_str(arg, path + ".npy"), dt, shape, path + ".npy")
         raise PlanFileError(path, "unknown init %r (zeros, ones, arange, random, values, npy)" % kind)
@@ -449,8 +475,6 @@ class _PlanReader:
 
     def _grid(self, value: Any, var_names: List[str], path: str) -> Tuple[Any, ...]:
         """Three ints or size expressions over the kernel's variables (``ceildiv(a,b)`` allowed)."""
-        from .devices.cuda_api import plan_dims
-
         out = []
         for i, d in enumerate(self._three(value, path)):
             where = "%s[%d]" % (path, i)
@@ -459,7 +483,7 @@ class _PlanReader:
                 out.append(d)
                 continue
             try:
-                expr = compile_expr(plan_dims([_str(d, where)])[0])
+                expr = compile_expr(_str(d, where))
             except SvodError as exc:
                 raise PlanFileError(where, str(exc)) from None
             unknown = sorted(expr.names - set(var_names))
@@ -542,7 +566,8 @@ class _PlanReader:
     def _extents(self, value: Any, nbuf: int, path: str) -> Dict[int, Any]:
         out = {}
         for key, expr in _obj(value, path).items():
-            _need(key.isdigit() and int(key) < nbuf, "%s.%s" % (path, key), "extent keys are argument positions 0..%d" % (nbuf - 1))
+            _need(key.isdecimal() and key.isascii() and int(key) < nbuf, "%s.%s" % (path, key),
+                  "extent keys are argument positions 0..%d" % (nbuf - 1))  # fmt: skip
             try:
                 out[int(key)] = expr if type(expr) is int else compile_expr(_str(expr, "%s.%s" % (path, key))).text
             except PlanError as exc:
@@ -575,6 +600,8 @@ class _PlanReader:
             return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
                                       view.offset - base.offset, view.nbytes, deps)
         custom = _str(op["custom"], path + ".custom")
+        registered = sorted(execution_plan_module._custom_functions)
+        _need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(_list(op.get("buffers", []), path + ".buffers"))]
         attrs = _obj(op.get("attrs", {}), path + ".attrs")
         return PreparedCustomFunction(op_id, custom, bufs, attrs, {}, deps)
@@ -607,8 +634,12 @@ class _PlanReader:
             bindings["core_id_count"] = max(1, int(getattr(self.device, "threads", 1)))  # library kernels: one chunk per thread
         vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars", meta.get("f32", ()))
         try:
+            env = dict(zip(kernel.var_names, vals))
             if meta.get("arg_check") is not None:  # now, to name the op; the plan re-checks at every bind
-                meta["arg_check"](dict(zip(kernel.var_names, vals)), [self.buffers[n] for n in names])
+                meta["arg_check"](env, [self.buffers[n] for n in names])
+            for work in ("flops", "bytes"):  # a profile must not be the first to find a division by zero
+                if isinstance(meta.get(work), str):
+                    compile_expr(meta[work])(env)
             return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
                                   extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs,
                                   arg_check=meta.get("arg_check"))  # fmt: skip
@@ -683,7 +714,7 @@ class _PlanReader:
                 len(values), "a count" if "count" in e else "a buffer", count))
             rtol = _num(e.get("rtol", 1e-5), path + ".rtol")
             atol = _num(e.get("atol", 1e-6), path + ".atol")
-            out.append(Expectation(name, [float(v) for v in values], rtol, atol))
+            out.append(Expectation(name, [v if type(v) is int else float(v) for v in values], rtol, atol))
         return out
 
 
@@ -757,6 +788,14 @@ def _missing(key: str) -> Any:
     raise PlanFileError(key, "missing (a plan file needs %s)" % key)
 
 
+_INIT_CHUNK = 1 << 16  # elements packed at a time: a Python list of every element would need ~8x the buffer
+
+
+def _packed_chunks(dt: DType, count: int, values: Callable[[int, int], Iterable[Any]]) -> bytes:
+    """``values(lo, hi)`` for consecutive chunks of ``range(count)``, packed as ``dt``."""
+    return b"".join(pack_values(dt, list(values(lo, min(lo + _INIT_CHUNK, count)))) for lo in range(0, count, _INIT_CHUNK))
+
+
 def _prod(dims: Sequence[int]) -> int:
     out = 1
     for d in dims:
@@ -789,8 +828,9 @@ def _check(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     flat = _flatten(got, e.buffer) if isinstance(got, list) else [got]
     worst, ok = 0.0, True
     for g, w in zip(flat, e.values):
-        err = abs(float(g) - w)
+        # ints against ints exactly: float() would round int64 values above 2**53 together
+        err = abs(g - w) if type(g) is int and type(w) is int else abs(float(g) - w)
         if not err <= e.atol + e.rtol * abs(w) or math.isnan(float(g)):
             ok = False
-        worst = max(worst, err) if not math.isnan(err) else float("inf")
+        worst = max(worst, float(err)) if not math.isnan(err) else float("inf")
     return e.buffer, ok, worst

@@ -26,7 +26,8 @@ import svod_min.plan_file as plan_file
 from svod_min.default_plan import default_plan_document, plan_document
 from svod_min.devices.cpu import CpuDevice
 from svod_min.dtypes import float32, int32, pack_values
-from svod_min.error import CompilationError, NotSupportedError, PlanError, SvodError
+from svod_min.expr import compile_expr
+from svod_min.error import CompilationError, PlanError, SvodError
 from svod_min.npy import read_npy, write_npy
 from svod_min.plan_file import PlanFileError, load_plan, read_plan_document
 
@@ -391,7 +392,7 @@ def test_var_values_are_checked_before_anything_runs(spy: Spy, values: Dict[str,
 def test_custom_op_of_unregistered_kind(spy: Spy) -> None:
     doc = base()
     doc["ops"].append({"custom": "nope", "buffers": ["y"]})
-    rejected(spy, doc, NotSupportedError, "op 1 (id 1): custom function nope is not supported")
+    rejected(spy, doc, PlanFileError, "ops[1].custom: custom function 'nope' is not registered (registered: ['allreduce'])")
 
 
 @needs_cc
@@ -857,3 +858,188 @@ def test_regression_cli_non_svod_error_is_one_line_exit_2(tmp_path: Path) -> Non
     result = _cli("run", str(path))
     assert result.returncode == 2
     assert "buffers.x.init.random.low" in _one_line_error(result)
+
+
+# --- regressions: plan-file inputs an adversarial review found (2026-11-24) ------------------------
+
+
+def _plan_path(tmp_path: Path, doc: Dict[str, Any]) -> str:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_regression_duplicate_json_keys_are_refused(tmp_path: Path) -> None:
+    # json keeps the last of two keys: a second, empty "expect" silently dropped the first
+    text = json.dumps(base()).replace('"expect": {', '"expect": {}, "expect": {', 1)
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    assert json.loads(text)["expect"] == base()["expect"]  # the control: the first one is the real one
+    with pytest.raises(PlanFileError) as info:
+        read_plan_document(str(path))
+    assert str(info.value) == "plan file %s repeats the key 'expect' in one object" % path
+
+
+def test_regression_extent_key_that_is_a_unicode_digit(spy: Spy) -> None:
+    doc = base()
+    doc["kernels"]["bump"]["extents"] = {"\u00b2": "n"}  # str.isdigit() is True, int() raises
+    rejected(spy, doc, PlanFileError, "kernels.bump.extents.\u00b2: extent keys are argument positions 0..2")
+
+
+@needs_cc
+def test_regression_flops_that_divides_by_zero_is_refused_at_load(spy: Spy) -> None:
+    doc = base()
+    doc["kernels"]["bump"]["flops"] = "n//0"  # the names are right; the value is not
+    rejected(spy, doc, PlanFileError, "ops[0]: expression 'n//0' divides by zero")
+
+
+def test_regression_grid_expression_nesting_does_not_blow_up() -> None:
+    # ceildiv(a,b) used to be rewritten with b copied twice: 25 levels took 600 MB, 30 would take GBs
+    grid = "n"
+    for _ in range(40):
+        grid = "ceildiv(1,%s)" % grid
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"y": {"shape": [4], "output": True}},
+        "kernels": {"k": {"source": "void k(float* y, int n) {}", "buffers": 1, "vars": ["n"],
+                          "cuda": {"ptx": ".version 7.0", "grid": [grid, 1, 1], "block": [1, 1, 1]}}},
+        "ops": [{"kernel": "k", "buffers": ["y"], "vars": {"n": 4}}],
+    }  # fmt: skip
+    loaded = load_plan(copy.deepcopy(doc))  # 2**40 copies of "n" before; now ceildiv is in the language
+    loaded.plan.execute()
+    assert compile_expr(grid)({"n": 4}) == 1
+    doc["kernels"]["k"]["cuda"]["grid"][0] = "ceildiv(n,2))"
+    with pytest.raises(PlanFileError) as info:
+        load_plan(doc)
+    assert str(info.value).startswith("kernels.k.cuda.grid[0]: expression 'ceildiv(n,2))' is not valid")
+
+
+def test_regression_int64_expectations_compare_exactly() -> None:
+    big = 2**53
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"x": {"dtype": "int64", "shape": [2], "init": {"values": [big, big + 4]}},
+                    "y": {"dtype": "int64", "shape": [2], "output": True}},
+        "ops": [{"copy": {"dst": "y", "src": "x"}}],
+        "expect": {"y": {"values": [big + 1, big + 3], "rtol": 0, "atol": 0}},  # both off by one
+    }  # fmt: skip
+    loaded = load_plan(doc)
+    loaded.plan.execute()
+    assert loaded.verify() == [("y", False, 1.0)]  # float() made big and big + 1 equal
+    doc["expect"]["y"]["values"] = [big, big + 4]
+    loaded = load_plan(doc)
+    loaded.plan.execute()
+    assert loaded.verify() == [("y", True, 0.0)]
+
+
+@needs_cc
+def test_regression_cli_json_is_strict_json_when_an_output_is_nan(tmp_path: Path) -> None:
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"y": {"shape": [2], "output": True}},
+        "kernels": {"k": {"source": "void k(float* y) { y[0] = 0.0f / 0.0f; y[1] = 0; }", "buffers": 1}},
+        "ops": [{"kernel": "k", "buffers": ["y"]}],
+        "expect": {"y": {"values": [0, 0]}},
+    }
+    result = _cli("run", _plan_path(tmp_path, doc), "--json")
+    assert result.returncode == 1, result.stderr
+
+    def refuse(constant: str) -> None:
+        raise ValueError("not JSON: %s" % constant)
+
+    report = json.loads(result.stdout, parse_constant=refuse)
+    assert report["verify"] == [{"buffer": "y", "ok": False, "max_abs_error": None}]
+
+
+def test_regression_cli_save_refuses_an_output_name_that_leaves_the_folder(tmp_path: Path) -> None:
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"x": {"shape": [4], "init": "ones"}, "../escaped": {"shape": [4], "output": True}},
+        "ops": [{"copy": {"dst": "../escaped", "src": "x"}}],
+    }
+    out = tmp_path / "out" / "inner"
+    result = _cli("run", _plan_path(tmp_path, doc), "--save", str(out))
+    assert result.returncode == 2
+    assert _one_line_error(result) == "error: --save: output buffer '../escaped' is not a plain file name"
+    assert not (tmp_path / "out" / "escaped.npy").exists()
+
+
+def test_regression_cli_save_writes_bfloat16_as_uint16_bits(tmp_path: Path) -> None:
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"x": {"dtype": "bfloat16", "shape": [3], "init": {"values": [1.0, -2.0, 0.5]}},
+                    "y": {"dtype": "bfloat16", "shape": [3], "output": True}},
+        "ops": [{"copy": {"dst": "y", "src": "x"}}],
+    }  # fmt: skip
+    out = tmp_path / "out"
+    result = _cli("run", _plan_path(tmp_path, doc), "--save", str(out))
+    assert result.returncode == 0, result.stderr
+    dt, shape, payload = read_npy(str(out / "y.npy"))
+    assert (dt.name, shape) == ("uint16", (3,))
+    assert list(struct.unpack("<3H", payload)) == [0x3F80, 0xC000, 0x3F00]
+
+
+@pytest.mark.parametrize("init, dtype, expect", [
+    ("arange", "int32", lambda n: list(range(n))),
+    ("ones", "float32", lambda n: [1.0] * n),
+])  # fmt: skip
+def test_regression_large_inits_are_packed_in_chunks_with_the_same_values(init: str, dtype: str, expect: Any) -> None:
+    count = plan_file._INIT_CHUNK * 2 + 5  # crosses two chunk borders
+    doc = {"svod_plan": 1, "buffers": {"x": {"dtype": dtype, "shape": [count], "init": init, "output": True}},
+           "ops": [{"custom": "allreduce", "buffers": ["x"]}]}  # fmt: skip
+    loaded = load_plan(doc)
+    assert loaded.buffers["x"].tolist() == expect(count)
+
+
+def test_regression_random_init_is_the_same_stream_across_chunks() -> None:
+    import random
+
+    count = plan_file._INIT_CHUNK + 3
+    doc = {"svod_plan": 1, "ops": [{"custom": "allreduce", "buffers": ["x"]}],
+           "buffers": {"x": {"dtype": "float64", "shape": [count], "init": {"random": {"seed": 7}}, "output": True}}}  # fmt: skip
+    rng = random.Random(7)
+    assert load_plan(doc).buffers["x"].tolist() == [rng.uniform(-1.0, 1.0) for _ in range(count)]
+
+
+def test_regression_out_of_memory_while_initialising_is_an_allocation_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from svod_min.error import BufferAllocationError
+
+    def no_memory(*_args: Any) -> bytes:
+        raise MemoryError()
+
+    monkeypatch.setattr(plan_file, "pack_values", no_memory)
+    doc = {"svod_plan": 1, "buffers": {"x": {"shape": [8], "init": "arange", "output": True}},
+           "ops": [{"custom": "allreduce", "buffers": ["x"]}]}  # fmt: skip
+    with pytest.raises(BufferAllocationError, match=r"^buffers\.x: not enough host memory for 32 bytes$"):
+        load_plan(doc)
+
+
+@pytest.mark.parametrize("header, message", [
+    ("{[1]: 2}", "malformed .npy header (TypeError: unhashable type: 'list')"),
+    ("['descr']", "malformed .npy header (not a dict)"),
+    ("-" * 200 + "1", "malformed .npy header"),
+])  # fmt: skip
+def test_regression_read_npy_header_errors_are_plan_errors(tmp_path: Path, header: str, message: str) -> None:
+    p = _raw_npy(tmp_path / "a.npy", header, b"\0" * 8)
+    with pytest.raises(PlanError) as info:
+        read_npy(p)
+    assert str(info.value).startswith("%s: %s" % (p, message)), str(info.value)
+
+
+def test_regression_read_npy_refuses_a_huge_header_before_reading_it(tmp_path: Path) -> None:
+    p = tmp_path / "a.npy"
+    p.write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 30) + b"{")
+    with pytest.raises(PlanError, match=r"\.npy header of 1073741824 bytes is over the 65536-byte limit"):
+        read_npy(str(p))
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (_set("svod_plan", value=True), "svod_plan: unsupported version True (this svod_min reads 1)"),
+    (_set("svod_plan", value=1.0), "svod_plan: unsupported version 1.0 (this svod_min reads 1)"),
+    (_set("buffers", "x", "offset", value=4), "buffers.x.offset: an offset needs view_of (it places a view in its base)"),
+    (_set("description", value=["a"]), "description: expected a non-empty string, got a list"),
+])  # fmt: skip
+def test_regression_schema_types_are_exact(spy: Spy, mutate: Any, message: str) -> None:
+    doc = base()
+    mutate(doc)
+    rejected(spy, doc, PlanFileError, message)
