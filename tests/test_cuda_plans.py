@@ -220,6 +220,32 @@ def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fa
     assert f.counter("launches") == 1
 
 
+def test_fake_library_kernels_in_a_plan_get_the_library_checks_on_cuda(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"out": {"dtype": "float32", "shape": [8], "output": True},
+                    "a": {"dtype": "float32", "shape": [8], "init": "arange"},
+                    "b": {"dtype": "float32", "shape": [8], "init": "ones"}},
+        "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
+        "ops": [{"kernel": "add", "buffers": ["out", "a", "b"], "vars": {"n": 8}}],
+    }  # fmt: skip
+    bad = copy.deepcopy(doc)
+    bad["buffers"]["out"]["dtype"] = "uint8"  # 8 bytes "hold" 8 elements by the extent alone
+    with pytest.raises(PlanFileError, match=r"^ops\[0\]: add: buffer out must be float32, got uint8$"):
+        load_plan(bad, device=f.device())
+    bad = copy.deepcopy(doc)
+    bad["buffers"]["x"] = {"dtype": "float32", "shape": [64], "init": "arange"}
+    bad["kernels"]["t"] = {"library": "transpose", "params": {"dtype": "float32"}}
+    bad["ops"] = [{"kernel": "t", "buffers": ["x", "x"], "vars": {"rows": 8, "cols": 8}}]
+    with pytest.raises(PlanFileError, match=r"^ops\[0\]: transpose: buffers out and x overlap in memory"):
+        load_plan(bad, device=f.device())
+    assert f.counter("launches") == 0
+    loaded = load_plan(doc, device=f.device())  # the control: the same plan with the right dtype runs
+    loaded.plan.execute()
+    assert loaded.buffers["out"].tolist() == [float(i + 1) for i in range(8)]
+
+
 def test_fake_selfcheck_on_cuda(fake: Callable[..., Fake]) -> None:
     from svod_min.selfcheck import run_selfcheck
 
