@@ -148,3 +148,63 @@ def test_random_byte_mutations_only_raise_loader_errors(obj: bytes) -> None:
         except SvodError as exc:  # pragma: no cover - would be a bug
             pytest.fail("unexpected %s: %s" % (type(exc).__name__, exc))
     assert outcomes["error"] > 0 and outcomes["ok"] > 0
+
+
+# --- symbols and sections the loader cannot honour (found by review, 2026-11-24) ---------------------
+
+DATA_AND_CODE = r"""
+float table[4] = {1, 2, 3, 4};
+const float ro[4] = {5, 6, 7, 8};
+static float bss[4];
+float *touch(void) { return bss; }
+void code(float *out) { out[0] = table[0] + ro[0]; }
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["table", "ro"])
+def test_a_data_symbol_is_not_an_entry_point(name: str) -> None:
+    from svod_min.error import SymbolNotFoundError
+
+    with load_object(clang.compile_c(DATA_AND_CODE)) as lib:
+        assert lib.address(name)  # defined, and its address is still available
+        with pytest.raises(SymbolNotFoundError, match=r"symbol '%s' is defined but is not a function" % name):
+            lib.function(name, None)  # calling it would jump into a non-executable page
+
+
+@needs_cc
+def test_a_function_is_still_an_entry_point() -> None:
+    import ctypes
+
+    with load_object(clang.compile_c(DATA_AND_CODE)) as lib:
+        out = (ctypes.c_float * 1)()
+        lib.function("code", None, ctypes.c_void_p)(ctypes.addressof(out))
+        assert out[0] == 6.0
+
+
+IFUNC = r"""
+static void impl(float *restrict out, int n) { for (int i = 0; i < n; i++) out[i] = 2; }
+static void (*resolve(void))(float *, int) { return impl; }
+void scale2(float *restrict out, int n) __attribute__((ifunc("resolve")));
+"""
+
+CTOR = r"""
+static float t[4];
+__attribute__((constructor)) static void fill(void) {  /* volatile: clang would run a foldable one itself */
+  volatile float one = 1;
+  for (int i = 0; i < 4; i++) t[i] = one + i;
+}
+void get(float *out) { for (int i = 0; i < 4; i++) out[i] = t[i]; }
+"""
+
+
+@needs_cc
+def test_an_ifunc_is_refused_since_calling_it_runs_its_resolver() -> None:
+    with pytest.raises(UnsupportedRelocationError, match="symbol scale2 is a GNU indirect function"):
+        load_object(clang.compile_c(IFUNC))
+
+
+@needs_cc
+def test_constructors_are_refused_since_they_would_never_run() -> None:
+    with pytest.raises(LoaderError, match=r"section \.init_array holds constructors, which this loader never runs"):
+        load_object(clang.compile_c(CTOR))

@@ -41,6 +41,7 @@ class LoadedObject:
         self.arch = layout.arch.name
         self.segments: List[Segment] = list(layout.segments)
         self._symbols = layout.symbols
+        self._code = layout.code
         self._sections = layout.sections
         self._lock = threading.Lock()
         # atexit=False: at interpreter exit other threads may still be inside
@@ -74,9 +75,17 @@ class LoadedObject:
         raise SymbolNotFoundError("symbol %r is not defined in this object (defined: %s)" % (name, known))
 
     def function(self, name: str, restype: Any, *argtypes: Any) -> Any:
-        """A ctypes function for entry point ``name`` with the given prototype."""
+        """A ctypes function for entry point ``name`` with the given prototype.
+
+        ``name`` must be code: a function (or untyped label) in an executable
+        section. Calling a data symbol would jump into a non-executable page.
+        """
+        address = self.address(name)
+        if name not in self._code and "_" + name not in self._code:
+            raise SymbolNotFoundError("symbol %r is defined but is not a function in an executable section "
+                                      "(data cannot be an entry point)" % name)  # fmt: skip
         prototype = ctypes.CFUNCTYPE(restype, *argtypes)
-        fn = prototype(self.address(name))
+        fn = prototype(address)
         fn._svod_owner = self  # keep the mapping alive as long as the function
         return fn
 

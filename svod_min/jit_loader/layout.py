@@ -23,7 +23,7 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
@@ -36,9 +36,15 @@ from .elf import (
     SHN_ABS,
     SHN_COMMON,
     SHN_UNDEF,
+    SHT_FINI_ARRAY,
+    SHT_INIT_ARRAY,
+    SHT_PREINIT_ARRAY,
     STB_LOCAL,
     STB_WEAK,
     STT_FILE,
+    STT_FUNC,
+    STT_GNU_IFUNC,
+    STT_NOTYPE,
     STT_SECTION,
     ElfObject,
     Section,
@@ -92,6 +98,7 @@ class Layout:
     sections: Dict[str, int]  # name -> image offset
     symbols: Dict[str, int]  # defined symbol -> image offset
     externals: Dict[str, bool]  # undefined name -> is weak
+    code: FrozenSet[str] = frozenset()  # defined symbols that may be called: functions in executable sections
     got: List[Tuple[int, Ref, int]] = field(default_factory=list)  # (offset, ref, addend)
     stubs: List[Tuple[int, Ref, int]] = field(default_factory=list)
     patches: List[Patch] = field(default_factory=list)
@@ -113,7 +120,14 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) & ~(alignment - 1) if alignment > 1 else value
 
 
+#: Section types whose code a loader must run (ELF gABI); this one runs none, so it refuses them.
+_STARTUP_SECTIONS = {SHT_INIT_ARRAY: "constructors", SHT_PREINIT_ARRAY: "constructors", SHT_FINI_ARRAY: "destructors"}
+
+
 def _segment_of(sec: Section) -> str:
+    startup = _STARTUP_SECTIONS.get(sec.type) or ("constructors" if sec.name.startswith((".ctors", ".dtors")) else None)
+    if startup:
+        raise LoaderError("section %s holds %s, which this loader never runs; kernels must not use them" % (sec.name, startup))
     if sec.flags & SHF_TLS:
         raise UnsupportedRelocationError("section %s holds thread-local storage, not supported in kernels" % sec.name)
     if sec.flags & SHF_EXECINSTR and sec.flags & SHF_WRITE:
@@ -277,6 +291,7 @@ class _Builder:
             sections=self._section_names(),
             symbols=self._symbol_names(),
             externals=self._externals(),
+            code=self._code_names(),
         )
         layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
         layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
@@ -316,11 +331,22 @@ class _Builder:
         for sym in sorted(self.obj.symbols, key=lambda s: s.bind != STB_LOCAL):
             if not sym.name or sym.type in (STT_SECTION, STT_FILE):
                 continue
+            if sym.type == STT_GNU_IFUNC and sym.shndx != SHN_UNDEF:  # calling it would run its resolver
+                raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % sym.name)
             if sym.shndx in self.offsets:
                 out[sym.name] = self._placed(sym, "symbol table")
             elif sym.shndx == SHN_COMMON:
                 out[sym.name] = self.common[sym.index]
         return out
+
+    def _code_names(self) -> FrozenSet[str]:
+        """Names an entry point may have: functions (or untyped labels) inside placed executable sections."""
+        return frozenset(
+            sym.name
+            for sym in self.obj.symbols
+            if sym.name and sym.type in (STT_FUNC, STT_NOTYPE) and sym.shndx in self.offsets
+            and self.obj.sections[sym.shndx].flags & SHF_EXECINSTR
+        )  # fmt: skip
 
     def _externals(self) -> Dict[str, bool]:
         needed = {self.obj.symbols[r.sym].index for rels in self.obj.relocations.values() for r in rels}
