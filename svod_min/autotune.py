@@ -55,6 +55,8 @@ REFERENCE_MAX_WORK = 1 << 18
 REL_TOL = {"float64": 1e-9, "float32": 1e-3, "float16": 3e-2, "bfloat16": 3e-2}
 #: Random inputs repeat with this period (a prime, so rows and columns do not line up).
 DATA_PERIOD = 65521
+#: Largest total buffer size a tuning run allocates (it also keeps a host copy of each buffer).
+MAX_TUNE_BYTES = 1 << 31
 
 Progress = Callable[[str], None]
 
@@ -475,15 +477,23 @@ def _allocate(sig: Any, env: Mapping[str, int], device: Any) -> Tuple[Dict[str, 
     from .dtypes import dtype as to_dtype, pack_values
     from .kernels.sig import compile_expr
 
+    counts = {arg.name: max(1, compile_expr(arg.count)(env)) for arg in sig.buffers}
+    need = sum(counts[arg.name] * to_dtype(arg.dtype).itemsize for arg in sig.buffers)
+    if need > MAX_TUNE_BYTES:  # each buffer is held twice (device + its initial bytes for restores)
+        raise KernelParamError("%s with %s needs %d bytes of buffers; tuning is limited to %d (tune a smaller "
+                               "shape of the same kind)" % (sig.name, dict(env), need, MAX_TUNE_BYTES))  # fmt: skip
     rng = random.Random(0x5EED)
     bufs, initial = {}, {}
-    for arg in sig.buffers:
-        dt = to_dtype(arg.dtype)
-        count = max(1, compile_expr(arg.count)(env))
-        block = pack_values(dt, _random_values(dt.name, rng, min(count, DATA_PERIOD)))
-        data = (block * -(-count // min(count, DATA_PERIOD)))[: count * dt.itemsize]
-        bufs[arg.name] = device.allocate(count * dt.itemsize, dt.name).copyin(data)
-        initial[arg.name] = data
+    try:
+        for arg in sig.buffers:
+            dt, count = to_dtype(arg.dtype), counts[arg.name]
+            period = min(count, DATA_PERIOD)
+            block = pack_values(dt, _random_values(dt.name, rng, period))
+            data = block * (count // period) + block[: (count % period) * dt.itemsize]
+            bufs[arg.name] = device.allocate(count * dt.itemsize, dt.name).copyin(data)
+            initial[arg.name] = data
+    except MemoryError:
+        raise KernelParamError("%s with %s: not enough memory for %d bytes of buffers" % (sig.name, dict(env), need)) from None
     return bufs, initial
 
 

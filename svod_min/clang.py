@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .error import CompilationError, CompilerNotFoundError
 
@@ -258,7 +258,7 @@ def _run_compiler(
     try:
         return subprocess.run(
             cmd,
-            input=source.encode(),
+            input=_source_bytes(source, "the source"),
             capture_output=True,
             timeout=COMPILE_TIMEOUT_S,
             check=False,
@@ -289,8 +289,11 @@ def _compile_via_tempdir(info: CompilerInfo, lang: str, source: str, flags: List
         result = _run_compiler(cmd, source, info)
         if result.returncode != 0:
             raise _fail(info, source, result.stderr.decode(errors="replace"), lang)
-        with open(out_path, "rb") as fh:
-            return fh.read()
+        try:
+            with open(out_path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:  # exited 0 without an object (-###, --help, a "compiler" that is not one)
+            return b""  # _check_object reports it
 
 
 def _check_object(data: bytes, info: CompilerInfo) -> bytes:
@@ -567,10 +570,21 @@ def _run_chunks(
         return list(pool.map(run, chunks))
 
 
-def _write_sources(tmp: str, sources: List[str]) -> None:
+def _source_bytes(source: Any, what: str) -> bytes:
+    """C source text as UTF-8; a non-string or text with lone surrogates is a CompilationError."""
+    if not isinstance(source, str):
+        raise CompilationError("%s must be a str of C source, got %s" % (what, type(source).__name__))
+    try:
+        return source.encode("utf-8")
+    except UnicodeEncodeError as exc:  # e.g. "\udcff" from JSON: no encoding can hand it to a compiler
+        raise CompilationError("%s is not valid Unicode text (%s at position %d)" % (what, exc.reason, exc.start)) from None
+
+
+def _write_sources(tmp: str, sources: List[str], label: "_Labels") -> None:
     for i, source in enumerate(sources):
-        with open(os.path.join(tmp, "k%d.c" % i), "w", encoding="utf-8") as fh:
-            fh.write(source)
+        data = _source_bytes(source, label(i))
+        with open(os.path.join(tmp, "k%d.c" % i), "wb") as fh:
+            fh.write(data)
 
 
 def compile_many_c(
@@ -607,7 +621,7 @@ def compile_many_c(
     flags = _batch_flags(info, extra_flags)
     chunks = _split(len(sources), jobs or _default_jobs())
     with tempfile.TemporaryDirectory(prefix="svod_min-cc-") as tmp:
-        _write_sources(tmp, sources)
+        _write_sources(tmp, sources, label)
         results = _run_chunks(info, flags, tmp, chunks)
         _raise_failures(info, sources, chunks, results, extra_flags, label)
         return [_read_object(tmp, i, info, label) for i in range(len(sources))]

@@ -277,3 +277,10 @@ def test_cli_tune_as_a_program() -> None:
                            "--runs", "1"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert good.returncode == EXIT_OK, good.stderr
     assert "tile=32" in good.stdout and "[1/1]" in good.stderr
+
+
+def test_tune_refuses_a_shape_whose_buffers_exceed_the_limit_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 20000^2 float32 twice (in and out) is 3.2 GB: it used to die with MemoryError or the OOM killer
+    monkeypatch.setattr(autotune, "MAX_TUNE_BYTES", 1 << 20)
+    with pytest.raises(KernelParamError, match=r"needs 3200000000 bytes of buffers; tuning is limited to 1048576"):
+        autotune.tune("transpose", shape={"rows": 20000, "cols": 20000}, store=False)

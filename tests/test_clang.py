@@ -152,3 +152,24 @@ def test_cpu_backend_from_env(monkeypatch, caplog) -> None:
     assert "fortran" in caplog.text
     monkeypatch.delenv("SVOD_CPU_BACKEND")
     assert clang.CpuBackend.from_env() is clang.CpuBackend.CLANG
+
+
+# --- regressions from the 2026-11-24 review -------------------------------------------------------
+
+
+@needs_cc
+@pytest.mark.parametrize("flags", [["-###"], ["--help"]])
+def test_a_compiler_run_that_writes_no_object_is_a_compilation_error(flags: list) -> None:
+    # gcc goes through a temp dir: exiting 0 without kernel.o leaked FileNotFoundError
+    with pytest.raises(CompilationError, match="produced no ELF object"):
+        clang.compile_c("int f(void) { return 1; }", extra_flags=flags)
+
+
+@needs_cc
+def test_source_with_a_lone_surrogate_is_a_compilation_error() -> None:
+    with pytest.raises(CompilationError, match=r"the source is not valid Unicode text \(surrogates not allowed at position 3\)"):
+        clang.compile_c("// \udcff\nint f(void) { return 1; }")
+    with pytest.raises(CompilationError, match=r"kernel 1 is not valid Unicode text"):
+        clang.compile_many_c(["int f(void) { return 1; }", "// \udcff\n"])
+    with pytest.raises(CompilationError, match=r"kernel 0 must be a str of C source, got bytes"):
+        clang.compile_many_c([b"int f(void) { return 1; }"])  # type: ignore[list-item]

@@ -186,6 +186,10 @@ def test_load_target_errors(tmp_path: Any) -> None:
     assert load_target(str(script) + ":f")() == 1
     with pytest.raises(ExportError, match="has no function g"):
         load_target(str(script) + ":g")
+    text = tmp_path / "notpy.txt"  # a path, but importlib has no loader for it (was an AttributeError)
+    text.write_text("def f():\n    return 1\n")
+    with pytest.raises(ExportError, match=r"cannot import .*notpy\.txt as a Python script \(name it \*\.py\)"):
+        load_target(str(text) + ":f")
 
 
 # --- with tinygrad: export, run, compare ----------------------------------------------------------

@@ -1086,3 +1086,65 @@ def test_closing_a_program_does_not_break_the_library() -> None:
     again.run([out, x], n=5)
     kernels.get("abs").run([out, x], n=5)  # the shared mapping is still there
     assert np.array_equal(out, x)
+
+
+# --- regressions from the 2026-11-24 review -------------------------------------------------------
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_bool_output_tests_nonzero_in_the_compute_type(dtype: str) -> None:
+    x = np.array([0.5, -0.25, 0.0, 3.0, np.nan], dtype=dtype)
+    out = np.zeros(5, dtype=np.bool_)
+    kernels.fused("a", dtype=dtype, out_dtype="bool").run([out, x], n=5)
+    assert out.tolist() == (x != 0).tolist()  # numpy: 0.5 and nan are true; an int cast made 0.5 false
+
+
+@pytest.mark.parametrize("expr, dtype, message", [
+    ("max(a, 3000000000)", "int32", "constant 3000000000 does not fit int32"),
+    ("a * 1099511627776", "int32", "constant 1099511627776 does not fit int32"),
+    ("a * 1e39", "float32", r"constant 1e\+39 does not fit float32"),
+    ("a + 1e39", "float16", r"constant 1e\+39 does not fit float32"),
+    ("a + " + "9" * 400, "float64", "does not fit a double"),
+])  # fmt: skip
+def test_fused_constants_outside_the_compute_type_are_refused(expr: str, dtype: str, message: str) -> None:
+    with pytest.raises(KernelParamError, match=message):
+        kernels.fused(expr, dtype=dtype)
+
+
+@needs_cc
+def test_fused_int32_constants_at_the_limits_still_work() -> None:
+    a = np.array([0, -5, 7], dtype=np.int32)
+    out = np.zeros(3, dtype=np.int32)
+    kernels.fused("max(a, -2147483647) + min(a, 2147483647) - a", dtype="int32").run([out, a], n=3)
+    assert out.tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"input_dtypes": [("a", "float16")]}, "input_dtypes must map input names to dtypes"),
+    ({"inputs": 5}, "inputs must be a sequence of input names"),
+    ({"inputs": "ab"}, "inputs must be a sequence of input names"),
+])  # fmt: skip
+def test_fused_argument_shapes_are_checked(kwargs: Dict[str, Any], message: str) -> None:
+    with pytest.raises(KernelParamError, match=message):
+        kernels.fused("a + b", **kwargs)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: kernels.reduce_vars([4, 4], [4, 1], 0.5),
+    lambda: kernels.reduce_vars([4, 4], [4, 1], None),
+    lambda: kernels.reduce_vars(None, [4, 1], 0),
+    lambda: kernels.permute_vars(None, None),
+    lambda: kernels.get("add", variant="x"),
+    lambda: kernels.ptx_path(None),
+    lambda: kernels.ptx_path("../../etc/passwd"),
+], ids=["axis-float", "axis-none", "shape-none", "permute-none", "variant-param", "ptx-none", "ptx-path"])  # fmt: skip
+def test_helpers_refuse_bad_arguments_with_library_errors(call: Callable[[], Any]) -> None:
+    with pytest.raises(KernelParamError):
+        call()
+
+
+def test_reduce_vars_accepts_numpy_integers() -> None:
+    view = np.zeros((3, 4), np.float32)[:, ::2]
+    strides = [s // view.itemsize for s in view.strides]
+    assert kernels.reduce_vars(view.shape, strides, np.int64(1)) == kernels.reduce_vars([3, 2], [4, 2], 1)

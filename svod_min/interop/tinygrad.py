@@ -570,10 +570,12 @@ def load_target(target: str) -> Callable[..., Any]:
         if not os.path.isfile(module_part):
             raise ExportError("no such script: %s" % module_part)
         spec = importlib.util.spec_from_file_location("svod_export_target", module_part)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:  # not a .py file: importlib has no loader for it
+            raise ExportError("cannot import %s as a Python script (name it *.py)" % module_part)
+        module = importlib.util.module_from_spec(spec)
         sys.path.insert(0, os.path.dirname(os.path.abspath(module_part)))
         try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            spec.loader.exec_module(module)
         finally:
             sys.path.pop(0)
     else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import operator
 import os
 import threading
 from dataclasses import dataclass, field
@@ -445,6 +446,9 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
     (the variables, e.g. ``{"M": 256, "N": 256, "K": 256}``): use the tuning
     params ``python -m svod_min tune`` stored for it, unless ``params`` name any.
     """
+    if "variant" in params:
+        raise KernelParamError("%s: the prebuilt variant is chosen for this host (host_variant()); it is not a parameter"
+                               % (name,))  # fmt: skip
     dev = _device(device)
     variant = _variants.choose_variant()
     if shape is not None:  # autotuned params for this shape, when stored (svod_min.autotune)
@@ -518,6 +522,11 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
     compiler (CompilerNotFoundError when there is none) and cached.
     """
     dev = _device(device)
+    if input_dtypes is not None and not isinstance(input_dtypes, Mapping):
+        raise KernelParamError("input_dtypes must map input names to dtypes, got %s" % type(input_dtypes).__name__)
+    if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)
+                               or not all(isinstance(n, str) for n in inputs)):  # fmt: skip
+        raise KernelParamError("inputs must be a sequence of input names, got %r" % (inputs,))
     idt = {k: c_dtype(v).name for k, v in (input_dtypes or {}).items()}
     order = tuple(inputs) if inputs is not None else None
     entry = fused_entry(expr, dtype, out_dtype, idt, order)
@@ -558,9 +567,11 @@ def _collapse(shape: Sequence[int], strides: Sequence[int], what: str) -> Tuple[
 
 def reduce_vars(shape: Sequence[int], strides: Sequence[int], axis: int) -> Dict[str, int]:
     """Variables of ``reduce_*`` for reducing ``axis`` of a view (``strides`` in elements, not bytes)."""
+    shape, strides = _ints(shape, "shape"), _ints(strides, "strides")
     nd = len(shape)
+    axis = _ints([axis], "axis")[0]
     if len(strides) != nd or not -nd <= axis < nd:
-        raise KernelParamError("bad view: shape %s, strides %s, axis %r" % (list(shape), list(strides), axis))
+        raise KernelParamError("bad view: shape %s, strides %s, axis %r" % (shape, strides, axis))
     axis %= nd
     outer, so = _collapse(shape[:axis], strides[:axis], "leading")
     inner, si = _collapse(shape[axis + 1:], strides[axis + 1:], "trailing")
@@ -569,6 +580,7 @@ def reduce_vars(shape: Sequence[int], strides: Sequence[int], axis: int) -> Dict
 
 def permute_vars(shape: Sequence[int], strides: Sequence[int]) -> Dict[str, int]:
     """Variables of ``permute`` that copy a view (rank <= 4, element strides >= 0) into contiguous memory."""
+    shape, strides = _ints(shape, "shape"), _ints(strides, "strides")
     if len(shape) > 4 or len(strides) != len(shape):
         raise KernelParamError("permute copies views of rank <= 4 (got shape %s, strides %s)"
                                % (list(shape), list(strides)))  # fmt: skip
@@ -577,6 +589,15 @@ def permute_vars(shape: Sequence[int], strides: Sequence[int]) -> Dict[str, int]
     steps = [0] * pad + [int(s) for s in strides]
     out = {"e%d" % i: d for i, d in enumerate(dims)}
     out.update({"t%d" % i: s for i, s in enumerate(steps)})
+    return out
+
+
+def _ints(values: Any, what: str) -> List[int]:
+    """A view's shape or strides as plain ints (numpy integers welcome)."""
+    try:
+        out = [operator.index(v) for v in values]
+    except TypeError:
+        raise KernelParamError("%s must be a sequence of integers, got %r" % (what, values)) from None
     return out
 
 
@@ -590,6 +611,8 @@ def cuda_kernels() -> List[CudaKernelSig]:
 
 def ptx_path(module: str) -> str:
     """Path of a generated PTX module (``elementwise``, ``reduce``, ``softmax``, ``transpose``, ``matmul``)."""
+    if not isinstance(module, str) or not module.isidentifier():
+        raise KernelNotFoundError("no PTX module %r (module names are identifiers)" % (module,))
     path = os.path.join(GEN_DIR, "cuda", module + ".ptx")
     if not os.path.exists(path):
         raise KernelNotFoundError("no PTX module %r (%s)" % (module, path))

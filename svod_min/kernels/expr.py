@@ -81,15 +81,25 @@ def c_dtype(value: object) -> CDType:
 def c_literal(value: float, math: str) -> str:
     """``value`` as a C literal of the math type (exactly the float the C compiler would pick)."""
     if math == "svod_i32":
-        if float(value) != int(value):
+        if isinstance(value, float) and not value.is_integer():
             raise KernelParamError("constant %r is not an integer, but the kernel computes in int32" % (value,))
+        if not -(2**31) <= int(value) < 2**31:
+            raise KernelParamError("constant %r does not fit int32, the kernel's compute type" % (value,))
         return str(int(value))
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise KernelParamError("constant %r does not fit a double" % (value,)) from None
     if value != value or value in (float("inf"), float("-inf")):
         raise KernelParamError("constant %r is not finite" % (value,))
     if math == "float":
-        value = struct.unpack("f", struct.pack("f", value))[0]
-        text = "%.9g" % value
+        try:
+            rounded = struct.unpack("f", struct.pack("f", value))[0]
+        except OverflowError:
+            rounded = float("inf")
+        if rounded in (float("inf"), float("-inf")):  # past FLT_MAX: the C compiler would make it inf
+            raise KernelParamError("constant %r does not fit float32, the kernel's compute type" % (value,))
+        text = "%.9g" % rounded
     else:
         text = repr(value)
     if not any(ch in text for ch in ".en"):
@@ -309,7 +319,7 @@ def elementwise_parts(
         raise KernelParamError("input_dtypes names %s, which the expression does not use" % unknown)
     ins = tuple((name, overrides.get(name, compute)) for name in order)
     value = _emit(parsed.tree, compute, {name: "v_" + name for name in order})
-    if out.math != compute.math:
+    if out.math != compute.math and out.kind != "bool":  # bool tests != 0 in the compute type: 0.5 is true
         value = "(%s)(%s)" % (out.math, value)
     return parsed, compute, out, ins, out.store.format(value)
 
