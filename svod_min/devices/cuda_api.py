@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..error import CompilationError, DeviceError, NotSupportedError, VariableBoundsError
+from ..error import CompilationError, DeviceError, ExecutionError, NotSupportedError, VariableBoundsError
 
 # --- C types -------------------------------------------------------------------------------------
 
@@ -412,6 +412,10 @@ class ArgumentRangeError(DeviceError, VariableBoundsError):
     """A kernel argument that does not fit its slot (int32 scalar, 64-bit pointer)."""
 
 
+class KernelVariableError(ExecutionError, VariableBoundsError):
+    """A library kernel's variable below its declared minimum (an ExecutionError, as before, and a VariableBoundsError)."""
+
+
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 U64_MAX = 2**64 - 1
@@ -507,7 +511,13 @@ _ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(")
 _EXTERN_FUNC_RE = re.compile(r"\.extern\s+\.func\b(?:\s*\([^)]*\))?\s*([A-Za-z_$%][\w$%]*)?")
 _ADDRESS_RE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d+)", re.M)
 _ARCH_RE = re.compile(r"(?:sm_|compute_)?(\d+)([af]?)\Z")
-_PARAM_RE = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([busf])(8|16|32|64)\s+[A-Za-z_$%][\w$%]*\s*(?:\[(\d+)\])?")
+# `.param [.align N] .type [.ptr [.space] [.align N]] name[count]`: the `.ptr` attribute (PTX ISA 2.2+) is
+# what LLVM's NVPTX backend emits for kernel pointer parameters.
+_PARAM_RE = re.compile(
+    r"\.param\s+(?:\.align\s+\d+\s+)?\.([busf])(8|16|32|64)\s+"
+    r"(?:\.ptr\s+(?:\.(?:global|shared|const|local)\s+)?(?:\.align\s+\d+\s+)?)?"
+    r"[A-Za-z_$%][\w$%]*\s*(?:\[(\d+)\])?"
+)
 
 
 @dataclass(frozen=True)
@@ -760,12 +770,7 @@ class ArgBlob:
         """Patch int32 scalar ``index``; values outside int32 raise :class:`ArgumentRangeError`."""
         if not 0 <= index < self.nint:
             raise IndexError("int index %d out of range (%d ints)" % (index, self.nint))
-        label = name or "int argument %d" % index
-        number = _as_int(value, label)
-        if not INT32_MIN <= number <= INT32_MAX:
-            raise ArgumentRangeError(
-                "variable %s=%d does not fit the kernel's int32 parameter [%d, %d]" % (label, number, INT32_MIN, INT32_MAX)
-            )
+        number = int32_arg(value, name or "int argument %d" % index)
         self._ints[index] = number  # type: ignore[index]
         self.version += 1
         if self.on_change is not None:
@@ -800,8 +805,18 @@ def _as_int(value: Any, what: str) -> int:
         raise ArgumentRangeError("%s=%r is not an integer" % (what, value))
     try:
         return int(value.__index__())
-    except AttributeError:
+    except (AttributeError, TypeError):  # TypeError: e.g. a numpy array with more than one element
         raise ArgumentRangeError("%s=%r is not an integer" % (what, value)) from None
+
+
+def int32_arg(value: Any, label: str) -> int:
+    """``value`` as a kernel's int32 scalar; :class:`ArgumentRangeError` names ``label`` otherwise."""
+    number = _as_int(value, label)
+    if not INT32_MIN <= number <= INT32_MAX:
+        raise ArgumentRangeError(
+            "variable %s=%d does not fit the kernel's int32 parameter [%d, %d]" % (label, number, INT32_MIN, INT32_MAX)
+        )
+    return number
 
 
 # --- launch dimensions ----------------------------------------------------------------------------
@@ -840,7 +855,7 @@ def _dims3(value: Any, what: str) -> Dims3:
         return (1, 1, 1)
     if type(value) is tuple and len(value) == 3 and all(type(v) is int and v >= 1 for v in value):
         return value  # the common, already normalised case
-    items = [value] if not isinstance(value, (list, tuple)) else list(value)
+    items = dims_items(value, what)
     if not 1 <= len(items) <= 3:
         raise LaunchConfigError("%s must have 1 to 3 dimensions, got %r" % (what, value))
     dims = []
@@ -853,6 +868,18 @@ def _dims3(value: Any, what: str) -> Dims3:
             raise LaunchConfigError("%s[%d]=%d: every launch dimension must be a positive integer" % (what, axis, number))
         dims.append(number)
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def dims_items(value: Any, what: str) -> List[Any]:
+    """A launch size as a list: an int is one dimension; any sequence (list, tuple, numpy array) its items."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return [value]  # a scalar: _as_int says what is wrong with it
+    try:
+        return list(value)
+    except TypeError:  # a 0-d numpy array has __len__ but is a scalar
+        return [value]
 
 
 def launch_dims(global_size: Any, local_size: Any = None, limits: Optional[LaunchLimits] = None) -> Tuple[Dims3, Dims3]:
@@ -1139,6 +1166,7 @@ __all__ = [
     "CudaLibrary",
     "CudaSymbolError",
     "DEFAULT_LIMITS",
+    "KernelVariableError",
     "LaunchConfigError",
     "LaunchLimits",
     "NVRTC_MISSING",
@@ -1160,7 +1188,9 @@ __all__ = [
     "find_nvrtc",
     "find_ptxas",
     "format_version",
+    "dims_items",
     "handle_array",
+    "int32_arg",
     "launch_dims",
     "load_nvrtc",
     "pack_kernel_args",
