@@ -204,6 +204,15 @@ def _normalise_kind(kind: str) -> str:
 
 
 def _cuda_driver_hint() -> str:
+    # The recorded reason wins: it knows about SVOD_CUDA_LIBRARY, SVOD_CUDA=0 and a driver without GPUs.
+    try:
+        from .devices.cuda import driver_unavailable_reason
+
+        reason = driver_unavailable_reason()
+    except Exception:  # the hint must never fail
+        reason = None
+    if reason:
+        return "the CUDA device is not available here: %s" % reason
     # Only on the error path: find_library may run ldconfig (milliseconds).
     try:
         found = ctypes.util.find_library("cuda")
@@ -211,13 +220,7 @@ def _cuda_driver_hint() -> str:
         found = None
     if found is None:
         return "no NVIDIA driver (libcuda.so.1) was found, so the CUDA device is not available here"
-    try:
-        from .devices.cuda import driver_unavailable_reason
-
-        reason = driver_unavailable_reason()
-    except Exception:  # the hint must never fail
-        reason = None
-    return "an NVIDIA driver (%s) is present but unusable: %s" % (found, reason or "unknown reason")
+    return "an NVIDIA driver (%s) is present but unusable: unknown reason" % found
 
 
 def _unsupported(spec: DeviceSpec, kinds: List[str]) -> UnsupportedDeviceError:
