@@ -46,6 +46,7 @@ from . import cuda_api as api
 from .cuda_api import (  # re-exported: svod_min.devices.cuda is the public module
     DEFAULT_LIMITS,
     HANDLE,
+    KernelVariableError,
     NVRTC_MISSING,
     PTX_FOR_CUDA,
     PTX_MIN_FOR_TARGET,
@@ -73,6 +74,7 @@ from .cuda_api import (  # re-exported: svod_min.devices.cuda is the public modu
     find_nvrtc,
     find_ptxas,
     format_version,
+    int32_arg,
     launch_dims,
     load_nvrtc,
     pack_kernel_args,
@@ -107,6 +109,25 @@ def _cpu() -> Any:
 
 class ForkedChildError(DeviceError):
     """CUDA initialised in a parent process was used in a forked child."""
+
+
+class ReleasedError(DeviceError):
+    """A device, module or graph used after its explicit ``close()`` / ``unload()``."""
+
+
+class FreedBufferError(ReleasedError, BufferAllocationError):
+    """A buffer whose storage was freed with ``CudaStorage.free()``."""
+
+
+# Bumped by every explicit free / unload / close: a bound launch or graph re-checks its buffers and module
+# before the next launch only when it changed, so the replay hot path pays one comparison.
+_RELEASES = [0]
+_releases_lock = threading.Lock()
+
+
+def _released_something() -> None:
+    with _releases_lock:
+        _RELEASES[0] += 1
 
 
 # --- fork guard and per-thread context ------------------------------------------------------------
@@ -217,8 +238,14 @@ class CudaDriver:
         except CudaError:
             return 0
 
+    def _forget(self, device: "CudaDevice") -> None:
+        """Drop a closed device from the cache, so :meth:`device` makes a new one."""
+        with self._lock:
+            if self._devices.get(device.ordinal) is device:
+                del self._devices[device.ordinal]
+
     def device(self, ordinal: int = 0) -> "CudaDevice":
-        """The process-wide :class:`CudaDevice` for GPU ``ordinal`` (created on first use)."""
+        """The process-wide :class:`CudaDevice` for GPU ``ordinal`` (created on first use, again after its close())."""
         self.check_process()
         self._check_ordinal(ordinal)
         with self._lock:
@@ -295,14 +322,17 @@ def reset_driver_cache() -> None:
 # --- shutdown-safe release -------------------------------------------------------------------------
 
 
-def _release(driver: CudaDriver, context: Optional[int], name: str, *args: Any) -> None:
+def _release(driver: CudaDriver, alive: Optional[List[bool]], context: Optional[int], name: str, *args: Any) -> None:
     """Free a driver resource from a finalizer: never raises, skips forked children, ignores DEINITIALIZED.
 
     The owning context is pushed around the call and popped after, so the
     thread the garbage collector happens to run in keeps its current context.
+    ``alive`` is the owning device's flag: after ``CudaDevice.close()`` its
+    context (and everything in it) is gone, and a later primary context may
+    reuse the same handles and addresses, so nothing is freed twice.
     """
     try:
-        if os.getpid() != driver.pid:
+        if os.getpid() != driver.pid or (alive is not None and not alive[0]):
             return
         lib = driver.lib
         pushed = context is not None and lib.call_raw("cuCtxPushCurrent_v2", context) == 0
@@ -316,8 +346,15 @@ def _release(driver: CudaDriver, context: Optional[int], name: str, *args: Any) 
 
 
 def _finalize(owner: Any, driver: CudaDriver, context: Optional[int], name: str, *args: Any) -> weakref.finalize:
-    fin = weakref.finalize(owner, _release, driver, context, name, *args)
+    fin = weakref.finalize(owner, _release, driver, None, context, name, *args)
     fin.atexit = False  # at exit the driver tears contexts down itself
+    return fin
+
+
+def _device_finalize(owner: Any, device: "CudaDevice", name: str, *args: Any) -> weakref.finalize:
+    """A finalizer for a resource in ``device``'s context: a no-op once the device was closed."""
+    fin = weakref.finalize(owner, _release, device.driver, device._alive, device.context_value, name, *args)
+    fin.atexit = False
     return fin
 
 
@@ -337,14 +374,29 @@ class CudaStorage:
         except CudaError as exc:
             raise BufferAllocationError("cannot allocate %d bytes on %s: %s" % (nbytes, device.spec, exc)) from exc
         self.address: int = ptr.value
-        self._finalizer = _finalize(self, device.driver, device.context_value, "cuMemFree_v2", self.address)
+        self.freed = False
+        self._finalizer = _device_finalize(self, device, "cuMemFree_v2", self.address)
 
     def __repr__(self) -> str:
-        return "<CudaStorage %s 0x%x+%d>" % (self.device.spec, self.address, self.capacity)
+        return "<CudaStorage %s 0x%x+%d%s>" % (self.device.spec, self.address, self.capacity, " freed" if self.freed else "")
 
     def free(self) -> None:
-        """Free now (buffers over this storage must not be used afterwards)."""
+        """Free now; buffers over this storage are refused afterwards (:class:`FreedBufferError`)."""
+        self.freed = True
+        _released_something()
         self._finalizer()
+
+    def check_live(self, what: str = "buffer") -> None:
+        """Raise :class:`FreedBufferError` (or :class:`ReleasedError` for a closed device) instead of using freed memory."""
+        if self.freed:
+            raise FreedBufferError("%s at 0x%x on %s was freed (CudaStorage.free()); it cannot be used any more"
+                                   % (what, self.address, self.device.spec))  # fmt: skip
+        self.device.check_open()
+
+
+def _overlap(a: "CudaBuffer", b: "CudaBuffer") -> bool:
+    """Whether two views share bytes of one allocation."""
+    return a.storage is b.storage and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
 
 
 class CudaBuffer:
@@ -373,6 +425,7 @@ class CudaBuffer:
 
     def view(self, byte_offset: int, nbytes: int, dtype: Optional[DTypeLike] = None, shape: Optional[Sequence[int]] = None) -> "CudaBuffer":
         """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
+        self.storage.check_live()
         cpu, dt = _cpu(), self.dtype if dtype is None else to_dtype(dtype)
         byte_offset, nbytes = cpu._index(byte_offset, "view offset"), cpu._index(nbytes, "view size")
         if byte_offset + nbytes > self.nbytes:
@@ -385,7 +438,9 @@ class CudaBuffer:
 
     def copyin(self, data: Any) -> "CudaBuffer":
         """Overwrite the whole buffer from host data (bytes-like, numpy, list, CpuBuffer) or another CudaBuffer."""
+        self.storage.check_live("copyin destination")
         if isinstance(data, CudaBuffer):
+            data.storage.check_live("copyin source")
             _check_same_size(data.nbytes, self.nbytes, "copyin")
             if data.device is self.device:
                 self.device.copy(self, data)
@@ -407,6 +462,7 @@ class CudaBuffer:
 
     def copyout_into(self, dst: Any) -> Any:
         """Copy into a writable host buffer of the same size (bytearray, numpy array, CpuBuffer); returns ``dst``."""
+        self.storage.check_live("copyout source")
         address, nbytes, keep = _host_destination(dst)
         _check_same_size(nbytes, self.nbytes, "copyout")
         if nbytes:
@@ -506,13 +562,15 @@ class CudaEvent:
         device.lib.call("cuEventCreate", ctypes.byref(handle), api.CU_EVENT_DEFAULT if timing else api.CU_EVENT_DISABLE_TIMING)
         self.handle = handle
         self.recorded = False
-        self._finalizer = _finalize(self, device.driver, device.context_value, "cuEventDestroy_v2", handle.value)
+        self._finalizer = _device_finalize(self, device, "cuEventDestroy_v2", handle.value)
 
     def record(self, stream: Optional[HANDLE] = None) -> None:
+        self.device.check_open()  # a forked child or a closed device gets a clear error, not a stale handle
         self.device.lib.call("cuEventRecord", self.handle, self.device.stream if stream is None else stream)
         self.recorded = True
 
     def synchronize(self) -> None:
+        self.device.check_open()
         if self.recorded:
             self.device.lib.call("cuEventSynchronize", self.handle)
 
@@ -522,6 +580,7 @@ class CudaEvent:
         ``CUDA_ERROR_NOT_READY`` is the driver's "not yet", not an error;
         any other non-zero result raises :class:`CudaError`.
         """
+        self.device.check_open()
         if not self.recorded:
             return True
         code = self.device.lib.call_raw("cuEventQuery", self.handle)
@@ -533,6 +592,7 @@ class CudaEvent:
 
     def elapsed_since(self, start: "CudaEvent") -> float:
         """Seconds of device time between ``start`` and this event (both recorded, this one completed)."""
+        self.device.check_open()
         ms = ctypes.c_float()
         lib = self.device.lib
         lib.call(lib.first_exported("cuEventElapsedTime_v2", "cuEventElapsedTime"), ctypes.byref(ms), start.handle, self.handle)
@@ -549,7 +609,7 @@ class _PinnedBlock:
         self.address: int = ptr.value or 0
         self.nbytes = nbytes
         self.event = CudaEvent(device, timing=False)
-        self._finalizer = _finalize(self, device.driver, device.context_value, "cuMemFreeHost", self.address)
+        self._finalizer = _device_finalize(self, device, "cuMemFreeHost", self.address)
 
     def wait(self) -> None:
         self.event.synchronize()
@@ -629,6 +689,8 @@ class CudaDevice:
 
     def __init__(self, driver: CudaDriver, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
+        self.closed = False
+        self._alive = [True]  # shared with the finalizers of everything made on this device (see _release)
         self.spec = DeviceSpec("CUDA", ordinal)
         self.info = driver.device_info(ordinal)
         self.limits = self.info.limits
@@ -670,8 +732,17 @@ class CudaDevice:
         that switches contexts behind its back (another CUDA library in the
         same thread) should call ``activate(force=True)`` afterwards.
         """
+        if self.closed:
+            self.check_open()
         if force or getattr(_tls, "device", None) is not self or getattr(_tls, "epoch", -1) != _FORK_EPOCH[0]:
             self._make_current()
+
+    def check_open(self) -> None:
+        """Raise :class:`ReleasedError` after :meth:`close`, :class:`ForkedChildError` in a forked child."""
+        if self.closed:
+            raise ReleasedError("%s was closed (CudaDevice.close()); get a new one with driver.device(%d)"
+                                % (self.spec, self.ordinal))  # fmt: skip
+        self.driver.check_process()
 
     def _make_current(self) -> None:
         self.driver.check_process()
@@ -757,19 +828,42 @@ class CudaDevice:
         """
         if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not self or src.device is not self:
             return None
-        if dst.storage is src.storage and dst.offset < src.offset + src.nbytes and src.offset < dst.offset + dst.nbytes:
+        if _overlap(dst, src):
             return None
         return GraphCopy(self, dst, src) if src.nbytes else None
 
     def copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
-        """Device -> device on this GPU (queued on the stream)."""
+        """Device -> device on this GPU (queued on the stream), with memmove semantics for overlapping views."""
+        self._check_own(dst, "destination")
+        self._check_own(src, "source")
         _check_same_size(src.nbytes, dst.nbytes, "copy")
-        if src.nbytes:
-            self.activate()
-            self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)
+        if not src.nbytes:
+            return
+        self.activate()
+        if _overlap(dst, src):
+            self._staged_copy(dst, src)
+            return
+        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)
+
+    def _check_own(self, buf: Any, what: str) -> None:
+        if not isinstance(buf, CudaBuffer):
+            raise ExecutionError("copy %s is %s, not a CUDA buffer" % (what, type(buf).__name__))
+        buf.storage.check_live("copy %s" % what)
+        if buf.device is not self:
+            raise ExecutionError("copy %s lives on %s, not on %s (use copy_from_peer)" % (what, buf.device.spec, self.spec))
+
+    def _staged_copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
+        """Overlapping views of one allocation: cuMemcpy is undefined there, so go through a temporary."""
+        tmp = CudaStorage(self, src.nbytes)
+        self.lib.call("cuMemcpyDtoDAsync_v2", tmp.address, src.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, tmp.address, src.nbytes, self.stream)
+        self.lib.call("cuStreamSynchronize", self.stream)  # the temporary must outlive both copies
+        tmp._finalizer()  # not free(): nothing else can hold it, so no release epoch bump
 
     def enable_peer_access(self, other: "CudaDevice") -> bool:
         """Let this context read ``other``'s memory directly; False where the pair cannot (staged copies then)."""
+        self.check_open()
+        other.check_open()
         key = other.ordinal
         if key not in self._peers:
             self._peers[key] = self._try_enable_peer(other)
@@ -810,15 +904,28 @@ class CudaDevice:
         """Load (once per distinct image) a PTX text or CUBIN image."""
         raw = image.encode("utf-8") if isinstance(image, str) else bytes(image)
         key = hashlib.sha256(raw).hexdigest()
+        self.check_open()
         with self._modules_lock:
             mod = self._modules.get(key)
             if mod is None:
                 mod = self._modules[key] = CudaModule(self, raw, name=name)
+                mod._cache_key = key
             return mod
+
+    def _forget_module(self, module: "CudaModule") -> None:
+        """Drop an unloaded module from the cache, so the same image loads afresh."""
+        with self._modules_lock:
+            if self._modules.get(module._cache_key or "") is module:
+                del self._modules[module._cache_key or ""]
 
     def prepare_ptx(self, ptx: Union[str, bytes], entry: Optional[str] = None, *, lower_version: bool = False) -> str:
         """Validate ``ptx`` for this GPU and driver; with ``lower_version`` rewrite a too-new ``.version``."""
-        text = ptx.decode("utf-8") if isinstance(ptx, (bytes, bytearray)) else ptx
+        if isinstance(ptx, (bytes, bytearray)):
+            text = bytes(ptx).decode("utf-8", "replace")  # a stray byte (in a comment) is for the checks to judge
+        elif isinstance(ptx, str):
+            text = ptx
+        else:
+            raise PtxError("PTX must be str or bytes, got %s" % type(ptx).__name__)
         info = validate_ptx(text, self.arch, entry=entry)
         try:
             check_ptx_version(info.version, self.driver.version)
@@ -862,6 +969,8 @@ class CudaDevice:
         """
         text = self.prepare_ptx(ptx, entry, lower_version=lower_version)
         check_entry_params(text, entry, buf_count, len(var_names))
+        _check_grid(grid, tuple(var_names), name or entry)  # before loading: bad launch defaults load nothing
+        _check_block(local_size, self.limits, name or entry)
         try:
             mod = self.module(text, name=name or entry)
         except CudaError as exc:
@@ -913,10 +1022,30 @@ class CudaDevice:
             self._timers.append(pair)
 
     def close(self) -> None:
-        """Release the stream and the primary context now (buffers and programs must be gone)."""
+        """Release the stream and the primary context now; afterwards this device and everything made on it
+        (buffers, programs, events, graphs) raise :class:`ReleasedError`, and ``driver.device(n)`` gives a new one.
+
+        Objects still alive are not freed one by one: the context they lived in is released (a later
+        primary context may reuse their handles, so their finalizers do nothing).
+        """
+        if self.closed:
+            return
+        if os.getpid() == self.driver.pid:  # let queued work finish before its stream goes
+            self.lib.call_raw("cuCtxSetCurrent", self.context)
+            self.lib.call_raw("cuStreamSynchronize", self.stream)
         self.staging.release()
+        with self._timers_lock:
+            self._timers = []  # their events are destroyed now, while the context lives
+        with self._modules_lock:
+            self._modules.clear()
+        self.driver._forget(self)
+        self.closed = True
+        self._alive[0] = False
+        _released_something()
         self._stream_finalizer()
         self._ctx_finalizer()
+        if getattr(_tls, "device", None) is self:
+            _tls.device = None
 
 
 def find_cuda_sig(name: str, **params: Any) -> Any:
@@ -954,7 +1083,13 @@ class CudaModule:
         self.text = image.decode("utf-8", "replace") if self.kind == "ptx" else ""
         self.handle = self._load(image + (b"\0" if self.kind == "ptx" else b""))
         self._functions: Dict[str, HANDLE] = {}
-        self._finalizer = _finalize(self, device.driver, device.context_value, "cuModuleUnload", self.handle.value)
+        self.unloaded = False
+        self._cache_key: Optional[str] = None  # set by CudaDevice.module
+        # Dynamic shared bytes each entry is opted in to: the attribute belongs to the CUfunction, which every
+        # CudaProgram over this (cached) module shares, so it is tracked here and only ever raised.
+        self._shared_optin: Dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._finalizer = _device_finalize(self, device, "cuModuleUnload", self.handle.value)
 
     def _load(self, image: bytes) -> HANDLE:
         errors, infos = ctypes.create_string_buffer(_LOG_BYTES), ctypes.create_string_buffer(_LOG_BYTES)
@@ -977,6 +1112,7 @@ class CudaModule:
 
     def function(self, entry: str) -> HANDLE:
         """The ``CUfunction`` for ``entry`` (looked up once)."""
+        self.check_loaded()
         fn = self._functions.get(entry)
         if fn is None:
             fn = HANDLE()
@@ -989,7 +1125,30 @@ class CudaModule:
             self._functions[entry] = fn
         return fn
 
+    def check_loaded(self) -> None:
+        """Raise :class:`ReleasedError` after :meth:`unload` (or the device's close())."""
+        if self.unloaded:
+            raise ReleasedError("module %r on %s was unloaded (CudaModule.unload()); load it again"
+                                % (self.name, self.device.spec))  # fmt: skip
+        self.device.check_open()
+
+    def allow_dynamic_shared(self, entry: str, function: HANDLE, number: int, default: int) -> None:
+        """Opt ``entry`` in to ``number`` dynamic shared bytes unless it already allows that many (``default``
+        without opting in); never lowers what another program over the same function opted in to."""
+        with self._lock:
+            if number <= self._shared_optin.get(entry, default):
+                return
+            self.device.activate()
+            self.device.lib.call("cuFuncSetAttribute", function, api.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, number)
+            self._shared_optin[entry] = number
+
     def unload(self) -> None:
+        """Unload now; its programs (and launches bound from them) raise :class:`ReleasedError` afterwards."""
+        if self.unloaded:
+            return
+        self.unloaded = True
+        _released_something()
+        self.device._forget_module(self)
         self._finalizer()
 
 
@@ -1005,6 +1164,79 @@ def _check_aligned(kernel: str, which: Any, buf: "CudaBuffer", align: int) -> No
             "%s: buffer %r starts %d bytes into its allocation, not a multiple of its %d-byte elements; "
             "a GPU would fault on it (misaligned address), so it is not launched" % (kernel, which, buf.offset, align)
         )
+
+
+def _as_sequence(value: Any, what: str, owner: str) -> List[Any]:
+    """``value`` (a list, tuple or other sized iterable, not a string) as a list; ExecutionError otherwise."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise ExecutionError("%s: %s must be a sequence, got %s %r" % (owner, what, type(value).__name__, value))
+    try:
+        return list(value)
+    except TypeError:  # e.g. a 0-d numpy array
+        raise ExecutionError("%s: %s must be a sequence, got %s %r" % (owner, what, type(value).__name__, value)) from None
+
+
+_GRID_CALLS = {"ceildiv": (2, 2), "min": (2, None), "max": (2, None)}  # name -> (min, max) argument count
+
+
+def _check_grid(grid: Any, var_names: Sequence[str], owner: str) -> Optional[Tuple[Any, ...]]:
+    """A program's default grid, checked at load: 1 to 3 entries, each a positive int or a size expression
+    over ``var_names`` (known variables and calls with the right arity, no division by a literal 0)."""
+    if grid is None:
+        return None
+    items = api.dims_items(grid, "grid")
+    if not 1 <= len(items) <= 3:
+        raise LaunchConfigError("%s: grid must have 1 to 3 dimensions, got %r" % (owner, grid))
+    out: List[Any] = []
+    for axis, item in enumerate(items):
+        if isinstance(item, str):
+            _check_grid_expr(item, axis, var_names, owner)
+            out.append(item)
+            continue
+        try:
+            number = _as_int(item, "grid[%d]" % axis)
+        except ArgumentRangeError as exc:
+            raise LaunchConfigError("%s: %s (an int or a size expression)" % (owner, exc)) from None
+        if number < 1:
+            raise LaunchConfigError("%s: grid[%d]=%d: every launch dimension must be a positive integer" % (owner, axis, number))
+        out.append(number)
+    return tuple(out)
+
+
+def _check_grid_expr(text: str, axis: int, var_names: Sequence[str], owner: str) -> None:
+    import ast
+
+    from ..error import SvodError
+    from ..kernels.sig import compile_expr
+
+    where = "%s: grid[%d]=%r" % (owner, axis, text)
+    try:
+        compile_expr(text)  # syntax and the allowed node types
+    except SvodError as exc:
+        raise LaunchConfigError("%s: %s" % (where, exc)) from None
+    for node in ast.walk(ast.parse(text, mode="eval")):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            low, high = _GRID_CALLS[node.func.id]
+            if len(node.args) < low or (high is not None and len(node.args) > high):
+                raise LaunchConfigError("%s: %s() takes %s arguments, got %d"
+                                        % (where, node.func.id, low if low == high else "%d or more" % low, len(node.args)))  # fmt: skip
+        elif isinstance(node, ast.Name) and node.id not in _GRID_CALLS and node.id not in var_names:
+            raise LaunchConfigError("%s: unknown variable %r (variables: %s)" % (where, node.id, list(var_names)))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))
+              and isinstance(node.right, ast.Constant) and node.right.value == 0):  # fmt: skip
+            raise LaunchConfigError("%s: division by zero" % where)
+
+
+def _check_block(local_size: Any, limits: LaunchLimits, owner: str) -> Optional[Dims3]:
+    """A program's default block, checked at load against the kernel's limits."""
+    if local_size is None:
+        return None
+    try:
+        return launch_dims(1, local_size, limits)[1]
+    except LaunchConfigError as exc:
+        raise LaunchConfigError("%s: %s" % (owner, exc)) from None
 
 
 class CudaProgram:
@@ -1036,11 +1268,11 @@ class CudaProgram:
         self.module, self.device = module, module.device
         self.entry_point, self.name = entry_point, name or entry_point
         self.buf_count, self.var_names = buf_count, tuple(var_names)
+        self.grid = _check_grid(grid, self.var_names, self.name)
         self.function = module.function(entry_point)
         self.max_threads = self._func_attribute(api.FUNC_ATTR_MAX_THREADS_PER_BLOCK)
         self.limits = self.device.limits.with_threads(self.max_threads)
-        self.local_size = tuple(local_size) if local_size is not None else None
-        self.grid = tuple(grid) if grid is not None else None
+        self.local_size = _check_block(local_size, self.limits, self.name)
         self.static_shared = self._func_attribute(api.FUNC_ATTR_SHARED_SIZE_BYTES)
         self._dynamic_shared_max = self.limits.max_shared_bytes - self.static_shared  # without opting in
         self.shared_bytes = self._shared(shared_bytes)
@@ -1049,12 +1281,10 @@ class CudaProgram:
         return "<CudaProgram %s on %s bufs=%d vars=%s>" % (self.name, self.device.spec, self.buf_count, list(self.var_names))
 
     def _shared(self, shared_bytes: Any) -> int:
-        """Validated dynamic shared bytes; above the default 48 KiB block the kernel opts in (once per size)."""
+        """Validated dynamic shared bytes; above the default 48 KiB block the kernel's function opts in."""
         number = check_shared_bytes(shared_bytes, self.limits, self.static_shared)
         if number > self._dynamic_shared_max:
-            self.device.activate()
-            self.device.lib.call("cuFuncSetAttribute", self.function, api.FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, number)
-            self._dynamic_shared_max = number
+            self.module.allow_dynamic_shared(self.entry_point, self.function, number, self._dynamic_shared_max)
         return number
 
     def _func_attribute(self, attribute: int) -> int:
@@ -1068,6 +1298,7 @@ class CudaProgram:
     # --- argument preparation ---
 
     def _pointers(self, buffers: Sequence[Any]) -> List[int]:
+        buffers = _as_sequence(buffers, "buffers", self.name)
         if len(buffers) != self.buf_count:
             raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, len(buffers)))
         return [self._pointer(i, b) for i, b in enumerate(buffers)]
@@ -1076,6 +1307,7 @@ class CudaProgram:
         if type(buf) is int:
             return buf
         if isinstance(buf, CudaBuffer):
+            buf.storage.check_live("%s: buffer %d" % (self.name, index))
             if buf.device is not self.device:
                 raise ExecutionError("%s: buffer %d lives on %s, the kernel on %s" % (self.name, index, buf.device.spec, self.device.spec))
             _check_aligned(self.name, index, buf, buf.dtype.itemsize)
@@ -1091,7 +1323,7 @@ class CudaProgram:
         env = {name: _as_int(v, "variable") for name, v in zip(self.var_names, vals)}
         for var in sig.vars:
             if env[var.name] < var.min:
-                raise ExecutionError("%s: %s=%d is below its minimum %d" % (self.name, var.name, env[var.name], var.min))
+                raise KernelVariableError("%s: %s=%d is below its minimum %d" % (self.name, var.name, env[var.name], var.min))
         for arg, buf in zip(sig.buffers, buffers):
             if not isinstance(buf, CudaBuffer):
                 continue
@@ -1106,20 +1338,40 @@ class CudaProgram:
                                             % (self.name, arg.name, buf.nbytes, arg.count, count, need))  # fmt: skip
 
     def _check_vals(self, vals: Sequence[Any]) -> List[Any]:
+        vals = _as_sequence(vals, "vals (the variables %s)" % list(self.var_names), self.name)
         if len(vals) != len(self.var_names):
             raise ExecutionError(
                 "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), len(vals))
             )
-        return list(vals)
+        return vals
+
+    def _int_vals(self, vals: Sequence[Any]) -> List[int]:
+        """``vals`` as int32 numbers (ArgumentRangeError names the variable), checked before the signature."""
+        return [int32_arg(v, name) for name, v in zip(self.var_names, vals)]
+
+    def check_usable(self) -> None:
+        """Raise :class:`ReleasedError` once the module was unloaded or the device closed."""
+        self.module.check_loaded()
 
     def default_grid(self, vals: Sequence[Any]) -> Dims3:
-        """The grid from the program's grid expressions (or 1 block)."""
+        """The grid from the program's grid expressions (or 1 block); a dimension <= 0 is a LaunchConfigError."""
         if self.grid is None:
             return (1, 1, 1)
+        env = dict(zip(self.var_names, (_as_int(v, "variable") for v in vals)))
+        return tuple(self._grid_dim(axis, d, env) for axis, d in enumerate(self.grid))  # type: ignore[return-value]
+
+    def _grid_dim(self, axis: int, dim: Any, env: Dict[str, int]) -> int:
+        from ..error import SvodError
         from ..kernels.sig import eval_dim
 
-        env = dict(zip(self.var_names, (_as_int(v, "variable") for v in vals)))
-        return tuple(max(1, eval_dim(d, env)) for d in self.grid)  # type: ignore[return-value]
+        try:
+            value = eval_dim(dim, env)
+        except (ArithmeticError, TypeError, ValueError, SvodError) as exc:
+            raise LaunchConfigError("%s: grid[%d]=%r with %s: %s" % (self.name, axis, dim, env, exc)) from None
+        if value <= 0:  # no library kernel does this at valid sizes (their grids say max(1, ...) themselves)
+            raise LaunchConfigError("%s: grid[%d]=%r is %d blocks with %s; a launch needs at least 1"
+                                    % (self.name, axis, dim, value, env))  # fmt: skip
+        return value
 
     def dims(self, vals: Sequence[Any], global_size: Any = None, local_size: Any = None) -> Tuple[Dims3, Dims3]:
         """(grid, block) for a launch: explicit sizes win over the program's defaults."""
@@ -1140,16 +1392,16 @@ class CudaProgram:
         core_id_index: Optional[int] = None,
     ) -> "BoundLaunch":
         """Validate and pack once; the returned callable launches (patch it for replay)."""
-        vals = self._check_vals(vals)
+        self.check_usable()
+        ints = self._int_vals(self._check_vals(vals))  # int32 first: 2**31 is an ArgumentRangeError, not a size problem
         pointers = self._pointers(buffers)
+        buffers = list(buffers)
         if self.signature is not None:
-            self._check_against_signature(buffers, vals)
-        blob = ArgBlob(pointers, [0] * len(vals))
-        for j, value in enumerate(vals):
-            blob.set_int(j, value, self.var_names[j])
-        grid, block = self.dims(vals, global_size, local_size)
+            self._check_against_signature(buffers, ints)
+        blob = ArgBlob(pointers, ints)
+        grid, block = self.dims(ints, global_size, local_size)
         shared = self.shared_bytes if shared_bytes is None else self._shared(shared_bytes)
-        return BoundLaunch(self, blob, grid, block, shared, list(buffers))
+        return BoundLaunch(self, blob, grid, block, shared, buffers, auto_grid=global_size is None and self.grid is not None)
 
     def execute(self, buffers: Sequence[Any], vals: Sequence[Any] = (), **kwargs: Any) -> None:
         """Launch once on the device's stream (asynchronous: copyout / synchronize wait)."""
@@ -1161,12 +1413,21 @@ class CudaProgram:
 
 
 class BoundLaunch:
-    """A packed launch: call it to launch; ``set_*`` patch the blob in place between calls."""
+    """A packed launch: call it to launch; ``set_*`` patch the blob in place between calls.
 
-    def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any]) -> None:
+    Every ``set_*`` runs the checks :meth:`CudaProgram.bind` runs (int32 range, the library kernel's
+    signature, the buffer's device, alignment and liveness) before patching anything; a refused patch
+    leaves the launch as it was. When the grid came from the program's own expressions (no explicit
+    ``global_size`` at bind and no :meth:`set_dims` since), new variables recompute it.
+    """
+
+    def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any],
+                 *, auto_grid: bool = False) -> None:  # fmt: skip
         self.program, self.blob, self.shared = program, blob, shared
         self.device = program.device
         self._keep = keep  # buffers stay alive while the launch may run
+        self._auto_grid = auto_grid
+        self._checked = _RELEASES[0]  # release epoch at the last liveness check
         self._dims_version = 0
         self._graphs: List[Any] = []  # weak references to the CudaGraphs holding this launch
         self.grid, self.block = grid, block  # validated by CudaProgram.bind
@@ -1192,8 +1453,9 @@ class BoundLaunch:
         return self.blob.version + self._dims_version
 
     def set_dims(self, grid: Any, block: Any = None) -> None:
-        """New grid (and block), validated against the kernel's limits."""
+        """New grid (and block), validated against the kernel's limits; the grid stays explicit from now on."""
         self.grid, self.block = launch_dims(grid, self.block if block is None else block, self.program.limits)
+        self._auto_grid = False
         self._pack_call()
 
     def _pack_call(self) -> None:
@@ -1208,20 +1470,71 @@ class BoundLaunch:
         self._dims_version += 1
         self._touch()
 
+    # --- patching ---
+
+    def _check_patch(self, buffers: Sequence[Any], ints: List[int]) -> Optional[Dims3]:
+        """bind()'s checks for the patched arguments; the recomputed grid when it follows the variables."""
+        program = self.program
+        program.check_usable()
+        if program.signature is not None:
+            program._check_against_signature(buffers, ints)
+        if not self._auto_grid:
+            return None
+        return launch_dims(program.default_grid(ints), self.block, program.limits)[0]
+
+    def _regrid(self, grid: Optional[Dims3]) -> None:
+        if grid is not None and grid != self.grid:
+            self.grid = grid
+            self._pack_call()
+
+    def _index(self, index: Any, count: int, what: str) -> int:
+        number = _as_int(index, "%s index" % what) if type(index) is not int else index
+        if not 0 <= number < count:
+            raise ExecutionError("%s: %s index %d is out of range: the kernel takes %d %ss"
+                                 % (self.program.name, what, number, count, what))  # fmt: skip
+        return number
+
     def set_vals(self, vals: Sequence[Any]) -> None:
-        if len(vals) != self.blob.nint:
-            raise ExecutionError("%s takes %d variables, got %d" % (self.program.name, self.blob.nint, len(vals)))
-        for j, value in enumerate(vals):
-            self.blob.set_int(j, value, self.program.var_names[j])
+        """Patch every variable (checked like bind(), all or nothing)."""
+        program = self.program
+        ints = program._int_vals(program._check_vals(vals))
+        grid = self._check_patch(self._keep, ints)
+        for j, value in enumerate(ints):
+            self.blob.set_int(j, value, program.var_names[j])
+        self._regrid(grid)
 
     def set_val(self, index: int, value: Any) -> None:
-        self.blob.set_int(index, value, self.program.var_names[index])
+        """Patch variable ``index`` (checked like bind())."""
+        index = self._index(index, self.blob.nint, "variable")
+        ints = self.blob.ints()
+        ints[index] = int32_arg(value, self.program.var_names[index])
+        grid = self._check_patch(self._keep, ints)
+        self.blob.set_int(index, ints[index], self.program.var_names[index])
+        self._regrid(grid)
 
     def set_buffer(self, index: int, buf: Any) -> None:
-        self.blob.set_ptr(index, self.program._pointer(index, buf))
+        """Point buffer ``index`` at ``buf`` (checked like bind())."""
+        index = self._index(index, self.blob.nptr, "buffer")
+        pointer = self.program._pointer(index, buf)
+        buffers = list(self._keep)
+        buffers[index] = buf
+        self._check_patch(buffers, self.blob.ints())
+        self.blob.set_ptr(index, pointer)
         self._keep[index] = buf
 
+    # --- launching ---
+
+    def check_live(self) -> None:
+        """Refuse a launch whose module was unloaded, device closed or buffers freed since it was checked."""
+        self.program.check_usable()
+        for index, buf in enumerate(self._keep):
+            if isinstance(buf, CudaBuffer):
+                buf.storage.check_live("%s: buffer %d" % (self.program.name, index))
+        self._checked = _RELEASES[0]
+
     def __call__(self) -> None:
+        if self._checked != _RELEASES[0]:  # something was freed or closed since: one comparison otherwise
+            self.check_live()
         self.device.activate()
         code = self._launch(*self._cargs)  # every argument is a ctypes object (see _pack_call)
         if code:
@@ -1229,6 +1542,8 @@ class BoundLaunch:
 
     def timed(self) -> float:
         """Launch once between two reusable events; device seconds."""
+        if self._checked != _RELEASES[0]:
+            self.check_live()
         pair = self.device.timer()
         try:
             self.device.activate()
@@ -1294,12 +1609,20 @@ class CudaGraph:
     """
 
     def __init__(self, launches: Sequence[BoundLaunch], dependencies: Optional[Sequence[Sequence[int]]] = None) -> None:
+        launches = _as_sequence(launches, "launches", "CudaGraph")
         if not launches:
             raise ExecutionError("a CUDA graph needs at least one launch")
+        for i, member in enumerate(launches):
+            if not isinstance(member, (BoundLaunch, GraphCopy)):
+                raise ExecutionError("graph node %d is %s, not a BoundLaunch or GraphCopy" % (i, type(member).__name__))
         self.device = launches[0].device
         if any(b.device is not self.device for b in launches):
             raise ExecutionError("every launch of a CUDA graph must be on the same device")
-        self.launches = list(launches)
+        deps = _graph_dependencies(dependencies, len(launches))
+        self.launches = launches
+        self.closed = False
+        self._checked = -1  # release epoch at the last liveness check of the members (-1: never)
+        self._check_members()
         lib, dev = self.device.lib, self.device
         self._add = lib.first_exported("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode")
         self._set = lib.first_exported("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams")
@@ -1307,12 +1630,12 @@ class CudaGraph:
         graph = HANDLE()
         lib.call("cuGraphCreate", ctypes.byref(graph), 0)
         self.graph = graph
-        self._graph_fin = _finalize(self, dev.driver, dev.context_value, "cuGraphDestroy", graph.value)
-        self.nodes = self._add_nodes(dependencies)
+        self._graph_fin = _device_finalize(self, dev, "cuGraphDestroy", graph.value)
+        self.nodes = self._add_nodes(deps)
         exe = HANDLE()
         lib.call("cuGraphInstantiateWithFlags", ctypes.byref(exe), graph, 0)
         self.exec = exe
-        self._exec_fin = _finalize(self, dev.driver, dev.context_value, "cuGraphExecDestroy", exe.value)
+        self._exec_fin = _device_finalize(self, dev, "cuGraphExecDestroy", exe.value)
         self._dirty: set = set()  # launches patched since the last launch (filled by BoundLaunch._touch)
         self._where: Dict[int, List[int]] = {}  # id(launch) -> its node indices
         for i, member in enumerate(self.launches):
@@ -1323,12 +1646,10 @@ class CudaGraph:
         self._graph_launch = lib.untyped("cuGraphLaunch")
         self.patched = 0  # nodes re-uploaded so far (for tests and benchmarks)
 
-    def _add_nodes(self, dependencies: Optional[Sequence[Sequence[int]]]) -> List[HANDLE]:
+    def _add_nodes(self, dependencies: List[List[int]]) -> List[HANDLE]:
         nodes: List[HANDLE] = []
         for i, bound in enumerate(self.launches):
-            deps = ([i - 1] if i else []) if dependencies is None else list(dependencies[i])
-            if any(not 0 <= d < i for d in deps):
-                raise ExecutionError("graph node %d may only depend on earlier nodes, got %s" % (i, deps))
+            deps = dependencies[i]
             node, dep_array = HANDLE(), api.handle_array([nodes[d] for d in deps])
             if isinstance(bound, GraphCopy):
                 params = bound.memcpy_params()
@@ -1340,8 +1661,22 @@ class CudaGraph:
             nodes.append(node)
         return nodes
 
+    def _check_members(self) -> None:
+        """Refuse members whose module was unloaded, device closed or buffers freed (checked again after any release)."""
+        if self.closed:
+            raise ReleasedError("this CUDA graph was closed (CudaGraph.close()); build a new one")
+        for member in self.launches:
+            if isinstance(member, BoundLaunch):
+                member.check_live()
+            else:
+                member.dst.storage.check_live("graph copy destination")
+                member.src.storage.check_live("graph copy source")
+        self._checked = _RELEASES[0]
+
     def launch(self) -> None:
         """Re-upload patched nodes, then replay the whole graph on the device's stream."""
+        if self._checked != _RELEASES[0]:  # something was freed or closed since the last check
+            self._check_members()
         self.device.activate()
         while self._dirty:
             bound = self._dirty.pop()
@@ -1360,8 +1695,29 @@ class CudaGraph:
     __call__ = launch
 
     def close(self) -> None:
+        """Destroy the graph now; a later :meth:`launch` raises :class:`ReleasedError`."""
+        if self.closed:
+            return
+        self.closed = True
+        _released_something()
         self._exec_fin()
         self._graph_fin()
+
+
+def _graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
+    """Each node's earlier nodes it waits for: a chain by default; otherwise one list of indices per node."""
+    if dependencies is None:
+        return [[i - 1] if i else [] for i in range(count)]
+    lists = _as_sequence(dependencies, "dependencies", "CudaGraph")
+    if len(lists) != count:
+        raise ExecutionError("CudaGraph: dependencies has %d entries for %d nodes (one list per node)" % (len(lists), count))
+    out = []
+    for i, deps in enumerate(lists):
+        deps = _as_sequence(deps, "dependencies[%d]" % i, "CudaGraph")
+        if any(type(d) is not int or not 0 <= d < i for d in deps):
+            raise ExecutionError("graph node %d may only depend on earlier nodes, got %s" % (i, deps))
+        out.append(deps)
+    return out
 
 
 # --- registry and CLI -----------------------------------------------------------------------------
@@ -1460,6 +1816,8 @@ __all__ = [
     "CudaSymbolError",
     "DEFAULT_LIMITS",
     "ForkedChildError",
+    "FreedBufferError",
+    "KernelVariableError",
     "LaunchConfigError",
     "LaunchLimits",
     "NO_DRIVER_REASON",
@@ -1469,6 +1827,7 @@ __all__ = [
     "PTX_MIN_FOR_TARGET",
     "PtxError",
     "PtxInfo",
+    "ReleasedError",
     "StagingPool",
     "arch_name",
     "check_entry_params",
