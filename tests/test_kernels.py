@@ -1148,3 +1148,9 @@ def test_reduce_vars_accepts_numpy_integers() -> None:
     view = np.zeros((3, 4), np.float32)[:, ::2]
     strides = [s // view.itemsize for s in view.strides]
     assert kernels.reduce_vars(view.shape, strides, np.int64(1)) == kernels.reduce_vars([3, 2], [4, 2], 1)
+
+
+def test_a_boolean_is_not_a_size() -> None:
+    a = np.ones(4, np.float32)
+    with pytest.raises(KernelArgumentError, match="variable n=True is a boolean, not an integer"):
+        kernels.get("add").run([np.zeros(4, np.float32), a, a], n=True)

@@ -233,6 +233,8 @@ def var_value(var: VarArg, value: Any) -> int:
             raise KernelParamError("variable %s=%r is not a float32 value (%s)" % (var.name, value, exc)) from None
         return bits
     if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool):  # True is an int to Python, not a size
+            raise KernelParamError("variable %s=%r is a boolean, not an integer" % (var.name, value))
         try:
             return int(value.__index__())
         except AttributeError:
