@@ -392,7 +392,7 @@ def test_var_values_are_checked_before_anything_runs(spy: Spy, values: Dict[str,
 def test_custom_op_of_unregistered_kind(spy: Spy) -> None:
     doc = base()
     doc["ops"].append({"custom": "nope", "buffers": ["y"]})
-    rejected(spy, doc, PlanFileError, "ops[1].custom: custom function 'nope' is not registered (registered: ['allreduce'])")
+    rejected(spy, doc, PlanFileError, "ops[1].custom: custom function 'nope' is not registered (registered: [")  # others may add kinds
 
 
 @needs_cc
