@@ -13,12 +13,13 @@ failure part-way poisons the plan, which then refuses to run.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import numbers
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .error import (
     BufferAllocationError,
@@ -124,6 +125,7 @@ class PreparedCustomFunction:
 
 
 PreparedOp = Union[PreparedKernel, PreparedCopy, PreparedBufferView, PreparedCustomFunction]
+_OP_TYPES = (PreparedKernel, PreparedCopy, PreparedBufferView, PreparedCustomFunction)
 
 # --- custom functions ------------------------------------------------------------
 
@@ -373,33 +375,64 @@ class ExecutionPlanBuilder:
             raise PlanError("%s: buffer index out of range: %r (%d buffers)" % (what, idx, len(self._buffers)))
 
     def _check_op(self, index: int, op: PreparedOp) -> None:
-        where = "op %d (id %d)" % (index, op.id)
+        if not isinstance(op, _OP_TYPES):
+            raise PlanError("op %d: unknown op type %s" % (index, type(op).__name__))
+        where = "op %d (id %r)" % (index, op.id)
+        if type(op.id) is not int or not isinstance(op.buffer_indices, (list, tuple)):
+            raise PlanError("%s: id must be an int and buffer_indices a list" % where)
         for idx in op.buffer_indices:
             self._check_index(idx, where)
         if isinstance(op, PreparedKernel):
-            if not op.output_indices:
-                raise PlanError("%s: kernel %s has no output indices" % (where, op.kernel.entry_point))
-            for pos in op.output_indices:
-                if not 0 <= pos < len(op.buffer_indices):
-                    raise PlanError("%s: output index out of range: %d (%d buffers)" % (where, pos, len(op.buffer_indices)))
-            if len(op.vals) != len(op.kernel.var_names):
-                raise PlanError("%s: %d values for variables %s" % (where, len(op.vals), op.kernel.var_names))
-        elif isinstance(op, PreparedCopy):
+            self._check_kernel_op(where, op)
+        if isinstance(op, PreparedCopy):
             if len(op.buffer_indices) != 2:
                 raise PlanError("%s: copy requires two buffer indices [dst, src], got %d" % (where, len(op.buffer_indices)))
             dst, src = (self._buffers[i] for i in op.buffer_indices)
             if dst.nbytes != src.nbytes:
                 raise PlanError("%s: copy size mismatch: dst %d bytes, src %d bytes" % (where, dst.nbytes, src.nbytes))
-        elif isinstance(op, PreparedBufferView):
+        if isinstance(op, PreparedBufferView):
             self._check_view(where, op)
-        elif isinstance(op, PreparedCustomFunction):
+        if isinstance(op, PreparedCustomFunction):
             if op.kind not in _custom_functions:
                 raise NotSupportedError(
                     "%s: custom function %s is not supported (attrs=%d); registered: %s"
                     % (where, op.kind, len(op.attrs), sorted(_custom_functions))
                 )
-        else:
-            raise PlanError("%s: unknown op type %s" % (where, type(op).__name__))
+
+    def _check_kernel_op(self, where: str, op: PreparedKernel) -> None:
+        nbuf, names = len(op.buffer_indices), op.kernel.var_names
+        if not op.output_indices:
+            raise PlanError("%s: kernel %s has no output indices" % (where, op.kernel.entry_point))
+        for what, positions in (("output index", op.output_indices), ("extent position", list(op.extents))):
+            for pos in positions:
+                if type(pos) is not int or not 0 <= pos < nbuf:
+                    raise PlanError("%s: %s out of range: %r (%d buffers)" % (where, what, pos, nbuf))
+        count = getattr(op.kernel.program, "buf_count", nbuf)
+        if count != nbuf:
+            raise PlanError("%s: kernel %s takes %d buffers, got %d" % (where, op.kernel.entry_point, count, nbuf))
+        if len(op.vals) != len(names):
+            raise PlanError("%s: %d values for variables %s" % (where, len(op.vals), names))
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in op.vals):
+            raise PlanError("%s: vals must be ints, got %r" % (where, op.vals))
+        for name, value in op.fixedvars.items():  # sizes are checked with these: they must be what runs
+            if name in names and op.vals[names.index(name)] != value:
+                raise PlanError("%s: fixed variable %s=%r but vals gives %r" % (where, name, value, op.vals[names.index(name)]))
+        allowed = set(names) | set(op.fixedvars)
+        for what, expr in (("flops", op.flops), ("bytes_moved", op.bytes_moved)):
+            unknown = sorted(compile_expr(expr).names - allowed) if expr is not None else []
+            if unknown:
+                raise PlanError("%s: %s expression %r uses %s, not kernel variables %s" % (where, what, expr, unknown, list(names)))
+        self._apply_var_exprs(where, op)
+
+    def _apply_var_exprs(self, where: str, op: PreparedKernel) -> None:
+        """Kernel variables bound to expressions start from the plan variables' current values."""
+        for name, text in op.var_exprs.items():
+            if name not in op.kernel.var_names:
+                raise PlanError("%s: var_exprs names %r, not a variable of %s" % (where, name, op.kernel.entry_point))
+            value = compile_expr(text)(self._var_values)  # unknown names: a PlanError naming them
+            if not INT32_MIN <= value <= INT32_MAX:
+                raise VariableBoundsError("%s: %s = %s = %d does not fit int32" % (where, name, text, value))
+            op.vals[op.kernel.var_names.index(name)] = value
 
     def _check_view(self, where: str, op: PreparedBufferView) -> None:
         if len(op.buffer_indices) != 2:
@@ -443,6 +476,7 @@ class ExecutionPlan:
         self.op_levels = levels
         self._inputs = list(inputs)
         self._lock = threading.Lock()
+        self._owner: Optional[int] = None  # thread holding _lock (re-entry would deadlock: refused)
         self._poisoned: Optional[str] = None
         self._released = False
         self._calls: List[Optional[Callable[[], None]]] = []
@@ -581,17 +615,23 @@ class ExecutionPlan:
 
     def set_graph_replay(self, enabled: bool) -> bool:
         """Switch between CUDA-graph and eager launches on a GPU; returns whether graphs are now in use."""
-        with self._lock:
+        with self._held():
             self.graphs = bool(enabled)
             self._build_segments()
             return self.graph_replay
 
     def set_native_replay(self, enabled: bool) -> bool:
         """Switch between native and Python replay; returns whether native is now in use."""
-        with self._lock:
+        with self._held():
             self.native = bool(enabled)
             self._build_segments()
             return self.native_replay
+
+    def _custom_vars(self, op: PreparedCustomFunction) -> Dict[str, int]:
+        """What a custom function sees: its runtime variables' current values, then its fixed ones."""
+        out = {v.name: self._var_values[v.name] for v in op.runtime_vars if v.name in self._var_values}
+        out.update(op.fixedvars)
+        return out
 
     def _env(self, op: Union[PreparedKernel, PreparedCustomFunction]) -> Dict[str, int]:
         env = dict(zip(op.kernel.var_names, op.vals)) if isinstance(op, PreparedKernel) else {}
@@ -665,6 +705,8 @@ class ExecutionPlan:
         if address is None or not all(type(getattr(b, "address", None)) is int for b in bufs):
             return  # not a loaded CPU program (e.g. a test double): Python path
         args = [b.address for b in bufs] + list(op.vals)
+        if len(args) > _NATIVE_MAX_ARGS:
+            return  # the C runner's table rows hold 16 arguments: this kernel takes the Python path
         core_pos = len(bufs) + core_index if (ncalls > 1 and core_index is not None) else -1
         self._native_entries[index] = (program.address, args, ncalls, core_pos, self._parallelism(op))
         self._tiny[index] = self._parallelism(op) == 1
@@ -714,7 +756,7 @@ class ExecutionPlan:
             dst, src = (self._buffers[i] for i in op.buffer_indices)
             copy_buffer(dst, src)
         elif isinstance(op, PreparedCustomFunction):
-            _run_custom_on_host(op, [self._buffers[i] for i in op.buffer_indices])
+            _run_custom_on_host(op, [self._buffers[i] for i in op.buffer_indices], self._custom_vars(op))
         # views were validated at build time: nothing to do
 
     def _run_group(self, group: List[int]) -> None:
@@ -742,6 +784,8 @@ class ExecutionPlan:
             raise errors[0]
 
     def _pool(self) -> Any:
+        if _on_pool_worker():  # waiting on the pool from one of its own threads can deadlock it
+            return None
         pool = getattr(self._device, "pool", None)
         threads = getattr(self._device, "threads", 1)
         return pool if threads > 1 else None
@@ -752,9 +796,7 @@ class ExecutionPlan:
         ``prepare`` runs first under the same lock hold (so another thread cannot
         slip in between); its errors (bad variables) do not poison.
         """
-        if not self._lock.acquire(blocking=True):  # pragma: no cover - blocking acquire
-            raise ExecutionError("plan is busy")
-        try:
+        with self._held():
             self._check_runnable()
             if prepare is not None:
                 prepare()
@@ -766,8 +808,22 @@ class ExecutionPlan:
             except Exception as exc:
                 self._poisoned = "%s: %s" % (type(exc).__name__, exc)
                 raise ExecutionError("plan execution failed: %s: %s" % (type(exc).__name__, exc)) from exc
-        finally:
-            self._lock.release()
+            except BaseException as exc:  # KeyboardInterrupt mid-run: buffers are half-updated
+                self._poisoned = "interrupted by %s" % type(exc).__name__
+                raise
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The plan lock; re-entering from the holding thread (a custom function running its own plan) is refused."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise ExecutionError("plan is already running on this thread (called again from one of its own ops)")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
 
     def execute(self) -> None:
         """Run every op once, level by level."""
@@ -820,8 +876,7 @@ class ExecutionPlan:
         if isinstance(op, PreparedKernel):
             name = op.kernel.entry_point
             env = self._env(op)
-            flops = compile_expr(op.flops)(env) if op.flops is not None else None
-            moved = compile_expr(op.bytes_moved)(env) if op.bytes_moved is not None else None
+            flops, moved = _work(op.flops, env), _work(op.bytes_moved, env)
         elif isinstance(op, PreparedCopy):
             name, kind, moved = "copy", "copy", 2 * self._buffers[op.buffer_indices[1]].nbytes
         elif isinstance(op, PreparedBufferView):
@@ -848,6 +903,8 @@ class ExecutionPlan:
         return out
 
     def _check_vars(self, var_vals: Mapping[str, int]) -> Dict[str, int]:
+        if not isinstance(var_vals, Mapping):
+            raise PlanError("variables must be a mapping of names to ints, got %s" % type(var_vals).__name__)
         known = self.runtime_vars()
         checked = {}
         for name, value in var_vals.items():
@@ -981,7 +1038,7 @@ class ExecutionPlan:
 
     def release_intermediate_buffers(self, remove_fn: Optional[Callable[[int], None]] = None) -> None:
         """Drop every buffer that is neither an output nor a declared input; the plan cannot run after."""
-        with self._lock:
+        with self._held():
             keep = set(self._outputs) | set(self._inputs)
             for ast_id, index in self._ast_to_buffer.items():
                 if index not in keep and remove_fn is not None:
@@ -998,7 +1055,7 @@ class ExecutionPlan:
         Declared inputs are snapshotted; every other buffer an op writes is
         allocated fresh (zeroed); views are re-derived from the new storage.
         """
-        with self._lock:
+        with self._held():
             self._check_runnable()
             written = self._written_buffers()
             mapping: Dict[int, Any] = {}
@@ -1016,6 +1073,8 @@ class ExecutionPlan:
             levels=[list(level) for level in self.op_levels],
             inputs=list(self._inputs),
         )
+        plan._var_values = dict(self._var_values)
+        plan.native, plan.graphs = self.native, self.graphs
         plan._prepare()
         return plan
 
@@ -1047,6 +1106,25 @@ class ExecutionPlan:
     def __repr__(self) -> str:
         state = "poisoned" if self.poisoned else "ready"
         return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
+
+
+_NATIVE_MAX_ARGS = 16  # native_replay.MAX_ARGS (not imported here: that module builds the C runner)
+
+
+def _on_pool_worker() -> bool:
+    from .devices.cpu import _worker  # on use: GPU-only plans need not import the CPU device
+
+    return bool(getattr(_worker, "active", False))
+
+
+def _work(expr: Optional[Union[int, str]], env: Mapping[str, int]) -> Optional[int]:
+    """A declared flops/bytes figure for a profile; None when it cannot be evaluated (never fails a run)."""
+    if expr is None:
+        return None
+    try:
+        return compile_expr(expr)(env)
+    except PlanError:
+        return None
 
 
 def _native_default() -> bool:
@@ -1121,7 +1199,7 @@ def copy_buffer(dst: Any, src: Any) -> None:
         dst.copyin(src)
 
 
-def _run_custom_on_host(op: "PreparedCustomFunction", bufs: List[Any]) -> None:
+def _run_custom_on_host(op: "PreparedCustomFunction", bufs: List[Any], variables: Dict[str, int]) -> None:
     """Host functions see numpy views of host buffers; device buffers are staged and written back."""
     views, staged = [], []
     for buf in bufs:
@@ -1131,7 +1209,7 @@ def _run_custom_on_host(op: "PreparedCustomFunction", bufs: List[Any]) -> None:
             stage = _host_stage(buf)
             views.append(stage)
             staged.append((buf, stage))
-    run_custom_function(op, views, dict(op.fixedvars))
+    run_custom_function(op, views, variables)
     for buf, stage in staged:  # custom functions count as writing every buffer they get
         buf.copyin(stage)
 

@@ -298,6 +298,7 @@ class CpuProgram:
         self._loaded = loaded
         argtypes = [ctypes.c_void_p] * buf_count + [ctypes.c_int32] * len(self.var_names)
         self._fn: Optional[Callable[..., None]] = loaded.function(entry_point, None, *argtypes)
+        self._bound = False  # a bind() callable holds the code: close() must leave it mapped
 
     @classmethod
     def from_object(
@@ -318,12 +319,26 @@ class CpuProgram:
     @property
     def address(self) -> int:
         """Entry point address (for diagnostics)."""
+        if self._loaded is None:
+            raise ExecutionError("program %s is closed" % self.name)
         return self._loaded.address(self.entry_point)
 
+    @property
+    def closed(self) -> bool:
+        return self._fn is None
+
     def close(self) -> None:
-        """Unmap the code; the program cannot be called afterwards."""
+        """Release the code; the program cannot be called or bound afterwards.
+
+        The pages are unmapped now, unless a callable from :meth:`bind` (a
+        plan, ``LibraryKernel.bind``) still holds the code: then they are
+        unmapped when the last such callable is gone. Unmapping under it
+        would make its next call jump into nothing (a segfault).
+        """
         self._fn = None
-        self._loaded.close()
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None and not self._bound:
+            loaded.close()
 
     def __repr__(self) -> str:
         return "<CpuProgram %s bufs=%d vars=%s>" % (self.name, self.buf_count, list(self.var_names))
@@ -380,6 +395,7 @@ class CpuProgram:
         keep the buffers alive while it is used.
         """
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
+        self._bound = True  # fn (and through it the mapping) now lives as long as the callable
         if n > 1 and threads == 1:
             return partial(_run_range, fn, args, pos, 0, n)
         if n > 1:

@@ -1,0 +1,268 @@
+"""ExecutionPlan misuse found by an adversarial review (2026-11-24): each case once crashed, hung,
+gave a silent wrong answer or leaked a raw exception. Real compiled kernels, so a wrong size would
+really write out of bounds (a canary after the buffer shows it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any, Dict, List
+
+import pytest
+from conftest import needs_cc
+
+from svod_min import native_replay
+from svod_min.devices.cpu import CpuDevice
+from svod_min.error import ExecutionError, PlanError, PlanPoisonedError
+from svod_min.execution_plan import (
+    _NATIVE_MAX_ARGS,
+    ExecutionPlanBuilder,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+    register_custom_function,
+)
+from svod_min.kernel_cache import CachedKernel
+
+FILL = "void k(float* o, int n) { for (int i = 0; i < n; i++) o[i] = -1.f; }"
+ADD = "void k(float* o, int n, int m) { for (int i = 0; i < n; i++) o[i] = (float)m; }"
+
+
+@pytest.fixture(scope="module")
+def dev() -> CpuDevice:
+    return CpuDevice(threads=2)
+
+
+def _kernel(prog: Any, name: str, var_names: List[str], nbuf: int = 1) -> CachedKernel:
+    return CachedKernel(prog, "CPU", "", name, list(var_names), list(range(nbuf)), [0], list(range(1, nbuf)), True, (1, 1, 1))
+
+
+@needs_cc
+def test_fixed_variables_must_be_the_values_that_run(dev: CpuDevice) -> None:
+    prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
+    arena = dev.allocate([8], "float32").copyin([7.0] * 8)
+    b = ExecutionPlanBuilder(dev)
+    small = b.add_buffer(0, arena.view(0, 16, "float32"))
+    canary = b.add_buffer(1, arena.view(16, 16, "float32"))
+    # extents were checked with fixedvars (n=4) while vals (n=8) ran: 4 floats past the buffer
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n"]), [small], [0], vals=[8], fixedvars={"n": 4}, extents={0: "n"}))
+    b.set_output_buffers([small, canary])
+    with pytest.raises(PlanError, match=r"op 0 \(id 0\): fixed variable n=4 but vals gives 8"):
+        b.build()
+    assert arena.tolist() == [7.0] * 8
+
+
+@needs_cc
+def test_kernels_with_more_arguments_than_the_native_runner_take_the_python_path(dev: CpuDevice) -> None:
+    assert _NATIVE_MAX_ARGS == native_replay.MAX_ARGS
+    names = ["a%d" % i for i in range(16)]
+    src = "void many(int* o, %s) { o[0] = a0 + a15; }" % ", ".join("int " + n for n in names)
+    prog = dev.compile(src, "many", buf_count=1, var_names=names)
+    b = ExecutionPlanBuilder(dev)
+    out = b.add_buffer(0, dev.allocate([1], "int32"))
+    b.add_op(PreparedKernel(0, _kernel(prog, "many", names), [out], [0], list(range(16)),
+                            runtime_vars=[RuntimeVar("a0", 0, 100)]))  # fmt: skip
+    b.set_output_buffer(out)
+    plan = b.build()  # raised NotSupportedError while native replay was on
+    plan.execute()
+    assert plan.output_buffer().tolist() == [15]
+    plan.set_native_replay(True)
+    plan.execute_with_vars({"a0": 5})
+    assert plan.output_buffer().tolist() == [20]
+
+
+@needs_cc
+def test_variable_expressions_apply_from_the_first_run(dev: CpuDevice) -> None:
+    prog = dev.compile(ADD, "k", buf_count=1, var_names=["n", "m"])
+    b = ExecutionPlanBuilder(dev)
+    b.set_var_values({"rows": 3})
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "rows*2"},
+                            runtime_vars=[RuntimeVar("rows", 0, 10)]))  # fmt: skip
+    b.set_output_buffer(out)
+    plan = b.build()
+    plan.execute()  # ran with the stale m=0 before
+    assert plan.output_buffer().tolist() == [6.0] * 4
+    b2 = ExecutionPlanBuilder(dev)
+    out = b2.add_buffer(0, dev.allocate([4], "float32"))
+    b2.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "nope*2"}))
+    b2.set_output_buffer(out)
+    with pytest.raises(PlanError, match="unknown variable 'nope'"):
+        b2.build()
+
+
+@needs_cc
+def test_replicas_keep_variables_and_replay_settings(dev: CpuDevice) -> None:
+    prog = dev.compile(ADD, "k", buf_count=1, var_names=["n", "m"])
+    b = ExecutionPlanBuilder(dev)
+    b.set_var_values({"rows": 3})
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "rows*2"},
+                            runtime_vars=[RuntimeVar("rows", 0, 10), RuntimeVar("n", 0, 4)]))  # fmt: skip
+    b.set_output_buffer(out)
+    plan = b.build()
+    plan.set_native_replay(False)
+    replica = plan.replicate()
+    assert replica.native_replay is False
+    replica.execute_with_vars({"n": 2})  # raised: "expression 'rows*2' uses unknown variable 'rows'"
+    assert replica.output_buffer().tolist() == [6.0, 6.0, 0.0, 0.0]
+
+
+def _custom_plan(dev: CpuDevice, kind: str, **kw: Any) -> Any:
+    b = ExecutionPlanBuilder(dev)
+    x = b.add_buffer(0, dev.allocate([2], "float32"))
+    b.add_op(PreparedCustomFunction(0, kind, [x], **kw))
+    b.set_output_buffer(x)
+    return b.build()
+
+
+def test_custom_functions_see_their_runtime_variables(dev: CpuDevice) -> None:
+    seen: List[Dict[str, int]] = []
+    register_custom_function("misuse_see_k", lambda bufs, variables, attrs: seen.append(dict(variables)))
+    plan = _custom_plan(dev, "misuse_see_k", runtime_vars=[RuntimeVar("k", 0, 10)])
+    plan.execute_with_vars({"k": 7})  # accepted and bounds-checked, then dropped: the function saw {}
+    assert seen[-1] == {"k": 7}
+    plan = _custom_plan(dev, "misuse_see_k", fixedvars={"k": 1, "j": 2}, runtime_vars=[RuntimeVar("k", 0, 10)])
+    plan.execute_with_vars({"k": 7})
+    assert seen[-1] == {"k": 1, "j": 2}  # fixed values win, as for kernels
+
+
+def test_reentering_a_running_plan_is_refused_not_a_deadlock(dev: CpuDevice) -> None:
+    holder: Dict[str, Any] = {}
+    errors: List[BaseException] = []
+
+    def reenter(bufs: Any, variables: Any, attrs: Any) -> None:
+        try:
+            holder["plan"].execute()
+        except ExecutionError as exc:
+            errors.append(exc)
+            raise
+
+    register_custom_function("misuse_reenter", reenter)
+    plan = holder["plan"] = _custom_plan(dev, "misuse_reenter")
+    worker = threading.Thread(target=lambda: pytest.raises(ExecutionError, plan.execute), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive(), "execute() re-entered from its own custom function hung"
+    assert "already running on this thread" in str(errors[0])
+
+
+def test_plans_run_on_the_devices_own_pool_do_not_deadlock() -> None:
+    dev = CpuDevice(threads=2)
+    register_custom_function("misuse_noop", lambda bufs, variables, attrs: None)
+
+    def plan_with_a_parallel_group() -> Any:
+        b = ExecutionPlanBuilder(dev)
+        x = b.add_buffer(0, dev.allocate([2], "float32"))
+        y = b.add_buffer(1, dev.allocate([2], "float32"))
+        from svod_min.execution_plan import PreparedCopy
+
+        z = b.add_buffer(2, dev.allocate([2], "float32"))
+        w = b.add_buffer(3, dev.allocate([2], "float32"))
+        b.add_op(PreparedCopy(0, [x, y]))
+        b.add_op(PreparedCopy(1, [z, w]))  # independent: one group of two, handed to the pool
+        b.set_output_buffers([x, z])
+        return b.build()
+
+    plans = [plan_with_a_parallel_group() for _ in range(2)]
+    futures = [dev.pool.submit(p.execute) for p in plans]  # both pool threads wait on the pool: deadlock
+    for fut in futures:
+        fut.result(timeout=20)
+
+
+def test_an_interrupted_run_poisons_the_plan(dev: CpuDevice) -> None:
+    def interrupt(bufs: Any, variables: Any, attrs: Any) -> None:
+        raise KeyboardInterrupt
+
+    register_custom_function("misuse_interrupt", interrupt)
+    plan = _custom_plan(dev, "misuse_interrupt")
+    with pytest.raises(KeyboardInterrupt):
+        plan.execute()
+    with pytest.raises(PlanPoisonedError, match="interrupted by KeyboardInterrupt"):
+        plan.execute()
+
+
+@needs_cc
+def test_a_bad_work_expression_is_refused_at_build_not_in_a_profile(dev: CpuDevice) -> None:
+    prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
+    b = ExecutionPlanBuilder(dev)
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n"]), [out], [0], [4], flops="n*undefined_var"))
+    b.set_output_buffer(out)
+    with pytest.raises(PlanError, match=r"flops expression 'n\*undefined_var' uses \['undefined_var'\]"):
+        b.build()
+    b = ExecutionPlanBuilder(dev)
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n"]), [out], [0], [4], flops="n//(n-4)"))  # fails only at n=4
+    b.set_output_buffer(out)
+    plan = b.build()
+    (profile,) = plan.execute_profiled()  # a figure that cannot be computed is None, never a poisoned plan
+    assert profile.flops is None
+    plan.execute()
+
+
+@needs_cc
+@pytest.mark.parametrize("edit, message", [
+    (lambda op: setattr(op, "extents", {-1: "n"}), r"extent position out of range: -1"),
+    (lambda op: setattr(op, "extents", {"0": "n"}), r"extent position out of range: '0'"),
+    (lambda op: setattr(op, "output_indices", ["0"]), r"output index out of range: '0'"),
+    (lambda op: setattr(op, "buffer_indices", [0, 0]), r"kernel k takes 1 buffers, got 2"),
+    (lambda op: setattr(op, "vals", [True]), r"vals must be ints, got \[True\]"),
+])  # fmt: skip
+def test_malformed_kernel_ops_are_plan_errors(dev: CpuDevice, edit: Any, message: str) -> None:
+    prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
+    b = ExecutionPlanBuilder(dev)
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    op = PreparedKernel(0, _kernel(prog, "k", ["n"]), [out], [0], [4])
+    edit(op)
+    b.add_op(op)
+    b.set_output_buffer(out)
+    with pytest.raises(PlanError, match=message):
+        b.build()
+
+
+def test_non_ops_and_non_mapping_variables_are_plan_errors(dev: CpuDevice) -> None:
+    b = ExecutionPlanBuilder(dev)
+    b.add_buffer(0, dev.allocate([2], "float32"))
+    b.add_op("not an op")  # type: ignore[arg-type]
+    b.set_output_buffer(0)
+    with pytest.raises(PlanError, match="op 0: unknown op type str"):
+        b.build()
+    register_custom_function("misuse_noop2", lambda bufs, variables, attrs: None)
+    plan = _custom_plan(dev, "misuse_noop2")
+    for bad in ([("k", 1)], None):
+        with pytest.raises(PlanError, match="variables must be a mapping"):
+            plan.execute_with_vars(bad)  # type: ignore[arg-type]
+
+
+@needs_cc
+def test_closing_a_program_under_a_plan_does_not_crash_it() -> None:
+    # The plan holds bound calls (and the native runner raw addresses): unmapping under them segfaulted.
+    code = textwrap.dedent('''
+        from svod_min.devices.cpu import CpuDevice
+        from svod_min.execution_plan import ExecutionPlanBuilder, PreparedKernel
+        from svod_min.kernel_cache import CachedKernel
+        dev = CpuDevice(threads=1)
+        for native in (True, False):
+            prog = dev.compile("void k(float* o, int n) { for (int i = 0; i < n; i++) o[i] = 2.f; }", "k",
+                               buf_count=1, var_names=["n"])
+            b = ExecutionPlanBuilder(dev)
+            out = b.add_buffer(0, dev.allocate([4], "float32"))
+            b.add_op(PreparedKernel(0, CachedKernel(prog, "CPU", "", "k", ["n"], [0], [0], [], True, (1, 1, 1)),
+                                    [out], [0], [4]))
+            b.set_output_buffer(out)
+            plan = b.build()
+            plan.set_native_replay(native)
+            prog.close()
+            plan.execute()
+            print(plan.output_buffer().tolist())
+        try:
+            prog.execute([dev.allocate([4], "float32")], [4])
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    ''')
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == ["[2.0, 2.0, 2.0, 2.0]"] * 2 + ["ExecutionError program k is closed"]
