@@ -170,6 +170,7 @@ class DeviceContext:
         self._complete(value, error)
 
     def _complete(self, value: int, error: Optional[BaseException]) -> None:
+        _check_u64(value)
         with self._lock:
             self._complete_locked(value, error)
 
@@ -299,7 +300,7 @@ class DeviceContext:
         Waiting for a value nobody reserved is refused: it could never be
         reached by the ops known so far, so it would be a silent hang.
         """
-        if value <= 0:
+        if _check_u64(value) == 0:
             return
         if value > self.last_reserved:
             raise ExecutionError(
@@ -393,6 +394,18 @@ def _sync_strategy(src: DeviceSpec, dst: DeviceSpec) -> SyncStrategy:
 # --- execution graph -------------------------------------------------------------
 
 
+_HOST_MEMORY = "host memory"  # the key of numpy arrays: overlap is decided by their addresses
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return (a == b) is True  # numpy's == is elementwise: never "the same buffer"
+    except Exception:
+        return False
+
+
 @dataclass(frozen=True)
 class KernelBufferAccess:
     """One buffer a node touches. ``byte_range`` (start, end) narrows the hazard to a region."""
@@ -410,13 +423,17 @@ class KernelBufferAccess:
         """
         storage = getattr(buffer, "storage", None)
         span = getattr(buffer, "byte_range", None)
+        iface = getattr(buffer, "__array_interface__", None)
+        if iface is not None and (storage is None or not callable(span)):  # numpy: host memory, by address
+            start = iface["data"][0]
+            return cls(_HOST_MEMORY, is_write, (start, start + int(getattr(buffer, "nbytes", 0))))
         if storage is None or not callable(span):
             return cls(buffer, is_write)
         return cls(storage, is_write, tuple(span()))
 
     def conflicts(self, other: "KernelBufferAccess") -> bool:
         """RAW, WAR or WAW on overlapping bytes of the same buffer."""
-        if self.buffer != other.buffer or not (self.is_write or other.is_write):
+        if not (self.is_write or other.is_write) or not _same_key(self.buffer, other.buffer):
             return False
         if self.byte_range is None or other.byte_range is None:
             return True
@@ -628,11 +645,15 @@ class UnifiedExecutor:
         already reserved on the source device. With a CUDA side the copy is
         queued on its stream (see :func:`_stream_transfer`).
         """
+        for what, buf in (("source", src), ("destination", dst)):
+            if not isinstance(getattr(buf, "nbytes", None), int):
+                raise ExecutionError("transfer %s must be a device buffer, got %s" % (what, type(buf).__name__))
         if src.nbytes != dst.nbytes:
             raise BufferAllocationError(
                 "transfer size mismatch: source has %d bytes, destination %d bytes" % (src.nbytes, dst.nbytes)
             )
         src_ctx, dst_ctx = self.add_device(src_device), self.add_device(dst_device)
+        _check_homes(src, dst, src_ctx, dst_ctx)  # a device pointer must never reach a host memmove
         if src_ctx.event_backed or dst_ctx.event_backed:
             return _stream_transfer(src, dst, src_ctx, dst_ctx, timeout)
         strategy = _sync_strategy(src_ctx.device, dst_ctx.device)
@@ -715,10 +736,6 @@ def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: Device
     nothing yet; the host wait also reports a failed source value before a
     byte moves. Same-device copies need no wait: one stream is in order.
     """
-    for ctx, buf, what in ((src_ctx, src, "source"), (dst_ctx, dst, "destination")):
-        spec = _buffer_spec(buf)
-        if ctx.event_backed and spec is not None and spec != ctx.device:
-            raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
     pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
     value = dst_ctx.next_timeline()
     try:
@@ -733,6 +750,14 @@ def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: Device
     if not dst_ctx.event_backed:
         dst_ctx.signal_completion(value)  # a host destination: the bytes have landed
     return value
+
+
+def _check_homes(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext) -> None:
+    """Each buffer must live on the device it is named with (a buffer of unknown home: trusted)."""
+    for ctx, buf, what in ((src_ctx, src, "source"), (dst_ctx, dst, "destination")):
+        spec = _buffer_spec(buf)
+        if spec is not None and spec != ctx.device and not (spec.kind == ctx.device.kind == "CPU"):
+            raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
 
 
 def _stream_copy(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext) -> None:

@@ -501,3 +501,55 @@ def test_synchronize_all_returns_and_times_out() -> None:
 def test_global_executor_is_a_singleton() -> None:
     assert global_executor() is global_executor()
     assert global_executor().registry is DEVICE_FACTORIES
+
+
+# --- regressions from the 2026-11-24 review -------------------------------------------------------
+
+
+def test_numpy_accesses_conflict_by_address_not_by_elementwise_equality() -> None:
+    np = pytest.importorskip("numpy")
+    from svod_min.executor import ExecutionGraph, ExecutionNode, KernelBufferAccess
+
+    arena = np.zeros(8)
+    a, b, c = arena[:4], arena[2:6], np.zeros(4)  # a and b overlap; c is elsewhere (and equal in value)
+    graph = ExecutionGraph([
+        ExecutionNode(0, "CPU", buffer_access=[KernelBufferAccess.of(a, True)]),
+        ExecutionNode(1, "CPU", buffer_access=[KernelBufferAccess.of(b, False)]),
+        ExecutionNode(2, "CPU", buffer_access=[KernelBufferAccess.of(c, False)]),
+    ])  # fmt: skip
+    assert graph.add_dependencies_from_access() == [(0, 1)]  # (predecessor, node); raised "truth value is ambiguous" before
+
+
+@pytest.mark.parametrize("call", [
+    lambda ctx: ctx.wait_for("3"),
+    lambda ctx: ctx.signal_completion("1"),
+    lambda ctx: ctx.wait_for(-1),
+])  # fmt: skip
+def test_timeline_values_are_checked(call: Any) -> None:
+    from svod_min.executor import DeviceContext
+
+    ctx = DeviceContext("CPU")
+    ctx.next_timeline()
+    with pytest.raises(ExecutionError, match=r"timeline value must be an int in \[0, 2\*\*64\)"):
+        call(ctx)
+
+
+def test_transfers_refuse_non_buffers_and_buffers_named_with_the_wrong_device() -> None:
+    from svod_min.device_registry import DeviceSpec
+    from svod_min.devices.cpu import CpuDevice
+    from svod_min.executor import UnifiedExecutor
+
+    dev = CpuDevice(threads=1)
+    host = dev.allocate(16)
+
+    class DeviceBuffer:  # what a CUDA buffer looks like to the executor: its device and a device pointer
+        nbytes = 16
+        address = 0x10  # never a host address: a memmove from it would read garbage or crash
+        device = DeviceSpec.parse("CUDA:0")
+
+    ex = UnifiedExecutor()
+    with pytest.raises(ExecutionError, match="transfer source buffer lives on CUDA:0, not on CPU"):
+        ex.execute_transfer(DeviceBuffer(), host, "CPU", "CPU")
+    with pytest.raises(ExecutionError, match="transfer source must be a device buffer, got bytes"):
+        ex.execute_transfer(b"abc", host, "CPU", "CPU")
+    assert ex.context("CPU").last_reserved == 0  # refused before a value was reserved
