@@ -124,11 +124,11 @@ def unpack_values(dt: DType, data: Union[bytes, memoryview]) -> List[Any]:
 
 def pack_values(dt: DType, values: Sequence[Any]) -> bytes:
     """Encode Python scalars as native-endian bytes of ``dt``."""
-    if dt is bfloat16:
-        values = [float_to_bf16_bits(float(v)) for v in values]
     try:
+        if dt is bfloat16:
+            values = [float_to_bf16_bits(float(v)) for v in values]
         return struct.pack("=%d%s" % (len(values), dt.fmt), *values)
-    except (struct.error, OverflowError, TypeError) as exc:
+    except (struct.error, OverflowError, TypeError, ValueError) as exc:
         raise BufferAllocationError("cannot pack values as %s: %s" % (dt.name, exc)) from exc
 
 

@@ -102,6 +102,13 @@ class CpuBuffer:
     address: int = field(init=False)
 
     def __post_init__(self) -> None:
+        # Every buffer, views and hand-built ones alike, is a window its storage really has:
+        # extents checks and kernels trust nbytes.
+        offset, nbytes = _index(self.offset, "buffer offset"), _index(self.nbytes, "buffer size")
+        if offset + nbytes > self.storage.capacity:
+            raise BufferAllocationError("buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity))
+        if _product(self.shape) * self.dtype.itemsize != nbytes:
+            raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(self.shape), self.dtype.name, nbytes))
         self.address = self.storage.address + self.offset
 
     def __len__(self) -> int:
@@ -184,9 +191,11 @@ class CpuBuffer:
             return pack_values(self.dtype, data)
         try:
             view = memoryview(data)
-        except TypeError:
-            raise BufferAllocationError("cannot copy %s into a buffer" % type(data).__name__) from None
-        return view.cast("B") if view.c_contiguous else view.tobytes()
+            if view.nbytes == 0:
+                return b""
+            return view.cast("B") if view.c_contiguous else view.tobytes()
+        except (TypeError, ValueError) as exc:  # not a buffer, or one cast() cannot flatten (empty 2-D)
+            raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
 
 
 def _numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
@@ -195,8 +204,25 @@ def _numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
             "array dtype %s (%d bytes/element) does not match buffer dtype %s (%d bytes/element)"
             % (arr.dtype, arr.dtype.itemsize, dt.name, dt.itemsize)
         )
+    if not _numpy_dtype_fits(arr.dtype, dt):  # same size is not the same numbers: float32 bits are not int32s
+        raise BufferAllocationError(
+            "array dtype %s%s does not match buffer dtype %s (convert first, e.g. arr.astype(...))"
+            % (arr.dtype, "" if arr.dtype.isnative else " (not native byte order)", dt.name)
+        )
     arr = np.ascontiguousarray(arr)
     return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def _numpy_dtype_fits(have: Any, dt: DType) -> bool:
+    """The array's elements are the buffer's: same dtype in native order, bfloat16 from its uint16 bits,
+    or raw bytes between 1-byte types (uint8, int8, bool)."""
+    if have.hasobject or not (have.isnative or have.itemsize == 1):
+        return False
+    if dt.itemsize == 1:
+        return True
+    if dt.name == "bfloat16":
+        return have.name == "uint16"
+    return have.name == dt.numpy_name
 
 
 def _index(value: Any, what: str) -> int:
@@ -415,10 +441,22 @@ class CpuProgram:
         if fn is None:
             raise ExecutionError("program %s is closed" % self.name)
         args = self._args(buffers, vals)
-        n = int(global_size[0]) if global_size else 1
+        n = self._invocations(global_size)
         if n <= 1:
             return fn, args, -1, n
         return fn, args, self.buf_count + self._core_id_pos(core_id_index, n), n
+
+    def _invocations(self, global_size: Optional[Sequence[int]]) -> int:
+        """Core-id invocations: ``global_size[0]``, every dimension a positive int (bools, floats, strings refused)."""
+        if not global_size:
+            return 1
+        try:
+            dims = [d.__index__() for d in global_size if not isinstance(d, bool)]
+        except (AttributeError, TypeError):
+            dims = []
+        if len(dims) != len(global_size) or not 1 <= len(dims) <= 3 or min(dims) < 1:
+            raise ExecutionError("%s: global_size must be 1 to 3 positive ints, got %r" % (self.name, global_size))
+        return dims[0]
 
     def _args(self, buffers: Sequence[BufferLike], vals: Sequence[Any]) -> List[Any]:
         if len(buffers) != self.buf_count:
