@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -357,6 +358,8 @@ SCHEMA_VERSION = 1
 # magic, schema, sha256(key), sha256(payload), payload length
 HEADER = struct.Struct("<12sI32s32sQ")
 DEFAULT_BUDGET = 1 << 30
+MAX_ENTRY_BYTES = 1 << 30  # an object maps into at most 256 MiB; anything bigger is not ours
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 ENTRY_SUFFIX = ".svodobj"
 TMP_PREFIX = ".svodtmp-"
 #: A temp file this old belongs to a writer that died; a scan removes it.
@@ -391,6 +394,23 @@ def encode_entry(key: str, data: _bytes) -> _bytes:
     """Header + payload exactly as stored on disk."""
     digest = hashlib.sha256(data).digest()
     return HEADER.pack(MAGIC, SCHEMA_VERSION, _key_hash(key), digest, len(data)) + data
+
+
+def _read_entry(path: str) -> Tuple[os.stat_result, Optional[_bytes]]:
+    """(stat, bytes) of a cache entry; bytes None when it is not a regular file of a sane size.
+
+    No symlinks followed, no blocking open: a FIFO or a link to /dev/zero planted at an entry's
+    path must not hang a lookup or fill memory.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            return st, None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return st, fh.read(st.st_size)
+    finally:
+        os.close(fd)
 
 
 def _decode(raw: _bytes, key_hash: _bytes) -> _bytes:
@@ -506,15 +526,15 @@ class ObjectCache:
             return None
         path = self._path_for(key_hash)
         try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                raw = fh.read()
+            st, raw = _read_entry(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             log.debug("object cache read of %s failed: %s", path, exc)
             return None
         try:
+            if raw is None:
+                raise _BadEntry("not a regular file of at most %d bytes" % MAX_ENTRY_BYTES)
             payload = _decode(raw, key_hash)
         except _BadEntry as exc:
             log.debug("object cache: discarding bad entry %s: %s", path, exc)

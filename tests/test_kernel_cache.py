@@ -667,3 +667,35 @@ def test_sigkill_at_random_points_never_yields_corrupt_entry(tmp_path):
             assert got is None or _valid_big(got)
         assert reader.verify() == []
     assert any(reader.get("big-%d" % i) is not None for i in range(3))
+
+
+# --- regressions from the 2026-11-24 review -------------------------------------------------------
+
+
+def _planted_entry(tmp_path, plant):
+    c = kc.ObjectCache(str(tmp_path / "cache"))
+    path = c.path_for("k")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    plant(path)
+    return c, path
+
+
+def _get_in_a_child(cache_dir: str) -> subprocess.CompletedProcess:
+    code = "from svod_min import kernel_cache as kc; print(kc.ObjectCache(%r).get('k'))" % cache_dir
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+                                                      + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_fifo_at_an_entry_path_is_a_miss_not_a_hang(tmp_path):
+    c, path = _planted_entry(tmp_path, os.mkfifo)
+    result = _get_in_a_child(str(tmp_path / "cache"))  # a blocking open() of a FIFO never returned
+    assert result.returncode == 0 and result.stdout.strip() == "None", result.stderr
+    assert c.put("k", b"\x7fELF object") and c.get("k") == b"\x7fELF object"  # the entry is usable again
+
+
+def test_a_symlink_to_dev_zero_is_a_miss_not_an_endless_read(tmp_path):
+    c, path = _planted_entry(tmp_path, lambda p: os.symlink("/dev/zero", p))
+    result = _get_in_a_child(str(tmp_path / "cache"))
+    assert result.returncode == 0 and result.stdout.strip() == "None", result.stderr
+    assert c.get("k") is None
