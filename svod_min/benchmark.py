@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .error import CompilationError, LoaderError
+from .error import CompilationError, ExecutionError, LoaderError
 
 log = logging.getLogger("svod_min.benchmark")
 
@@ -351,7 +351,11 @@ def benchmark_kernel(
     returns None). Errors of warm-up and timed runs propagate; a failure
     during the clock warm-up only ends the warm-up.
     """
-    config = config or BenchmarkConfig()
+    config = BenchmarkConfig() if config is None else config
+    if not isinstance(config, BenchmarkConfig):
+        raise ExecutionError("config must be a BenchmarkConfig, got %s" % type(config).__name__)
+    if not callable(getattr(program, "execute", None)):
+        raise ExecutionError("cannot benchmark %s: it has no execute(buffers, vals, ...)" % type(program).__name__)
     dispatch = _Dispatch(program, buffers, vals, global_size, local_size)
     budget = config.clock_budget
     if budget is not None:

@@ -345,3 +345,13 @@ def test_benchmark_a_real_cpu_kernel() -> None:
         dev.pool.shutdown()
     assert len(result.runs) == 4 and all(t > 0 for t in result.runs)
     assert buf.tolist() == [5.0] * 64  # 1 warm-up + 4 timed runs, both chunks each time
+
+
+def test_benchmark_kernel_refuses_what_is_not_a_program_or_a_config() -> None:
+    from svod_min.benchmark import benchmark_kernel
+    from svod_min.error import ExecutionError
+
+    with pytest.raises(ExecutionError, match="cannot benchmark NoneType: it has no execute"):
+        benchmark_kernel(None, [], [])
+    with pytest.raises(ExecutionError, match="config must be a BenchmarkConfig, got dict"):
+        benchmark_kernel(object(), [], [], config={"timing_runs": 1})  # type: ignore[arg-type]
