@@ -1154,3 +1154,13 @@ def test_a_boolean_is_not_a_size() -> None:
     a = np.ones(4, np.float32)
     with pytest.raises(KernelArgumentError, match="variable n=True is a boolean, not an integer"):
         kernels.get("add").run([np.zeros(4, np.float32), a, a], n=True)
+
+
+def test_threads_takes_numpy_integers_as_variables_do() -> None:
+    a = np.ones(1 << 17, np.float32)
+    out = np.zeros_like(a)
+    kernels.get("add").run([out, a, a], n=a.size, threads=np.int64(2))
+    assert float(out.min()) == float(out.max()) == 2.0
+    for bad in (True, 0, 1.5, "2"):
+        with pytest.raises(KernelArgumentError, match="threads must be a positive int"):
+            kernels.get("add").run([out, a, a], n=a.size, threads=bad)

@@ -148,9 +148,10 @@ class LibraryKernel:
             return 1
         limit = max(1, compile_expr(self.sig.parallelism)(env))
         if threads is not None:
-            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            count = None if isinstance(threads, bool) else getattr(threads, "__index__", lambda: None)()
+            if count is None or count < 1:  # numpy integers are ints here too, as for variables
                 raise KernelArgumentError("threads must be a positive int, got %r" % (threads,))
-            return min(threads, limit)
+            return min(count, limit)
         device = getattr(self.program, "device", None)
         avail = device.threads if device is not None else 1
         by_work = -(-compile_expr(self.sig.work)(env) // self.sig.grain)
