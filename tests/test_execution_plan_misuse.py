@@ -73,36 +73,30 @@ def test_kernels_with_more_arguments_than_the_native_runner_take_the_python_path
     assert plan.output_buffer().tolist() == [20]
 
 
-@needs_cc
-def test_variable_expressions_apply_from_the_first_run(dev: CpuDevice) -> None:
+def _rows_plan(dev: CpuDevice, m_expr: str) -> Any:
+    """out[:n] = m, with m bound to an expression over the plan variable rows (= 3)."""
     prog = dev.compile(ADD, "k", buf_count=1, var_names=["n", "m"])
     b = ExecutionPlanBuilder(dev)
     b.set_var_values({"rows": 3})
     out = b.add_buffer(0, dev.allocate([4], "float32"))
-    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "rows*2"},
-                            runtime_vars=[RuntimeVar("rows", 0, 10)]))  # fmt: skip
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": m_expr},
+                            runtime_vars=[RuntimeVar("rows", 0, 10), RuntimeVar("n", 0, 4)]))  # fmt: skip
     b.set_output_buffer(out)
-    plan = b.build()
+    return b.build()
+
+
+@needs_cc
+def test_variable_expressions_apply_from_the_first_run(dev: CpuDevice) -> None:
+    plan = _rows_plan(dev, "rows*2")
     plan.execute()  # ran with the stale m=0 before
     assert plan.output_buffer().tolist() == [6.0] * 4
-    b2 = ExecutionPlanBuilder(dev)
-    out = b2.add_buffer(0, dev.allocate([4], "float32"))
-    b2.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "nope*2"}))
-    b2.set_output_buffer(out)
     with pytest.raises(PlanError, match="unknown variable 'nope'"):
-        b2.build()
+        _rows_plan(dev, "nope*2")
 
 
 @needs_cc
 def test_replicas_keep_variables_and_replay_settings(dev: CpuDevice) -> None:
-    prog = dev.compile(ADD, "k", buf_count=1, var_names=["n", "m"])
-    b = ExecutionPlanBuilder(dev)
-    b.set_var_values({"rows": 3})
-    out = b.add_buffer(0, dev.allocate([4], "float32"))
-    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": "rows*2"},
-                            runtime_vars=[RuntimeVar("rows", 0, 10), RuntimeVar("n", 0, 4)]))  # fmt: skip
-    b.set_output_buffer(out)
-    plan = b.build()
+    plan = _rows_plan(dev, "rows*2")
     plan.set_native_replay(False)
     replica = plan.replicate()
     assert replica.native_replay is False
