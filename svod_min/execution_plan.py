@@ -796,28 +796,38 @@ class ExecutionPlan:
         ``prepare`` runs first under the same lock hold (so another thread cannot
         slip in between); its errors (bad variables) do not poison.
         """
-        with self._held():
-            self._check_runnable()
-            if prepare is not None:
-                prepare()
+        me = threading.get_ident()  # _held() inlined: this is every replay's fixed cost
+        if self._owner == me:
+            raise ExecutionError(_REENTERED)
+        with self._lock:
+            self._owner = me
             try:
-                return body()
-            except SvodError as exc:
-                self._poisoned = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-                raise
-            except Exception as exc:
-                self._poisoned = "%s: %s" % (type(exc).__name__, exc)
-                raise ExecutionError("plan execution failed: %s: %s" % (type(exc).__name__, exc)) from exc
-            except BaseException as exc:  # KeyboardInterrupt mid-run: buffers are half-updated
-                self._poisoned = "interrupted by %s" % type(exc).__name__
-                raise
+                self._check_runnable()
+                if prepare is not None:
+                    prepare()
+                return self._poisoning(body)
+            finally:
+                self._owner = None
+
+    def _poisoning(self, body: Callable[[], Any]) -> Any:
+        try:
+            return body()
+        except SvodError as exc:
+            self._poisoned = "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            raise
+        except Exception as exc:
+            self._poisoned = "%s: %s" % (type(exc).__name__, exc)
+            raise ExecutionError("plan execution failed: %s: %s" % (type(exc).__name__, exc)) from exc
+        except BaseException as exc:  # KeyboardInterrupt mid-run: buffers are half-updated
+            self._poisoned = "interrupted by %s" % type(exc).__name__
+            raise
 
     @contextlib.contextmanager
     def _held(self) -> Iterator[None]:
         """The plan lock; re-entering from the holding thread (a custom function running its own plan) is refused."""
         me = threading.get_ident()
         if self._owner == me:
-            raise ExecutionError("plan is already running on this thread (called again from one of its own ops)")
+            raise ExecutionError(_REENTERED)
         with self._lock:
             self._owner = me
             try:
@@ -1108,6 +1118,7 @@ class ExecutionPlan:
         return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
 
 
+_REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 _NATIVE_MAX_ARGS = 16  # native_replay.MAX_ARGS (not imported here: that module builds the C runner)
 
 
