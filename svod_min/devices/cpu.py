@@ -351,6 +351,7 @@ class CpuProgram:
 
     @property
     def closed(self) -> bool:
+        """False until :meth:`close` runs; plans check it before a replay."""
         return self._fn is None
 
     def close(self) -> None:
@@ -359,7 +360,8 @@ class CpuProgram:
         The pages are unmapped now, unless a callable from :meth:`bind` (a
         plan, ``LibraryKernel.bind``) still holds the code: then they are
         unmapped when the last such callable is gone. Unmapping under it
-        would make its next call jump into nothing (a segfault).
+        would make its next call jump into nothing (a segfault). Such a
+        callable refuses to run after close() (ExecutionError).
         """
         self._fn = None
         loaded, self._loaded = self._loaded, None
@@ -422,13 +424,22 @@ class CpuProgram:
         """
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
         self._bound = True  # fn (and through it the mapping) now lives as long as the callable
-        if n > 1 and threads == 1:
-            return partial(_run_range, fn, args, pos, 0, n)
         if n > 1:
-            return partial(self._dispatch, fn, args, pos, n)
+            run = partial(_run_range, fn, args, pos, 0, n) if threads == 1 else partial(self._dispatch, fn, args, pos, n)
+            return self._guarded(run)
         nbuf = self.buf_count
         cargs = [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
-        return partial(fn, *cargs)
+        return self._guarded(fn, cargs)
+
+    def _guarded(self, fn: Callable[..., None], cargs: Sequence[Any] = ()) -> Callable[[], None]:
+        """``fn(*cargs)`` behind a closed-flag check (a few ns): after close() the call is refused."""
+
+        def call() -> None:
+            if self._fn is None:
+                raise ExecutionError("program %s is closed: a callable bound before close() cannot run it" % self.name)
+            fn(*cargs)
+
+        return call
 
     def _prepare(
         self,
