@@ -727,8 +727,10 @@ class ObjectCache:
         for entry in self.entries():
             stem = os.path.basename(entry.path)[:64]
             try:
-                with open(entry.path, "rb") as fh:
-                    _decode(fh.read(), bytes.fromhex(stem))
+                raw = _read_entry(entry.path)[1]  # a FIFO or a link planted here: bad, not a hang
+                if raw is None:
+                    raise _BadEntry("not a regular file")
+                _decode(raw, bytes.fromhex(stem))
             except FileNotFoundError:
                 continue
             except (OSError, ValueError, _BadEntry):
