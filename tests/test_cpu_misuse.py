@@ -3,16 +3,19 @@ bound before the close) with ExecutionError naming it, never a jump into unmappe
 
 from __future__ import annotations
 
+import array
+import ctypes
 import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 from conftest import needs_cc
 
 from svod_min.devices.cpu import CpuDevice, CpuProgram
-from svod_min.error import ExecutionError
+from svod_min.error import BufferAllocationError, ExecutionError
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SRC = "void closeme(int* o, int core_id) { o[core_id] += 1; }"
@@ -87,3 +90,48 @@ def _verify_in_a_child(plant: str) -> "subprocess.CompletedProcess[str]":
 def test_cache_verify_reports_a_planted_fifo_or_device_link_instead_of_hanging(plant: str) -> None:
     result = _verify_in_a_child(plant)  # a blocking open() of a FIFO, an endless read of /dev/zero
     assert result.returncode == 0 and result.stdout.strip() == "True", result.stderr[-2000:]
+
+
+# --- copyin from typed memory (array.array, ctypes, memoryviews of arrays) ------------------------
+
+
+@pytest.mark.parametrize("dtype, source, message", [
+    ("int32", lambda: array.array("f", [1.0, 2.0]), "memory of format 'f' does not hold int32 elements"),
+    ("uint32", lambda: (ctypes.c_int32 * 2)(1, 2), "memory of format '<i' does not hold uint32 elements"),
+    ("float16", lambda: array.array("H", [1, 2]), "memory of format 'H' does not hold float16 elements"),
+    ("int64", lambda: array.array("d", [1.0, 2.0]), "memory of format 'd' does not hold int64 elements"),
+])  # fmt: skip
+def test_copyin_refuses_typed_memory_of_other_numbers(dev: CpuDevice, dtype: str, source: Any, message: str) -> None:
+    buf = dev.allocate([2], dtype).copyin([7, 7])
+    with pytest.raises(BufferAllocationError, match=message):
+        buf.copyin(source())  # same byte count: the bits used to land as they were
+    assert buf.tolist() == [7, 7]
+
+
+def test_copyin_takes_typed_memory_of_the_same_numbers_and_raw_bytes(dev: CpuDevice) -> None:
+    assert dev.allocate([2], "float32").copyin(array.array("f", [1.5, 2.5])).tolist() == [1.5, 2.5]
+    assert dev.allocate([2], "int64").copyin(array.array("l" if ctypes.sizeof(ctypes.c_long) == 8 else "q", [3, -4])).tolist() == [3, -4]
+    assert dev.allocate([2], "int32").copyin((ctypes.c_int32 * 2)(5, 6)).tolist() == [5, 6]
+    assert dev.allocate([1], "bfloat16").copyin(array.array("H", [0x3F80])).tolist() == [1.0]  # raw bits
+    assert dev.allocate([2], "bool").copyin(array.array("B", [1, 0])).tolist() == [True, False]
+    assert dev.allocate([1], "int32").copyin(bytearray(b"\x01\x00\x00\x00")).tolist() == [1]
+    assert dev.allocate([1], "float32").copyin(memoryview(b"\x00\x00\x80\x3f")).tolist() == [1.0]
+
+
+@needs_cc
+@pytest.mark.parametrize("buffers, vals", [(None, [0]), ("out", None), ("out", 3)])
+def test_execute_refuses_buffers_or_values_that_are_not_sequences(dev: CpuDevice, buffers: Any, vals: Any) -> None:
+    prog = _program(dev)
+    out = dev.allocate([2], "int32")
+    with pytest.raises(ExecutionError, match="closeme takes a sequence of buffers and one of values"):
+        prog.execute([out] if buffers == "out" else buffers, vals)  # was TypeError: has no len()
+    assert out.tolist() == [0, 0]
+
+
+@needs_cc
+def test_execute_refuses_one_bare_buffer_in_place_of_a_list(dev: CpuDevice) -> None:
+    prog = _program(dev)
+    out = dev.allocate([1], "int32")  # len() 1 == buf_count, but not a sequence of buffers
+    with pytest.raises(ExecutionError, match="closeme: buffer argument has no address"):
+        prog.execute(out, [0])  # type: ignore[arg-type]
+    assert out.tolist() == [0]

@@ -16,6 +16,8 @@ import ctypes
 import logging
 import mmap
 import os
+import struct
+import sys
 import threading
 import time
 import warnings
@@ -191,10 +193,17 @@ class CpuBuffer:
             return pack_values(self.dtype, data)
         try:
             view = memoryview(data)
-            if view.nbytes == 0:
-                return b""
+        except TypeError as exc:  # not a buffer
+            raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
+        if not _format_fits(view.format, self.dtype):  # typed memory (array.array, numpy): same rule as arrays
+            raise BufferAllocationError(
+                "memory of format %r does not hold %s elements (pass bytes, or convert first)" % (view.format, self.dtype.name)
+            )
+        if view.nbytes == 0:
+            return b""
+        try:
             return view.cast("B") if view.c_contiguous else view.tobytes()
-        except (TypeError, ValueError) as exc:  # not a buffer, or one cast() cannot flatten (empty 2-D)
+        except (TypeError, ValueError) as exc:  # a layout cast() cannot flatten
             raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
 
 
@@ -223,6 +232,25 @@ def _numpy_dtype_fits(have: Any, dt: DType) -> bool:
     if dt.name == "bfloat16":
         return have.name == "uint16"
     return have.name == dt.numpy_name
+
+
+_RAW_FORMATS = ("B", "b", "c")  # bytes-like: copied as raw bytes into any buffer
+_FORMAT_KINDS = dict([(c, "int") for c in "bhilqn"] + [(c, "uint") for c in "BHILQN"] + [(c, "float") for c in "efd"] + [("?", "bool")])
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+def _format_fits(fmt: str, dt: DType) -> bool:
+    """A memoryview's struct format holds ``dt``'s numbers: same kind and size in native order
+    (``l`` is ``q`` on LP64), raw bytes, uint16 bits for bfloat16, anything 1-byte for 1-byte types."""
+    code = fmt[1:] if fmt[:1] in ("@", "=", _NATIVE_ORDER) else fmt
+    if code in _RAW_FORMATS:
+        return True
+    if code not in _FORMAT_KINDS:
+        return False  # another byte order, structs, arrays of arrays, pointers
+    size = struct.calcsize(code)
+    if dt.itemsize == 1 or (dt.name == "bfloat16" and code == "H"):
+        return size == dt.itemsize
+    return _FORMAT_KINDS[code] == _FORMAT_KINDS.get(dt.fmt) and size == dt.itemsize
 
 
 def _index(value: Any, what: str) -> int:
@@ -470,15 +498,20 @@ class CpuProgram:
         return dims[0]
 
     def _args(self, buffers: Sequence[BufferLike], vals: Sequence[Any]) -> List[Any]:
-        if len(buffers) != self.buf_count:
-            raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, len(buffers)))
-        if len(vals) != len(self.var_names):
+        try:
+            nbuf, nval = len(buffers), len(vals)
+        except TypeError:  # None, a bare buffer or number: say which argument, not "has no len()"
+            raise ExecutionError("%s takes a sequence of buffers and one of values, got %s and %s"
+                                 % (self.name, type(buffers).__name__, type(vals).__name__)) from None
+        if nbuf != self.buf_count:
+            raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, nbuf))
+        if nval != len(self.var_names):
             raise ExecutionError(
-                "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), len(vals))
+                "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), nval)
             )
         try:  # per-dispatch hot path: CpuBuffer / anything with .address / a raw int
             args = [b if type(b) is int else b.address for b in buffers]
-        except AttributeError as exc:
+        except (AttributeError, TypeError) as exc:  # TypeError: a sized non-sequence (one bare buffer)
             raise ExecutionError("%s: buffer argument has no address (%s)" % (self.name, exc)) from None
         if vals:
             args.extend(_check_vals(self.var_names, vals))
