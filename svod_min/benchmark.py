@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .error import CompilationError, ExecutionError, LoaderError
+from .error import CompilationError, DeviceError, ExecutionError, LoaderError
 
 log = logging.getLogger("svod_min.benchmark")
 
@@ -49,6 +49,10 @@ _now = time.perf_counter  # module attribute so tests can substitute a fake cloc
 # --- configuration and result ---------------------------------------------------
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is not a run count
+
+
 @dataclass
 class BenchmarkConfig:
     """How :func:`benchmark_kernel` measures (svod's defaults: min of 3, no warm-up).
@@ -70,14 +74,15 @@ class BenchmarkConfig:
     clock_warmup: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.warmup_runs, int) or self.warmup_runs < 0:
-            raise ValueError("warmup_runs must be an int >= 0, got %r" % (self.warmup_runs,))
-        if not isinstance(self.timing_runs, int) or self.timing_runs < 1:
-            raise ValueError("timing_runs must be an int >= 1, got %r" % (self.timing_runs,))
+        # ValueError, not a project type: error.py has no configuration error, and callers catch ValueError.
+        for name, least in (("warmup_runs", 0), ("timing_runs", 1)):
+            value = getattr(self, name)
+            if not _is_int(value) or value < least:
+                raise ValueError("%s must be an int >= %d, got %r" % (name, least, value))
         for name in ("early_stop", "warmup_budget"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value >= 0):
-                raise ValueError("%s must be seconds >= 0 or None, got %r" % (name, value))
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
+                raise ValueError("%s must be seconds >= 0 or None, got %r" % (name, value))  # nan fails >= 0
 
     @property
     def clock_budget(self) -> Optional[float]:
@@ -386,7 +391,10 @@ def warmup_thread_pool(device: Any = None) -> int:
     if device is None:
         ensure_thread_pool()
         return create_cpu_device().threads
-    _touch_workers(device.pool, device.threads)
+    threads = getattr(device, "threads", None)
+    if not _is_int(threads) or threads < 1 or not callable(getattr(getattr(device, "pool", None), "submit", None)):
+        raise DeviceError("warmup_thread_pool needs a CPU device (a pool and threads >= 1), got %s" % type(device).__name__)
+    _touch_workers(device.pool, threads)
     return int(device.threads)
 
 

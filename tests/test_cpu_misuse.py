@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -135,3 +136,24 @@ def test_execute_refuses_one_bare_buffer_in_place_of_a_list(dev: CpuDevice) -> N
     with pytest.raises(ExecutionError, match="closeme: buffer argument has no address"):
         prog.execute(out, [0])  # type: ignore[arg-type]
     assert out.tolist() == [0]
+
+
+# --- benchmark: configurations and devices ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [dict(timing_runs=True), dict(warmup_runs=False), dict(early_stop=float("nan")),
+                                    dict(early_stop=True), dict(warmup_budget=float("nan"))])
+def test_benchmark_config_refuses_bools_and_nan(kwargs: Any) -> None:
+    from svod_min.benchmark import BenchmarkConfig
+
+    with pytest.raises(ValueError, match="must be"):  # error.py has no configuration error: plain ValueError
+        BenchmarkConfig(**kwargs)
+
+
+@pytest.mark.parametrize("device", [object(), SimpleNamespace(threads=2), SimpleNamespace(threads=True, pool=None)])
+def test_warmup_thread_pool_refuses_what_is_not_a_cpu_device(device: Any) -> None:
+    from svod_min.benchmark import warmup_thread_pool
+    from svod_min.error import DeviceError
+
+    with pytest.raises(DeviceError, match="warmup_thread_pool needs a CPU device"):
+        warmup_thread_pool(device)  # was AttributeError: no attribute 'pool'
