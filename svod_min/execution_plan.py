@@ -137,6 +137,9 @@ def register_custom_function(kind: str, fn: CustomFn) -> None:
     """Register ``fn(buffers, vars, attrs)`` for custom ops of ``kind``.
 
     ``buffers`` are numpy views when numpy is installed, else the plan's buffers.
+    ``vars`` holds the op's ``runtime_vars`` at their current plan values (from
+    ``set_var_values`` / ``execute_with_vars``; one never set is absent), then
+    its ``fixedvars``, which win, as they do for kernels.
     """
     _custom_functions[kind] = fn
 
@@ -301,6 +304,7 @@ class ExecutionPlanBuilder:
 
     def add_buffer(self, ast_id: int, buffer: Any) -> int:
         """Add a buffer; returns its index. ``ast_id`` names it for :meth:`ExecutionPlan.buffer`."""
+        _check_buffer(ast_id, buffer)
         self._buffers.append(buffer)
         index = len(self._buffers) - 1
         self._ast_to_buffer[ast_id] = index
@@ -332,8 +336,10 @@ class ExecutionPlanBuilder:
 
     def add_op_with_instance_dependencies(self, op: PreparedOp, dependencies: Sequence[int]) -> int:
         """Append an op that also depends on the ops at these indices."""
-        index = self.add_op(op)
-        self._instance_deps[index] = list(dependencies)
+        index = len(self._ops)
+        if not isinstance(dependencies, (list, tuple)) or not all(type(d) is int for d in dependencies):
+            raise PlanError("op %d: instance dependencies must be a list of op indices (ints), got %r" % (index, dependencies))
+        self._instance_deps[self.add_op(op)] = list(dependencies)
         return index
 
     @property
@@ -371,7 +377,7 @@ class ExecutionPlanBuilder:
         return list(self._outputs)
 
     def _check_index(self, idx: int, what: str) -> None:
-        if not isinstance(idx, int) or not 0 <= idx < len(self._buffers):
+        if type(idx) is not int or not 0 <= idx < len(self._buffers):  # True is not buffer 1
             raise PlanError("%s: buffer index out of range: %r (%d buffers)" % (what, idx, len(self._buffers)))
 
     def _check_op(self, index: int, op: PreparedOp) -> None:
@@ -380,6 +386,7 @@ class ExecutionPlanBuilder:
         where = "op %d (id %r)" % (index, op.id)
         if type(op.id) is not int or not isinstance(op.buffer_indices, (list, tuple)):
             raise PlanError("%s: id must be an int and buffer_indices a list" % where)
+        _check_fields(where, op)
         for idx in op.buffer_indices:
             self._check_index(idx, where)
         if isinstance(op, PreparedKernel):
@@ -400,6 +407,8 @@ class ExecutionPlanBuilder:
                 )
 
     def _check_kernel_op(self, where: str, op: PreparedKernel) -> None:
+        if not isinstance(op.kernel, CachedKernel):
+            raise PlanError("%s: kernel must be a CachedKernel, got %s" % (where, type(op.kernel).__name__))
         nbuf, names = len(op.buffer_indices), op.kernel.var_names
         if not op.output_indices:
             raise PlanError("%s: kernel %s has no output indices" % (where, op.kernel.entry_point))
@@ -412,6 +421,9 @@ class ExecutionPlanBuilder:
             raise PlanError("%s: kernel %s takes %d buffers, got %d" % (where, op.kernel.entry_point, count, nbuf))
         if len(op.vals) != len(names):
             raise PlanError("%s: %d values for variables %s" % (where, len(op.vals), names))
+        takes = getattr(op.kernel.program, "var_names", names)
+        if len(takes) != len(names):
+            raise PlanError("%s: kernel %s takes variables %s, the op names %s" % (where, op.kernel.entry_point, list(takes), list(names)))
         if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in op.vals):
             raise PlanError("%s: vals must be ints, got %r" % (where, op.vals))
         for name, value in op.fixedvars.items():  # sizes are checked with these: they must be what runs
@@ -426,6 +438,7 @@ class ExecutionPlanBuilder:
 
     def _apply_var_exprs(self, where: str, op: PreparedKernel) -> None:
         """Kernel variables bound to expressions start from the plan variables' current values."""
+        op.vals = list(op.vals)  # a tuple is accepted: the values are patched in place from here on
         for name, text in op.var_exprs.items():
             if name not in op.kernel.var_names:
                 raise PlanError("%s: var_exprs names %r, not a variable of %s" % (where, name, op.kernel.entry_point))
@@ -492,6 +505,7 @@ class ExecutionPlan:
         self.native = _native_default()
         self.graphs = _graphs_default()
         self._var_values: Dict[str, int] = {}
+        self._programs: List[Tuple[str, Any]] = []  # (kernel name, program): checked for close() before runs
 
     # -- preparation -------------------------------------------------------------------------
 
@@ -504,6 +518,7 @@ class ExecutionPlan:
             if isinstance(op, PreparedKernel):
                 self._bind_kernel(index, op)
         self._gpu_launches = any(_graphable(call) for call in self._calls)  # launch objects never change type
+        self._programs = _programs(self._ops)
         accesses = [self._accesses(op) for op in self._ops]
         barrier = [self._is_barrier(op) for op in self._ops]
         self._groups = [_group_level(level, accesses, barrier) for level in self.op_levels]
@@ -747,6 +762,17 @@ class ExecutionPlan:
         if self._released:
             raise ExecutionError("plan's intermediate buffers were released; it cannot run again")
 
+    def _check_programs(self) -> None:
+        """Refuse a kernel whose program was closed after build, before anything runs.
+
+        O(programs), so plain execute() does not pay it (replay speed): there the
+        Python path's bound calls refuse, and the native runner calls the code
+        that close() leaves mapped while the plan holds it.
+        """
+        for name, program in self._programs:
+            if getattr(program, "closed", False):
+                raise ExecutionError("kernel %s: its program was closed; build a new plan" % name)
+
     def _run_op(self, index: int) -> None:
         op = self._ops[index]
         call = self._calls[index]
@@ -853,7 +879,7 @@ class ExecutionPlan:
 
     def execute_profiled(self) -> List[KernelProfile]:
         """Run every op once, serially, timing each; returns a profile per op in execution order."""
-        return self._guarded(self._run_profiled)
+        return self._guarded(self._run_profiled, prepare=self._check_programs)
 
     def _run_profiled(self) -> List[KernelProfile]:
         """GPU launches report device time (CUDA events); other GPU ops are synchronized so wall time is real."""
@@ -977,10 +1003,14 @@ class ExecutionPlan:
         Both happen under one hold of the plan lock, so a concurrent caller
         can never run the plan with this call's values or vice versa.
         """
-        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
+        self._guarded(self._run_levels, prepare=lambda: self._prepare_vars(var_vals))
 
     def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
-        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
+        return self._guarded(self._run_profiled, prepare=lambda: self._prepare_vars(var_vals))
+
+    def _prepare_vars(self, var_vals: Mapping[str, int]) -> None:
+        self._check_programs()
+        self._apply_vars(self._check_vars(var_vals))
 
     # -- buffers ---------------------------------------------------------------------------------
 
@@ -1067,6 +1097,7 @@ class ExecutionPlan:
         """
         with self._held():
             self._check_runnable()
+            self._check_programs()
             written = self._written_buffers()
             mapping: Dict[int, Any] = {}
             new_storage: Dict[int, Any] = {}
@@ -1118,6 +1149,45 @@ class ExecutionPlan:
         return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
 
 
+_FIELD_TYPES = {  # field -> (accepted types, what to call them): checked before any field is used
+    "vals": ((list, tuple), "a list"),
+    "output_indices": ((list, tuple), "a list"),
+    "dependencies": ((list, tuple), "a list of op ids"),
+    "fixedvars": (dict, "a dict of names to ints"),
+    "extents": (dict, "a dict of positions to sizes"),
+    "var_exprs": (dict, "a dict of names to expressions"),
+    "runtime_vars": ((list, tuple), "a list of RuntimeVar"),
+    "attrs": (dict, "a dict"),
+    "kind": (str, "a str"),
+}
+
+
+def _check_fields(where: str, op: PreparedOp) -> None:
+    """Malformed fields are PlanErrors naming them (not TypeErrors or IndexErrors from deep in build)."""
+    for name, (types, what) in _FIELD_TYPES.items():
+        value = getattr(op, name, types)
+        if value is not types and not isinstance(value, types):
+            raise PlanError("%s: %s must be %s, got %s" % (where, name, what, type(value).__name__))
+    for dep in op.dependencies:
+        if type(dep) is not int:
+            raise PlanError("%s: dependencies must be op ids (ints), got %r" % (where, dep))
+    for var in getattr(op, "runtime_vars", ()):
+        if not isinstance(var, RuntimeVar):
+            raise PlanError("%s: runtime_vars must hold RuntimeVar, got %s" % (where, type(var).__name__))
+    for name, value in getattr(op, "fixedvars", {}).items():
+        if type(name) is not str or isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise PlanError("%s: fixedvars must map names to ints, got %r: %r" % (where, name, value))
+    if isinstance(op, PreparedBufferView) and not all(type(v) is int for v in (op.byte_offset, op.byte_size)):
+        raise PlanError("%s: view byte_offset and byte_size must be ints" % where)
+
+
+def _check_buffer(ast_id: Any, buffer: Any) -> None:
+    """What build, hazard grouping and binding read from a buffer: refuse anything else up front."""
+    ok = all(type(getattr(buffer, a, None)) is int for a in ("offset", "nbytes")) and hasattr(buffer, "storage")
+    if not ok or not isinstance(getattr(getattr(buffer, "dtype", None), "itemsize", None), int):
+        raise PlanError("add_buffer(%r): not a device buffer: %s" % (ast_id, type(buffer).__name__))
+
+
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 _NATIVE_MAX_ARGS = 16  # native_replay.MAX_ARGS (not imported here: that module builds the C runner)
 
@@ -1126,6 +1196,15 @@ def _on_pool_worker() -> bool:
     from .devices.cpu import _worker  # on use: GPU-only plans need not import the CPU device
 
     return bool(getattr(_worker, "active", False))
+
+
+def _programs(ops: Sequence[PreparedOp]) -> List[Tuple[str, Any]]:
+    """Each kernel op's program once, with the first kernel name that uses it."""
+    seen: Dict[int, Tuple[str, Any]] = {}
+    for op in ops:
+        if isinstance(op, PreparedKernel):
+            seen.setdefault(id(op.kernel.program), (op.kernel.entry_point, op.kernel.program))
+    return list(seen.values())
 
 
 def _work(expr: Optional[Union[int, str]], env: Mapping[str, int]) -> Optional[int]:

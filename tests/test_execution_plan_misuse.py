@@ -267,3 +267,95 @@ def test_closing_a_program_under_a_plan_does_not_crash_it() -> None:
     assert len(lines) == 3 and set(lines[:2]) <= {"[2.0, 2.0, 2.0, 2.0]", "refused True"}, lines
     assert lines[1] == "refused True"  # the Python replay's bound call checks CpuProgram.closed
     assert lines[2] == "ExecutionError program k is closed"
+
+
+@needs_cc
+def test_a_closed_programs_kernel_is_refused_by_name_before_anything_runs() -> None:
+    # The native runner keeps calling the code close() leaves mapped: without a pre-run check a closed
+    # program still ran under execute_with_vars, while the Python path failed half-way and poisoned.
+    code = textwrap.dedent('''
+        from svod_min.devices.cpu import CpuDevice
+        from svod_min.execution_plan import ExecutionPlanBuilder, PreparedKernel, RuntimeVar
+        from svod_min.kernel_cache import CachedKernel
+        from svod_min.error import ExecutionError
+        dev = CpuDevice(threads=1)
+        src = "void %s(float* o, int n) { for (int i = 0; i < n; i++) o[i] += 1.f; }"
+        progs = [dev.compile(src % name, name, buf_count=1, var_names=["n"]) for name in ("first", "second")]
+        b = ExecutionPlanBuilder(dev)
+        out = b.add_buffer(0, dev.allocate([4], "float32"))
+        for i, prog in enumerate(progs):
+            kernel = CachedKernel(prog, "CPU", "", prog.name, ["n"], [0], [0], [], True, (1, 1, 1))
+            b.add_op(PreparedKernel(i, kernel, [out], [0], [4], runtime_vars=[RuntimeVar("n", 0, 4)]))
+        b.set_output_buffer(out)
+        plan = b.build()
+        plan.set_native_replay(True)
+        progs[1].close()
+        for call in (lambda: plan.execute_with_vars({"n": 4}), plan.execute_profiled, plan.replicate):
+            try:
+                call()
+                print("ran")
+            except ExecutionError as exc:
+                print(exc)
+        print(plan.output_buffer().tolist(), plan.poisoned)
+    ''')
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    refused = "kernel second: its program was closed; build a new plan"
+    assert result.stdout.splitlines() == [refused] * 3 + ["[0.0, 0.0, 0.0, 0.0] False"]
+
+
+@pytest.mark.parametrize("buffer", ["hello", None, 3, object()])
+def test_add_buffer_refuses_what_is_not_a_buffer(dev: CpuDevice, buffer: Any) -> None:
+    b = ExecutionPlanBuilder(dev)
+    with pytest.raises(PlanError, match=r"add_buffer\(7\): not a device buffer: %s" % type(buffer).__name__):
+        b.add_buffer(7, buffer)  # was accepted, then an AttributeError (or a bind-time error) at build
+
+
+@needs_cc
+@pytest.mark.parametrize("edit, message", [
+    (lambda op: setattr(op, "vals", None), r"vals must be a list, got NoneType"),
+    (lambda op: setattr(op, "dependencies", None), r"dependencies must be a list of op ids, got NoneType"),
+    (lambda op: setattr(op, "dependencies", ["x"]), r"dependencies must be op ids \(ints\), got 'x'"),
+    (lambda op: setattr(op, "buffer_indices", [False]), r"buffer index out of range: False"),  # not buffer 0
+    (lambda op: setattr(op, "extents", [0]), r"extents must be a dict of positions to sizes, got list"),
+    (lambda op: setattr(op, "fixedvars", {"n": "4"}), r"fixedvars must map names to ints, got 'n': '4'"),
+    (lambda op: setattr(op, "runtime_vars", ["n"]), r"runtime_vars must hold RuntimeVar, got str"),
+    (lambda op: setattr(op, "kernel", "k"), r"kernel must be a CachedKernel, got str"),
+    (lambda op: setattr(op, "kernel", _kernel(op.kernel.program, "k", ["n", "m"])) or op.vals.append(1),
+     r"kernel k takes variables \['n'\], the op names \['n', 'm'\]"),
+])  # fmt: skip
+def test_malformed_kernel_op_fields_are_plan_errors(dev: CpuDevice, edit: Any, message: str) -> None:
+    prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
+    b = ExecutionPlanBuilder(dev)
+    out = b.add_buffer(0, dev.allocate([4], "float32"))
+    op = PreparedKernel(0, _kernel(prog, "k", ["n"]), [out], [0], [4])
+    edit(op)
+    b.add_op(op)
+    b.set_output_buffer(out)
+    with pytest.raises(PlanError, match=r"op 0 \(id 0\): " + message):
+        b.build()
+
+
+def test_malformed_copy_view_custom_and_instance_dependencies_are_plan_errors(dev: CpuDevice) -> None:
+    from svod_min.execution_plan import PreparedBufferView, PreparedCopy
+
+    base = dev.allocate([4], "float32")
+    cases = [
+        (PreparedBufferView(0, [1, 0], "0", 8), r"op 0 \(id 0\): view byte_offset and byte_size must be ints"),
+        (PreparedCustomFunction(0, ["allreduce"], [0]), r"op 0 \(id 0\): kind must be a str, got list"),  # type: ignore[arg-type]
+        (PreparedCustomFunction(0, "allreduce", [0], attrs=None), r"attrs must be a dict, got NoneType"),  # type: ignore[arg-type]
+    ]
+    for op, message in cases:
+        b = ExecutionPlanBuilder(dev)
+        b.add_buffer(0, base)
+        b.add_buffer(1, base.view(0, 8, "float32"))
+        b.add_op(op)
+        b.set_output_buffer(0)
+        with pytest.raises(PlanError, match=message):
+            b.build()
+    b = ExecutionPlanBuilder(dev)
+    b.add_buffer(0, base)
+    for deps in (["x"], 0, [True]):
+        with pytest.raises(PlanError, match=r"op 0: instance dependencies must be a list of op indices \(ints\)"):
+            b.add_op_with_instance_dependencies(PreparedCopy(0, [0, 0]), deps)  # type: ignore[arg-type]
+    assert b.op_count == 0  # a refused op is not half-added
