@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ class TimelineSignal:
 
     def wait(self, value: int, timeout: Optional[float] = None) -> bool:
         """Block until the value is ``>= value``; False if ``timeout`` seconds pass first."""
-        value = _check_u64(value)
+        value, timeout = _check_u64(value), _check_timeout(timeout)
         with self._cond:
             return self._cond.wait_for(lambda: self._value >= value, timeout)
 
@@ -95,6 +96,18 @@ def _timeout_error(signal: TimelineSignal, value: int, timeout: Optional[float])
         "timed out after %gs waiting for %s timeline value %d (current value %d)"
         % (timeout or 0.0, signal.name or "device", value, signal.value)
     )
+
+
+def _check_timeout(timeout: Optional[float]) -> Optional[float]:
+    """Seconds or None; inf is None, a negative (a deadline already past) is 0.
+
+    nan would never expire, and a string or a bool fails deep inside a wait.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+        raise ExecutionError("timeout must be seconds (a number) or None, got %r" % (timeout,))
+    return None if timeout == math.inf else max(0.0, float(timeout))
 
 
 def _check_u64(value: int) -> int:
@@ -167,6 +180,8 @@ class DeviceContext:
 
     def signal_failure(self, value: int, error: BaseException) -> None:
         """Mark ``value`` done *and failed*: waiters wake up, then :meth:`wait_for` raises."""
+        if not isinstance(error, BaseException):  # wait_for chains it: "raise ... from error"
+            raise ExecutionError("signal_failure needs an exception, got %s" % type(error).__name__)
         self._complete(value, error)
 
     def _complete(self, value: int, error: Optional[BaseException]) -> None:
@@ -300,6 +315,7 @@ class DeviceContext:
         Waiting for a value nobody reserved is refused: it could never be
         reached by the ops known so far, so it would be a silent hang.
         """
+        timeout = _check_timeout(timeout)
         if _check_u64(value) == 0:
             return
         if value > self.last_reserved:
@@ -454,6 +470,13 @@ class ExecutionNode:
 
     def __post_init__(self) -> None:
         self.device = as_spec(self.device)
+        if isinstance(self.id, bool) or not isinstance(self.id, int):  # ids are sorted into levels
+            raise PlanError("node id must be an int, got %r" % (self.id,))
+        for name in ("inputs", "outputs", "predecessors", "buffer_access"):
+            if not isinstance(getattr(self, name), list):
+                raise PlanError("node %d: %s must be a list, got %s" % (self.id, name, type(getattr(self, name)).__name__))
+        if not all(isinstance(a, KernelBufferAccess) for a in self.buffer_access):
+            raise PlanError("node %d: buffer_access holds KernelBufferAccess items (KernelBufferAccess.of(buf))" % self.id)
 
 
 class ExecutionGraph:
@@ -480,6 +503,8 @@ class ExecutionGraph:
 
     def add_node(self, node: ExecutionNode) -> int:
         """Add ``node``; a duplicate id is a :class:`PlanError`. Returns its id."""
+        if not isinstance(node, ExecutionNode):
+            raise PlanError("graph nodes must be ExecutionNode, got %s" % type(node).__name__)
         if node.id in self._nodes:
             raise PlanError("duplicate node id %d" % node.id)
         self._nodes[node.id] = node
@@ -617,6 +642,8 @@ class UnifiedExecutor:
         :class:`ExecutionError`, and the error propagates here (wrapped in
         ``ExecutionError`` unless it already is an svod_min error).
         """
+        if not callable(fn):  # refused before a value is reserved (and recorded as failed)
+            raise ExecutionError("execute_kernel needs a callable, got %s" % type(fn).__name__)
         ctx = self.add_device(device)
         value = ctx.next_timeline()
         try:
@@ -645,6 +672,7 @@ class UnifiedExecutor:
         already reserved on the source device. With a CUDA side the copy is
         queued on its stream (see :func:`_stream_transfer`).
         """
+        timeout = _check_timeout(timeout)
         for what, buf in (("source", src), ("destination", dst)):
             if not isinstance(getattr(buf, "nbytes", None), int):
                 raise ExecutionError("transfer %s must be a device buffer, got %s" % (what, type(buf).__name__))
@@ -673,6 +701,7 @@ class UnifiedExecutor:
 
     def synchronize_all(self, timeout: Optional[float] = None) -> None:
         """Wait for every value reserved so far on every device (``timeout`` is the total)."""
+        timeout = _check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             contexts = list(self._contexts.values())
