@@ -426,9 +426,11 @@ class ExecutionPlanBuilder:
             raise PlanError("%s: kernel %s takes variables %s, the op names %s" % (where, op.kernel.entry_point, list(takes), list(names)))
         if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in op.vals):
             raise PlanError("%s: vals must be ints, got %r" % (where, op.vals))
-        for name, value in op.fixedvars.items():  # sizes are checked with these: they must be what runs
+        for name, value in op.fixedvars.items():  # a declared fixed value must be the one that runs
             if name in names and op.vals[names.index(name)] != value:
                 raise PlanError("%s: fixed variable %s=%r but vals gives %r" % (where, name, value, op.vals[names.index(name)]))
+            if name in op.var_exprs:  # the expression would patch vals away from the fixed value
+                raise PlanError("%s: variable %s is both fixed (%r) and bound to %r" % (where, name, value, op.var_exprs[name]))
         allowed = set(names) | set(op.fixedvars)
         for what, expr in (("flops", op.flops), ("bytes_moved", op.bytes_moved)):
             unknown = sorted(compile_expr(expr).names - allowed) if expr is not None else []
@@ -649,8 +651,10 @@ class ExecutionPlan:
         return out
 
     def _env(self, op: Union[PreparedKernel, PreparedCustomFunction]) -> Dict[str, int]:
-        env = dict(zip(op.kernel.var_names, op.vals)) if isinstance(op, PreparedKernel) else {}
-        env.update(op.fixedvars)
+        """Sizes and extents see exactly the values that are dispatched; fixedvars only add other names."""
+        env = dict(op.fixedvars)
+        if isinstance(op, PreparedKernel):
+            env.update(zip(op.kernel.var_names, op.vals))
         return env
 
     def _launch(self, op: PreparedKernel, env: Mapping[str, int]) -> Tuple[int, int, int]:

@@ -55,6 +55,23 @@ def test_fixed_variables_must_be_the_values_that_run(dev: CpuDevice) -> None:
 
 
 @needs_cc
+def test_a_fixed_variable_cannot_also_be_bound_to_an_expression(dev: CpuDevice) -> None:
+    prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
+    arena = dev.allocate([8], "float32").copyin([7.0] * 8)
+    b = ExecutionPlanBuilder(dev)
+    b.set_var_values({"rows": 4})
+    small = b.add_buffer(0, arena.view(0, 16, "float32"))
+    canary = b.add_buffer(1, arena.view(16, 16, "float32"))
+    # extents were checked with the fixed n=4 while var_exprs patched vals to n=8: 4 floats past the buffer
+    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n"]), [small], [0], vals=[4], fixedvars={"n": 4}, extents={0: "n"},
+                            var_exprs={"n": "rows*2"}, runtime_vars=[RuntimeVar("rows", 1, 8)]))  # fmt: skip
+    b.set_output_buffers([small, canary])
+    with pytest.raises(PlanError, match=r"op 0 \(id 0\): variable n is both fixed \(4\) and bound to 'rows\*2'"):
+        b.build().execute()
+    assert arena.tolist() == [7.0] * 8
+
+
+@needs_cc
 def test_kernels_with_more_arguments_than_the_native_runner_take_the_python_path(dev: CpuDevice) -> None:
     assert _NATIVE_MAX_ARGS == native_replay.MAX_ARGS
     names = ["a%d" % i for i in range(16)]
