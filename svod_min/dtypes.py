@@ -122,9 +122,17 @@ def unpack_values(dt: DType, data: Union[bytes, memoryview]) -> List[Any]:
     return values
 
 
+def _refuse_text(values: Sequence[Any]) -> None:
+    for v in values:
+        if v is None or isinstance(v, (str, bytes, bytearray)):
+            raise TypeError("%r is not a number" % (v,))
+
+
 def pack_values(dt: DType, values: Sequence[Any]) -> bytes:
     """Encode Python scalars as native-endian bytes of ``dt``."""
     try:
+        if dt is bfloat16 or dt is bool_:  # float() and "?" would take "1.5", b"0" or None without a word
+            _refuse_text(values)
         if dt is bfloat16:
             values = [float_to_bf16_bits(float(v)) for v in values]
         return struct.pack("=%d%s" % (len(values), dt.fmt), *values)

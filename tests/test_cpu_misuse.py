@@ -226,3 +226,15 @@ def test_execution_graph_refuses_malformed_nodes(make: Any, message: str) -> Non
 
     with pytest.raises(PlanError, match=message):
         make()
+
+
+# --- lists of values: bfloat16 and bool take numbers only ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype, values", [("bfloat16", ["1.5"]), ("bfloat16", [b"2"]), ("bool", ["no"]), ("bool", [None])])
+def test_copyin_lists_of_text_are_refused_for_types_struct_does_not_check(dev: CpuDevice, dtype: str, values: Any) -> None:
+    buf = dev.allocate([1], dtype)
+    with pytest.raises(BufferAllocationError, match="cannot pack values as %s: .* is not a number" % dtype):
+        buf.copyin(values)  # float("1.5") and struct "?" ("no" is True) took them silently
+    assert dev.allocate([2], "bool").copyin([2, 0.0]).tolist() == [True, False]
+    assert dev.allocate([2], "bfloat16").copyin([1, 2.5]).tolist() == [1.0, 2.5]
