@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from conftest import needs_cc
 
-from svod_min.devices.cpu import CpuDevice, CpuProgram
+from svod_min.devices.cpu import CpuBuffer, CpuDevice, CpuProgram, CpuStorage
+from svod_min.dtypes import float32
 from svod_min.error import BufferAllocationError, ExecutionError
 from svod_min.executor import ExecutionGraph, ExecutionNode
 
@@ -238,3 +239,25 @@ def test_copyin_lists_of_text_are_refused_for_types_struct_does_not_check(dev: C
         buf.copyin(values)  # float("1.5") and struct "?" ("no" is True) took them silently
     assert dev.allocate([2], "bool").copyin([2, 0.0]).tolist() == [True, False]
     assert dev.allocate([2], "bfloat16").copyin([1, 2.5]).tolist() == [1.0, 2.5]
+
+
+# --- hand-built buffers and storages ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda st: CpuBuffer(None, 0, 4, float32, (1,)), "CpuBuffer takes a CpuStorage and a DType, got NoneType and DType"),
+    (lambda st: CpuBuffer(st, 0, 4, "float32", (1,)), "CpuBuffer takes a CpuStorage and a DType, got CpuStorage and str"),
+    (lambda st: CpuBuffer(st, 0, 4, float32, 1), "buffer shape must be a sequence of ints, got 1"),
+    (lambda st: CpuBuffer(st, 0, 4, float32, (-1, -1)), "buffer dimension must be >= 0, got -1"),
+    (lambda st: CpuBuffer(st, 0, 4, float32, (1.0,)), "buffer dimension must be an integer, got 1.0"),
+    (lambda st: CpuStorage(-1), "storage size must be >= 0, got -1"),
+    (lambda st: CpuStorage("8"), "storage size must be an integer, got '8'"),
+])  # fmt: skip
+def test_hand_built_buffers_and_storages_are_checked(make: Any, message: str) -> None:
+    with pytest.raises(BufferAllocationError, match=message):
+        make(CpuStorage(16))  # [-1, -1] spanned 4 bytes (product 1); the rest were raw exceptions
+
+
+def test_hand_built_buffer_shapes_become_int_tuples() -> None:
+    buf = CpuBuffer(CpuStorage(16), 0, 8, float32, [2])
+    assert buf.shape == (2,) and buf.tolist() == [0.0, 0.0]

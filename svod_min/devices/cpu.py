@@ -82,7 +82,7 @@ class CpuStorage:
 
     def __init__(self, nbytes: int) -> None:
         # mmap refuses length 0; a 0-byte buffer still gets a (1-page) mapping.
-        self.capacity = max(nbytes, 1)
+        self.capacity = max(_index(nbytes, "storage size"), 1)
         self.mm = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
         self.address: int = ctypes.addressof(self._anchor)
@@ -106,7 +106,11 @@ class CpuBuffer:
     def __post_init__(self) -> None:
         # Every buffer, views and hand-built ones alike, is a window its storage really has:
         # extents checks and kernels trust nbytes.
+        if not isinstance(self.storage, CpuStorage) or not isinstance(self.dtype, DType):
+            raise BufferAllocationError("CpuBuffer takes a CpuStorage and a DType, got %s and %s"
+                                        % (type(self.storage).__name__, type(self.dtype).__name__))
         offset, nbytes = _index(self.offset, "buffer offset"), _index(self.nbytes, "buffer size")
+        self.shape = _dims(self.shape)
         if offset + nbytes > self.storage.capacity:
             raise BufferAllocationError("buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity))
         if _product(self.shape) * self.dtype.itemsize != nbytes:
@@ -272,6 +276,13 @@ def _shape_for(nbytes: int, dt: DType, shape: Optional[Sequence[int]]) -> Shape:
     if _product(dims) * dt.itemsize != nbytes:
         raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(dims), dt.name, nbytes))
     return dims
+
+
+def _dims(shape: Any) -> Shape:
+    """A shape as a tuple of ints >= 0 (a hand-built buffer could claim [-1, -1] for 4 bytes)."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise BufferAllocationError("buffer shape must be a sequence of ints, got %r" % (shape,))
+    return tuple(_index(d, "buffer dimension") for d in shape)
 
 
 def _product(dims: Sequence[int]) -> int:
