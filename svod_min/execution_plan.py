@@ -508,6 +508,8 @@ class ExecutionPlan:
         self.graphs = _graphs_default()
         self._var_values: Dict[str, int] = {}
         self._programs: List[Tuple[str, Any]] = []  # (kernel name, program): checked for close() before runs
+        self._closes: Optional[List[int]] = None  # devices.cpu.CLOSES when the plan holds CpuPrograms
+        self._closes_seen = 0
 
     # -- preparation -------------------------------------------------------------------------
 
@@ -521,6 +523,8 @@ class ExecutionPlan:
                 self._bind_kernel(index, op)
         self._gpu_launches = any(_graphable(call) for call in self._calls)  # launch objects never change type
         self._programs = _programs(self._ops)
+        self._closes = _close_counter(self._programs)
+        self._closes_seen = self._closes[0] if self._closes is not None else 0  # bind refused closed ones
         accesses = [self._accesses(op) for op in self._ops]
         barrier = [self._is_barrier(op) for op in self._ops]
         self._groups = [_group_level(level, accesses, barrier) for level in self.op_levels]
@@ -765,13 +769,14 @@ class ExecutionPlan:
             raise PlanPoisonedError("plan is poisoned by an earlier failure (%s); build a new plan" % self._poisoned)
         if self._released:
             raise ExecutionError("plan's intermediate buffers were released; it cannot run again")
+        if self._closes is not None and self._closes[0] != self._closes_seen:  # some CpuProgram was closed
+            self._check_programs()
+            self._closes_seen = self._closes[0]
 
     def _check_programs(self) -> None:
-        """Refuse a kernel whose program was closed after build, before anything runs.
+        """Refuse a kernel whose program was closed after build, before anything runs (both replay paths).
 
-        O(programs), so plain execute() does not pay it (replay speed): there the
-        Python path's bound calls refuse, and the native runner calls the code
-        that close() leaves mapped while the plan holds it.
+        O(programs): :meth:`_check_runnable` calls it only when the process-wide close count moved.
         """
         for name, program in self._programs:
             if getattr(program, "closed", False):
@@ -1194,6 +1199,13 @@ def _check_buffer(ast_id: Any, buffer: Any) -> None:
 
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 _NATIVE_MAX_ARGS = 16  # native_replay.MAX_ARGS (not imported here: that module builds the C runner)
+
+
+def _close_counter(programs: List[Tuple[str, Any]]) -> Optional[List[int]]:
+    """The CPU device's close count when a plan holds CpuPrograms (None otherwise: nothing to watch)."""
+    from .devices import cpu  # on use: GPU-only plans need not import the CPU device
+
+    return cpu.CLOSES if any(isinstance(p, cpu.CpuProgram) for _, p in programs) else None
 
 
 def _on_pool_worker() -> bool:

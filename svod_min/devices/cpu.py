@@ -43,6 +43,9 @@ PAGE_SIZE = mmap.PAGESIZE
 _THREADS_ENV = "SVOD_THREADS"
 
 _worker = threading.local()  # .active is True on svod pool threads
+#: How many CpuPrograms were ever closed: plans compare it with the count they saw (one int per replay)
+#: and look for a closed program of theirs only when it moved.
+CLOSES = [0]
 
 Shape = Tuple[int, ...]
 BufferLike = Any  # a CpuBuffer, or anything with an int ``address`` (or a raw int)
@@ -402,6 +405,8 @@ class CpuProgram:
         would make its next call jump into nothing (a segfault). Such a
         callable refuses to run after close() (ExecutionError).
         """
+        if self._fn is not None:
+            CLOSES[0] += 1
         self._fn = None
         loaded, self._loaded = self._loaded, None
         if loaded is not None and not self._bound:
