@@ -888,7 +888,7 @@ class ExecutionPlan:
 
     def execute_profiled(self) -> List[KernelProfile]:
         """Run every op once, serially, timing each; returns a profile per op in execution order."""
-        return self._guarded(self._run_profiled, prepare=self._check_programs)
+        return self._guarded(self._run_profiled)
 
     def _run_profiled(self) -> List[KernelProfile]:
         """GPU launches report device time (CUDA events); other GPU ops are synchronized so wall time is real."""
@@ -1012,14 +1012,10 @@ class ExecutionPlan:
         Both happen under one hold of the plan lock, so a concurrent caller
         can never run the plan with this call's values or vice versa.
         """
-        self._guarded(self._run_levels, prepare=lambda: self._prepare_vars(var_vals))
+        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
 
     def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
-        return self._guarded(self._run_profiled, prepare=lambda: self._prepare_vars(var_vals))
-
-    def _prepare_vars(self, var_vals: Mapping[str, int]) -> None:
-        self._check_programs()
-        self._apply_vars(self._check_vars(var_vals))
+        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
 
     # -- buffers ---------------------------------------------------------------------------------
 
@@ -1105,8 +1101,7 @@ class ExecutionPlan:
         allocated fresh (zeroed); views are re-derived from the new storage.
         """
         with self._held():
-            self._check_runnable()
-            self._check_programs()
+            self._check_runnable()  # closed programs too
             written = self._written_buffers()
             mapping: Dict[int, Any] = {}
             new_storage: Dict[int, Any] = {}

@@ -230,15 +230,8 @@ def _numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
 
 
 def _numpy_dtype_fits(have: Any, dt: DType) -> bool:
-    """The array's elements are the buffer's: same dtype in native order, bfloat16 from its uint16 bits,
-    or raw bytes between 1-byte types (uint8, int8, bool)."""
-    if have.hasobject or not (have.isnative or have.itemsize == 1):
-        return False
-    if dt.itemsize == 1:
-        return True
-    if dt.name == "bfloat16":
-        return have.name == "uint16"
-    return have.name == dt.numpy_name
+    """The array's elements are the buffer's: :func:`_format_fits` on its type code, in native order."""
+    return not have.hasobject and (have.isnative or have.itemsize == 1) and _format_fits(have.char, dt)
 
 
 _RAW_FORMATS = ("B", "b", "c")  # bytes-like: copied as raw bytes into any buffer
