@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .benchmark import BenchmarkConfig, flush_caches, round_robin_min, warm_clock, warmup_thread_pool
 from .error import CompilationError, ExecutionError, SvodError
-from .kernels.errors import KernelParamError
+from .error import KernelParamError
 
 log = logging.getLogger("svod_min.autotune")
 
@@ -368,7 +368,7 @@ def _structural(key: str, sigs: Sequence[Tuple[Dict[str, Any], Any]]) -> bool:
 def _base_sig(name: str, dtype: str) -> Any:
     """The signature ``get(name, dtype=dtype)`` uses, else the first instance of that dtype."""
     from .kernels import catalogue, find_sig, host_variant
-    from .kernels.errors import KernelNotFoundError
+    from .error import KernelNotFoundError
 
     try:
         return find_sig(name, host_variant(), dtype=dtype)

@@ -151,6 +151,102 @@ class ExportError(SvodError):
     """A model from another framework could not be exported as a plan (says what and why)."""
 
 
+# --- kernel library -------------------------------------------------------
+
+
+class KernelParamError(PlanError):
+    """A kernel parameter, dtype, variable or expression the library cannot serve (a ValueError)."""
+
+
+class KernelNotFoundError(KernelParamError, LookupError):
+    """No kernel of that name in the catalogue."""
+
+
+class KernelArgumentError(ExecutionError, ValueError):
+    """Buffers or variables passed to a library kernel do not match its signature; nothing ran."""
+
+
+# --- plan files -----------------------------------------------------------
+
+
+class PlanFileError(PlanError):
+    """A plan file problem, with the JSON path of the offending value."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__("%s: %s" % (path, message) if path else message)
+        self.json_path = path
+
+
+# --- CUDA -----------------------------------------------------------------
+
+# CUresult codes a kernel leaves behind in its context: every later call in the process fails the same way
+# (illegal address, launch timeout, hardware stack error, illegal instruction, misaligned address,
+# invalid address space, invalid PC, launch failed).
+STICKY_ERRORS = frozenset({700, 702, 714, 715, 716, 717, 718, 719})
+STICKY_HINT = ("a kernel fault; the GPU context is now unusable and every later CUDA call in this process will "
+               "fail: restart the process")  # fmt: skip
+
+
+class CudaError(DeviceError):
+    """A driver call returned a non-zero ``CUresult``.
+
+    ``code`` is the number, ``name`` what ``cuGetErrorName`` says
+    (``CUDA_ERROR_OUT_OF_MEMORY``), ``description`` what ``cuGetErrorString``
+    says, ``function`` the driver entry point, ``log`` a JIT log when there
+    is one (module loads), ``sticky`` whether it is a kernel fault that leaves
+    the context unusable (the message then says to restart the process).
+    """
+
+    def __init__(self, function: str, code: int, name: str, description: str, log: str = "") -> None:
+        self.function, self.code, self.name, self.description, self.log = function, code, name, description, log
+        self.sticky = code in STICKY_ERRORS  # the context is lost: only a new process can use the GPU again
+        message = "%s failed: %s (%d): %s" % (function, name, code, description)
+        if self.sticky:
+            message += " (%s)" % STICKY_HINT
+        if log:
+            message += "\nJIT log:\n" + log.rstrip()
+        super().__init__(message)
+
+    def with_log(self, log: str, context: str = "") -> "CudaError":
+        """The same error, its message extended with ``context`` and a JIT log."""
+        err = CudaError(self.function, self.code, self.name, self.description, log)
+        if context:
+            err.args = ("%s: %s" % (context, err.args[0]),)
+        return err
+
+
+class CudaSymbolError(DeviceError):
+    """The loaded driver library lacks an entry point (a driver older than the call needs)."""
+
+
+class PtxError(DeviceError, ValueError):
+    """PTX text that breaks svod's rules, or that this driver cannot load."""
+
+
+class LaunchConfigError(DeviceError, ValueError):
+    """A grid / block / shared-memory request outside the device's limits (raised before launch)."""
+
+
+class ArgumentRangeError(DeviceError, VariableBoundsError):
+    """A kernel argument that does not fit its slot (int32 scalar, 64-bit pointer)."""
+
+
+class KernelVariableError(ExecutionError, VariableBoundsError):
+    """A library kernel's variable below its declared minimum (an ExecutionError, as before, and a VariableBoundsError)."""
+
+
+class ForkedChildError(DeviceError):
+    """CUDA initialised in a parent process was used in a forked child."""
+
+
+class ReleasedError(DeviceError):
+    """A device, module or graph used after its explicit ``close()`` / ``unload()``."""
+
+
+class FreedBufferError(ReleasedError, BufferAllocationError):
+    """A buffer whose storage was freed with ``CudaStorage.free()``."""
+
+
 __all__ = [
     "ExportError",
     "SvodError",
@@ -172,4 +268,17 @@ __all__ = [
     "ExecutionError",
     "PlanPoisonedError",
     "NotSupportedError",
+    "KernelParamError",
+    "KernelNotFoundError",
+    "KernelArgumentError",
+    "PlanFileError",
+    "CudaError",
+    "CudaSymbolError",
+    "PtxError",
+    "LaunchConfigError",
+    "ArgumentRangeError",
+    "KernelVariableError",
+    "ForkedChildError",
+    "ReleasedError",
+    "FreedBufferError",
 ]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values
-from .error import BufferAllocationError, NotSupportedError, PlanError, SvodError
+from .error import BufferAllocationError, NotSupportedError, PlanError, PlanFileError, SvodError
 from .execution_plan import (
     ExecutionPlan,
     ExecutionPlanBuilder,
@@ -40,13 +40,6 @@ _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
 _CPU_ONLY_VARS = ("core_id", "core_id_count")
 
-
-class PlanFileError(PlanError):
-    """A plan file problem, with the JSON path of the offending value."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__("%s: %s" % (path, message) if path else message)
-        self.json_path = path
 
 
 @dataclass

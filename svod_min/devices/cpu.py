@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..clang import CpuBackend
-from ..device_registry import DeviceSpec
+from ..device_spec import DeviceSpec
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ..error import (
     BufferAllocationError,

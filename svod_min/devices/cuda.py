@@ -32,14 +32,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..device_registry import DeviceSpec
+from ..device_spec import DeviceSpec
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ..error import (
     BufferAllocationError,
-    DeviceError,
     ExecutionError,
+    ForkedChildError,
+    FreedBufferError,
     InvalidDeviceError,
     NotSupportedError,
+    ReleasedError,
     UnsupportedDeviceError,
 )
 from . import cuda_api as api
@@ -107,16 +109,7 @@ def _cpu() -> Any:
 # --- errors ---------------------------------------------------------------------------------------
 
 
-class ForkedChildError(DeviceError):
-    """CUDA initialised in a parent process was used in a forked child."""
 
-
-class ReleasedError(DeviceError):
-    """A device, module or graph used after its explicit ``close()`` / ``unload()``."""
-
-
-class FreedBufferError(ReleasedError, BufferAllocationError):
-    """A buffer whose storage was freed with ``CudaStorage.free()``."""
 
 
 # Bumped by every explicit free / unload / close: a bound launch or graph re-checks its buffers and module

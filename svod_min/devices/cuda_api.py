@@ -34,7 +34,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..error import CompilationError, DeviceError, ExecutionError, NotSupportedError, VariableBoundsError
+from ..error import (
+    ArgumentRangeError, CompilationError, CudaError, CudaSymbolError, KernelVariableError, LaunchConfigError,
+    NotSupportedError, PtxError,
+)
 
 # --- C types -------------------------------------------------------------------------------------
 
@@ -197,14 +200,6 @@ CUDA_ERROR_LAUNCH_FAILED = 719
 CUDA_ERROR_NOT_SUPPORTED = 801
 CUDA_ERROR_UNKNOWN = 999
 
-# Errors a kernel leaves behind in its context: every later call in the process fails the same way.
-STICKY_ERRORS = frozenset({
-    CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_TIMEOUT, CUDA_ERROR_HARDWARE_STACK_ERROR,
-    CUDA_ERROR_ILLEGAL_INSTRUCTION, CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_INVALID_ADDRESS_SPACE,
-    CUDA_ERROR_INVALID_PC, CUDA_ERROR_LAUNCH_FAILED,
-})  # fmt: skip
-STICKY_HINT = ("a kernel fault; the GPU context is now unusable and every later CUDA call in this process will "
-               "fail: restart the process")  # fmt: skip
 
 # CUdevice_attribute
 ATTR_MAX_THREADS_PER_BLOCK = 1
@@ -246,36 +241,6 @@ CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 # --- errors ---------------------------------------------------------------------------------------
 
 
-class CudaError(DeviceError):
-    """A driver call returned a non-zero ``CUresult``.
-
-    ``code`` is the number, ``name`` what ``cuGetErrorName`` says
-    (``CUDA_ERROR_OUT_OF_MEMORY``), ``description`` what ``cuGetErrorString``
-    says, ``function`` the driver entry point, ``log`` a JIT log when there
-    is one (module loads), ``sticky`` whether it is a kernel fault that leaves
-    the context unusable (the message then says to restart the process).
-    """
-
-    def __init__(self, function: str, code: int, name: str, description: str, log: str = "") -> None:
-        self.function, self.code, self.name, self.description, self.log = function, code, name, description, log
-        self.sticky = code in STICKY_ERRORS  # the context is lost: only a new process can use the GPU again
-        message = "%s failed: %s (%d): %s" % (function, name, code, description)
-        if self.sticky:
-            message += " (%s)" % STICKY_HINT
-        if log:
-            message += "\nJIT log:\n" + log.rstrip()
-        super().__init__(message)
-
-    def with_log(self, log: str, context: str = "") -> "CudaError":
-        """The same error, its message extended with ``context`` and a JIT log."""
-        err = CudaError(self.function, self.code, self.name, self.description, log)
-        if context:
-            err.args = ("%s: %s" % (context, err.args[0]),)
-        return err
-
-
-class CudaSymbolError(DeviceError):
-    """The loaded driver library lacks an entry point (a driver older than the call needs)."""
 
 
 # --- the library ----------------------------------------------------------------------------------
@@ -400,20 +365,8 @@ def handle_array(handles: Sequence[Any]) -> Any:
 # --- errors of the pure helpers --------------------------------------------------------------------
 
 
-class PtxError(DeviceError, ValueError):
-    """PTX text that breaks svod's rules, or that this driver cannot load."""
 
 
-class LaunchConfigError(DeviceError, ValueError):
-    """A grid / block / shared-memory request outside the device's limits (raised before launch)."""
-
-
-class ArgumentRangeError(DeviceError, VariableBoundsError):
-    """A kernel argument that does not fit its slot (int32 scalar, 64-bit pointer)."""
-
-
-class KernelVariableError(ExecutionError, VariableBoundsError):
-    """A library kernel's variable below its declared minimum (an ExecutionError, as before, and a VariableBoundsError)."""
 
 
 

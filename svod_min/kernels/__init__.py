@@ -28,9 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..error import UnsupportedDeviceError
 from . import variants as _variants
-from .errors import KernelArgumentError, KernelNotFoundError, KernelParamError
+from ..error import KernelArgumentError, KernelNotFoundError, KernelParamError, UnsupportedDeviceError
 from .expr import EXPR_FUNCTIONS, OPS, c_dtype, fused_entry, render_elementwise
 from .sig import (
     CORE_COUNT,
@@ -369,7 +368,7 @@ def names() -> List[str]:
 
 
 def _device(device: Any) -> Any:
-    from ..device_registry import DeviceSpec
+    from ..device_spec import DeviceSpec
 
     if not isinstance(device, (str, DeviceSpec)):
         if hasattr(device, "compile") and hasattr(device, "threads"):

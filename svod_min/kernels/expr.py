@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import KernelParamError
+from ..error import KernelParamError
 
 # --- dtypes as C sees them ------------------------------------------------------
 

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-from .errors import KernelParamError
+from ..error import KernelParamError
 
 Dim = Union[int, str]
 ROLES = ("r", "w", "rw")

@@ -16,7 +16,7 @@ from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..clang import host_arch
 from ..error import LoaderError
-from .errors import KernelParamError
+from ..error import KernelParamError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANT_ENV = "SVOD_KERNELS_VARIANT"
