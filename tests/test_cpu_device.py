@@ -229,7 +229,7 @@ def test_numpy_bfloat16_and_empty(dev: CpuDevice) -> None:
 
 
 def test_no_numpy_path(dev: CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu, "_numpy", lambda: None)
+    monkeypatch.setattr(cpu, "numpy_module", lambda: None)
     buf = dev.allocate((3,), "int16")
     buf.copyin(struct.pack("=3h", -1, 2, 3))
     assert buf.tolist() == [-1, 2, 3]

@@ -16,8 +16,6 @@ import ctypes
 import logging
 import mmap
 import os
-import struct
-import sys
 import threading
 import time
 import warnings
@@ -27,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..clang import CpuBackend
 from ..device_spec import DeviceSpec
+from .common import check_index, dims_of, format_fits, nest, numpy_bytes, numpy_module, product, shape_for
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ..error import (
     BufferAllocationError,
@@ -53,24 +52,6 @@ BufferLike = Any  # a CpuBuffer, or anything with an int ``address`` (or a raw i
 
 # --- numpy (optional) ------------------------------------------------------
 
-_np_module: Any = None
-_np_checked = False
-
-
-def _numpy() -> Any:
-    """The numpy module, or None when it is not installed (imported once, lazily)."""
-    global _np_module, _np_checked
-    if not _np_checked:
-        try:
-            import numpy
-
-            _np_module = numpy
-        except ImportError:
-            _np_module = None
-        _np_checked = True
-    return _np_module
-
-
 # --- buffers ---------------------------------------------------------------
 
 
@@ -85,7 +66,7 @@ class CpuStorage:
 
     def __init__(self, nbytes: int) -> None:
         # mmap refuses length 0; a 0-byte buffer still gets a (1-page) mapping.
-        self.capacity = max(_index(nbytes, "storage size"), 1)
+        self.capacity = max(check_index(nbytes, "storage size"), 1)
         self.mm = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
         self.address: int = ctypes.addressof(self._anchor)
@@ -112,11 +93,11 @@ class CpuBuffer:
         if not isinstance(self.storage, CpuStorage) or not isinstance(self.dtype, DType):
             raise BufferAllocationError("CpuBuffer takes a CpuStorage and a DType, got %s and %s"
                                         % (type(self.storage).__name__, type(self.dtype).__name__))
-        offset, nbytes = _index(self.offset, "buffer offset"), _index(self.nbytes, "buffer size")
-        self.shape = _dims(self.shape)
+        offset, nbytes = check_index(self.offset, "buffer offset"), check_index(self.nbytes, "buffer size")
+        self.shape = dims_of(self.shape)
         if offset + nbytes > self.storage.capacity:
             raise BufferAllocationError("buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity))
-        if _product(self.shape) * self.dtype.itemsize != nbytes:
+        if product(self.shape) * self.dtype.itemsize != nbytes:
             raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(self.shape), self.dtype.name, nbytes))
         self.address = self.storage.address + self.offset
 
@@ -144,12 +125,12 @@ class CpuBuffer:
     ) -> "CpuBuffer":
         """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
         dt = self.dtype if dtype is None else to_dtype(dtype)
-        byte_offset, nbytes = _index(byte_offset, "view offset"), _index(nbytes, "view size")
+        byte_offset, nbytes = check_index(byte_offset, "view offset"), check_index(nbytes, "view size")
         if byte_offset + nbytes > self.nbytes:
             raise BufferAllocationError(
                 "view [%d, %d) is out of range for a %d-byte buffer" % (byte_offset, byte_offset + nbytes, self.nbytes)
             )
-        return CpuBuffer(self.storage, self.offset + byte_offset, nbytes, dt, _shape_for(nbytes, dt, shape), self.device)
+        return CpuBuffer(self.storage, self.offset + byte_offset, nbytes, dt, shape_for(nbytes, dt, shape), self.device)
 
     # --- data movement ---
 
@@ -170,7 +151,7 @@ class CpuBuffer:
 
     def numpy(self) -> Any:
         """A zero-copy numpy array over the buffer (writes go straight to the buffer)."""
-        np = _numpy()
+        np = numpy_module()
         if np is None:
             raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
         if self.dtype.numpy_name is None:
@@ -190,19 +171,19 @@ class CpuBuffer:
             flat = unpack_values(self.dtype, raw)
         finally:
             raw.release()  # a live memoryview export would pin the mapping
-        return _nest(flat, self.shape)
+        return nest(flat, self.shape)
 
     def _source_bytes(self, data: Any) -> Any:
-        np = _numpy()
+        np = numpy_module()
         if np is not None and isinstance(data, np.ndarray):
-            return _numpy_bytes(np, data, self.dtype)
+            return numpy_bytes(np, data, self.dtype)
         if isinstance(data, (list, tuple)):
             return pack_values(self.dtype, data)
         try:
             view = memoryview(data)
         except TypeError as exc:  # not a buffer
             raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
-        if not _format_fits(view.format, self.dtype):  # typed memory (array.array, numpy): same rule as arrays
+        if not format_fits(view.format, self.dtype):  # typed memory (array.array, numpy): same rule as arrays
             raise BufferAllocationError(
                 "memory of format %r does not hold %s elements (pass bytes, or convert first)" % (view.format, self.dtype.name)
             )
@@ -212,89 +193,6 @@ class CpuBuffer:
             return view.cast("B") if view.c_contiguous else view.tobytes()
         except (TypeError, ValueError) as exc:  # a layout cast() cannot flatten
             raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
-
-
-def _numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
-    if arr.dtype.itemsize != dt.itemsize:
-        raise BufferAllocationError(
-            "array dtype %s (%d bytes/element) does not match buffer dtype %s (%d bytes/element)"
-            % (arr.dtype, arr.dtype.itemsize, dt.name, dt.itemsize)
-        )
-    if not _numpy_dtype_fits(arr.dtype, dt):  # same size is not the same numbers: float32 bits are not int32s
-        raise BufferAllocationError(
-            "array dtype %s%s does not match buffer dtype %s (convert first, e.g. arr.astype(...))"
-            % (arr.dtype, "" if arr.dtype.isnative else " (not native byte order)", dt.name)
-        )
-    arr = np.ascontiguousarray(arr)
-    return memoryview(arr.reshape(-1).view(np.uint8))
-
-
-def _numpy_dtype_fits(have: Any, dt: DType) -> bool:
-    """The array's elements are the buffer's: :func:`_format_fits` on its type code, in native order."""
-    return not have.hasobject and (have.isnative or have.itemsize == 1) and _format_fits(have.char, dt)
-
-
-_RAW_FORMATS = ("B", "b", "c")  # bytes-like: copied as raw bytes into any buffer
-_FORMAT_KINDS = dict([(c, "int") for c in "bhilqn"] + [(c, "uint") for c in "BHILQN"] + [(c, "float") for c in "efd"] + [("?", "bool")])
-_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
-
-
-def _format_fits(fmt: str, dt: DType) -> bool:
-    """A memoryview's struct format holds ``dt``'s numbers: same kind and size in native order
-    (``l`` is ``q`` on LP64), raw bytes, uint16 bits for bfloat16, anything 1-byte for 1-byte types."""
-    code = fmt[1:] if fmt[:1] in ("@", "=", _NATIVE_ORDER) else fmt
-    if code in _RAW_FORMATS:
-        return True
-    if code not in _FORMAT_KINDS:
-        return False  # another byte order, structs, arrays of arrays, pointers
-    size = struct.calcsize(code)
-    if dt.itemsize == 1 or (dt.name == "bfloat16" and code == "H"):
-        return size == dt.itemsize
-    return _FORMAT_KINDS[code] == _FORMAT_KINDS.get(dt.fmt) and size == dt.itemsize
-
-
-def _index(value: Any, what: str) -> int:
-    try:
-        number = value.__index__()
-    except AttributeError:
-        raise BufferAllocationError("%s must be an integer, got %r" % (what, value)) from None
-    if number < 0:
-        raise BufferAllocationError("%s must be >= 0, got %d" % (what, number))
-    return number
-
-
-def _shape_for(nbytes: int, dt: DType, shape: Optional[Sequence[int]]) -> Shape:
-    if nbytes % dt.itemsize:
-        raise BufferAllocationError("%d bytes is not a whole number of %s elements" % (nbytes, dt.name))
-    if shape is None:
-        return (nbytes // dt.itemsize,)
-    dims = tuple(_index(d, "shape dimension") for d in shape)
-    if _product(dims) * dt.itemsize != nbytes:
-        raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(dims), dt.name, nbytes))
-    return dims
-
-
-def _dims(shape: Any) -> Shape:
-    """A shape as a tuple of ints >= 0 (a hand-built buffer could claim [-1, -1] for 4 bytes)."""
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise BufferAllocationError("buffer shape must be a sequence of ints, got %r" % (shape,))
-    return tuple(_index(d, "buffer dimension") for d in shape)
-
-
-def _product(dims: Sequence[int]) -> int:
-    total = 1
-    for d in dims:
-        total *= d
-    return total
-
-
-def _nest(flat: List[Any], shape: Shape) -> Any:
-    if not shape:
-        return flat[0]
-    if len(shape) == 1:
-        return flat
-    step = len(flat) // shape[0] if shape[0] else 0
-    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 # --- programs ---------------------------------------------------------------
@@ -636,11 +534,11 @@ class CpuDevice:
         """A zero-filled, page-aligned buffer: ``int`` = size in bytes, a sequence = shape."""
         dt = to_dtype(dtype)
         if isinstance(nbytes_or_shape, (list, tuple)):
-            shape = tuple(_index(d, "shape dimension") for d in nbytes_or_shape)
-            nbytes = _product(shape) * dt.itemsize
+            shape = tuple(check_index(d, "shape dimension") for d in nbytes_or_shape)
+            nbytes = product(shape) * dt.itemsize
         else:
-            nbytes = _index(nbytes_or_shape, "buffer size")
-            shape = _shape_for(nbytes, dt, None)
+            nbytes = check_index(nbytes_or_shape, "buffer size")
+            shape = shape_for(nbytes, dt, None)
         return CpuBuffer(_new_storage(nbytes), 0, nbytes, dt, shape, self)
 
     # --- code ---

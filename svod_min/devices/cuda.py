@@ -44,7 +44,7 @@ from ..error import (
     ReleasedError,
     UnsupportedDeviceError,
 )
-from . import cuda_api as api
+from . import common, cuda_api as api
 from .cuda_api import (  # re-exported: svod_min.devices.cuda is the public module
     DEFAULT_LIMITS,
     HANDLE,
@@ -419,13 +419,13 @@ class CudaBuffer:
     def view(self, byte_offset: int, nbytes: int, dtype: Optional[DTypeLike] = None, shape: Optional[Sequence[int]] = None) -> "CudaBuffer":
         """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
         self.storage.check_live()
-        cpu, dt = _cpu(), self.dtype if dtype is None else to_dtype(dtype)
-        byte_offset, nbytes = cpu._index(byte_offset, "view offset"), cpu._index(nbytes, "view size")
+        dt = self.dtype if dtype is None else to_dtype(dtype)
+        byte_offset, nbytes = common.check_index(byte_offset, "view offset"), common.check_index(nbytes, "view size")
         if byte_offset + nbytes > self.nbytes:
             raise BufferAllocationError(
                 "view [%d, %d) is out of range for a %d-byte buffer" % (byte_offset, byte_offset + nbytes, self.nbytes)
             )
-        return CudaBuffer(self.storage, self.offset + byte_offset, nbytes, dt, cpu._shape_for(nbytes, dt, shape))
+        return CudaBuffer(self.storage, self.offset + byte_offset, nbytes, dt, common.shape_for(nbytes, dt, shape))
 
     # --- data movement ---
 
@@ -465,7 +465,7 @@ class CudaBuffer:
 
     def numpy(self) -> Any:
         """A host numpy copy of the buffer (GPU memory cannot be viewed from the host)."""
-        np = _cpu()._numpy()
+        np = common.numpy_module()
         if np is None:
             raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
         if self.dtype.numpy_name is None:
@@ -475,7 +475,7 @@ class CudaBuffer:
 
     def tolist(self) -> Any:
         """Nested Python lists (or a scalar for shape ``()``); needs no numpy."""
-        return _cpu()._nest(unpack_values(self.dtype, self.copyout()), self.shape)
+        return common.nest(unpack_values(self.dtype, self.copyout()), self.shape)
 
 
 def _check_same_size(got: int, want: int, what: str) -> None:
@@ -492,7 +492,7 @@ def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
     cpu = _cpu()
     if isinstance(data, cpu.CpuBuffer):
         return data.address, data.nbytes, data
-    np = cpu._numpy()
+    np = common.numpy_module()
     if np is not None and isinstance(data, np.ndarray):
         if data.dtype.itemsize != dt.itemsize:
             raise BufferAllocationError(
@@ -524,7 +524,7 @@ def _host_destination(dst: Any) -> Tuple[int, int, Any]:
     cpu = _cpu()
     if isinstance(dst, cpu.CpuBuffer):
         return dst.address, dst.nbytes, dst
-    np = cpu._numpy()
+    np = common.numpy_module()
     if np is not None and isinstance(dst, np.ndarray):
         if not (dst.flags.c_contiguous and dst.flags.writeable):
             raise BufferAllocationError("copyout needs a C-contiguous, writable numpy array")
@@ -758,13 +758,13 @@ class CudaDevice:
 
     def allocate(self, nbytes_or_shape: Union[int, Sequence[int]], dtype: DTypeLike = "uint8") -> CudaBuffer:
         """A zero-filled device buffer: ``int`` = size in bytes, a sequence = shape."""
-        cpu, dt = _cpu(), to_dtype(dtype)
+        dt = to_dtype(dtype)
         if isinstance(nbytes_or_shape, (list, tuple)):
-            shape = tuple(cpu._index(d, "shape dimension") for d in nbytes_or_shape)
-            nbytes = cpu._product(shape) * dt.itemsize
+            shape = tuple(common.check_index(d, "shape dimension") for d in nbytes_or_shape)
+            nbytes = common.product(shape) * dt.itemsize
         else:
-            nbytes = cpu._index(nbytes_or_shape, "buffer size")
-            shape = cpu._shape_for(nbytes, dt, None)
+            nbytes = common.check_index(nbytes_or_shape, "buffer size")
+            shape = common.shape_for(nbytes, dt, None)
         storage = CudaStorage(self, nbytes)
         self.lib.call("cuMemsetD8Async", storage.address, 0, storage.capacity, self.stream)
         return CudaBuffer(storage, 0, nbytes, dt, shape)
