@@ -33,7 +33,6 @@ devices by hand.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import math
 import threading
@@ -43,6 +42,8 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, NoReturn, Opti
 
 from .device_registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec, SpecLike, as_spec
 from .error import BufferAllocationError, ExecutionError, PlanError, SvodError
+from .execution_plan import copy_buffer
+from .ordering import kahn_levels, ranges_overlap
 
 U64_MAX = 2**64 - 1
 
@@ -374,15 +375,17 @@ class _EventPool:
 
 
 def _event_pool_for(handle: Any) -> Optional[_EventPool]:
-    """An event pool when ``handle`` is a CUDA device (a driver ``lib`` and a ``stream``), else None.
+    """An event pool when ``handle`` queues its work (a CUDA device), else None (work completes on the host).
 
-    Duck-typed so that importing this module never imports the CUDA one: it
-    is only imported here once such a handle exists, i.e. when it is loaded.
+    TODO(base.py): the device interface has no slot saying "work is queued, completion is seen
+    through events", and ``Device.new_event()`` makes timing events without ``query()``. Until
+    it has both, this is the one place that probes a device (a driver ``lib`` and a ``stream``)
+    and imports the CUDA event class (only once such a device exists, i.e. CUDA is loaded).
     """
     lib = getattr(handle, "lib", None)
     if getattr(handle, "stream", None) is None or not callable(getattr(lib, "call", None)):
         return None
-    from .devices.cuda import CudaEvent
+    from .devices.cuda import CudaEvent  # TODO(base.py): handle.new_event(sync_only=True)
 
     return _EventPool(lambda: CudaEvent(handle, timing=False))
 
@@ -434,18 +437,18 @@ class KernelBufferAccess:
     def of(cls, buffer: Any, is_write: bool = False) -> "KernelBufferAccess":
         """Access to a device buffer, keyed by its storage so views of one arena conflict.
 
-        Uses ``buffer.storage`` and ``buffer.byte_range()`` when present (CpuBuffer
-        has both), else the buffer object itself over its whole extent.
+        A device buffer (:class:`svod_min.devices.base.Buffer`: ``storage``, ``offset``,
+        ``nbytes``) gives its window of the storage; a numpy array its host addresses; anything
+        else is its own key over its whole extent.
         """
-        storage = getattr(buffer, "storage", None)
-        span = getattr(buffer, "byte_range", None)
+        storage = getattr(buffer, "storage", None)  # a device Buffer, or an opaque key (svod takes ids)
+        if storage is not None:
+            return cls(storage, is_write, (buffer.offset, buffer.offset + buffer.nbytes))
         iface = getattr(buffer, "__array_interface__", None)
-        if iface is not None and (storage is None or not callable(span)):  # numpy: host memory, by address
+        if iface is not None:  # numpy: host memory, by address
             start = iface["data"][0]
-            return cls(_HOST_MEMORY, is_write, (start, start + int(getattr(buffer, "nbytes", 0))))
-        if storage is None or not callable(span):
-            return cls(buffer, is_write)
-        return cls(storage, is_write, tuple(span()))
+            return cls(_HOST_MEMORY, is_write, (start, start + int(buffer.nbytes)))
+        return cls(buffer, is_write)
 
     def conflicts(self, other: "KernelBufferAccess") -> bool:
         """RAW, WAR or WAW on overlapping bytes of the same buffer."""
@@ -453,7 +456,7 @@ class KernelBufferAccess:
             return False
         if self.byte_range is None or other.byte_range is None:
             return True
-        return self.byte_range[0] < other.byte_range[1] and other.byte_range[0] < self.byte_range[1]
+        return ranges_overlap(self.byte_range[0], self.byte_range[1], other.byte_range[0], other.byte_range[1])
 
 
 @dataclass
@@ -538,37 +541,22 @@ class ExecutionGraph:
         An unknown predecessor or a cycle is a :class:`PlanError`; the cycle
         message lists every node that could not be scheduled.
         """
-        indegree, dependents = self._edges()
-        ready = sorted(n for n, d in indegree.items() if d == 0)
-        groups: List[List[int]] = []
-        while ready:
-            groups.append(ready)
-            released = []
-            for n in ready:
-                for m in dependents[n]:
-                    indegree[m] -= 1
-                    if indegree[m] == 0:
-                        released.append(m)
-            ready = sorted(released)
-        blocked = sorted(n for n, d in indegree.items() if d > 0)
-        if blocked:
-            raise PlanError("cycle detected in execution graph: blocked_ids=%s" % blocked)
-        return groups
+        ids = sorted(self._nodes)  # levels list indices in order: sorted indices are sorted ids
+        _order, levels = kahn_levels(self._predecessor_indices(ids), ids)
+        return [[ids[i] for i in level] for level in levels]
 
     def topological_order(self) -> List[int]:
         """The groups flattened: a deterministic valid execution order."""
         return [n for group in self.compute_parallel_groups() for n in group]
 
-    def _edges(self) -> Tuple[Dict[int, int], Dict[int, List[int]]]:
-        indegree = {n: 0 for n in self._nodes}
-        dependents: Dict[int, List[int]] = {n: [] for n in self._nodes}
+    def _predecessor_indices(self, ids: List[int]) -> List[List[int]]:
+        """Each node's predecessors as positions in ``ids`` (duplicates dropped: they would double-count)."""
         for node in self._nodes.values():
-            for pred in set(node.predecessors):  # duplicates would double-count
+            for pred in node.predecessors:
                 if pred not in self._nodes:
                     raise PlanError("node %d depends on unknown node id %r" % (node.id, pred))
-                dependents[pred].append(node.id)
-                indegree[node.id] += 1
-        return indegree, dependents
+        index = {node_id: i for i, node_id in enumerate(ids)}
+        return [sorted({index[p] for p in self._nodes[node_id].predecessors}) for node_id in ids]
 
 
 def _hazard(earlier: ExecutionNode, later: ExecutionNode) -> bool:
@@ -688,11 +676,10 @@ class UnifiedExecutor:
         pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
         value = dst_ctx.next_timeline()
         try:
-            if strategy is SyncStrategy.NONE:
-                _copy_direct(src, dst, dst_ctx)
-            else:
+            if strategy is not SyncStrategy.NONE:
                 src_ctx.wait_for(pending, timeout)
-                _copy_cross(src, dst, dst_ctx, strategy)
+            copy_buffer(dst, src)  # host bytes by memmove; a device buffer copies itself (peer, staged)
+            dst_ctx.device_handle.synchronize()  # the copy must have landed before we signal
         except BaseException as exc:
             dst_ctx.signal_failure(value, exc)
             _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
@@ -708,7 +695,8 @@ class UnifiedExecutor:
         for ctx in contexts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ctx.wait_for(ctx.last_reserved, left)
-            _device_sync(ctx.device_handle)
+            if ctx.device_handle is not None:
+                ctx.device_handle.synchronize()
 
 
 def _reraise(exc: BaseException, what: str) -> NoReturn:
@@ -728,32 +716,6 @@ def _buffer_spec(buffer: Any) -> Optional[DeviceSpec]:
     return spec if isinstance(spec, DeviceSpec) else None
 
 
-def _copy_direct(src: Any, dst: Any, ctx: DeviceContext) -> None:
-    """Same device: a memmove on the host (overlap-safe), else the device's copy, else bytes."""
-    if not src.nbytes:
-        return
-    src_addr, dst_addr = getattr(src, "address", None), getattr(dst, "address", None)
-    # Only CPU addresses are host pointers; a GPU's ``address`` must never reach memmove.
-    if ctx.device.kind == "CPU" and isinstance(src_addr, int) and isinstance(dst_addr, int):
-        ctypes.memmove(dst_addr, src_addr, src.nbytes)
-        return
-    copy = getattr(ctx.device_handle, "copy", None)
-    if callable(copy):
-        copy(dst, src)
-    else:
-        dst.copyin(src.copyout())
-    _device_sync(ctx.device_handle)
-
-
-def _copy_cross(src: Any, dst: Any, dst_ctx: DeviceContext, strategy: SyncStrategy) -> None:
-    peer = getattr(getattr(dst, "device", None), "copy_from_peer", None)
-    if strategy is SyncStrategy.PEER_TO_PEER and callable(peer):
-        peer(dst, src)
-    else:
-        dst.copyin(src.copyout())  # host-staged: device -> host bytes -> device
-    _device_sync(dst_ctx.device_handle)  # the copy must have landed before we signal
-
-
 def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
     """A transfer with a CUDA side: queued on the stream, completed by an event on a CUDA destination.
 
@@ -770,7 +732,8 @@ def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: Device
     try:
         if src_ctx is not dst_ctx:
             src_ctx.wait_for(pending, timeout)
-        _stream_copy(src, dst, src_ctx, dst_ctx)
+        if src.nbytes:
+            copy_buffer(dst, src)  # on the stream: D2D, peer, pinned H2D; a host destination waits for its bytes
         if dst_ctx.event_backed:
             dst_ctx.record_event(value)
     except BaseException as exc:
@@ -787,44 +750,6 @@ def _check_homes(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceCont
         spec = _buffer_spec(buf)
         if spec is not None and spec != ctx.device and not (spec.kind == ctx.device.kind == "CPU"):
             raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
-
-
-def _stream_copy(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext) -> None:
-    if not src.nbytes:
-        return
-    if src_ctx is dst_ctx:
-        if _overlapping(src, dst):  # cuMemcpy on overlapping bytes is undefined: stage through the host
-            dst.copyin(src.copyout())
-        else:
-            dst_ctx.device_handle.copy(dst, src)  # async D2D, ordered on the stream
-    elif src_ctx.event_backed and dst_ctx.event_backed:
-        dst_ctx.device_handle.copy_from_peer(dst, src)  # peer access, or staged by the driver
-    elif dst_ctx.event_backed:
-        dst.copyin(src if _is_host_buffer(src) else src.copyout())  # staged in pinned memory, async DMA
-    elif _is_host_buffer(dst):
-        src.copyout_into(dst)  # ordered after the source's stream; returns once the bytes landed
-    else:
-        dst.copyin(src.copyout())
-
-
-def _is_host_buffer(buf: Any) -> bool:
-    from .devices.cpu import CpuBuffer  # on use: the CUDA paths must not import the CPU device at import time
-
-    return isinstance(buf, CpuBuffer)
-
-
-def _overlapping(a: Any, b: Any) -> bool:
-    storage, span_a, span_b = getattr(a, "storage", None), getattr(a, "byte_range", None), getattr(b, "byte_range", None)
-    if storage is None or storage is not getattr(b, "storage", None) or not (callable(span_a) and callable(span_b)):
-        return False
-    (a0, a1), (b0, b1) = span_a(), span_b()
-    return a0 < b1 and b0 < a1
-
-
-def _device_sync(handle: Any) -> None:
-    sync = getattr(handle, "synchronize", None)
-    if callable(sync):
-        sync()
 
 
 # --- process-wide instance -----------------------------------------------------------

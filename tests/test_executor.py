@@ -80,6 +80,10 @@ class FakeDevice:
 
 
 class FakeBuffer:
+    """A device buffer as the executor sees it (base.Buffer): not host memory, copies itself."""
+
+    on_host = False
+
     def __init__(self, device: Any, data: bytes) -> None:
         self.device = device
         self.data = bytearray(data)
@@ -91,7 +95,14 @@ class FakeBuffer:
     def copyout(self) -> bytes:
         return bytes(self.data)
 
-    def copyin(self, data: bytes) -> None:
+    def copyin(self, data: Any) -> None:
+        """Bytes, or another buffer: a peer copy when this device has one (as CudaBuffer.copyin), else staged."""
+        if isinstance(data, FakeBuffer):
+            peer = getattr(self.device, "copy_from_peer", None)
+            if peer is not None and data.device is not self.device:
+                peer(self, data)
+                return
+            data = data.copyout()
         assert len(data) == len(self.data)
         self.data[:] = data
 
