@@ -22,7 +22,8 @@ import pytest
 from conftest import needs_cc
 
 import svod_min.execution_plan as execution_plan
-import svod_min.plan_file as plan_file
+import svod_min.plan_data as plan_data
+import svod_min.plan_schema as plan_schema
 from svod_min.default_plan import default_plan_document, plan_document
 from svod_min.devices.cpu import CpuDevice
 from svod_min.dtypes import float32, int32, pack_values
@@ -550,11 +551,11 @@ def test_file_of_100_mb_is_refused_before_reading(tmp_path: Path) -> None:
         fh.seek(100 * 1024 * 1024 - 2)
         fh.write(b'"}')
     assert path.stat().st_size == 100 * 1024 * 1024
-    _file_error(path, "plan file %s is 104857600 bytes; the limit is %d" % (path, plan_file.MAX_PLAN_BYTES))
+    _file_error(path, "plan file %s is 104857600 bytes; the limit is %d" % (path, plan_schema.MAX_PLAN_BYTES))
 
 
 def test_file_over_a_lowered_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plan_file, "MAX_PLAN_BYTES", 1000)
+    monkeypatch.setattr(plan_schema, "MAX_PLAN_BYTES", 1000)
     path = tmp_path / "p.json"
     path.write_text('{"svod_plan": 1, "description": "%s"}' % (" " * 2000))
     _file_error(path, "bytes; the limit is 1000")
@@ -768,7 +769,7 @@ def test_cli_huge_file_exit_2(tmp_path: Path) -> None:
         fh.truncate(100 * 1024 * 1024)
     result = _cli("run", str(path))
     assert result.returncode == 2
-    assert "the limit is %d" % plan_file.MAX_PLAN_BYTES in _one_line_error(result)
+    assert "the limit is %d" % plan_schema.MAX_PLAN_BYTES in _one_line_error(result)
 
 
 def test_cli_unsupported_device_exit_3() -> None:
@@ -984,7 +985,7 @@ def test_regression_cli_save_writes_bfloat16_as_uint16_bits(tmp_path: Path) -> N
     ("ones", "float32", lambda n: [1.0] * n),
 ])  # fmt: skip
 def test_regression_large_inits_are_packed_in_chunks_with_the_same_values(init: str, dtype: str, expect: Any) -> None:
-    count = plan_file._INIT_CHUNK * 2 + 5  # crosses two chunk borders
+    count = plan_data.INIT_CHUNK * 2 + 5  # crosses two chunk borders
     doc = {"svod_plan": 1, "buffers": {"x": {"dtype": dtype, "shape": [count], "init": init, "output": True}},
            "ops": [{"custom": "allreduce", "buffers": ["x"]}]}  # fmt: skip
     loaded = load_plan(doc)
@@ -994,7 +995,7 @@ def test_regression_large_inits_are_packed_in_chunks_with_the_same_values(init: 
 def test_regression_random_init_is_the_same_stream_across_chunks() -> None:
     import random
 
-    count = plan_file._INIT_CHUNK + 3
+    count = plan_data.INIT_CHUNK + 3
     doc = {"svod_plan": 1, "ops": [{"custom": "allreduce", "buffers": ["x"]}],
            "buffers": {"x": {"dtype": "float64", "shape": [count], "init": {"random": {"seed": 7}}, "output": True}}}  # fmt: skip
     rng = random.Random(7)
@@ -1007,7 +1008,7 @@ def test_regression_out_of_memory_while_initialising_is_an_allocation_error(monk
     def no_memory(*_args: Any) -> bytes:
         raise MemoryError()
 
-    monkeypatch.setattr(plan_file, "pack_values", no_memory)
+    monkeypatch.setattr(plan_data, "pack_values", no_memory)
     doc = {"svod_plan": 1, "buffers": {"x": {"shape": [8], "init": "arange", "output": True}},
            "ops": [{"custom": "allreduce", "buffers": ["x"]}]}  # fmt: skip
     with pytest.raises(BufferAllocationError, match=r"^buffers\.x: not enough host memory for 32 bytes$"):
