@@ -201,8 +201,7 @@ class DeviceContext:
         self._make_room()
         event = pool.acquire()
         try:
-            self.device_handle.activate()
-            event.record()
+            pool.record(event)
         except BaseException:
             pool.release(event)
             raise
@@ -237,8 +236,7 @@ class DeviceContext:
             return sorted((v, e) for v, e in self._pending.items() if v <= value)
 
     def _query(self, event: Any) -> bool:
-        self.device_handle.activate()
-        return bool(event.query())
+        return self._require_events().query(event)
 
     def _retire(self, value: int, event: Any, error: Optional[BaseException]) -> None:
         """Complete ``value`` and give its event back, unless another thread already did."""
@@ -262,8 +260,7 @@ class DeviceContext:
 
     def _sync_event(self, value: int, event: Any) -> None:
         try:
-            self.device_handle.activate()
-            event.synchronize()
+            self._require_events().synchronize(event)
         except Exception as exc:
             self._retire(value, event, exc)
             return
@@ -337,9 +334,14 @@ _HOST_SLICE = 0.1  # longest sleep while a value is still being issued on the ho
 
 
 class _EventPool:
-    """Sync-only events of one device, reused: a retired value gives its event back."""
+    """Sync-only events of one device, reused: a retired value gives its event back.
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    Every event call first makes the device's context current in the calling thread
+    (``activate``): waiters and pollers run on threads that never launched on it.
+    """
+
+    def __init__(self, device: Any, make: Callable[[], Any]) -> None:
+        self._device = device
         self._make = make
         self._free: List[Any] = []
         self._lock = threading.Lock()
@@ -349,6 +351,21 @@ class _EventPool:
             if self._free:
                 return self._free.pop()
         return self._make()
+
+    def record(self, event: Any) -> None:
+        """Mark the current end of the device's queue."""
+        self._device.activate()
+        event.record()
+
+    def query(self, event: Any) -> bool:
+        """Whether the queue reached the event; never blocks."""
+        self._device.activate()
+        return bool(event.query())
+
+    def synchronize(self, event: Any) -> None:
+        """Block until the queue reached the event."""
+        self._device.activate()
+        event.synchronize()
 
     def release(self, event: Any) -> None:
         # Never destroyed here: another thread may still be polling it (reuse is harmless, see _retire).
@@ -369,7 +386,7 @@ def _event_pool_for(handle: Any) -> Optional[_EventPool]:
         return None
     from .devices.cuda import CudaEvent  # TODO(base.py): handle.new_event(sync_only=True)
 
-    return _EventPool(lambda: CudaEvent(handle, timing=False))
+    return _EventPool(handle, lambda: CudaEvent(handle, timing=False))
 
 
 __all__ = ["U64_MAX", "DeviceContext", "TimelineSignal", "check_timeout"]

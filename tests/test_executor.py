@@ -220,6 +220,21 @@ def test_access_of_cpu_views_keys_on_storage() -> None:
     assert KernelBufferAccess.of("key", True) == W("key")  # anything else is its own key
 
 
+def test_access_of_any_interface_buffer_uses_its_storage_window() -> None:
+    """Only the device interface's slots (storage, offset, nbytes) are read: a buffer of any device works."""
+
+    class Window:  # a base.Buffer as another device would give it: no byte_range(), no address
+        def __init__(self, storage: object, offset: int, nbytes: int) -> None:
+            self.storage, self.offset, self.nbytes = storage, offset, nbytes
+
+    arena = object()
+    lo, hi, mid = Window(arena, 0, 128), Window(arena, 128, 128), Window(arena, 64, 128)
+    assert KernelBufferAccess.of(hi, True) == W(arena, (128, 256))
+    assert not KernelBufferAccess.of(lo, True).conflicts(KernelBufferAccess.of(hi, True))
+    assert KernelBufferAccess.of(mid).conflicts(KernelBufferAccess.of(lo, True))
+    assert not KernelBufferAccess.of(Window(object(), 0, 128), True).conflicts(KernelBufferAccess.of(lo, True))
+
+
 # --- sync strategy ---------------------------------------------------------------------------
 
 
