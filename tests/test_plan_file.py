@@ -1044,3 +1044,14 @@ def test_regression_schema_types_are_exact(spy: Spy, mutate: Any, message: str) 
     doc = base()
     mutate(doc)
     rejected(spy, doc, PlanFileError, message)
+
+
+def test_plan_file_module_keeps_every_name_it_had() -> None:
+    """The split moved the schema checks, data and kernel readers out; ``svod_min.plan_file.X`` still works."""
+    import svod_min.plan_file as plan_file
+
+    assert plan_file.read_plan_document is plan_schema.read_plan_document
+    assert plan_file.MAX_PLAN_BYTES == plan_schema.MAX_PLAN_BYTES and plan_file.FORMAT_VERSION == plan_schema.FORMAT_VERSION
+    assert plan_file.Expectation is plan_data.Expectation and plan_file.MAX_BUFFER_BYTES == plan_data.MAX_BUFFER_BYTES
+    assert plan_file.PlanFileError is PlanFileError
+    assert {"load_plan", "LoadedPlan", "read_plan_document", "PlanFileError"} <= set(plan_file.__all__)
