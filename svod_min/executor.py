@@ -33,8 +33,6 @@ from .execution_graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, 
 from .execution_plan import copy_buffer
 
 
-# --- unified executor ------------------------------------------------------------
-
 
 class UnifiedExecutor:
     """Device contexts plus kernel/transfer execution on their timelines (asynchronous on CUDA).
@@ -127,8 +125,9 @@ class UnifiedExecutor:
         """Copy ``src`` into ``dst`` (same ``nbytes``); returns the value on ``dst_device``'s timeline.
 
         Cross-device copies first wait (up to ``timeout``) for everything
-        already reserved on the source device. With a CUDA side the copy is
-        queued on its stream (see :func:`_stream_transfer`).
+        already reserved on the source device. The bytes move with
+        :func:`copy_buffer`; to a CUDA destination the copy is queued on its
+        stream and its value completes by an event (see :func:`_transfer`).
         """
         timeout = check_timeout(timeout)
         for what, buf in (("source", src), ("destination", dst)):
@@ -140,21 +139,7 @@ class UnifiedExecutor:
             )
         src_ctx, dst_ctx = self.add_device(src_device), self.add_device(dst_device)
         _check_homes(src, dst, src_ctx, dst_ctx)  # a device pointer must never reach a host memmove
-        if src_ctx.event_backed or dst_ctx.event_backed:
-            return _stream_transfer(src, dst, src_ctx, dst_ctx, timeout)
-        strategy = sync_strategy(src_ctx.device, dst_ctx.device)
-        pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
-        value = dst_ctx.next_timeline()
-        try:
-            if strategy is not SyncStrategy.NONE:
-                src_ctx.wait_for(pending, timeout)
-            copy_buffer(dst, src)  # host bytes by memmove; a device buffer copies itself (peer, staged)
-            dst_ctx.device_handle.synchronize()  # the copy must have landed before we signal
-        except BaseException as exc:
-            dst_ctx.signal_failure(value, exc)
-            _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
-        dst_ctx.signal_completion(value)
-        return value
+        return _transfer(src, dst, src_ctx, dst_ctx, timeout)
 
     def synchronize_all(self, timeout: Optional[float] = None) -> None:
         """Wait for every value reserved so far on every device (``timeout`` is the total)."""
@@ -186,16 +171,19 @@ def _buffer_spec(buffer: Any) -> Optional[DeviceSpec]:
     return spec if isinstance(spec, DeviceSpec) else None
 
 
-def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
-    """A transfer with a CUDA side: queued on the stream, completed by an event on a CUDA destination.
+def _transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
+    """Copy on ``dst_ctx``'s timeline: complete on return on the host, by an event on a CUDA destination.
 
-    Across devices the source's reserved values are first waited for on the
-    host (its events synchronized). A stream wait (cuStreamWaitEvent) would
-    spare that host wait only in the CUDA -> CUDA case, and there
-    ``copy_from_peer`` synchronizes the source's stream itself before copying
-    (the source stream may reuse the buffer once it returns), so it would buy
-    nothing yet; the host wait also reports a failed source value before a
-    byte moves. Same-device copies need no wait: one stream is in order.
+    :func:`copy_buffer` moves the bytes: a memmove between host buffers, else the device
+    buffer's own copy (D2D on the stream, peer or staged by the driver, pinned H2D; a host
+    destination returns once its bytes landed).
+
+    Across devices the source's reserved values are first waited for on the host (its events
+    synchronized). A stream wait (cuStreamWaitEvent) would spare that host wait only in the
+    CUDA -> CUDA case, and there ``copy_from_peer`` synchronizes the source's stream itself
+    before copying (the source stream may reuse the buffer once it returns), so it would buy
+    nothing yet; the host wait also reports a failed source value before a byte moves.
+    Same-device copies need no wait: one timeline is in order.
     """
     pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
     value = dst_ctx.next_timeline()
@@ -203,9 +191,11 @@ def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: Device
         if src_ctx is not dst_ctx:
             src_ctx.wait_for(pending, timeout)
         if src.nbytes:
-            copy_buffer(dst, src)  # on the stream: D2D, peer, pinned H2D; a host destination waits for its bytes
+            copy_buffer(dst, src)
         if dst_ctx.event_backed:
             dst_ctx.record_event(value)
+        else:
+            dst_ctx.device_handle.synchronize()  # the copy must have landed before we signal
     except BaseException as exc:
         dst_ctx.signal_failure(value, exc)
         _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
@@ -236,6 +226,7 @@ def global_executor() -> UnifiedExecutor:
             if _global is None:
                 _global = UnifiedExecutor()
     return _global
+
 
 __all__ = [
     "U64_MAX",
