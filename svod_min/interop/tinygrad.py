@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..dtypes import DType, dtype as to_dtype
+from ..dtypes import DType, dtype as to_dtype, unpack_values
 from ..error import ExportError
 from ..npy import write_npy
 
@@ -476,8 +476,6 @@ def _expect_data(out_bufs: Mapping[str, Any], expected: Mapping[str, bytes]) -> 
 
 
 def _unpack(tg_dtype: Any, data: bytes, where: str) -> List[Any]:
-    from ..dtypes import unpack_values
-
     return unpack_values(_dtype_of(tg_dtype, where), data)
 
 
