@@ -121,7 +121,7 @@ class DeviceRegistry:
 
 def _cuda_driver_hint() -> str:
     # The recorded reason wins: it knows about SVOD_CUDA_LIBRARY, SVOD_CUDA=0 and a driver without GPUs.
-    try:
+    try:  # optional, on the error path only (see _probe_cuda)
         from .devices.cuda import driver_unavailable_reason
 
         reason = driver_unavailable_reason()
@@ -155,6 +155,7 @@ def _cpu_factory(spec: DeviceSpec) -> Device:
 
 
 def _probe_cuda(registry: DeviceRegistry) -> None:
+    # CUDA is optional: its package is imported only when a CUDA device is first asked for.
     from .devices.cuda import register_cuda
 
     register_cuda(registry)
