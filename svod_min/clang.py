@@ -24,9 +24,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .config import cache_path
 from .error import CompilationError, CompilerNotFoundError
 
 log = logging.getLogger("svod_min.clang")
+
+#: File under the cache root where compiler probes persist.
+PROBE_STORE_NAME = "compilers.json"
 
 #: Seconds a single compiler run may take before we give up on it.
 COMPILE_TIMEOUT_S = 300.0
@@ -124,12 +128,7 @@ def _probe(path: str) -> CompilerInfo:
 
 def _probe_store() -> Optional[str]:
     """Where probe results persist across processes (None: do not persist)."""
-    if os.environ.get("SVOD_OBJECT_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    root = os.environ.get("SVOD_OBJECT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "svod_min"
-    )
-    return os.path.join(root, "compilers.json")
+    return cache_path(PROBE_STORE_NAME)
 
 
 def _binary_fingerprint(path: str) -> str:

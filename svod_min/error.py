@@ -124,6 +124,10 @@ class CacheError(SvodError):
     """Misuse of the kernel/object cache API (I/O trouble is never an error)."""
 
 
+class ConfigError(SvodError, ValueError):
+    """An environment variable with a value svod_min cannot understand (names the variable)."""
+
+
 # --- plans and execution ---------------------------------------------------
 
 
@@ -263,6 +267,7 @@ __all__ = [
     "UnsupportedDeviceError",
     "BufferAllocationError",
     "CacheError",
+    "ConfigError",
     "PlanError",
     "VariableBoundsError",
     "ExecutionError",

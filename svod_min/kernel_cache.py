@@ -45,6 +45,7 @@ from typing import (
     Union,
 )
 
+from .config import CACHE_ENV_VARS, cache_root, disk_cache_enabled
 from .error import CacheError, NotSupportedError, PlanError
 
 log = logging.getLogger("svod_min.cache")
@@ -361,6 +362,8 @@ DEFAULT_BUDGET = 1 << 30
 MAX_ENTRY_BYTES = 1 << 30  # an object maps into at most 256 MiB; anything bigger is not ours
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 ENTRY_SUFFIX = ".svodobj"
+#: The object cache's folder under the cache root.
+OBJECTS_DIR = "objects"
 TMP_PREFIX = ".svodtmp-"
 #: A temp file this old belongs to a writer that died; a scan removes it.
 STALE_TMP_S = 600.0
@@ -368,7 +371,6 @@ STALE_TMP_S = 600.0
 LOW_WATER = 0.9
 # errno values that mean "this directory is not ours to write": stop trying.
 _FATAL_WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR}
-_FALSY = {"0", "false", "no", "off", "disable", "disabled"}
 
 
 class _BadEntry(Exception):
@@ -468,8 +470,7 @@ class ObjectCache:
     @classmethod
     def from_env(cls) -> "ObjectCache":
         """Build from SVOD_OBJECT_CACHE, SVOD_OBJECT_CACHE_DIR, SVOD_OBJECT_CACHE_BUDGET."""
-        flag = os.environ.get("SVOD_OBJECT_CACHE", "").strip().lower()
-        enabled = flag not in _FALSY
+        enabled = disk_cache_enabled()
         budget = _parse_budget(os.environ.get("SVOD_OBJECT_CACHE_BUDGET"))
         return cls(default_cache_dir(), budget_bytes=budget, enabled=enabled)
 
@@ -751,29 +752,15 @@ def _parse_budget(raw: Optional[str]) -> int:
 
 
 def default_cache_dir() -> Optional[str]:
-    """SVOD_OBJECT_CACHE_DIR, else $XDG_CACHE_HOME/svod_min/objects, else ~/.cache/...
+    """The object cache's folder: ``objects`` under :func:`svod_min.config.cache_root`.
 
     None when no home directory can be found.
     """
-    explicit = os.environ.get("SVOD_OBJECT_CACHE_DIR", "").strip()
-    if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    if xdg and os.path.isabs(xdg):  # the XDG spec says relative values are ignored
-        return os.path.join(xdg, "svod_min", "objects")
-    home_cache = os.path.expanduser(os.path.join("~", ".cache"))
-    if home_cache.startswith("~"):
-        return None
-    return os.path.join(home_cache, "svod_min", "objects")
+    root = cache_root()
+    return None if root is None else os.path.join(root, OBJECTS_DIR)
 
 
-_ENV_VARS = (
-    "SVOD_OBJECT_CACHE",
-    "SVOD_OBJECT_CACHE_DIR",
-    "SVOD_OBJECT_CACHE_BUDGET",
-    "XDG_CACHE_HOME",
-    "HOME",
-)
+_ENV_VARS = (*CACHE_ENV_VARS, "SVOD_OBJECT_CACHE_BUDGET")
 _env_lock = threading.Lock()
 _env_instance: Optional[Tuple[Tuple[Optional[str], ...], ObjectCache]] = None
 

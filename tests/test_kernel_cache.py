@@ -404,10 +404,10 @@ def test_directory_removed_mid_run_is_recreated(tmp_path):
 def test_object_cache_follows_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "a"))
     a = kc.object_cache()
-    assert a.directory == str(tmp_path / "a") and a.enabled and kc.object_cache() is a
+    assert a.directory == str(tmp_path / "a" / "objects") and a.enabled and kc.object_cache() is a
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "b"))
     b = kc.object_cache()
-    assert b is not a and b.directory == str(tmp_path / "b")
+    assert b is not a and b.directory == str(tmp_path / "b" / "objects")
     monkeypatch.setenv("SVOD_OBJECT_CACHE_BUDGET", "2MiB")
     assert kc.object_cache().budget_bytes == 2 << 20
 
