@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .config import cache_path
 from .error import CompilationError, CompilerNotFoundError
+from .jit_loader.arch import host_arch  # re-exported: callers and tests use clang.host_arch
 
 log = logging.getLogger("svod_min.clang")
 
@@ -94,12 +95,6 @@ class CompilerInfo:
 
 _probe_lock = threading.Lock()
 _probed: Dict[str, CompilerInfo] = {}
-
-
-def host_arch() -> str:
-    """The loader's name for this machine's architecture."""
-    machine = os.uname().machine.lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
 def _run_probe(path: str, *args: str) -> str:

@@ -3,13 +3,20 @@
 Each architecture module builds one :class:`Arch`: a table from relocation
 type number to :class:`RelocSpec` (field width, how the symbol is reached,
 and a small function that encodes the value), the types it refuses by name,
-and how to write a call stub.
+and how to write a call stub. :func:`host_arch` names the machine we run on.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict
+
+def host_arch() -> str:
+    """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
+    machine = os.uname().machine.lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
 
 #: How a relocation reaches its symbol.
 DIRECT = "direct"  # S is the symbol's address
