@@ -20,26 +20,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 if TYPE_CHECKING:
     from .plan_file import LoadedPlan
 
-from .error import (
-    CompilationError,
-    DeviceError,
-    ExecutionError,
-    ExportError,
-    LoaderError,
-    PlanError,
-    SvodError,
-)
-
-EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
+from .error import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, EXIT_VERIFY, CompilationError, PlanError, SvodError
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """Map an error to the documented exit code."""
-    if isinstance(exc, (PlanError, ValueError, ExportError)) and not isinstance(exc, LoaderError):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, (CompilationError, DeviceError, LoaderError, ExecutionError)):
-        return EXIT_DEVICE
-    return EXIT_DEVICE if isinstance(exc, SvodError) else EXIT_BAD_INPUT
+    """The documented exit code of an error: its class's ``exit_code``; any other exception is bad input."""
+    return exc.exit_code if isinstance(exc, SvodError) else EXIT_BAD_INPUT
 
 
 def _parse_vars(items: List[str]) -> Dict[str, int]:

@@ -47,7 +47,7 @@ def test_anything_else_is_a_config_error_naming_the_variable(monkeypatch: pytest
     monkeypatch.setenv(FLAG, raw)
     with pytest.raises(ConfigError, match="%s=%r is not an on/off value" % (FLAG, raw)) as info:
         config.env_flag(FLAG, True)
-    assert isinstance(info.value, SvodError)
+    assert isinstance(info.value, SvodError) and info.value.exit_code == 2
 
 
 def test_env_int(monkeypatch: pytest.MonkeyPatch) -> None:
