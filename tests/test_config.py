@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from svod_min import clang, config
+from svod_min import config
+from svod_min.compiler import probe
 from svod_min import kernel_cache as kc
 from svod_min.error import ConfigError, SvodError
 
@@ -88,7 +89,7 @@ def test_cache_root_order(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_cache_switch_turns_off_every_store(tmp_path, monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "root"))
     monkeypatch.setenv("SVOD_OBJECT_CACHE", raw)
-    assert clang._probe_store() is None  # "disable" used to leave the probe store on
+    assert probe.probe_store() is None  # "disable" used to leave the probe store on
     assert not kc.object_cache().enabled
     assert not (tmp_path / "root").exists()
 
@@ -97,11 +98,11 @@ def test_a_relative_xdg_cache_home_is_ignored_by_every_store(tmp_path, monkeypat
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
     root = str(tmp_path / "home" / ".cache" / "svod_min")
-    assert clang._probe_store() == os.path.join(root, "compilers.json")
+    assert probe.probe_store() == os.path.join(root, "compilers.json")
     assert kc.default_cache_dir() == os.path.join(root, "objects")
 
 
 def test_the_cache_dir_variable_names_the_root_for_every_store(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "root"))
-    assert clang._probe_store() == str(tmp_path / "root" / "compilers.json")
+    assert probe.probe_store() == str(tmp_path / "root" / "compilers.json")
     assert kc.object_cache().directory == str(tmp_path / "root" / "objects")
