@@ -435,7 +435,7 @@ def test_default_dir_xdg_and_home(tmp_path, monkeypatch):
      ("1GiB", 1 << 30), ("lots", kc.DEFAULT_BUDGET)],
 )
 def test_budget_parsing(raw, expected):
-    assert kc._parse_budget(raw) == expected
+    assert kc.parse_budget(raw) == expected
 
 
 # --- compile_cached --------------------------------------------------------
