@@ -1,8 +1,12 @@
 """Command line: ``python -m svod_min run`` and ``python -m svod_min info``.
 
 Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 device or compile
-failure. Errors are printed to stderr as one line; ``--debug`` shows the
-traceback.
+failure (each error class's ``exit_code``, see :mod:`svod_min.error`). Errors
+are printed to stderr as one line; ``--debug`` shows the traceback.
+
+Each command imports the modules it needs when it runs (the plan runtime,
+the devices, tinygrad, numpy), so ``--help`` and ``info`` start fast and a
+command never pays for another's imports.
 """
 
 from __future__ import annotations
