@@ -13,6 +13,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   ├── ElfFormatError             3  malformed or foreign object file
     │   ├── UnsupportedRelocationError 3
     │   ├── RelocationRangeError       3  a field would be truncated
+    │   │   └── FieldOverflow          3  internal: an architecture's encoder refused a value
     │   ├── SymbolNotFoundError        3  undefined symbol / missing entry point
     │   └── ExecMemoryError            3  host refuses executable memory (W^X)
     ├── DeviceError                    3  device creation / use failed
@@ -127,6 +128,21 @@ class RelocationRangeError(LoaderError):
     """A relocated value does not fit its field; refused instead of truncated."""
 
     exit_code = EXIT_DEVICE
+
+
+class FieldOverflow(RelocationRangeError):
+    """A value does not fit its field (raised by an architecture's encoder).
+
+    Internal: the relocator catches it and raises a :class:`RelocationRangeError`
+    that names the relocation, the symbol and the place.
+    """
+
+    exit_code = EXIT_DEVICE
+
+    def __init__(self, value: int, detail: str) -> None:
+        super().__init__(detail)
+        self.value = value
+        self.detail = detail
 
 
 class SymbolNotFoundError(LoaderError):
@@ -350,6 +366,7 @@ __all__ = [
     "ElfFormatError",
     "UnsupportedRelocationError",
     "RelocationRangeError",
+    "FieldOverflow",
     "SymbolNotFoundError",
     "ExecMemoryError",
     "DeviceError",

@@ -20,7 +20,7 @@ def _classes() -> List[Type[BaseException]]:
 # compile failure). A class moved in the tree keeps its code.
 EXPECTED_EXIT_CODES: Dict[str, int] = {
     "SvodError": 3, "CompilationError": 3, "CompilerNotFoundError": 3, "LoaderError": 3, "ElfFormatError": 3,
-    "UnsupportedRelocationError": 3, "RelocationRangeError": 3, "SymbolNotFoundError": 3, "ExecMemoryError": 3,
+    "UnsupportedRelocationError": 3, "RelocationRangeError": 3, "FieldOverflow": 3, "SymbolNotFoundError": 3, "ExecMemoryError": 3,
     "DeviceError": 3, "InvalidDeviceError": 2, "UnsupportedDeviceError": 3, "BufferAllocationError": 2,
     "CacheError": 3, "ConfigError": 2, "PlanError": 2, "VariableBoundsError": 2, "ExecutionError": 3,
     "PlanPoisonedError": 3, "NotSupportedError": 3, "ExportError": 2, "KernelParamError": 2,

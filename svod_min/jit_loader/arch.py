@@ -12,6 +12,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict
 
+from ..error import FieldOverflow  # aarch64.py and layout.py import it from here
+
+
 def host_arch() -> str:
     """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
     machine = os.uname().machine.lower()
@@ -25,15 +28,6 @@ CALL = "call"  # S is the symbol, or a call stub when the symbol is external
 
 #: apply(image, offset, S, A, P) patches the field; raises FieldOverflow.
 ApplyFn = Callable[[bytearray, int, int, int, int], None]
-
-
-class FieldOverflow(Exception):
-    """Internal: a value does not fit its field; the relocator adds context."""
-
-    def __init__(self, value: int, detail: str) -> None:
-        super().__init__(detail)
-        self.value = value
-        self.detail = detail
 
 
 @dataclass(frozen=True)
