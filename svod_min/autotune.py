@@ -244,7 +244,7 @@ def _key(name: str, dtype: str, shape: Mapping[str, Any], machine: Mapping[str, 
 
 
 def _dtype_name(dtype: Any) -> str:
-    from .kernels.expr import c_dtype
+    from .kernels.elementwise import c_dtype
 
     return c_dtype(dtype).name
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import variants as _variants
 from ..error import KernelArgumentError, KernelNotFoundError, KernelParamError, UnsupportedDeviceError
-from .expr import EXPR_FUNCTIONS, OPS, c_dtype, fused_entry, render_elementwise
+from .elementwise import EXPR_FUNCTIONS, OPS, c_dtype, fused_entry, render_elementwise
 from .sig import (
     CORE_COUNT,
     CORE_ID,

@@ -128,7 +128,7 @@ def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str,
                     out_dtype: object = None, input_dtypes: Optional[Mapping[str, object]] = None,
                     inputs: Optional[Tuple[str, ...]] = None, doc: str = "") -> KernelSig:
     """The signature of an elementwise kernel (library or fused): out, then the inputs, n."""
-    from .expr import elementwise_parts
+    from .elementwise import elementwise_parts
 
     parsed, _c, out, ins, _v = elementwise_parts(expr, dtype=dtype, out_dtype=out_dtype,
                                                  input_dtypes=input_dtypes, inputs=inputs)  # fmt: skip
