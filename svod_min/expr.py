@@ -11,9 +11,10 @@ dialect: its argument checks) also comparisons (chained as in Python),
 
 The text is parsed with :mod:`ast`, every node is checked against that
 whitelist and turned into nested closures; nothing is ever handed to
-``eval``. Compiled expressions are cached per text and dialect. Errors are
-:class:`~svod_min.error.PlanError` or the subclass a caller names (the kernel
-library's :class:`~svod_min.error.KernelParamError`).
+``eval``. Compiled expressions are cached per text, dialect and error class.
+Errors are :class:`~svod_min.error.PlanError` or the class a caller names
+(the kernel library's :class:`~svod_min.error.KernelParamError`, a device's
+launch-configuration error).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import ast
 import operator
 from typing import Callable, Dict, FrozenSet, List, Mapping, Optional, Set, Tuple, Type, Union
 
-from .error import PlanError
+from .error import PlanError, SvodError
 
 Env = Mapping[str, int]
 Fn = Callable[[Env], int]
@@ -60,7 +61,7 @@ class SizeExpr:
 
     __slots__ = ("text", "names", "_fn", "_error")
 
-    def __init__(self, text: str, fn: Fn, names: FrozenSet[str], error: Type[PlanError] = PlanError) -> None:
+    def __init__(self, text: str, fn: Fn, names: FrozenSet[str], error: Type[SvodError] = PlanError) -> None:
         self.text = text
         self._fn = fn
         self.names = names
@@ -81,7 +82,7 @@ class SizeExpr:
 class _Compiler:
     """One text's AST -> closures; collects the variable names it reads."""
 
-    def __init__(self, text: str, conditions: bool, error: Type[PlanError]) -> None:
+    def __init__(self, text: str, conditions: bool, error: Type[SvodError]) -> None:
         self.text = text
         self.conditions = conditions
         self.error = error
@@ -189,12 +190,12 @@ _cache: Dict[str, SizeExpr] = {}  # the plans' dialect, on their hot path: keyed
 _dialect_caches: Dict[Tuple[bool, type], Dict[str, SizeExpr]] = {}
 
 
-def compile_expr(text: Union[str, int], conditions: bool = False, error: Type[PlanError] = PlanError) -> SizeExpr:
+def compile_expr(text: Union[str, int], conditions: bool = False, error: Type[SvodError] = PlanError) -> SizeExpr:
     """Compile ``text`` (or wrap an int); raises ``error`` for anything outside the language.
 
     ``conditions``: also comparisons, ``and``/``or`` and ``a if c else b``
-    (the kernel library's argument checks). ``error`` is the PlanError
-    subclass raised, at compile and at evaluation time.
+    (the kernel library's argument checks). ``error``: the SvodError class
+    raised, at compile and at evaluation time.
     """
     if type(text) is int:
         value = text
@@ -210,7 +211,7 @@ def compile_expr(text: Union[str, int], conditions: bool = False, error: Type[Pl
     return compiled
 
 
-def _compile_text(text: str, conditions: bool, error: Type[PlanError]) -> SizeExpr:
+def _compile_text(text: str, conditions: bool, error: Type[SvodError]) -> SizeExpr:
     if len(text) > _MAX_LEN:
         raise error("expression is longer than %d characters" % _MAX_LEN)
     try:

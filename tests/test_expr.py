@@ -248,3 +248,16 @@ def test_every_library_signature_expression_compiles_over_its_variables() -> Non
             compiled = ksig.compile_expr(text)
             assert compiled.names <= variables, (row["name"], text)
             assert isinstance(compiled({v: 3 for v in variables}), int)
+
+
+def test_a_caller_names_its_own_error_class() -> None:
+    """A device's launch check gets its own class, at compile and at evaluation time."""
+    from svod_min.error import LaunchConfigError
+
+    with pytest.raises(LaunchConfigError, match="not valid"):
+        compile_expr("n +", error=LaunchConfigError)
+    with pytest.raises(LaunchConfigError, match="unknown variable 'm'"):
+        compile_expr("m * 2", error=LaunchConfigError)({"n": 1})
+    with pytest.raises(LaunchConfigError, match=r"max\(\) takes 2 or more arguments"):
+        compile_expr("max(n)", error=LaunchConfigError)
+    assert compile_expr("max(1, ceildiv(n, 256))", error=LaunchConfigError).names == {"n"}
