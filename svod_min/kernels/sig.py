@@ -20,6 +20,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from .. import expr as size_expr
 from ..error import KernelParamError
 from ..expr import SizeExpr
+from .elementwise import elementwise_parts
 
 Dim = Union[int, str]
 ROLES = ("r", "w", "rw")
@@ -128,8 +129,6 @@ def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str,
                     out_dtype: object = None, input_dtypes: Optional[Mapping[str, object]] = None,
                     inputs: Optional[Tuple[str, ...]] = None, doc: str = "") -> KernelSig:
     """The signature of an elementwise kernel (library or fused): out, then the inputs, n."""
-    from .elementwise import elementwise_parts
-
     parsed, _c, out, ins, _v = elementwise_parts(expr, dtype=dtype, out_dtype=out_dtype,
                                                  input_dtypes=input_dtypes, inputs=inputs)  # fmt: skip
     bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, dt.name, "r", "n") for n, dt in ins)
