@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from svod_min import dtypes
-from svod_min.devices import cpu
+from svod_min.devices import cpu, cpu_buffer
 from svod_min.devices.cpu import CpuBuffer, CpuDevice, CpuProgram, create_cpu_device
 from svod_min.error import (
     BufferAllocationError,
@@ -229,7 +229,7 @@ def test_numpy_bfloat16_and_empty(dev: CpuDevice) -> None:
 
 
 def test_no_numpy_path(dev: CpuDevice, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu, "numpy_module", lambda: None)
+    monkeypatch.setattr(cpu_buffer, "numpy_module", lambda: None)
     buf = dev.allocate((3,), "int16")
     buf.copyin(struct.pack("=3h", -1, 2, 3))
     assert buf.tolist() == [-1, 2, 3]
