@@ -128,6 +128,7 @@ _runner_error: Optional[str] = None
 
 
 def _load_runner() -> object:
+    # On first use only: plans import this module, and GPU-only ones never build the runner.
     from .jit_loader import load_object
     from .kernel_cache import compile_cached
 

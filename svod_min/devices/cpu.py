@@ -121,7 +121,7 @@ class CpuProgram:
         name: Optional[str] = None,
     ) -> "CpuProgram":
         """Relocate and map an ELF object, then wrap ``entry_point``."""
-        from ..jit_loader import load_object
+        from ..jit_loader import load_object  # on first load: a device that only allocates skips ~20 ms of imports
 
         return cls(load_object(obj_bytes), entry_point, buf_count=buf_count, var_names=var_names, device=device, name=name)
 
@@ -475,7 +475,7 @@ class CpuDevice:
 
     def compile_object(self, source: str, *, extra_flags: Sequence[str] = ()) -> bytes:
         """C (or LLVM IR for the LLVM backend) -> ELF object bytes, via the disk cache when present."""
-        from ..kernel_cache import compile_cached
+        from ..kernel_cache import compile_cached  # on first compile (see from_object)
 
         kind = "ir" if self.backend is CpuBackend.LLVM else "c"
         return compile_cached(source, kind=kind, extra_flags=tuple(extra_flags))
