@@ -92,7 +92,7 @@ class ExecutionPlan(PlanSchedule):
         self._lock = threading.Lock()
         self._owner: Optional[int] = None  # thread holding _lock (re-entry would deadlock: refused)
         self._poisoned: Optional[str] = None
-        self._released = False
+        self._released: Optional[str] = None  # which release_* call dropped the buffers
         self._calls: List[Optional[Callable[[], None]]] = []
         self._groups: List[List[List[int]]] = []
         self._threaded: List[bool] = []
@@ -138,8 +138,8 @@ class ExecutionPlan(PlanSchedule):
     def _check_runnable(self) -> None:
         if self._poisoned is not None:
             raise PlanPoisonedError("plan is poisoned by an earlier failure (%s); build a new plan" % self._poisoned)
-        if self._released:
-            raise ExecutionError("plan's intermediate buffers were released; it cannot run again")
+        if self._released is not None:
+            raise ExecutionError("plan's buffers were released (%s); it cannot run again" % self._released)
         if RELEASE_EPOCH.value != self._release_seen:  # something was closed or released since
             self._check_programs()
             self._release_seen = RELEASE_EPOCH.value
@@ -454,7 +454,7 @@ class ExecutionPlan(PlanSchedule):
         ``remove_fn(ast_id)`` is called for each name of a dropped buffer (svod: remove it from
         the caller's buffer registry).
         """
-        self._release(set(self._outputs) | set(self._inputs), remove_fn)
+        self._release("release_intermediate_buffers", set(self._outputs) | set(self._inputs), remove_fn)
 
     def release_all_buffers(self, remove_fn: Optional[Callable[[int], None]] = None) -> None:
         """Drop every buffer, outputs and inputs included (svod's ``release_all_buffers``).
@@ -462,9 +462,9 @@ class ExecutionPlan(PlanSchedule):
         ``remove_fn(ast_id)`` is called for every buffer name; the plan cannot run after and
         its output accessors return None.
         """
-        self._release(set(), remove_fn)
+        self._release("release_all_buffers", set(), remove_fn)
 
-    def _release(self, keep: set, remove_fn: Optional[Callable[[int], None]]) -> None:
+    def _release(self, how: str, keep: set, remove_fn: Optional[Callable[[int], None]]) -> None:
         with self._held():
             for ast_id, index in self._ast_to_buffer.items():
                 if index not in keep and remove_fn is not None:
@@ -473,7 +473,7 @@ class ExecutionPlan(PlanSchedule):
             self._calls = [None] * len(self._ops)
             self._native_entries.clear()
             self._segments, self._segment_kind = None, None
-            self._released = True
+            self._released = how
 
     def replicate(self) -> "ExecutionPlan":
         """A plan sharing kernels and read-only buffers (weights), with its own written buffers.
