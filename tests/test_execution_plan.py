@@ -954,7 +954,8 @@ def test_release_intermediate_buffers(dev: CpuDevice) -> None:
         plan.replicate()
 
 
-def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
+def _aliased_builder(dev: CpuDevice) -> ExecutionPlanBuilder:
+    """Output buffer 1 (also named 4) <- temporary 2 (also named 3)."""
     b = _builder(dev)
     out = b.add_buffer(1, f32(dev, [0.0]))
     tmp = b.add_buffer(2, f32(dev, [0.0]))
@@ -962,6 +963,11 @@ def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice
     b.map_buffer(4, out)
     b.add_op(copy_op(1, out, tmp))
     b.set_output_buffer(out)
+    return b
+
+
+def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
+    b = _aliased_builder(dev)
     plan = b.build()
     removed: List[int] = []
     plan.release_intermediate_buffers(removed.append)
@@ -987,13 +993,7 @@ def test_release_all_buffers_drops_outputs_and_inputs_too(dev: CpuDevice) -> Non
 
 
 def test_release_all_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
-    b = _builder(dev)
-    out = b.add_buffer(1, f32(dev, [0.0]))
-    tmp = b.add_buffer(2, f32(dev, [0.0]))
-    b.map_buffer(3, tmp)
-    b.map_buffer(4, out)
-    b.add_op(copy_op(1, out, tmp))
-    b.set_output_buffer(out)
+    b = _aliased_builder(dev)
     removed: List[int] = []
     b.build().release_all_buffers(removed.append)
     assert sorted(removed) == [1, 2, 3, 4]
