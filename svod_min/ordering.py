@@ -47,7 +47,11 @@ def access_span(buf: Any, write: bool) -> Access:
 
 
 def ranges_overlap(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
-    """Whether the half-open byte ranges ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` share a byte."""
+    """Whether the half-open byte ranges ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` intersect.
+
+    An empty range strictly inside the other counts (it sits between two of its bytes); one at
+    either end does not.
+    """
     return lo_a < hi_b and lo_b < hi_a
 
 
