@@ -93,7 +93,8 @@ class ExecutionPlan(PlanSchedule):
         self._owner: Optional[int] = None  # thread holding _lock (re-entry would deadlock: refused)
         self._poisoned: Optional[str] = None
         self._released: Optional[str] = None  # which release_* call dropped the buffers
-        self._calls: List[Optional[Callable[[], None]]] = []
+        self._launches: List[Any] = []  # per op: its bound Launch (kernels) or None
+        self._calls: List[Optional[Callable[[], None]]] = []  # per op: the launch's __call__, or None
         self._groups: List[List[List[int]]] = []
         self._threaded: List[bool] = []
         self._tiny: List[bool] = []  # declared work too small to be worth a pool hand-off
@@ -262,8 +263,8 @@ class ExecutionPlan(PlanSchedule):
         profiles = []
         self.synchronize()
         for index in self.op_order:
-            call = self._calls[index]
-            timed = None if call is None else call.timed
+            launch = self._launches[index]
+            timed = None if launch is None else launch.timed
             start = time.perf_counter_ns()
             if timed is not None:
                 device_seconds: Optional[float] = timed()
@@ -470,7 +471,7 @@ class ExecutionPlan(PlanSchedule):
                 if index not in keep and remove_fn is not None:
                     remove_fn(ast_id)
             self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
-            self._calls = [None] * len(self._ops)
+            self._launches, self._calls = [None] * len(self._ops), [None] * len(self._ops)
             self._native_entries.clear()
             self._segments, self._segment_kind = None, None
             self._released = how
