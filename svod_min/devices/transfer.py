@@ -10,7 +10,6 @@ import ctypes
 from typing import Any, List, Optional, Sequence
 
 from ..error import SvodError
-from .cpu_buffer import CpuBuffer, CpuStorage
 
 
 def memmove(dst: int, src: int, nbytes: int) -> None:
@@ -57,6 +56,9 @@ def host_stage(buf: Any) -> Any:
     try:
         return buf.numpy()
     except SvodError:
+        # Only without numpy: host memory's module (~7 ms of imports) stays out of GPU-only plans.
+        from .cpu_buffer import CpuBuffer, CpuStorage
+
         stage = CpuBuffer(CpuStorage(buf.nbytes), 0, buf.nbytes, buf.dtype, tuple(buf.shape))
         buf.copyout_into(stage)
         return stage
