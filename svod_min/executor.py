@@ -12,7 +12,7 @@ devices by hand. The parts live in their own modules and are re-exported here:
 
 :meth:`UnifiedExecutor.execute_kernel` returns once ``fn`` queued its work
 (complete on return on the host). :meth:`UnifiedExecutor.execute_transfer`
-moves bytes with :func:`svod_min.execution_plan.copy_buffer`: a memmove between
+moves bytes with :func:`svod_min.devices.transfer.copy_buffer`: a memmove between
 host buffers, otherwise the device buffer's own ``copyin``/``copyout_into``
 (CPU -> CUDA through pinned staging, CUDA -> same CUDA as an async D2D with
 memmove semantics, CUDA:i -> CUDA:j peer or staged by the driver). With a CUDA
@@ -28,9 +28,9 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 from .device_context import U64_MAX, DeviceContext, TimelineSignal, check_timeout
 from .device_registry import DEVICE_FACTORIES, DeviceRegistry
 from .device_spec import DeviceSpec, SpecLike, as_spec
+from .devices.transfer import copy_buffer
 from .error import BufferAllocationError, ExecutionError, SvodError
 from .execution_graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
-from .execution_plan import copy_buffer
 
 
 

@@ -12,7 +12,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from . import execution_plan as execution_plan_module
 from .device_registry import DEVICE_FACTORIES
 from .error import PlanError, PlanFileError, SvodError
 from .execution_plan import (
@@ -27,7 +26,8 @@ from .execution_plan import (
 from .expr import compile_expr
 from .kernel_cache import CachedKernel
 from .plan_data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
-from .plan_kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, grid_in_blocks, with_global_size
+from .plan_kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
+from .plan_ops import custom_function_kinds
 from .plan_schema import (
     FORMAT_VERSION,
     MAX_PLAN_BYTES,
@@ -195,7 +195,7 @@ class _PlanReader:
             return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
                                       view.offset - base.offset, view.nbytes, deps)
         custom = as_text(op["custom"], path + ".custom")
-        registered = sorted(execution_plan_module._custom_functions)  # TODO(plan): a public name for the registry
+        registered = custom_function_kinds()
         need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))]
         attrs = as_object(op.get("attrs", {}), path + ".attrs")
@@ -214,7 +214,7 @@ class _PlanReader:
         names = as_list(op.get("buffers"), path + ".buffers")
         need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
-        gpu = grid_in_blocks(kernel.program)
+        gpu = kernel.program.grid_in_blocks
         if "global_size" in op:
             gsize = global_size_exprs(op["global_size"], path + ".global_size")
             if not gpu:  # the CPU launch (core_id invocations); a GPU form launches its own grid

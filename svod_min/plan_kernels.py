@@ -295,11 +295,6 @@ def is_gpu(device: Any) -> bool:
     return bool(device.spec.kind == "CUDA")
 
 
-def grid_in_blocks(program: Any) -> bool:
-    """``program.grid_in_blocks`` (base.Program). TODO(base.py): CpuProgram gets the slot on main; drop this probe then."""
-    return bool(getattr(program, "grid_in_blocks", False))
-
-
 def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKernel:
     """A shallow copy of ``kernel`` launched with ``gsize`` (an op's own global size)."""
     clone = copy.copy(kernel)
@@ -307,4 +302,4 @@ def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKern
     return clone
 
 
-__all__ = ["CPU_ONLY_VARS", "KernelReader", "check_threading", "global_size_exprs", "grid_in_blocks", "is_gpu", "with_global_size"]
+__all__ = ["CPU_ONLY_VARS", "KernelReader", "check_threading", "global_size_exprs", "is_gpu", "with_global_size"]

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
+import svod_min.devices.transfer as transfer
 import svod_min.execution_plan as execution_plan
 from svod_min.devices.cpu import CpuDevice
 from svod_min.error import CompilationError
@@ -57,21 +58,41 @@ def base() -> Dict[str, Any]:
     return copy.deepcopy(BASE)
 
 
-class _SpyProgram:
-    """Wraps a loaded program; every dispatch (bound call or execute) is counted."""
+class _SpyLaunch:
+    """A bound call (the interface's ``Launch``) that counts every replay on its device."""
+
+    graphable = False
+    timed = None
 
     def __init__(self, inner: Any, device: "SpyDevice") -> None:
         self._inner = inner
         self._device = device
 
-    def bind(self, *args: Any, **kwargs: Any) -> Callable[[], None]:
-        call = self._inner.bind(*args, **kwargs)
+    def __call__(self) -> None:
+        self._device.dispatches += 1
+        self._inner()
 
-        def counted() -> None:
-            self._device.dispatches += 1
-            call()
+    def set_vals(self, vals: Any) -> None:
+        self._inner.set_vals(vals)
 
-        return counted
+    def set_dims(self, grid: Any, block: Any = None) -> None:
+        self._inner.set_dims(grid, block)
+
+
+class _SpyProgram:
+    """Wraps a loaded program; every dispatch (bound call or execute) is counted.
+
+    ``native_address`` is None: the native runner would call the C entry behind the spy's back.
+    """
+
+    native_address = None
+
+    def __init__(self, inner: Any, device: "SpyDevice") -> None:
+        self._inner = inner
+        self._device = device
+
+    def bind(self, *args: Any, **kwargs: Any) -> _SpyLaunch:
+        return _SpyLaunch(self._inner.bind(*args, **kwargs), self._device)
 
     def execute(self, *args: Any, **kwargs: Any) -> None:
         self._device.dispatches += 1
@@ -103,7 +124,7 @@ class Spy:
         self.device = SpyDevice()
         self.customs = 0
         self.copies = 0
-        real_custom, real_memmove = execution_plan.run_custom_function, execution_plan._memmove
+        real_custom, real_memmove = execution_plan.run_custom_function, transfer.memmove
 
         def custom(*args: Any, **kwargs: Any) -> None:
             self.customs += 1
@@ -114,7 +135,7 @@ class Spy:
             real_memmove(*args, **kwargs)
 
         monkeypatch.setattr(execution_plan, "run_custom_function", custom)
-        monkeypatch.setattr(execution_plan, "_memmove", memmove)
+        monkeypatch.setattr(transfer, "memmove", memmove)  # every host copy goes through it
 
     def counters(self) -> List[int]:
         """Values of every int32[1] buffer allocated (the bump kernel's counter)."""
