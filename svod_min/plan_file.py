@@ -4,6 +4,11 @@ See docs/plan-format.md. :func:`load_plan` validates the whole document —
 every error names its JSON path (``ops[3].buffers[1]: unknown buffer 'h2'``)
 — compiles the kernels, builds the :class:`ExecutionPlan` and returns it
 with what is needed to verify it. Nothing is dispatched on bad input.
+
+The reader is split by concept: :mod:`svod_min.plan_schema` (typed checks of
+JSON values, reading the document), :mod:`svod_min.plan_data` (files beside the
+plan, buffers and their initial data, expectations), :mod:`svod_min.plan_kernels`
+(each kernel form validated and loaded); this module builds the ops and the plan.
 """
 
 from __future__ import annotations

@@ -292,7 +292,7 @@ class PendingCuda:
 
 def is_gpu(device: Any) -> bool:
     """Kernels on this device take GPU forms (library PTX or a kernel's ``cuda`` object)."""
-    return bool(device.spec.kind == "CUDA")
+    return device.spec.kind == "CUDA"
 
 
 def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKernel:
