@@ -21,7 +21,7 @@ from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
 from test_cuda import Fake, fake, fake_so  # noqa: F401  (fixtures)
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda_api import load_nvrtc
+from svod_min.devices.cuda import load_nvrtc
 from svod_min.error import CompilationError
 
 np = pytest.importorskip("numpy")
