@@ -113,10 +113,7 @@ class CudaBuffer:
         if isinstance(data, CudaBuffer):
             data.storage.check_live("copyin source")
             check_same_size(data.nbytes, self.nbytes, "copyin")
-            if data.device is self.device:
-                self.device.copy(self, data)
-            else:
-                self.device.copy_from_peer(self, data)
+            self.device.copy_from_peer(self, data)  # the one device-to-device dispatch (same GPU: device.copy)
             return self
         address, nbytes, keep = _host_source(data, self.dtype)
         check_same_size(nbytes, self.nbytes, "copyin")
@@ -165,6 +162,15 @@ def _bytes_address(raw: bytes) -> int:
     return ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value or 0
 
 
+def _view_address(view: memoryview) -> Tuple[int, int, Any]:
+    """(address, nbytes, keep-alive) of a writable, C-contiguous memoryview."""
+    flat = view.cast("B")
+    if not flat.nbytes:
+        return 0, 0, None
+    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
+    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+
+
 def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
     """(host address, nbytes, object to keep alive) for copyin's source."""
     cpu = _cpu()
@@ -191,11 +197,7 @@ def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
     if view.readonly or not view.c_contiguous:
         raw = view.tobytes()
         return _bytes_address(raw), len(raw), raw
-    flat = view.cast("B")
-    if not flat.nbytes:
-        return 0, 0, None
-    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
-    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+    return _view_address(view)
 
 
 def _host_destination(dst: Any) -> Tuple[int, int, Any]:
@@ -213,11 +215,7 @@ def _host_destination(dst: Any) -> Tuple[int, int, Any]:
         raise BufferAllocationError("cannot copy a buffer into %s" % type(dst).__name__) from None
     if view.readonly or not view.c_contiguous:
         raise BufferAllocationError("copyout needs a writable, contiguous destination")
-    flat = view.cast("B")
-    if not flat.nbytes:
-        return 0, 0, None
-    anchor = (ctypes.c_char * flat.nbytes).from_buffer(flat)
-    return ctypes.addressof(anchor), flat.nbytes, (anchor, flat)
+    return _view_address(view)
 
 
 # --- events and pinned staging --------------------------------------------------------------------

@@ -141,18 +141,9 @@ class CudaProgram:
     #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
     signature: Any = None
 
-    def __init__(
-        self,
-        module: CudaModule,
-        entry_point: str,
-        *,
-        buf_count: int,
-        var_names: Sequence[str] = (),
-        local_size: Optional[Sequence[int]] = None,
-        grid: Optional[Sequence[Any]] = None,
-        shared_bytes: int = 0,
-        name: Optional[str] = None,
-    ) -> None:
+    def __init__(self, module: CudaModule, entry_point: str, *, buf_count: int, var_names: Sequence[str] = (),
+                 local_size: Optional[Sequence[int]] = None, grid: Optional[Sequence[Any]] = None, shared_bytes: int = 0,
+                 name: Optional[str] = None) -> None:  # fmt: skip
         if not isinstance(buf_count, int) or buf_count < 0:
             raise ExecutionError("buf_count must be a non-negative int, got %r" % (buf_count,))
         self.module, self.device = module, module.device
