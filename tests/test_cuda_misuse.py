@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable, List, Tuple
 
 import pytest
-from test_cuda import FAKE_PTX, Fake, fake, fake_so  # noqa: F401  (fixtures)
+from cuda_support import FAKE_PTX, Fake, fake, fake_so  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DeviceRegistry
 from svod_min.devices import cuda
