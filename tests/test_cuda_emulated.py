@@ -10,7 +10,7 @@ bounds fails the test even when its visible output is right.
 
 This checks the kernels' index math, boundary handling, grid-stride loops and
 reductions, and the launch geometry svod_min computes for them. It does not
-check the PTX (``ptxas`` does, in test_cuda.py) or GPU rounding; a real GPU run
+check the PTX (``ptxas`` does, in test_cuda_ptx.py) or GPU rounding; a real GPU run
 (``.ci/gpu-session``) does both: the tests taking the ``device`` fixture run on
 the GPU as well where there is one.
 """

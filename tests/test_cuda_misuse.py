@@ -1,6 +1,6 @@
 """Misuse of the CUDA device gets the project's own errors, before anything reaches the driver.
 
-Runs against the stand-in driver (tests/fake_libcuda.c, built by test_cuda's ``fake`` fixture):
+Runs against the stand-in driver (tests/fake_libcuda.c, built by tests/cuda_support.py's ``fake`` fixture):
 patches of bound launches checked like bind(), grids that follow patched variables, objects used
 after free / unload / close, overlapping device copies, shared-memory opt-in per function, the
 ``.ptr`` PTX parameter attribute, bad arguments that used to leak raw Python exceptions, library
