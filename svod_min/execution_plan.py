@@ -14,7 +14,6 @@ failure part-way poisons the plan, which then refuses to run.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import numbers
 import threading
 import time
@@ -32,6 +31,7 @@ from .error import (
     VariableBoundsError,
 )
 from .expr import compile_expr
+from .ordering import Access, access_span, accesses_conflict, kahn_levels
 from .kernel_cache import CachedKernel
 from .profiler import KernelProfile
 
@@ -221,47 +221,6 @@ def _resolve_dependencies(ops: List[PreparedOp], instance_deps: Dict[int, List[i
     return preds
 
 
-def kahn_levels(preds: List[List[int]], ids: Sequence[int]) -> Tuple[List[int], List[List[int]]]:
-    """Deterministic topological order and levels (ready sets, lowest index first)."""
-    n = len(preds)
-    indegree = [len(p) for p in preds]
-    succs: List[List[int]] = [[] for _ in range(n)]
-    for index, p in enumerate(preds):
-        for q in p:
-            succs[q].append(index)
-    ready = [i for i in range(n) if indegree[i] == 0]
-    heapq.heapify(ready)
-    order: List[int] = []
-    levels: List[List[int]] = []
-    while ready:
-        level = sorted(ready)
-        ready = []
-        levels.append(level)
-        order.extend(level)
-        for i in level:
-            for s in succs[i]:
-                indegree[s] -= 1
-                if indegree[s] == 0:
-                    heapq.heappush(ready, s)
-    if len(order) != n:
-        blocked = sorted({ids[i] for i in range(n) if indegree[i] > 0})
-        raise PlanError("cycle detected in op dependencies: blocked_ids=%s" % blocked)
-    return order, levels
-
-
-# --- byte-range hazards ---------------------------------------------------------------------
-
-Access = Tuple[int, int, int, bool]  # (storage key, start, end, is_write)
-
-
-def _conflicts(a: List[Access], b: List[Access]) -> bool:
-    for sa, lo_a, hi_a, wa in a:
-        for sb, lo_b, hi_b, wb in b:
-            if sa == sb and (wa or wb) and lo_a < hi_b and lo_b < hi_a:
-                return True
-    return False
-
-
 def _group_level(level: List[int], accesses: List[List[Access]], barrier: List[bool]) -> List[List[int]]:
     """Split a level into conflict-free groups, keeping insertion order between conflicts."""
     groups: List[List[int]] = []
@@ -272,7 +231,7 @@ def _group_level(level: List[int], accesses: List[List[Access]], barrier: List[b
         # An op may join the last group only if no later group blocks it: keep order.
         target = None
         for g in reversed(groups):
-            if barrier[g[0]] or any(_conflicts(accesses[index], accesses[j]) for j in g):
+            if barrier[g[0]] or any(accesses_conflict(accesses[index], accesses[j]) for j in g):
                 break
             target = g
         if target is None:
@@ -745,8 +704,7 @@ class ExecutionPlan:
 
     def _accesses(self, op: PreparedOp) -> List[Access]:
         def span(idx: int, write: bool) -> Access:
-            buf = self._buffers[idx]
-            return (id(buf.storage), buf.offset, buf.offset + max(buf.nbytes, 1), write)
+            return access_span(self._buffers[idx], write)
 
         if isinstance(op, PreparedKernel):
             outs = set(op.output_indices)
