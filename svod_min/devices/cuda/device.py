@@ -16,12 +16,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import CudaError, ExecutionError, NotSupportedError, PtxError, ReleasedError
+from ...ordering import buffers_overlap
 from .. import common
 from .driver import FORK_EPOCH, HANDLE, finalize, released_something, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 from .graph import GraphCopy
 from .launch import check_block, check_grid
-from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks, overlap
+from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
 from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
@@ -170,7 +171,7 @@ class CudaDevice:
         """
         if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not self or src.device is not self:
             return None
-        if overlap(dst, src):
+        if buffers_overlap(dst, src):
             return None
         return GraphCopy(self, dst, src) if src.nbytes else None
 
@@ -182,7 +183,7 @@ class CudaDevice:
         if not src.nbytes:
             return
         self.activate()
-        if overlap(dst, src):
+        if buffers_overlap(dst, src):
             self._staged_copy(dst, src)
             return
         self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)

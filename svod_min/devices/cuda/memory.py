@@ -65,11 +65,6 @@ class CudaStorage:
         self.device.check_open()
 
 
-def overlap(a: "CudaBuffer", b: "CudaBuffer") -> bool:
-    """Whether two views share bytes of one allocation."""
-    return a.storage is b.storage and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
-
-
 class CudaBuffer:
     """A typed window ``[offset, offset + nbytes)`` of a :class:`CudaStorage`; ``address`` is a device pointer."""
 
