@@ -44,6 +44,7 @@ from .plan_ops import (
     PreparedOp,
     RuntimeVar,
     copy_op,
+    custom_function_kinds,
     register_custom_function,
     run_custom_function,
     runtime_vars_of,
@@ -555,5 +556,5 @@ def _run_custom_on_host(op: PreparedCustomFunction, bufs: List[Any], variables: 
 __all__ = [  # the plan's public face: its own classes, plus the op and custom-function names of plan_ops
     "ExecutionPlan", "ExecutionPlanBuilder", "PARALLEL_MIN_FLOPS", "PreparedBufferView", "PreparedCopy",
     "PreparedCustomFunction", "PreparedKernel", "PreparedOp", "RuntimeVar", "copy_buffer", "kahn_levels",
-    "register_custom_function", "run_custom_function",
+    "custom_function_kinds", "register_custom_function", "run_custom_function",
 ]  # fmt: skip
