@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import random
-import struct
 from typing import List
 
 import pytest
