@@ -230,3 +230,23 @@ def test_pack_segments_turns_runs_of_entries_into_tables() -> None:
     assert segments is not None and [type(s) is list for s in segments] == [False, True, False]
     assert segments[1] == [2]  # an op without an entry stays a group the plan runs itself
     assert native_replay.pack_segments([[0]], {}, 1) is None  # nothing to pack
+
+
+def test_native_threads_follows_the_one_integer_rule(monkeypatch) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.delenv("SVOD_NATIVE_THREADS", raising=False)
+    assert native_replay.native_threads(6) == 6
+    monkeypatch.setenv("SVOD_NATIVE_THREADS", "0")
+    assert native_replay.native_threads(6) == 1  # serial
+    monkeypatch.setenv("SVOD_NATIVE_THREADS", "many")
+    with pytest.raises(ConfigError, match="SVOD_NATIVE_THREADS='many' is not an integer"):
+        native_replay.native_threads(6)
+
+
+def test_replay_switches_follow_the_one_on_off_rule(monkeypatch) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.setenv("SVOD_NATIVE_REPLAY", "maybe")
+    with pytest.raises(ConfigError, match="SVOD_NATIVE_REPLAY='maybe' is not an on/off value"):
+        ExecutionPlanBuilder(create_cpu_device()).build()
