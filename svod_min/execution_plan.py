@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from .config import env_flag
 from .devices.base import RELEASE_EPOCH
-from .devices.transfer import copy_buffer, copy_storage, host_views, memmove, storage_size, write_back
+from .devices.transfer import copy_buffer, copy_storage, host_views, storage_size, write_back
 from .error import (
     BufferAllocationError,
     ExecutionError,
@@ -37,7 +37,6 @@ from .native_replay import NativeEntry
 from .ordering import kahn_levels
 from .plan_builder import INT32_MAX, INT32_MIN, PlanBuilder, PlanParts
 from .plan_ops import (
-    CUSTOM_FUNCTIONS,
     PreparedBufferView,
     PreparedCopy,
     PreparedCustomFunction,
@@ -55,8 +54,6 @@ from .profiler import KernelProfile
 
 #: Old names kept while svod_min.plan_file and tests/test_plan_file.py still use them (the registry;
 #: the host memmove their spy patches, which now lives in devices.transfer).
-_custom_functions = CUSTOM_FUNCTIONS
-_memmove = memmove
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 
 
