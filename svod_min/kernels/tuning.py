@@ -1,7 +1,7 @@
 """The tuning store: the winners ``python -m svod_min tune`` measured, and their use by ``get``.
 
-One JSON file, ``tuning.json`` next to the object cache directory
-(``SVOD_TUNING_FILE`` overrides), keyed by kernel, dtype, shape and machine
+One JSON file, ``tuning.json`` under the cache root, beside the object
+cache's folder (``SVOD_TUNING_FILE`` overrides), keyed by kernel, dtype, shape and machine
 (arch, CPU model, prebuilt variant, svod_min version). Writes are atomic
 (temp file + ``os.replace``); a missing, unreadable, corrupt or read-only
 store is ignored (debug log), never an error. The autotuner
@@ -21,9 +21,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from . import variants
 from .. import __version__
-from ..clang import find_compiler, host_arch
+from ..clang import find_compiler
+from ..config import cache_path
 from ..error import CompilationError, KernelParamError, SvodError
-from ..kernel_cache import default_cache_dir
+from ..jit_loader.arch import host_arch
 from .lookup import find_sig, param_default, use_prebuilt
 from .elementwise import c_dtype
 
@@ -77,14 +78,16 @@ _store_memo: Dict[str, Tuple[Tuple[int, int, int], Dict[str, Any]]] = {}
 
 
 def store_path() -> Optional[str]:
-    """``SVOD_TUNING_FILE``, else ``tuning.json`` beside the object cache directory (None: no home)."""
+    """``SVOD_TUNING_FILE``, else ``tuning.json`` under the cache root (None: disk cache off or no home).
+
+    The root is :func:`svod_min.config.cache_root`, the object cache's
+    ``objects`` folder beside the file; ``SVOD_OBJECT_CACHE=0`` turns this
+    store off with the others.
+    """
     explicit = os.environ.get(TUNING_FILE_ENV, "").strip()
     if explicit:
         return os.path.abspath(explicit)
-    objects = default_cache_dir()
-    if not objects:
-        return None
-    return os.path.join(os.path.dirname(os.path.abspath(objects).rstrip(os.sep)) or os.sep, STORE_NAME)
+    return cache_path(STORE_NAME)
 
 
 def read_store(path: str) -> Dict[str, Any]:
