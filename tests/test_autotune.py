@@ -17,12 +17,11 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min import autotune, kernels
+from svod_min import autotune, autotune_trials, kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
 from svod_min.benchmark import BenchmarkConfig
-from svod_min.error import ExecutionError
-from svod_min.autotune import trials
-from svod_min.kernels import KernelArgumentError, KernelParamError, LibraryKernel, tuning
+from svod_min.error import ExecutionError, KernelArgumentError
+from svod_min.kernels import KernelParamError, LibraryKernel, tuning
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
 FAST = BenchmarkConfig(warmup_runs=0, timing_runs=2)
@@ -31,9 +30,8 @@ needs_prebuilt = pytest.mark.skipif(kernels.host_variant() is None, reason="no p
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A private cache root per test; the tuning store lies in it, beside the objects folder."""
+    """A private cache root per test: objects/ and the tuning store lie in it."""
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("SVOD_OBJECT_CACHE", raising=False)
     monkeypatch.delenv(autotune.TUNING_FILE_ENV, raising=False)
     return str(tmp_path / "tuning.json")
 
@@ -166,7 +164,7 @@ def test_a_wrong_candidate_is_dropped_and_never_chosen(monkeypatch: pytest.Monke
     cands = autotune.candidate_params("matmul", "float32")
     victim = cands[0] if reference == "majority" else cands[-1]  # majority vote: even the default can lose
     if reference == "majority":
-        monkeypatch.setattr(trials, "REFERENCE_MAX_WORK", 0)
+        monkeypatch.setattr(autotune_trials, "REFERENCE_MAX_WORK", 0)
     _break(monkeypatch, victim)
     lines: List[str] = []
     result = _tune(progress=lines.append)
@@ -283,14 +281,14 @@ def test_cli_tune_as_a_program() -> None:
 
 def test_tune_refuses_a_shape_whose_buffers_exceed_the_limit_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
     # 20000^2 float32 twice (in and out) is 3.2 GB: it used to die with MemoryError or the OOM killer
-    monkeypatch.setattr(trials, "MAX_TUNE_BYTES", 1 << 20)
+    monkeypatch.setattr(autotune_trials, "MAX_TUNE_BYTES", 1 << 20)
     with pytest.raises(KernelParamError, match=r"needs 3200000000 bytes of buffers; tuning is limited to 1048576"):
         autotune.tune("transpose", shape={"rows": 20000, "cols": 20000}, store=False)
 
 
 # --- layering: the store lives in kernels/, the tuner uses public names only ---------------------
 
-_SVOD = os.path.dirname(os.path.dirname(os.path.abspath(autotune.__file__)))
+_SVOD = os.path.dirname(os.path.abspath(autotune.__file__))
 
 
 def _imports(path: str) -> List[Any]:
@@ -323,7 +321,7 @@ def test_the_kernel_library_never_imports_the_tuner() -> None:
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("source", ["autotune/__init__.py", "autotune/trials.py"])
+@pytest.mark.parametrize("source", ["autotune.py", "autotune_trials.py"])
 def test_the_tuner_uses_only_public_names(source: str) -> None:
     for module, names in _imports(os.path.join(_SVOD, source)):
         if module == "__future__":
@@ -344,8 +342,6 @@ def test_the_store_lies_under_the_cache_root_beside_the_objects(store: str, monk
 
     assert autotune.store_path() == store and os.path.dirname(store) == cache_root()
     assert os.path.dirname(default_cache_dir() or "") == cache_root()
-    monkeypatch.setenv("SVOD_OBJECT_CACHE", "0")  # every on-disk store off, this one too
-    assert autotune.store_path() is None and autotune.best_params("matmul", "float32", SHAPE) is None
-    assert not _tune().stored and not os.path.exists(store)
-    monkeypatch.setenv(autotune.TUNING_FILE_ENV, store)  # an explicit file is still used
-    assert autotune.store_path() == store and _tune().stored and os.path.exists(store)
+    other = os.path.join(os.path.dirname(store), "elsewhere", "t.json")
+    monkeypatch.setenv(autotune.TUNING_FILE_ENV, other)  # an explicit file wins
+    assert autotune.store_path() == other and _tune().stored and os.path.exists(other) and not os.path.exists(store)

@@ -1,7 +1,7 @@
 """The tuning store: the winners ``python -m svod_min tune`` measured, and their use by ``get``.
 
-One JSON file, ``tuning.json`` under the cache root, beside the object
-cache's folder (``SVOD_TUNING_FILE`` overrides), keyed by kernel, dtype, shape and machine
+One JSON file, ``tuning.json`` under the cache root, beside ``objects/``
+(``SVOD_TUNING_FILE`` overrides), keyed by kernel, dtype, shape and machine
 (arch, CPU model, prebuilt variant, svod_min version). Writes are atomic
 (temp file + ``os.replace``); a missing, unreadable, corrupt or read-only
 store is ignored (debug log), never an error. The autotuner
@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from . import variants
 from .. import __version__
 from ..clang import find_compiler
-from ..config import cache_path
+from ..config import cache_root
 from ..error import CompilationError, KernelParamError, SvodError
 from ..jit_loader.arch import host_arch
 from .lookup import find_sig, param_default, use_prebuilt
@@ -78,16 +78,12 @@ _store_memo: Dict[str, Tuple[Tuple[int, int, int], Dict[str, Any]]] = {}
 
 
 def store_path() -> Optional[str]:
-    """``SVOD_TUNING_FILE``, else ``tuning.json`` under the cache root (None: disk cache off or no home).
-
-    The root is :func:`svod_min.config.cache_root`, the object cache's
-    ``objects`` folder beside the file; ``SVOD_OBJECT_CACHE=0`` turns this
-    store off with the others.
-    """
+    """``SVOD_TUNING_FILE``, else ``tuning.json`` under the cache root, beside ``objects/`` (None: no home)."""
     explicit = os.environ.get(TUNING_FILE_ENV, "").strip()
     if explicit:
         return os.path.abspath(explicit)
-    return cache_path(STORE_NAME)
+    root = cache_root()
+    return None if root is None else os.path.join(root, STORE_NAME)
 
 
 def read_store(path: str) -> Dict[str, Any]:

@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..benchmark import BenchmarkConfig, flush_caches, round_robin_min, warm_clock, warmup_thread_pool
-from ..dtypes import dtype as to_dtype, pack_values, unpack_values
-from ..error import KernelParamError
-from ..kernels.sig import compile_expr
+from .benchmark import BenchmarkConfig, flush_caches, round_robin_min, warm_clock, warmup_thread_pool
+from .dtypes import dtype as to_dtype, pack_values, unpack_values
+from .error import KernelParamError
+from .kernels.sig import compile_expr
 
 #: The pure-Python matmul reference is used up to this many multiply-adds.
 REFERENCE_MAX_WORK = 1 << 18

@@ -16,7 +16,7 @@ and reported, never chosen. The survivors are timed round-robin
 (:func:`svod_min.benchmark.round_robin_min`) so none is judged at a clock the
 others did not see.
 
-The measuring lives in :mod:`svod_min.autotune.trials`. The winner is kept
+The measuring lives in :mod:`svod_min.autotune_trials`. The winner is kept
 in the tuning store (:mod:`svod_min.kernels.tuning`: ``tuning.json`` under
 the cache root, ``SVOD_TUNING_FILE`` overrides), keyed by
 kernel, dtype, shape and machine; ``kernels.get(shape=...)`` reads it
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .trials import (  # the limits and references too, for readers (the trials module uses them)
+from .autotune_trials import (  # the limits and references too, for readers (the trials module uses them)
     DATA_PERIOD,
     MAX_TUNE_BYTES,
     REFERENCE_MAX_WORK,
@@ -43,13 +43,13 @@ from .trials import (  # the limits and references too, for readers (the trials 
     verify_all,
     warm_up,
 )
-from ..benchmark import BenchmarkConfig
-from ..error import ExecutionError, KernelNotFoundError, KernelParamError, SvodError
-from ..kernels import catalogue, find_sig, get, host_variant
-from ..kernels.checks import check_vars
-from ..kernels.library import resolve_device
-from ..kernels.sig import CORE_COUNT, CORE_ID, compile_expr
-from ..kernels.tuning import (
+from .benchmark import BenchmarkConfig
+from .error import ExecutionError, KernelNotFoundError, KernelParamError, SvodError
+from .kernels import catalogue, find_sig, get, host_variant
+from .kernels.checks import check_vars
+from .kernels.library import resolve_device
+from .kernels.sig import CORE_COUNT, CORE_ID, compile_expr
+from .kernels.tuning import (
     HOST,
     STORE_FORMAT,
     STORE_NAME,
