@@ -25,8 +25,8 @@ from ..clang import find_compiler
 from ..config import cache_root
 from ..error import CompilationError, KernelParamError, SvodError
 from ..jit_loader.arch import host_arch
-from .lookup import find_sig, param_default, use_prebuilt
 from .elementwise import c_dtype
+from .lookup import find_sig, param_default, use_prebuilt
 
 log = logging.getLogger("svod_min.autotune")  # the tuner's logger: one switch for both halves
 
