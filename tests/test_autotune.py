@@ -20,7 +20,7 @@ from conftest import needs_cc
 from svod_min import autotune, autotune_trials, kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
 from svod_min.benchmark import BenchmarkConfig
-from svod_min.error import ExecutionError
+from svod_min.error import ExecutionError, KernelArgumentError
 from svod_min.kernels import KernelParamError, LibraryKernel, tuning
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
@@ -30,8 +30,8 @@ needs_prebuilt = pytest.mark.skipif(kernels.host_variant() is None, reason="no p
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A private object cache dir per test; the tuning store lies beside it."""
-    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "objects"))
+    """A private cache root per test: objects/ and the tuning store lie in it."""
+    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(autotune.TUNING_FILE_ENV, raising=False)
     return str(tmp_path / "tuning.json")
 
@@ -69,7 +69,7 @@ def test_tuning_params_exclude_dtypes_and_structural_params() -> None:
 def test_bad_shapes_and_candidates_are_param_errors() -> None:
     with pytest.raises(KernelParamError, match="exactly the variables"):
         _tune(shape={"M": 4, "N": 4})
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(KernelArgumentError, match="outside"):
         _tune(shape={"M": 0, "N": 4, "K": 4})
     with pytest.raises(KernelParamError, match="tuning params"):
         _tune(candidates=[{"bias": True}])
@@ -334,3 +334,14 @@ def test_the_tuner_uses_only_public_names(source: str) -> None:
 def test_the_store_names_are_the_same_objects_in_both_places() -> None:
     for name in ("best_params", "tuned_params", "store_path", "machine_fingerprint", "TUNING_FILE_ENV", "HOST"):
         assert getattr(autotune, name) is getattr(tuning, name), name
+
+
+def test_the_store_lies_under_the_cache_root_beside_the_objects(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from svod_min.cache.disk import default_cache_dir
+    from svod_min.config import cache_root
+
+    assert autotune.store_path() == store and os.path.dirname(store) == cache_root()
+    assert os.path.dirname(default_cache_dir() or "") == cache_root()
+    other = os.path.join(os.path.dirname(store), "elsewhere", "t.json")
+    monkeypatch.setenv(autotune.TUNING_FILE_ENV, other)  # an explicit file wins
+    assert autotune.store_path() == other and _tune().stored and os.path.exists(other) and not os.path.exists(store)
