@@ -178,12 +178,20 @@ class ExecutionGraph:
 
     def _predecessor_indices(self, ids: List[int]) -> List[List[int]]:
         """Each node's predecessors as positions in ``ids`` (duplicates dropped: they would double-count)."""
+        index = {node_id: i for i, node_id in enumerate(ids)}
+        nodes = self._nodes
+        try:
+            return [list({index[p] for p in nodes[node_id].predecessors}) for node_id in ids]
+        except KeyError:
+            self._raise_unknown_predecessor()
+            raise
+
+    def _raise_unknown_predecessor(self) -> None:
+        """The first unknown predecessor, in insertion order, as a :class:`PlanError`."""
         for node in self._nodes.values():
             for pred in node.predecessors:
                 if pred not in self._nodes:
                     raise PlanError("node %d depends on unknown node id %r" % (node.id, pred))
-        index = {node_id: i for i, node_id in enumerate(ids)}
-        return [sorted({index[p] for p in self._nodes[node_id].predecessors}) for node_id in ids]
 
 
 def _hazard(earlier: ExecutionNode, later: ExecutionNode) -> bool:
