@@ -31,14 +31,14 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     ├── ConfigError                    2  an environment variable with a bad value
     ├── PlanError                      2  plan building / plan file problems
     │   ├── VariableBoundsError        2  a variable outside [min, max]
-    │   │   └── ArgumentRangeError     2  a kernel argument that does not fit its slot
+    │   │   ├── ArgumentRangeError     2  a kernel argument that does not fit its slot
+    │   │   └── KernelVariableError    2  a library kernel's variable below its minimum
     │   ├── KernelParamError           2  a library kernel request that cannot be served
     │   │   └── KernelNotFoundError    2  no kernel of that name
     │   └── PlanFileError              2  with the JSON path of the offending value
     ├── ExecutionError                 3  a dispatch failed
     │   ├── PlanPoisonedError          3  plan failed earlier and refuses to run
     │   └── KernelArgumentError        2  buffers / variables that do not match a kernel
-    │       └── KernelVariableError    2  a library kernel's variable below its minimum
     ├── NotSupportedError              3  feature deliberately not implemented
     └── ExportError                    2  a model that cannot be exported as a plan
 
@@ -333,7 +333,7 @@ class ArgumentRangeError(VariableBoundsError):
     exit_code = EXIT_BAD_INPUT
 
 
-class KernelVariableError(KernelArgumentError):
+class KernelVariableError(VariableBoundsError):
     """A library kernel's variable below its declared minimum (nothing ran)."""
 
     exit_code = EXIT_BAD_INPUT
