@@ -36,6 +36,28 @@ _LAZY: Dict[str, str] = {
     "CpuDevice": "devices.cpu",
     "CpuBuffer": "devices.cpu",
     "CpuProgram": "devices.cpu",
+    # plans and executors (svod-runtime's root re-exports)
+    "ExecutionPlan": "execution_plan",
+    "ExecutionPlanBuilder": "execution_plan",
+    "PreparedKernel": "execution_plan",
+    "PreparedCopy": "execution_plan",
+    "PreparedBufferView": "execution_plan",
+    "PreparedCustomFunction": "execution_plan",
+    "PreparedOp": "execution_plan",
+    "run_custom_function": "execution_plan",
+    "UnifiedExecutor": "executor",
+    "global_executor": "executor",
+    "DeviceContext": "executor",
+    "ExecutionGraph": "executor",
+    "ExecutionNode": "executor",
+    "KernelBufferAccess": "executor",
+    "SyncStrategy": "executor",
+    "KernelProfile": "profiler",
+    "BenchmarkConfig": "benchmark",
+    "BenchmarkResult": "benchmark",
+    "benchmark_kernel": "benchmark",
+    "warmup_thread_pool": "benchmark",
+    "load_plan": "plan_file",
     # caches
     "CompiledSpec": "kernel_cache",
     "CachedKernel": "kernel_cache",
@@ -46,7 +68,12 @@ _LAZY: Dict[str, str] = {
 }
 
 
+_SUBMODULES = ("kernels",)  # subpackages reachable as attributes without an explicit import
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module("." + name, __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError("module 'svod_min' has no attribute %r" % name)
@@ -56,7 +83,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
-__all__ = sorted(set(_LAZY) | set(_error_all))
+__all__ = sorted(set(_LAZY) | set(_SUBMODULES) | set(_error_all))

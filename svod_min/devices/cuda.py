@@ -30,7 +30,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..device_spec import DeviceSpec
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
@@ -45,6 +45,7 @@ from ..error import (
     UnsupportedDeviceError,
 )
 from . import common, cuda_api as api
+from .graph_segments import graph_segments
 from .cuda_api import (  # re-exported: svod_min.devices.cuda is the public module
     DEFAULT_LIMITS,
     HANDLE,
@@ -396,6 +397,7 @@ class CudaBuffer:
     """A typed window ``[offset, offset + nbytes)`` of a :class:`CudaStorage`; ``address`` is a device pointer."""
 
     __slots__ = ("storage", "offset", "nbytes", "dtype", "shape", "device", "address", "__weakref__")
+    on_host = False  # device interface slot: ``address`` is a device pointer, never memmoved
 
     def __init__(self, storage: CudaStorage, offset: int, nbytes: int, dt: DType, shape: Tuple[int, ...]) -> None:
         self.storage, self.offset, self.nbytes, self.dtype, self.shape = storage, offset, nbytes, dt, shape
@@ -680,6 +682,8 @@ def _chunks(nbytes: int, chunk: int) -> List[Tuple[int, int]]:
 class CudaDevice:
     """One GPU: its primary context, one stream, memory, modules, and launch limits."""
 
+    threads = 1  # device interface slot: one host thread drives the stream
+
     def __init__(self, driver: CudaDriver, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
         self.closed = False
@@ -741,6 +745,11 @@ class CudaDevice:
         self.driver.check_process()
         self.lib.call("cuCtxSetCurrent", self.context)
         _tls.device, _tls.epoch = self, _FORK_EPOCH[0]
+
+    graph = property(lambda self: CudaGraphSlot(self))  # device interface slot: CUDA graphs
+
+    def host_pool(self) -> None:  # device interface slot: launches are queued, no host pool
+        return None
 
     def synchronize(self) -> None:
         """Wait for everything queued on the device's stream."""
@@ -1241,6 +1250,8 @@ class CudaProgram:
 
     #: svod's GPU convention: a launch's global_size is the grid, counted in blocks (ExecutionPlan keys on it).
     grid_in_blocks = True
+    native_address = None  # device interface slot: no C entry for the host's native runner
+    closed = False  # device interface slot: each launch checks its module itself (check_live)
     #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
     signature: Any = None
 
@@ -1413,6 +1424,8 @@ class BoundLaunch:
     leaves the launch as it was. When the grid came from the program's own expressions (no explicit
     ``global_size`` at bind and no :meth:`set_dims` since), new variables recompute it.
     """
+
+    graphable = True  # device interface slot: a node of CudaGraph
 
     def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any],
                  *, auto_grid: bool = False) -> None:  # fmt: skip
@@ -1695,6 +1708,19 @@ class CudaGraph:
         _released_something()
         self._exec_fin()
         self._graph_fin()
+
+
+class CudaGraphSlot:
+    """CudaDevice's graph slot (devices.base.GraphRuntime): memcpy nodes, and runs packed into CudaGraphs."""
+
+    def __init__(self, device: CudaDevice) -> None:
+        self.device = device
+
+    def copy_node(self, dst: Any, src: Any) -> Optional[GraphCopy]:
+        return self.device.graph_copy(dst, src)
+
+    def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:
+        return graph_segments(groups, nodes, CudaGraph)
 
 
 def _graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
