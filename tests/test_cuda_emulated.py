@@ -10,7 +10,7 @@ bounds fails the test even when its visible output is right.
 
 This checks the kernels' index math, boundary handling, grid-stride loops and
 reductions, and the launch geometry svod_min computes for them. It does not
-check the PTX (``ptxas`` does, in test_cuda.py) or GPU rounding; a real GPU run
+check the PTX (``ptxas`` does, in test_cuda_ptx.py) or GPU rounding; a real GPU run
 (``.ci/gpu-session``) does both: the tests taking the ``device`` fixture run on
 the GPU as well where there is one.
 """
@@ -26,14 +26,14 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
-from test_cuda import (  # noqa: F401  (fixtures)
-    _GPU_REASON as GPU_REASON,
+from cuda_support import (  # noqa: F401  (fixtures)
+    GPU_REASON,
     HAVE_GPU,
     REAL_DRIVER,
     Fake,
-    _cuda_sigs,
     check_library_kernel,
     check_plan_equals_cpu,
+    cuda_sigs,
     fake,
     fake_so,
     library_env,
@@ -45,7 +45,7 @@ from svod_min.devices.cuda import CudaError, CudaGraph
 
 np = pytest.importorskip("numpy")
 
-SIGS = _cuda_sigs()
+SIGS = cuda_sigs()
 F32 = [s for s in SIGS if dict(s.params).get("dtype") == "float32"]
 
 
