@@ -8,13 +8,7 @@ import ctypes
 from typing import Callable
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    Fake,
-    fake,
-    fake_so,
-    gpu_test,
-    without_driver,
-)
+from cuda_support import Fake, fake, fake_so, gpu_test, without_driver  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.devices import cuda

@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable, List, Tuple
 
 import pytest
-from cuda_support import FAKE_PTX, Fake, fake, fake_so  # noqa: F401  (fixtures)
+from cuda_support import FAKE_PTX, Fake, fake, fake_so, in_forked_child  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DeviceRegistry
 from svod_min.devices import cuda
@@ -430,26 +430,20 @@ def test_event_methods_in_a_forked_child_are_refused(fake: Callable[..., Fake]) 
     event = cuda.CudaEvent(dev)
     event.record()
     uses = [event.record, event.query, event.synchronize, lambda: event.elapsed_since(event)]
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report through the pipe, never run pytest's teardown
-        try:
-            results = []
-            for use in uses:
-                try:
-                    use()
-                    results.append("no error")
-                except ForkedChildError:
-                    results.append("ForkedChildError")
-                except BaseException as exc:  # noqa: B902 - reported to the parent
-                    results.append(type(exc).__name__)
-            os.write(write, ",".join(results).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    message = os.read(read, 4096).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
+
+    def use_all() -> str:
+        results = []
+        for use in uses:
+            try:
+                use()
+                results.append("no error")
+            except ForkedChildError:
+                results.append("ForkedChildError")
+            except BaseException as exc:  # noqa: B902 - reported to the parent
+                results.append(type(exc).__name__)
+        return ",".join(results)
+
+    message = in_forked_child(use_all)
     assert message == ",".join(["ForkedChildError"] * 4)
     event.synchronize()  # the parent is unaffected
 

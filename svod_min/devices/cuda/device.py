@@ -11,6 +11,7 @@ import ctypes
 import hashlib
 import os
 import threading
+from concurrent.futures import Executor
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...device_spec import DeviceSpec
@@ -18,9 +19,10 @@ from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import CudaError, ExecutionError, NotSupportedError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
-from .driver import FORK_EPOCH, HANDLE, finalize, released_something, thread_state
+from ..base import RELEASE_EPOCH
+from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-from .graph import GraphCopy
+from .graph import CudaGraphRuntime, GraphCopy
 from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
@@ -28,7 +30,14 @@ from .program import CudaModule, CudaProgram
 from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
 
 class CudaDevice:
-    """One GPU: its primary context, one stream, memory, modules, and launch limits."""
+    """One GPU: its primary context, one stream, memory, modules, and launch limits.
+
+    A ``Device`` of devices/base.py: ``spec``, ``threads`` (1: a kernel's threads are the GPU's),
+    ``graph`` (CUDA graphs), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
+    """
+
+    #: Host threads one kernel may use: none beyond the caller's (the GPU runs the kernel).
+    threads = 1
 
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
@@ -54,6 +63,7 @@ class CudaDevice:
         self._timers: List[Tuple[CudaEvent, CudaEvent]] = []
         self._timers_lock = threading.Lock()
         self._peers: Dict[int, bool] = {}
+        self.graph = CudaGraphRuntime(self)
 
     def __repr__(self) -> str:
         return "<CudaDevice %s %s %s>" % (self.spec, self.info.name, self.arch)
@@ -96,6 +106,14 @@ class CudaDevice:
         """Wait for everything queued on the device's stream."""
         self.activate()
         self.lib.call("cuStreamSynchronize", self.stream)
+
+    def host_pool(self) -> Optional[Executor]:
+        """None: a GPU's plan ops queue on its one stream, so there are no host ops to run at once."""
+        return None
+
+    def new_event(self) -> CudaEvent:
+        """A timing event in this device's context (``record`` / ``synchronize`` / ``elapsed_since``)."""
+        return CudaEvent(self)
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` bytes of device memory."""
@@ -164,16 +182,8 @@ class CudaDevice:
         block.event.record(self.stream)
 
     def graph_copy(self, dst: Any, src: Any) -> Optional[GraphCopy]:
-        """``dst <- src`` as a CUDA graph node, or None when it is not a plain copy on this GPU.
-
-        Overlapping ranges of one allocation are left to the caller (a memcpy
-        node, like ``cuMemcpy``, is undefined there).
-        """
-        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not self or src.device is not self:
-            return None
-        if buffers_overlap(dst, src):
-            return None
-        return GraphCopy(self, dst, src) if src.nbytes else None
+        """``dst <- src`` as a CUDA graph node, or None (``self.graph.copy_node``, kept for older callers)."""
+        return self.graph.copy_node(dst, src)
 
     def copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Device -> device on this GPU (queued on the stream), with memmove semantics for overlapping views."""
@@ -384,7 +394,7 @@ class CudaDevice:
         self.driver.forget(self)
         self.closed = True
         self.alive[0] = False
-        released_something()
+        RELEASE_EPOCH.bump()
         self._stream_finalizer()
         self._ctx_finalizer()
         if getattr(thread_state, "device", None) is self:

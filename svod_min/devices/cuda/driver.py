@@ -17,9 +17,9 @@ Handles (``CUcontext``, ``CUmodule``, ``CUfunction``, ``CUstream``,
 device pointers (``CUdeviceptr``) are ``c_uint64``; ``CUdevice`` is ``c_int``.
 
 Also here, because every object the driver hands out needs them: the fork
-guard (a per-thread "context is current" record that a fork invalidates),
-the release epoch (bumped by every explicit free, unload or close) and the
-shutdown-safe finalizers that release driver resources.
+guard (a per-thread "context is current" record that a fork invalidates) and
+the shutdown-safe finalizers that release driver resources. (Explicit frees,
+unloads and closes bump :data:`svod_min.devices.base.RELEASE_EPOCH`.)
 """
 
 from __future__ import annotations
@@ -281,18 +281,7 @@ def handle_array(handles: Sequence[Any]) -> Any:
     return (HANDLE * len(handles))(*[getattr(h, "value", h) for h in handles])
 
 
-# --- release epoch, fork guard and per-thread context -------------------------------------------
-
-# Bumped by every explicit free / unload / close: a bound launch or graph re-checks its buffers and module
-# before the next launch only when it changed, so the replay hot path pays one comparison.
-RELEASES = [0]
-RELEASES_LOCK = threading.Lock()
-
-
-def released_something() -> None:
-    with RELEASES_LOCK:
-        RELEASES[0] += 1
-
+# --- fork guard and per-thread context ------------------------------------------------------------
 
 FORK_EPOCH = [0]  # bumped in every forked child: per-thread "context is current" flags go stale
 thread_state = threading.local()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ...error import ExecutionError, ReleasedError
-from .driver import CUDA_MEMCPY3D, HANDLE, RELEASES, device_finalize, handle_array, memcpy_1d, released_something
+from ...ordering import buffers_overlap
+from ..base import NO_NODE, RELEASE_EPOCH
+from .driver import CUDA_MEMCPY3D, HANDLE, device_finalize, handle_array, memcpy_1d
 from .launch import as_sequence
 from .memory import CudaBuffer, check_same_size
 from .program import BoundLaunch
@@ -105,11 +107,11 @@ class CudaGraph:
             else:
                 member.dst.storage.check_live("graph copy destination")
                 member.src.storage.check_live("graph copy source")
-        self._checked = RELEASES[0]
+        self._checked = RELEASE_EPOCH.value
 
     def launch(self) -> None:
         """Re-upload patched nodes, then replay the whole graph on the device's stream."""
-        if self._checked != RELEASES[0]:  # something was freed or closed since the last check
+        if self._checked != RELEASE_EPOCH.value:  # something was freed or closed since the last check
             self._check_members()
         self.device.activate()
         while self.dirty:
@@ -133,7 +135,7 @@ class CudaGraph:
         if self.closed:
             return
         self.closed = True
-        released_something()
+        RELEASE_EPOCH.bump()
         self._exec_fin()
         self._graph_fin()
 
@@ -155,3 +157,72 @@ def graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
 
 
 # --- registry and CLI -----------------------------------------------------------------------------
+
+
+# --- the device's graph slot -----------------------------------------------------------------------
+
+
+class CudaGraphRuntime:
+    """``CudaDevice.graph`` (a ``GraphRuntime`` of devices/base.py): runs of graphable plan ops as CUDA graphs."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+
+    def copy_node(self, dst: Any, src: Any) -> Optional[GraphCopy]:
+        """``dst <- src`` as a graph node, or None when it is not a plain copy on this GPU.
+
+        Overlapping ranges of one allocation are left to the caller (a memcpy
+        node, like ``cuMemcpy``, is undefined there).
+        """
+        device = self.device
+        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not device or src.device is not device:
+            return None
+        if buffers_overlap(dst, src):
+            return None
+        return GraphCopy(device, dst, src) if src.nbytes else None
+
+    def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:
+        """Runs of groups whose ops all have a node become one :class:`CudaGraph` each (when >= 2 nodes).
+
+        A node waits for every node of the previous non-empty group of its run:
+        groups already order every conflicting pair, so that is all a graph
+        needs. A group with a non-graphable op (None) ends the run and stays a
+        list of op indices for the plan to run one by one.
+        """
+        segments: List[Any] = []
+        run: List[Sequence[int]] = []
+
+        def flush() -> None:
+            if sum(1 for g in run for i in g if nodes[i] is not NO_NODE) >= 2:
+                segments.append(graph_of_run(run, nodes))
+            else:
+                segments.extend(list(g) for g in run)
+            run.clear()
+
+        for group in groups:
+            if all(nodes[i] is not None for i in group):
+                run.append(group)
+                continue
+            flush()
+            segments.append(list(group))
+        flush()
+        return segments
+
+
+def graph_of_run(run: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> CudaGraph:
+    """One graph for a run of groups: each node depends on the nodes of the previous non-empty group."""
+    members: List[Any] = []
+    deps: List[List[int]] = []
+    previous: List[int] = []
+    for group in run:
+        current = []
+        for index in group:
+            if nodes[index] is NO_NODE:
+                continue
+            current.append(len(members))
+            members.append(nodes[index])
+            deps.append(list(previous))
+        previous = current or previous
+    return CudaGraph(members, deps)

@@ -17,7 +17,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 from ...dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ...error import BufferAllocationError, CudaError, FreedBufferError, InvalidDeviceError, NotSupportedError
 from .. import common
-from .driver import HANDLE, CUdeviceptr, device_finalize, released_something
+from ..base import RELEASE_EPOCH
+from .driver import HANDLE, CUdeviceptr, device_finalize
 from .enums import CU_EVENT_DEFAULT, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CUDA_ERROR_NOT_READY
 
 
@@ -50,7 +51,7 @@ class CudaStorage:
     def free(self) -> None:
         """Free now; buffers over this storage are refused afterwards (:class:`FreedBufferError`)."""
         self.freed = True
-        released_something()
+        RELEASE_EPOCH.bump()
         self._finalizer()
 
     def drop(self) -> None:
@@ -69,6 +70,8 @@ class CudaBuffer:
     """A typed window ``[offset, offset + nbytes)`` of a :class:`CudaStorage`; ``address`` is a device pointer."""
 
     __slots__ = ("storage", "offset", "nbytes", "dtype", "shape", "device", "address", "__weakref__")
+    #: Device memory: ``address`` is a device pointer the host cannot read or write.
+    on_host = False
 
     def __init__(self, storage: CudaStorage, offset: int, nbytes: int, dt: DType, shape: Tuple[int, ...]) -> None:
         self.storage, self.offset, self.nbytes, self.dtype, self.shape = storage, offset, nbytes, dt, shape
