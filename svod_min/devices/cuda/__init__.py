@@ -28,8 +28,8 @@ from ...error import (
 )
 from .device import CudaDevice, find_cuda_sig
 from .driver import (
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult, handle_array,
-    memcpy_1d,
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult,
+    Prototype, handle_array, memcpy_1d,
 )
 from .graph import CudaGraph, GraphCopy
 from .launch import (
@@ -55,9 +55,9 @@ __all__ = [
     "ArgBlob", "ArgSlot", "ArgumentRangeError", "BoundLaunch", "CUDA_KERNEL_NODE_PARAMS", "CUDA_MEMCPY3D", "CUdevice",
     "CUdeviceptr", "CUresult", "CudaBuffer", "CudaDevice", "CudaDeviceInfo", "CudaDriver", "CudaError", "CudaEvent",
     "CudaGraph", "CudaLibrary", "CudaModule", "CudaProgram", "CudaStorage", "CudaSymbolError", "DEFAULT_LIBRARY",
-    "DEFAULT_LIMITS", "Dims3", "ForkedChildError", "FreedBufferError", "GraphCopy", "HANDLE", "KernelVariableError",
+    "DEFAULT_LIMITS", "DRIVER_API", "Dims3", "ForkedChildError", "FreedBufferError", "GraphCopy", "HANDLE", "KernelVariableError",
     "LaunchConfigError", "LaunchLimits", "NO_DRIVER_REASON", "NVRTC_MISSING", "NVRTC_PROTOTYPES", "NVRTC_RESTYPES",
-    "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "PTX_MIN_FOR_TARGET", "PtxError", "PtxInfo", "ReleasedError",
+    "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "Prototype", "PTX_MIN_FOR_TARGET", "PtxError", "PtxInfo", "ReleasedError",
     "StagingPool", "arch_name", "check_entry_params", "check_ptx_version", "check_shared_bytes", "compile_cuda",
     "dims_items", "driver_unavailable_reason", "driver_version_tuple", "find_cuda_sig", "find_nvrtc", "find_ptxas",
     "format_version", "handle_array", "info_lines", "int32_arg", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d",

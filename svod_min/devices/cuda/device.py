@@ -51,12 +51,12 @@ class CudaDevice:
         self.lib.call("cuDevicePrimaryCtxRetain", ctypes.byref(context), self.handle)
         self.context = context
         self.context_value: int = context.value or 0
-        self._ctx_finalizer = finalize(self, driver, None, "cuDevicePrimaryCtxRelease_v2", self.handle)
+        self._ctx_finalizer = finalize(self, driver, None, "cuDevicePrimaryCtxRelease", self.handle)
         self.activate()
         stream = HANDLE()
         self.lib.call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
         self.stream = stream
-        self._stream_finalizer = finalize(self, driver, self.context_value, "cuStreamDestroy_v2", stream.value)
+        self._stream_finalizer = finalize(self, driver, self.context_value, "cuStreamDestroy", stream.value)
         self.staging = StagingPool(self)
         self._modules: Dict[str, CudaModule] = {}
         self._modules_lock = threading.Lock()
@@ -119,7 +119,7 @@ class CudaDevice:
         """``(free, total)`` bytes of device memory."""
         self.activate()
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        self.lib.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        self.lib.call("cuMemGetInfo", ctypes.byref(free), ctypes.byref(total))
         return free.value, total.value
 
     # --- memory ---
@@ -154,7 +154,7 @@ class CudaDevice:
                 block = blocks[i & 1]
                 block.wait()  # its previous DMA must be done before we overwrite it
                 pool.memmove(block.address, src + off, size)
-                self.lib.call("cuMemcpyHtoDAsync_v2", dst + off, block.address, size, self.stream)
+                self.lib.call("cuMemcpyHtoDAsync", dst + off, block.address, size, self.stream)
                 block.event.record(self.stream)
 
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
@@ -164,7 +164,7 @@ class CudaDevice:
         self.activate()
         pool = self.staging
         if nbytes <= pool.direct_max:  # pageable destination: returns once the copy completed
-            self.lib.call("cuMemcpyDtoHAsync_v2", dst, src, nbytes, self.stream)
+            self.lib.call("cuMemcpyDtoHAsync", dst, src, nbytes, self.stream)
             self.lib.call("cuStreamSynchronize", self.stream)
             return
         with pool.lock:
@@ -178,7 +178,7 @@ class CudaDevice:
 
     def _dtoh_issue(self, block: PinnedBlock, src: int, piece: Tuple[int, int]) -> None:
         off, size = piece
-        self.lib.call("cuMemcpyDtoHAsync_v2", block.address, src + off, size, self.stream)
+        self.lib.call("cuMemcpyDtoHAsync", block.address, src + off, size, self.stream)
         block.event.record(self.stream)
 
     def graph_copy(self, dst: Any, src: Any) -> Optional[GraphCopy]:
@@ -196,7 +196,7 @@ class CudaDevice:
         if buffers_overlap(dst, src):
             self._staged_copy(dst, src)
             return
-        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", dst.address, src.address, src.nbytes, self.stream)
 
     def _check_own(self, buf: Any, what: str) -> None:
         if not isinstance(buf, CudaBuffer):
@@ -208,8 +208,8 @@ class CudaDevice:
     def _staged_copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Overlapping views of one allocation: cuMemcpy is undefined there, so go through a temporary."""
         tmp = CudaStorage(self, src.nbytes)
-        self.lib.call("cuMemcpyDtoDAsync_v2", tmp.address, src.address, src.nbytes, self.stream)
-        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, tmp.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", tmp.address, src.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", dst.address, tmp.address, src.nbytes, self.stream)
         self.lib.call("cuStreamSynchronize", self.stream)  # the temporary must outlive both copies
         tmp.drop()  # not free(): nothing else can hold it, so no release epoch bump
 

@@ -60,8 +60,6 @@ class CudaGraph:
         self._checked = -1  # release epoch at the last liveness check of the members (-1: never)
         self._check_members()
         lib, dev = self.device.lib, self.device
-        self._add = lib.first_exported("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode")
-        self._set = lib.first_exported("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams")
         dev.activate()
         graph = HANDLE()
         lib.call("cuGraphCreate", ctypes.byref(graph), 0)
@@ -93,7 +91,8 @@ class CudaGraph:
                                      ctypes.byref(params), self.device.context)  # fmt: skip
             else:
                 params = bound.node_params()
-                self.device.lib.call(self._add, ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params))
+                self.device.lib.call("cuGraphAddKernelNode", ctypes.byref(node), self.graph, dep_array, len(deps),
+                                     ctypes.byref(params))  # fmt: skip
             nodes.append(node)
         return nodes
 
@@ -119,7 +118,8 @@ class CudaGraph:
             params = bound.node_params()
             try:
                 for i in self._where[id(bound)]:
-                    self.device.lib.call(self._set, self.exec, self.nodes[i], ctypes.byref(params))
+                    self.device.lib.call("cuGraphExecKernelNodeSetParams", self.exec, self.nodes[i],
+                                         ctypes.byref(params))  # fmt: skip
                     self.patched += 1
             except BaseException:
                 self.dirty.add(bound)  # still stale: the next launch tries again

@@ -38,12 +38,12 @@ class CudaStorage:
         ptr = CUdeviceptr()
         device.activate()
         try:
-            device.lib.call("cuMemAlloc_v2", ctypes.byref(ptr), self.capacity)
+            device.lib.call("cuMemAlloc", ctypes.byref(ptr), self.capacity)
         except CudaError as exc:
             raise BufferAllocationError("cannot allocate %d bytes on %s: %s" % (nbytes, device.spec, exc)) from exc
         self.address: int = ptr.value
         self.freed = False
-        self._finalizer = device_finalize(self, device, "cuMemFree_v2", self.address)
+        self._finalizer = device_finalize(self, device, "cuMemFree", self.address)
 
     def __repr__(self) -> str:
         return "<CudaStorage %s 0x%x+%d%s>" % (self.device.spec, self.address, self.capacity, " freed" if self.freed else "")
@@ -229,7 +229,7 @@ class CudaEvent:
         device.lib.call("cuEventCreate", ctypes.byref(handle), CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING)
         self.handle = handle
         self.recorded = False
-        self._finalizer = device_finalize(self, device, "cuEventDestroy_v2", handle.value)
+        self._finalizer = device_finalize(self, device, "cuEventDestroy", handle.value)
 
     def record(self, stream: Optional[HANDLE] = None) -> None:
         self.device.check_open()  # a forked child or a closed device gets a clear error, not a stale handle
@@ -262,7 +262,7 @@ class CudaEvent:
         self.device.check_open()
         ms = ctypes.c_float()
         lib = self.device.lib
-        lib.call(lib.first_exported("cuEventElapsedTime_v2", "cuEventElapsedTime"), ctypes.byref(ms), start.handle, self.handle)
+        lib.call("cuEventElapsedTime", ctypes.byref(ms), start.handle, self.handle)
         return ms.value / 1e3
 
 
