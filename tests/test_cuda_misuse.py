@@ -343,7 +343,8 @@ def test_load_ptx_checks_local_size_and_grid_at_load(fake: Callable[..., Fake]) 
             dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], local_size=local_size)
     bad_grids = [
         (("n//0", 1, 1), "division by zero"), (("ceildiv(n)",), r"ceildiv takes exactly 2 arguments"),
-        (("max(n)",), r"call to max\(\) is not allowed"), (("ceildiv(n,0)",), "division by zero"), (("n//(1-1)",), "division by zero"), (("m*2",), "unknown variable 'm'"), (("n +",), "grid\\[0\\]"),
+        (("max(n)",), r"call to max\(\) is not allowed"), (("ceildiv(n,0)",), "division by zero"),
+        (("n//(1-1)",), "division by zero"), (("m*2",), "unknown variable 'm'"), (("n +",), "grid\\[0\\]"),
         ((0,), "positive"), ((1.5,), "not an integer"),
     ]  # fmt: skip
     for grid, message in bad_grids:

@@ -29,6 +29,7 @@ from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
 from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
 
+
 class CudaDevice:
     """One GPU: its primary context, one stream, memory, modules, and launch limits.
 
@@ -42,7 +43,7 @@ class CudaDevice:
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
         self.closed = False
-        self.alive = [True]  # shared with the finalizers of everything made on this device (see _release)
+        self.alive = [True]  # shared with the finalizers of all made on this device (driver.release_quietly)
         self.spec = DeviceSpec("CUDA", ordinal)
         self.info = driver.device_info(ordinal)
         self.limits = self.info.limits
