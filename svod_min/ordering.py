@@ -37,7 +37,6 @@ def kahn_levels(preds: List[List[int]], ids: Sequence[int]) -> Tuple[List[int], 
     return order, levels
 
 
-
 #: One access of an op to a buffer: (storage key, first byte, end byte, is_write).
 Access = Tuple[int, int, int, bool]
 
@@ -48,7 +47,11 @@ def access_span(buf: Any, write: bool) -> Access:
 
 
 def ranges_overlap(lo_a: int, hi_a: int, lo_b: int, hi_b: int) -> bool:
-    """Whether the half-open byte ranges ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` share a byte."""
+    """Whether the half-open byte ranges ``[lo_a, hi_a)`` and ``[lo_b, hi_b)`` intersect.
+
+    An empty range strictly inside the other counts (it sits between two of its bytes); one at
+    either end does not.
+    """
     return lo_a < hi_b and lo_b < hi_a
 
 
@@ -66,4 +69,24 @@ def accesses_conflict(a: Sequence[Access], b: Sequence[Access]) -> bool:
     return False
 
 
-__all__ = ["Access", "access_span", "accesses_conflict", "buffers_overlap", "kahn_levels", "ranges_overlap"]
+def group_level(level: List[int], accesses: List[List[Access]], barrier: List[bool]) -> List[List[int]]:
+    """Split a level into conflict-free groups, keeping insertion order between conflicts."""
+    groups: List[List[int]] = []
+    for index in level:
+        if barrier[index]:
+            groups.append([index])
+            continue
+        # An op may join the last group only if no later group blocks it: keep order.
+        target = None
+        for g in reversed(groups):
+            if barrier[g[0]] or any(accesses_conflict(accesses[index], accesses[j]) for j in g):
+                break
+            target = g
+        if target is None:
+            groups.append([index])
+        else:
+            target.append(index)
+    return groups
+
+
+__all__ = ["Access", "access_span", "accesses_conflict", "buffers_overlap", "group_level", "kahn_levels", "ranges_overlap"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence
@@ -55,8 +56,6 @@ class CheckResult:
 
 
 def _floats(values: Sequence[float]) -> List[float]:
-    import struct
-
     return list(struct.unpack("%df" % len(values), struct.pack("%df" % len(values), *values)))
 
 

@@ -32,7 +32,7 @@ from svod_min.error import (  # noqa: E402
 from svod_min.jit_loader import relocate  # noqa: E402
 from svod_min.kernels import KernelArgumentError, KernelNotFoundError, KernelParamError  # noqa: E402
 from svod_min.kernels import variants as kprebuilt  # noqa: E402
-from svod_min.kernels.expr import OPS, parse_expr  # noqa: E402
+from svod_min.kernels.elementwise import OPS, parse_expr  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_CC = any(shutil.which(c) for c in ("clang", "gcc", "cc")) or bool(os.environ.get("SVOD_CC"))

@@ -23,16 +23,18 @@ buffers only when the counter moved (one int comparison per replay).
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Executor
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 try:
     from typing import Protocol
 except ImportError:  # pragma: no cover - Python 3.7 is not supported; kept for type checkers only
     Protocol = object  # type: ignore[assignment,misc]
 
-from ..device_spec import DeviceSpec
-from ..dtypes import DType
+if TYPE_CHECKING:  # annotations only: plans import this module, and it must stay cheap (~10 ms otherwise)
+    from concurrent.futures import Executor
+
+    from ..device_spec import DeviceSpec
+    from ..dtypes import DType
 
 Dims = Tuple[int, int, int]
 
@@ -48,6 +50,8 @@ class Buffer(Protocol):
     nbytes: int
     dtype: DType
     shape: Tuple[int, ...]
+    #: The window's first byte: a host pointer when ``on_host``, else a device address.
+    address: int
     #: True when ``address`` is a host pointer (a plain memmove may read or write it).
     on_host: bool
 

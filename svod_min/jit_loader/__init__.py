@@ -15,8 +15,8 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
-from ..clang import host_arch
 from ..error import LoaderError, SymbolNotFoundError
+from .arch import host_arch
 from .layout import PAGE, Layout, RelocatedImage, Segment, apply_layout, plan_layout, relocate
 from .memory import map_image, unmap, wx_mode
 from .symbols import chain_resolvers, default_resolver, lookup

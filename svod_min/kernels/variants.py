@@ -111,7 +111,7 @@ def load_variant(variant: str) -> SharedObject:
     with _lock:
         obj = _objects.get(variant)
         if obj is None:
-            from ..jit_loader import load_object
+            from ..jit_loader import load_object  # on first map, so that importing the library stays cheap
 
             path = object_path(variant)
             try:
