@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from . import execution_plan as execution_plan_module
+from .plan_ops import CUSTOM_FUNCTIONS
 from .device_registry import DEVICE_FACTORIES
 from .error import PlanError, PlanFileError, SvodError
 from .execution_plan import (
@@ -195,7 +195,7 @@ class _PlanReader:
             return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
                                       view.offset - base.offset, view.nbytes, deps)
         custom = as_text(op["custom"], path + ".custom")
-        registered = sorted(execution_plan_module._custom_functions)  # TODO(plan): a public name for the registry
+        registered = sorted(CUSTOM_FUNCTIONS)
         need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))]
         attrs = as_object(op.get("attrs", {}), path + ".attrs")

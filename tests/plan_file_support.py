@@ -60,6 +60,8 @@ def base() -> Dict[str, Any]:
 class _SpyProgram:
     """Wraps a loaded program; every dispatch (bound call or execute) is counted."""
 
+    native_address = None  # no C entry: the native runner would call past the counter
+
     def __init__(self, inner: Any, device: "SpyDevice") -> None:
         self._inner = inner
         self._device = device

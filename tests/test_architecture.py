@@ -20,8 +20,6 @@ PACKAGE = Path(svod_min.__file__).resolve().parent  # the tested copy (an instal
 MAX_LINES = 600
 # Modules above the device interface: they talk to devices only through svod_min.devices.base.
 INTERFACE_USERS = ("execution_plan", "executor", "plan_file")
-# TODO(issue 15): these hold on main only once the restructuring has landed.
-pending = pytest.mark.xfail(strict=True, reason="issue 15 restructuring not merged yet")
 
 LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
 
@@ -116,7 +114,6 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pending
 def test_no_import_cycles() -> None:
     assert _cycles(_import_graph()) == []
 
@@ -143,7 +140,6 @@ def _private_attribute_uses(tree: ast.Module) -> Iterator[str]:
                 yield "%s.%s" % (node.value.id, node.attr)
 
 
-@pending
 def test_no_private_cross_module_imports() -> None:
     found = []
     for module, path in _modules():
@@ -153,13 +149,11 @@ def test_no_private_cross_module_imports() -> None:
     assert found == []
 
 
-@pending
 def test_modules_stay_small() -> None:
     big = {m: n for m, p in _modules() if "_generated" not in m for n in [len(p.read_text(encoding="utf-8").splitlines())] if n > MAX_LINES}
     assert big == {}, "modules over %d lines: %s" % (MAX_LINES, big)
 
 
-@pending
 def test_no_eval_or_exec() -> None:
     calls = []
     for module, path in _modules():
@@ -179,7 +173,6 @@ def _function_imports(tree: ast.Module) -> Iterator[Tuple[int, str]]:
                     yield from ((node.lineno, a.name) for a in node.names)
 
 
-@pending
 def test_plan_code_imports_no_device_inside_functions() -> None:
     """Plans, executor and plan files reach devices through the interface, not late imports."""
     found = []

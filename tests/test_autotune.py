@@ -20,7 +20,7 @@ from conftest import needs_cc
 from svod_min import autotune, autotune_trials, kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
 from svod_min.benchmark import BenchmarkConfig
-from svod_min.error import ExecutionError
+from svod_min.error import ExecutionError, KernelArgumentError
 from svod_min.kernels import KernelParamError, LibraryKernel, tuning
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
@@ -30,8 +30,8 @@ needs_prebuilt = pytest.mark.skipif(kernels.host_variant() is None, reason="no p
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A private object cache dir per test; the tuning store lies beside it."""
-    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "objects"))
+    """A private cache root per test: objects/ and the tuning store lie in it."""
+    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(autotune.TUNING_FILE_ENV, raising=False)
     return str(tmp_path / "tuning.json")
 
@@ -69,7 +69,7 @@ def test_tuning_params_exclude_dtypes_and_structural_params() -> None:
 def test_bad_shapes_and_candidates_are_param_errors() -> None:
     with pytest.raises(KernelParamError, match="exactly the variables"):
         _tune(shape={"M": 4, "N": 4})
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(KernelArgumentError, match="outside"):
         _tune(shape={"M": 0, "N": 4, "K": 4})
     with pytest.raises(KernelParamError, match="tuning params"):
         _tune(candidates=[{"bias": True}])

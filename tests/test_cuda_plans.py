@@ -23,7 +23,7 @@ from cuda_support import (  # noqa: F401  (fixtures)
 
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
-from svod_min.error import NotSupportedError, PlanError
+from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
 from svod_min.execution_plan import register_custom_function
 from svod_min.plan_file import PlanFileError, load_plan
 
@@ -215,7 +215,7 @@ def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fa
         add.execute([dev.allocate([9], "float32"), a, b], [10])
     with pytest.raises(ExecutionError, match="'out' is float64, the kernel takes float32"):
         add.execute([dev.allocate([10], "float64"), a, b], [10])
-    with pytest.raises(ExecutionError, match="n=-1 is below its minimum 0"):
+    with pytest.raises(VariableBoundsError, match="n=-1 is below its minimum 0"):
         add.execute([a, a, b], [-1])
     assert f.counter("launches") == 0  # nothing reached the driver
     raw = dev.allocate(40)  # uint8 bytes: only the size is checked

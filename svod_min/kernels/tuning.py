@@ -1,6 +1,6 @@
 """The tuning store: the winners ``python -m svod_min tune`` measured, and their use by ``get``.
 
-One JSON file, ``tuning.json`` next to the object cache directory
+One JSON file, ``tuning.json`` under the cache root, beside ``objects/``
 (``SVOD_TUNING_FILE`` overrides), keyed by kernel, dtype, shape and machine
 (arch, CPU model, prebuilt variant, svod_min version). Writes are atomic
 (temp file + ``os.replace``); a missing, unreadable, corrupt or read-only
@@ -23,7 +23,7 @@ from . import variants
 from .. import __version__
 from ..clang import find_compiler, host_arch
 from ..error import CompilationError, KernelParamError, SvodError
-from ..kernel_cache import default_cache_dir
+from ..config import cache_root
 from .lookup import find_sig, param_default, use_prebuilt
 from .elementwise import c_dtype
 
@@ -77,14 +77,12 @@ _store_memo: Dict[str, Tuple[Tuple[int, int, int], Dict[str, Any]]] = {}
 
 
 def store_path() -> Optional[str]:
-    """``SVOD_TUNING_FILE``, else ``tuning.json`` beside the object cache directory (None: no home)."""
+    """``SVOD_TUNING_FILE``, else ``tuning.json`` under the cache root, beside ``objects/`` (None: no home)."""
     explicit = os.environ.get(TUNING_FILE_ENV, "").strip()
     if explicit:
         return os.path.abspath(explicit)
-    objects = default_cache_dir()
-    if not objects:
-        return None
-    return os.path.join(os.path.dirname(os.path.abspath(objects).rstrip(os.sep)) or os.sep, STORE_NAME)
+    root = cache_root()
+    return None if root is None else os.path.join(root, STORE_NAME)
 
 
 def read_store(path: str) -> Dict[str, Any]:

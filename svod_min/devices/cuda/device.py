@@ -11,8 +11,7 @@ import ctypes
 import hashlib
 import os
 import threading
-from concurrent.futures import Executor
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
@@ -22,12 +21,15 @@ from .. import common
 from ..base import RELEASE_EPOCH
 from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-from .graph import CudaGraphRuntime, GraphCopy
+from .graph import CudaGraphSlot, GraphCopy
 from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
 from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
+
+if TYPE_CHECKING:  # annotation only: concurrent.futures costs milliseconds at every registry probe
+    from concurrent.futures import Executor
 
 
 class CudaDevice:
@@ -64,7 +66,7 @@ class CudaDevice:
         self._timers: List[Tuple[CudaEvent, CudaEvent]] = []
         self._timers_lock = threading.Lock()
         self._peers: Dict[int, bool] = {}
-        self.graph = CudaGraphRuntime(self)
+        self.graph = CudaGraphSlot(self)
 
     def __repr__(self) -> str:
         return "<CudaDevice %s %s %s>" % (self.spec, self.info.name, self.arch)
@@ -112,9 +114,10 @@ class CudaDevice:
         """None: a GPU's plan ops queue on its one stream, so there are no host ops to run at once."""
         return None
 
-    def new_event(self) -> CudaEvent:
-        """A timing event in this device's context (``record`` / ``synchronize`` / ``elapsed_since``)."""
-        return CudaEvent(self)
+    def new_event(self, timing: bool = True) -> CudaEvent:
+        """An event in this device's context (``record`` / ``query`` / ``synchronize``; ``elapsed_since`` when
+        ``timing``, the default: ``timing=False`` is the cheaper sync-only event)."""
+        return CudaEvent(self, timing=timing)
 
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` bytes of device memory."""

@@ -13,11 +13,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ...error import ExecutionError, ReleasedError
 from ...ordering import buffers_overlap
-from ..base import NO_NODE, RELEASE_EPOCH
+from ..base import RELEASE_EPOCH
+from ..graph_segments import graph_segments
 from .driver import CUDA_MEMCPY3D, HANDLE, device_finalize, handle_array, memcpy_1d
 from .launch import as_sequence
 from .memory import CudaBuffer, check_same_size
 from .program import BoundLaunch
+
 
 class GraphCopy:
     """A device-to-device copy as a CUDA graph node (``cuGraphAddMemcpyNode``); never patched."""
@@ -156,14 +158,12 @@ def graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
     return out
 
 
-# --- registry and CLI -----------------------------------------------------------------------------
-
-
 # --- the device's graph slot -----------------------------------------------------------------------
 
 
-class CudaGraphRuntime:
-    """``CudaDevice.graph`` (a ``GraphRuntime`` of devices/base.py): runs of graphable plan ops as CUDA graphs."""
+class CudaGraphSlot:
+    """``CudaDevice.graph`` (a ``GraphRuntime`` of devices/base.py): memcpy nodes, and runs of graphable plan
+    ops packed into :class:`CudaGraph`\ s by :func:`svod_min.devices.graph_segments.graph_segments`."""
 
     __slots__ = ("device",)
 
@@ -184,45 +184,5 @@ class CudaGraphRuntime:
         return GraphCopy(device, dst, src) if src.nbytes else None
 
     def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:
-        """Runs of groups whose ops all have a node become one :class:`CudaGraph` each (when >= 2 nodes).
-
-        A node waits for every node of the previous non-empty group of its run:
-        groups already order every conflicting pair, so that is all a graph
-        needs. A group with a non-graphable op (None) ends the run and stays a
-        list of op indices for the plan to run one by one.
-        """
-        segments: List[Any] = []
-        run: List[Sequence[int]] = []
-
-        def flush() -> None:
-            if sum(1 for g in run for i in g if nodes[i] is not NO_NODE) >= 2:
-                segments.append(graph_of_run(run, nodes))
-            else:
-                segments.extend(list(g) for g in run)
-            run.clear()
-
-        for group in groups:
-            if all(nodes[i] is not None for i in group):
-                run.append(group)
-                continue
-            flush()
-            segments.append(list(group))
-        flush()
-        return segments
-
-
-def graph_of_run(run: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> CudaGraph:
-    """One graph for a run of groups: each node depends on the nodes of the previous non-empty group."""
-    members: List[Any] = []
-    deps: List[List[int]] = []
-    previous: List[int] = []
-    for group in run:
-        current = []
-        for index in group:
-            if nodes[index] is NO_NODE:
-                continue
-            current.append(len(members))
-            members.append(nodes[index])
-            deps.append(list(previous))
-        previous = current or previous
-    return CudaGraph(members, deps)
+        """Segments for a plan's hazard-ordered ``groups``: op-index lists, and a :class:`CudaGraph` per run."""
+        return graph_segments(groups, nodes, CudaGraph)
