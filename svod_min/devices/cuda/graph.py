@@ -163,7 +163,7 @@ def graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
 
 class CudaGraphSlot:
     """``CudaDevice.graph`` (a ``GraphRuntime`` of devices/base.py): memcpy nodes, and runs of graphable plan
-    ops packed into :class:`CudaGraph`\ s by :func:`svod_min.devices.graph_segments.graph_segments`."""
+    ops packed into CUDA graphs by :func:`svod_min.devices.graph_segments.graph_segments`."""
 
     __slots__ = ("device",)
 
