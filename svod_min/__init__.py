@@ -36,6 +36,7 @@ _LAZY: Dict[str, str] = {
     "CpuDevice": "devices.cpu",
     "CpuBuffer": "devices.cpu",
     "CpuProgram": "devices.cpu",
+    "CpuQueue": "devices.cpu_queue",
     # plans and executors (svod-runtime's root re-exports)
     "ExecutionPlan": "execution_plan",
     "ExecutionPlanBuilder": "execution_plan",

@@ -17,8 +17,8 @@ and reported, never chosen. The survivors are timed round-robin
 others did not see.
 
 The measuring lives in :mod:`svod_min.autotune_trials`. The winner is kept
-in the tuning store (:mod:`svod_min.kernels.tuning`: ``tuning.json`` next to
-the object cache directory, ``SVOD_TUNING_FILE`` overrides), keyed by
+in the tuning store (:mod:`svod_min.kernels.tuning`: ``tuning.json`` under
+the cache root, ``SVOD_TUNING_FILE`` overrides), keyed by
 kernel, dtype, shape and machine; ``kernels.get(shape=...)`` reads it
 without importing this module. The store's names are re-exported here.
 """

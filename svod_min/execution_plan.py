@@ -20,8 +20,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .config import env_flag
 from .devices.base import RELEASE_EPOCH
-from .devices.transfer import copy_buffer, copy_storage, host_views, memmove, storage_size, write_back
+from .devices.transfer import copy_buffer, copy_storage, host_views, storage_size, write_back
 from .error import (
     BufferAllocationError,
     ExecutionError,
@@ -36,7 +37,6 @@ from .native_replay import NativeEntry
 from .ordering import kahn_levels
 from .plan_builder import INT32_MAX, INT32_MIN, PlanBuilder, PlanParts
 from .plan_ops import (
-    CUSTOM_FUNCTIONS,
     PreparedBufferView,
     PreparedCopy,
     PreparedCustomFunction,
@@ -44,17 +44,16 @@ from .plan_ops import (
     PreparedOp,
     RuntimeVar,
     copy_op,
+    custom_function_kinds,
     register_custom_function,
     run_custom_function,
     runtime_vars_of,
 )
-from .plan_schedule import PARALLEL_MIN_FLOPS, PlanSchedule, env_enabled
+from .plan_schedule import PARALLEL_MIN_FLOPS, PlanSchedule
 from .profiler import KernelProfile
 
 #: Old names kept while svod_min.plan_file and tests/test_plan_file.py still use them (the registry;
 #: the host memmove their spy patches, which now lives in devices.transfer).
-_custom_functions = CUSTOM_FUNCTIONS
-_memmove = memmove
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 
 
@@ -103,8 +102,8 @@ class ExecutionPlan(PlanSchedule):
         self._native_entries: Dict[int, NativeEntry] = {}
         self._segments: Optional[List[Any]] = None
         self._segment_kind: Optional[str] = None  # "native" (C runner tables) or "graph" (device graphs)
-        self.native = env_enabled("SVOD_NATIVE_REPLAY")  # the Python path is the reference
-        self.graphs = env_enabled("SVOD_CUDA_GRAPHS")  # eager launches are the reference
+        self.native = env_flag("SVOD_NATIVE_REPLAY", True)  # the Python path is the reference
+        self.graphs = env_flag("SVOD_CUDA_GRAPHS", True)  # eager launches are the reference
         self._var_values: Dict[str, int] = {}
         self._programs: List[Tuple[str, Any]] = []  # (kernel name, program): checked for close() before runs
         self._release_seen = 0  # RELEASE_EPOCH's value when the programs were last checked
@@ -555,5 +554,5 @@ def _run_custom_on_host(op: PreparedCustomFunction, bufs: List[Any], variables: 
 __all__ = [  # the plan's public face: its own classes, plus the op and custom-function names of plan_ops
     "ExecutionPlan", "ExecutionPlanBuilder", "PARALLEL_MIN_FLOPS", "PreparedBufferView", "PreparedCopy",
     "PreparedCustomFunction", "PreparedKernel", "PreparedOp", "RuntimeVar", "copy_buffer", "kahn_levels",
-    "register_custom_function", "run_custom_function",
+    "custom_function_kinds", "register_custom_function", "run_custom_function",
 ]  # fmt: skip

@@ -30,7 +30,7 @@ from .device_registry import DEVICE_FACTORIES, DeviceRegistry
 from .device_spec import DeviceSpec, SpecLike, as_spec
 from .error import BufferAllocationError, ExecutionError, SvodError
 from .execution_graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
-from .execution_plan import copy_buffer
+from .devices.transfer import copy_buffer
 
 
 

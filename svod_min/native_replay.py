@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from .config import env_int
 from .error import NotSupportedError, SvodError
 
 MAX_ARGS = 16
@@ -164,12 +164,8 @@ def available() -> bool:
 
 
 def native_threads(default: int) -> int:
-    """Threads for core_id kernels inside the runner: ``SVOD_NATIVE_THREADS`` or ``default``."""
-    raw = os.environ.get("SVOD_NATIVE_THREADS", "").strip()
-    try:
-        return max(1, int(raw)) if raw else max(1, default)
-    except ValueError:
-        return max(1, default)
+    """Threads for core_id kernels inside the runner: ``SVOD_NATIVE_THREADS`` (0 or 1: serial) or ``default``."""
+    return max(1, env_int("SVOD_NATIVE_THREADS", default, minimum=0))
 
 
 class ReplayTable:

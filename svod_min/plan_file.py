@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from .plan_ops import CUSTOM_FUNCTIONS
+from .plan_ops import custom_function_kinds
 from .device_registry import DEVICE_FACTORIES
 from .error import PlanError, PlanFileError, SvodError
 from .execution_plan import (
@@ -195,7 +195,7 @@ class _PlanReader:
             return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
                                       view.offset - base.offset, view.nbytes, deps)
         custom = as_text(op["custom"], path + ".custom")
-        registered = sorted(CUSTOM_FUNCTIONS)
+        registered = custom_function_kinds()
         need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))]
         attrs = as_object(op.get("attrs", {}), path + ".attrs")

@@ -8,10 +8,9 @@ or op-index groups the plan runs itself.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import native_replay
+from .native_replay import native_entry, pack_segments
 from .devices.base import NO_NODE, RELEASE_EPOCH
 from .error import BufferAllocationError, DeviceError, PlanError
 from .expr import compile_expr
@@ -66,7 +65,7 @@ class PlanSchedule:
             return
         if not self.native:
             return
-        segments = native_replay.pack_segments(self._flat_groups(), self._native_entries, self._device.threads)
+        segments = pack_segments(self._flat_groups(), self._native_entries, self._device.threads)
         if segments is not None:
             self._segments, self._segment_kind = segments, "native"
 
@@ -173,7 +172,7 @@ class PlanSchedule:
     def _record_native(self, index: int, op: PreparedKernel, bufs: List[Any], ncalls: int, core_index: Optional[int]) -> None:
         """Remember how the native runner would call this kernel (programs with a native entry only)."""
         parallelism = self._parallelism(op)
-        entry = native_replay.native_entry(op.kernel.program.native_address, bufs, op.vals, ncalls, core_index, parallelism)
+        entry = native_entry(op.kernel.program.native_address, bufs, op.vals, ncalls, core_index, parallelism)
         if entry is None:
             self._native_entries.pop(index, None)
             return
@@ -217,9 +216,4 @@ def _programs(ops: Sequence[PreparedOp]) -> List[Tuple[str, Any]]:
     return list(seen.values())
 
 
-def env_enabled(name: str) -> bool:
-    """A replay switch: on unless ``name`` is 0/false/no/off (the slower path is the reference)."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-__all__ = ["PARALLEL_MIN_FLOPS", "PlanSchedule", "env_enabled"]
+__all__ = ["PARALLEL_MIN_FLOPS", "PlanSchedule"]

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
+import svod_min.devices.transfer as transfer
 import svod_min.execution_plan as execution_plan
 from svod_min.devices.cpu import CpuDevice
 from svod_min.error import CompilationError
@@ -105,7 +106,7 @@ class Spy:
         self.device = SpyDevice()
         self.customs = 0
         self.copies = 0
-        real_custom, real_memmove = execution_plan.run_custom_function, execution_plan._memmove
+        real_custom, real_memmove = execution_plan.run_custom_function, transfer.memmove
 
         def custom(*args: Any, **kwargs: Any) -> None:
             self.customs += 1
@@ -116,7 +117,7 @@ class Spy:
             real_memmove(*args, **kwargs)
 
         monkeypatch.setattr(execution_plan, "run_custom_function", custom)
-        monkeypatch.setattr(execution_plan, "_memmove", memmove)
+        monkeypatch.setattr(transfer, "memmove", memmove)
 
     def counters(self) -> List[int]:
         """Values of every int32[1] buffer allocated (the bump kernel's counter)."""

@@ -334,3 +334,14 @@ def test_the_tuner_uses_only_public_names(source: str) -> None:
 def test_the_store_names_are_the_same_objects_in_both_places() -> None:
     for name in ("best_params", "tuned_params", "store_path", "machine_fingerprint", "TUNING_FILE_ENV", "HOST"):
         assert getattr(autotune, name) is getattr(tuning, name), name
+
+
+def test_the_store_lies_under_the_cache_root_beside_the_objects(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from svod_min.cache.disk import default_cache_dir
+    from svod_min.config import cache_root
+
+    assert autotune.store_path() == store and os.path.dirname(store) == cache_root()
+    assert os.path.dirname(default_cache_dir() or "") == cache_root()
+    other = os.path.join(os.path.dirname(store), "elsewhere", "t.json")
+    monkeypatch.setenv(autotune.TUNING_FILE_ENV, other)  # an explicit file wins
+    assert autotune.store_path() == other and _tune().stored and os.path.exists(other) and not os.path.exists(store)

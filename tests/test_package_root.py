@@ -19,6 +19,7 @@ SEED_ROOT_NAMES = [
     "PreparedCustomFunction", "PreparedOp", "UnifiedExecutor", "global_executor", "DeviceContext",
     "ExecutionGraph", "ExecutionNode", "KernelBufferAccess", "SyncStrategy", "KernelProfile",
     "BenchmarkConfig", "BenchmarkResult", "benchmark_kernel", "warmup_thread_pool", "run_custom_function",
+    "CpuQueue",
 ]  # fmt: skip
 
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
 
 from ..error import KernelArgumentError, KernelParamError
-from .lookup import sig_for
 from .elementwise import c_dtype
+from .lookup import sig_for
 from .sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, compile_expr, var_value
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
-
 def check_vars(sig: KernelSig, values: Mapping[str, Any]) -> Dict[str, int]:
+    """The caller's variables as int32 values (core ids excluded), checked against the signature."""
     auto = {CORE_ID, CORE_COUNT} if sig.threaded else set()
     given = dict(values)
     if CORE_COUNT in given and sig.threaded:
@@ -97,6 +97,7 @@ def _ordered(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]]) -
 
 def check_buffers(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]],
                    env: Mapping[str, int]) -> List[int]:
+    """The buffers' addresses in signature order, after the dtype, size, writability and overlap checks."""
     spans = []
     for arg, buf in zip(sig.buffers, _ordered(sig, buffers)):
         addr, nbytes, dname, writable = _describe(buf)

@@ -21,11 +21,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from . import variants
 from .. import __version__
-from ..clang import find_compiler, host_arch
-from ..error import CompilationError, KernelParamError, SvodError
+from ..clang import find_compiler
 from ..config import cache_root
-from .lookup import find_sig, param_default, use_prebuilt
+from ..error import CompilationError, KernelParamError, SvodError
+from ..jit_loader.arch import host_arch
 from .elementwise import c_dtype
+from .lookup import find_sig, param_default, use_prebuilt
 
 log = logging.getLogger("svod_min.autotune")  # the tuner's logger: one switch for both halves
 

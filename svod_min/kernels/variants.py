@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any, Dict, FrozenSet, List, Optional
 
-from ..clang import host_arch
+from ..jit_loader.arch import host_arch
 from ..error import LoaderError
 from ..error import KernelParamError
 
