@@ -22,13 +22,6 @@ from .driver import HANDLE, CUdeviceptr, device_finalize
 from .enums import CU_EVENT_DEFAULT, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CUDA_ERROR_NOT_READY
 
 
-def _cpu() -> Any:
-    """svod_min.devices.cpu (for CpuBuffer), imported on first use: importing the CUDA package stays cheap."""
-    from .. import cpu
-
-    return cpu
-
-
 class CudaStorage:
     """One ``cuMemAlloc`` allocation; every view shares it; freed when the last reference goes."""
 
@@ -160,6 +153,11 @@ def _bytes_address(raw: bytes) -> int:
     return ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value or 0
 
 
+def _is_host_buffer(obj: Any) -> bool:
+    """A buffer of host memory (a CPU buffer): devices/base.py's ``on_host`` slot says ``address`` is a host pointer."""
+    return getattr(obj, "on_host", False) is True
+
+
 def _view_address(view: memoryview) -> Tuple[int, int, Any]:
     """(address, nbytes, keep-alive) of a writable, C-contiguous memoryview."""
     flat = view.cast("B")
@@ -171,8 +169,7 @@ def _view_address(view: memoryview) -> Tuple[int, int, Any]:
 
 def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
     """(host address, nbytes, object to keep alive) for copyin's source."""
-    cpu = _cpu()
-    if isinstance(data, cpu.CpuBuffer):
+    if _is_host_buffer(data):
         return data.address, data.nbytes, data
     np = common.numpy_module()
     if np is not None and isinstance(data, np.ndarray):
@@ -199,8 +196,8 @@ def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
 
 
 def _host_destination(dst: Any) -> Tuple[int, int, Any]:
-    cpu = _cpu()
-    if isinstance(dst, cpu.CpuBuffer):
+    """(host address, nbytes, object to keep alive) for copyout's destination."""
+    if _is_host_buffer(dst):
         return dst.address, dst.nbytes, dst
     np = common.numpy_module()
     if np is not None and isinstance(dst, np.ndarray):
