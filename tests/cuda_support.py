@@ -5,6 +5,7 @@ test), the real-GPU switches (``gpu_test``, ``REAL_DRIVER``) and the kernel-libr
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -347,3 +348,29 @@ def check_plan_equals_cpu(gpu: cuda.CudaDevice, M: int, N: int, K: int) -> None:
     ], bufs)  # fmt: skip
     plan.execute()
     np.testing.assert_allclose(plan.output_buffer().numpy(), act.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def in_forked_child(work: Callable[[], str]) -> str:
+    """Run ``work`` in a forked child and return what it returned (never runs pytest's teardown there)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, work().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    message = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    return message
+
+
+def add_inputs(dev: Any, n: int) -> Tuple[Any, List[Any], Any]:
+    """The library's float32 ``add`` on ``dev``, four ``n``-element buffers, and x (in buffer 1; 2x in buffer 2)."""
+    add = dev.library_kernel("add", dtype="float32")
+    bufs = [dev.allocate([n], "float32") for _ in range(4)]
+    x = np.arange(n, dtype=np.float32)
+    bufs[1].copyin(x)
+    bufs[2].copyin(x * 2)
+    return add, bufs, x

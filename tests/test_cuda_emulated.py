@@ -27,17 +27,8 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
 from cuda_support import (  # noqa: F401  (fixtures)
-    GPU_REASON,
-    HAVE_GPU,
-    REAL_DRIVER,
-    Fake,
-    check_library_kernel,
-    check_plan_equals_cpu,
-    cuda_sigs,
-    fake,
-    fake_so,
-    library_env,
-    sig_id,
+    GPU_REASON, HAVE_GPU, REAL_DRIVER, Fake, check_library_kernel, check_plan_equals_cpu, cuda_sigs, fake, fake_so,
+    library_env, sig_id,
 )
 
 from svod_min.devices import cuda

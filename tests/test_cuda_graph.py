@@ -6,15 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    Fake,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
-    int_values,
-)
+from cuda_support import FAKE_PTX, Fake, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaGraph

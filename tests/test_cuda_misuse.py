@@ -14,7 +14,7 @@ import os
 from typing import Any, Callable, List, Tuple
 
 import pytest
-from cuda_support import FAKE_PTX, Fake, fake, fake_so  # noqa: F401  (fixtures)
+from cuda_support import FAKE_PTX, Fake, fake, fake_so, in_forked_child  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DeviceRegistry
 from svod_min.devices import cuda
@@ -343,7 +343,9 @@ def test_load_ptx_checks_local_size_and_grid_at_load(fake: Callable[..., Fake]) 
             dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], local_size=local_size)
     bad_grids = [
         (("n//0", 1, 1), "division by zero"), (("ceildiv(n)",), r"ceildiv\(\) takes 2 arguments"),
-        (("abs(n)",), r"call to abs\(\) is not allowed"), (("max(n)",), r"max\(\) takes 2 or more arguments"), (("ceildiv(n,0)",), "division by zero"), (("n//(1-1)",), "division by zero"), (("m*2",), "unknown variable 'm'"), (("n +",), "grid\\[0\\]"),
+        (("abs(n)",), r"call to abs\(\) is not allowed"), (("max(n)",), r"max\(\) takes 2 or more arguments"),
+        (("ceildiv(n,0)",), "division by zero"), (("n//(1-1)",), "division by zero"), (("m*2",), "unknown variable 'm'"),
+        (("n +",), "grid\\[0\\]"),
         ((0,), "positive"), ((1.5,), "not an integer"),
     ]  # fmt: skip
     for grid, message in bad_grids:
@@ -430,26 +432,20 @@ def test_event_methods_in_a_forked_child_are_refused(fake: Callable[..., Fake]) 
     event = cuda.CudaEvent(dev)
     event.record()
     uses = [event.record, event.query, event.synchronize, lambda: event.elapsed_since(event)]
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report through the pipe, never run pytest's teardown
-        try:
-            results = []
-            for use in uses:
-                try:
-                    use()
-                    results.append("no error")
-                except ForkedChildError:
-                    results.append("ForkedChildError")
-                except BaseException as exc:  # noqa: B902 - reported to the parent
-                    results.append(type(exc).__name__)
-            os.write(write, ",".join(results).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    message = os.read(read, 4096).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
+
+    def use_all() -> str:
+        results = []
+        for use in uses:
+            try:
+                use()
+                results.append("no error")
+            except ForkedChildError:
+                results.append("ForkedChildError")
+            except BaseException as exc:  # noqa: B902 - reported to the parent
+                results.append(type(exc).__name__)
+        return ",".join(results)
+
+    message = in_forked_child(use_all)
     assert message == ",".join(["ForkedChildError"] * 4)
     event.synchronize()  # the parent is unaffected
 

@@ -17,17 +17,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    HAVE_GPU,
-    REAL_DRIVER,
-    Fake,
-    check_plan_equals_cpu,
-    cuda_plan,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
-    no_nvrtc,
+    FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, add_inputs, check_plan_equals_cpu, cuda_plan, fake, fake_so, gpu,
+    gpu_test, no_nvrtc,
 )
 
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
@@ -561,13 +552,8 @@ def test_gpu_plan_copies_as_memcpy_nodes() -> None:
 
 
 def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> None:
-    dev = fake().device()
-    add = dev.library_kernel("add", dtype="float32")
-    n = 300
-    bufs = [dev.allocate([n], "float32") for _ in range(4)]
-    x = np.arange(n, dtype=np.float32)
-    bufs[1].copyin(x)
-    bufs[2].copyin(x * 2)
+    dev, n = fake().device(), 300
+    add, bufs, x = add_inputs(dev, n)
     plan = cuda_plan(dev, [(add, [0, 1, 2], [n]), (add, [3, 0, 2], [n])], bufs)
     assert plan.native_replay is False
     plan.execute()
@@ -583,13 +569,8 @@ def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callabl
 
     monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
 
-    dev = fake().device()
-    add = dev.library_kernel("add", dtype="float32")
-    n = 64
-    bufs = [dev.allocate([n], "float32") for _ in range(4)]
-    x = np.arange(n, dtype=np.float32)
-    bufs[1].copyin(x)
-    bufs[2].copyin(x * 2)
+    dev, n = fake().device(), 64
+    add, bufs, x = add_inputs(dev, n)
     device_copies: List[Tuple[Any, Any]] = []
     real_copy = dev.copy
     monkeypatch.setattr(dev, "copy", lambda dst, src: (device_copies.append((dst, src)), real_copy(dst, src))[1])

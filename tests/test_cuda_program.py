@@ -10,21 +10,8 @@ from typing import Any, Callable
 
 import pytest
 from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    Fake,
-    GOOD_PTX,
-    REAL_DRIVER,
-    check_library_kernel,
-    cuda_sigs,
-    fake,
-    fake_so,
-    gpu,
-    HAVE_GPU,
-    no_nvrtc,
-    gpu_test,
-    int_values,
-    library_env,
-    sig_id,
+    FAKE_PTX, Fake, GOOD_PTX, REAL_DRIVER, check_library_kernel, cuda_sigs, fake, fake_so, gpu, HAVE_GPU, no_nvrtc,
+    gpu_test, int_values, library_env, sig_id,
 )
 
 from svod_min.devices import cuda
