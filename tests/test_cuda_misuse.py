@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Tuple
 import pytest
 from cuda_support import FAKE_PTX, Fake, fake, fake_so, in_forked_child  # noqa: F401  (fixtures)
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.device_registry import DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cuda import (
@@ -48,7 +49,7 @@ def _floats(n: int, start: int = 0) -> Any:
 def test_set_val_and_set_vals_refuse_sizes_the_buffers_cannot_hold(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     out, a, b = (dev.allocate([16], "float32") for _ in range(3))
     bound = add.bind([out, a, b], [16])
     version = bound.version
@@ -67,7 +68,7 @@ def test_set_val_and_set_vals_refuse_sizes_the_buffers_cannot_hold(fake: Callabl
 def test_set_buffer_refuses_small_wrong_dtype_misaligned_and_foreign_buffers(fake: Callable[..., Fake]) -> None:
     f = fake(count=2)
     dev = f.device(0)
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     out, a, b = (dev.allocate([16], "float32") for _ in range(3))
     bound = add.bind([out, a, b], [16])
     pointers = bound.blob.pointers()
@@ -104,7 +105,7 @@ def test_patch_indices_out_of_range_are_project_errors(fake: Callable[..., Fake]
 
 
 def _transpose(dev: cuda.CudaDevice, rows: int, cols: int) -> Tuple[Any, Any, Any]:
-    tr = dev.library_kernel("transpose", dtype="float32")
+    tr = cuda_library_kernel(dev, "transpose", dtype="float32")
     x, out = dev.allocate([rows * cols], "float32"), dev.allocate([rows * cols], "float32")
     x.copyin(_floats(rows * cols))
     return tr, x, out
@@ -151,7 +152,7 @@ def test_explicit_grids_stay_explicit_after_set_vals(fake: Callable[..., Fake]) 
 def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     buf, a = dev.allocate([64], "float32"), dev.allocate([64], "float32")
     bound = add.bind([buf, a, a], [64])
     graph = CudaGraph([bound])
@@ -177,7 +178,7 @@ def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None
 def test_unloaded_modules_are_refused_and_leave_the_cache(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     out, a = dev.allocate([64], "float32"), dev.allocate([64], "float32")
     bound = add.bind([out, a, a], [64])
     add.module.unload()
@@ -186,7 +187,7 @@ def test_unloaded_modules_are_refused_and_leave_the_cache(fake: Callable[..., Fa
         with pytest.raises(ReleasedError, match="was unloaded"):
             use()
     assert f.counter("launches") == 0
-    again = dev.library_kernel("add", dtype="float32")
+    again = cuda_library_kernel(dev, "add", dtype="float32")
     assert again.module is not add.module and f.counter("live_modules") == 1
     a.copyin(_floats(64))
     again.execute([out, a, a], [64])
@@ -374,7 +375,7 @@ def test_grid_expressions_failing_at_launch_are_launch_config_errors(fake: Calla
 def test_library_kernels_with_no_work_still_launch(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     bufs = [dev.allocate([4], "float32") for _ in range(3)]
     add.execute(bufs, [0])  # the library's grids say max(1, ...) themselves
     assert f.counter("launches") == 1
@@ -411,8 +412,8 @@ def test_bad_argument_containers_are_execution_errors(fake: Callable[..., Fake])
 def test_library_variables_out_of_range_are_variable_bounds_errors(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
-    softmax = dev.library_kernel("softmax", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
+    softmax = cuda_library_kernel(dev, "softmax", dtype="float32")
     bufs = [dev.allocate([16], "float32") for _ in range(3)]
     with pytest.raises(ArgumentRangeError, match="variable n=2147483648 does not fit"):
         add.execute(bufs, [2**31])  # int32 first, not "buffer holds 64 bytes"

@@ -21,6 +21,7 @@ from cuda_support import (  # noqa: F401  (fixtures)
     gpu_test, no_nvrtc,
 )
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
 from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
@@ -167,7 +168,7 @@ def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(fa
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
     """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
     dev = fake().device()
-    prog = dev.library_kernel("matmul", dtype="float32", tile=16)
+    prog = cuda_library_kernel(dev, "matmul", dtype="float32", tile=16)
     M, N, K = 40, 20, 8
     a, b, c = dev.allocate([M * K], "float32"), dev.allocate([K * N], "float32"), dev.allocate([M * N], "float32")
     a.copyin(np.ones(M * K, np.float32))
@@ -209,7 +210,7 @@ def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fa
 
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     a, b = dev.allocate([10], "float32"), dev.allocate([10], "float32")
     with pytest.raises(BufferAllocationError, match=r"'out' holds 36 bytes, it needs n = 10 elements \(40 bytes\)"):
         add.execute([dev.allocate([9], "float32"), a, b], [10])

@@ -26,7 +26,7 @@ from ...error import (
     ArgumentRangeError, CudaError, CudaSymbolError, ForkedChildError, FreedBufferError, KernelVariableError,
     LaunchConfigError, PtxError, ReleasedError,
 )
-from .device import CudaDevice, find_cuda_sig
+from .device import CudaDevice
 from .driver import (
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult,
     Prototype, handle_array, memcpy_1d,
@@ -61,7 +61,7 @@ __all__ = [
     "NVRTC_RESTYPES", "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "PTX_MIN_FOR_TARGET", "Prototype",
     "PtxError", "PtxInfo", "ReleasedError", "StagingPool", "arch_name", "check_entry_params", "check_ptx_version",
     "check_shared_bytes", "compile_cuda", "dims_items", "driver_unavailable_reason", "driver_version_tuple",
-    "find_cuda_sig", "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
+    "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
     "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
     "plan_dims", "ptx_entry_params", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
     "rewrite_ptx_version", "select_ptx_version", "validate_ptx",

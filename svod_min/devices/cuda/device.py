@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
-from ...error import CudaError, ExecutionError, NotSupportedError, PtxError, ReleasedError
+from ...error import CudaError, ExecutionError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
 from ..base import RELEASE_EPOCH
@@ -347,19 +347,11 @@ class CudaDevice:
         ptx = compile_cuda(source, self.arch, options=options, name=entry + ".cu")
         return self.load_ptx(ptx, entry, buf_count, var_names, lower_version=True, **kwargs)
 
-    def library_kernel(self, name: str, **params: Any) -> CudaProgram:
-        """A kernel of the shipped PTX library (``svod_min.kernels.cuda_kernels()``), grid and block included."""
-        sig = find_cuda_sig(name, **params)
-        return self.load_signature(sig)
-
-    def load_signature(self, sig: Any) -> CudaProgram:
-        """Load a :class:`svod_min.kernels.CudaKernelSig`'s PTX module and wrap its entry."""
-        from ...kernels import ptx_path  # on use: the kernel library is heavy to import, and optional here
-
-        with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
-            text = fh.read()
+    def load_signature(self, sig: Any, ptx: str) -> CudaProgram:
+        """Load ``ptx`` for a library signature (a :class:`svod_min.kernels.CudaKernelSig`: entry, buffers,
+        variables, grid and block) and wrap its entry; :func:`svod_min.kernels.cuda_library_kernel` calls it."""
         program = self.load_ptx(
-            text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
+            ptx, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
             shared_bytes=0, name="%s%s" % (sig.name, dict(sig.params)),
         )  # fmt: skip
         program.signature = sig  # bind() then checks buffer dtypes and sizes against it
@@ -405,21 +397,3 @@ class CudaDevice:
             thread_state.device = None
 
 
-def find_cuda_sig(name: str, **params: Any) -> Any:
-    """The :class:`CudaKernelSig` named ``name`` whose params match ``params`` (dtype defaults to float32)."""
-    from ...kernels import cuda_kernels  # on use, as in load_signature
-
-    want = dict(params)
-    if "dtype" in want:  # aliases as on the CPU ("f32", "half", ...)
-        want["dtype"] = to_dtype(want["dtype"]).name
-    sigs = cuda_kernels()
-    candidates = [s for s in sigs if s.name == name]
-    if not candidates:
-        names = sorted({s.name for s in sigs})
-        raise NotSupportedError("library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names)))
-    for sig in candidates:
-        have = dict(sig.params)
-        if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
-            return sig
-    options = sorted(str(dict(s.params)) for s in candidates)
-    raise NotSupportedError("no CUDA library kernel %s%s; available: %s" % (name, want, ", ".join(options)))
