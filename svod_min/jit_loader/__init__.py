@@ -17,8 +17,9 @@ reads :func:`host_arch` from it without loading the relocator.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Dict
+from typing import Dict
+
+from ..lazy import lazy_exports
 
 _LAZY: Dict[str, str] = {
     "HOST_ARCH": "loaded",
@@ -42,18 +43,7 @@ _LAZY: Dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    value = getattr(importlib.import_module("." + module, __name__), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "LoadedObject",
