@@ -7,11 +7,11 @@ lazily (PEP 562), so ``import svod_min`` is cheap and never runs a compiler.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Dict
+from typing import Dict
 
 from .error import *  # noqa: F401,F403 - the error hierarchy is small and always needed
 from .error import __all__ as _error_all
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -70,21 +70,6 @@ _LAZY: Dict[str, str] = {
 
 
 _SUBMODULES = ("kernels",)  # subpackages reachable as attributes without an explicit import
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module("." + name, __name__)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError("module 'svod_min' has no attribute %r" % name)
-    value = getattr(importlib.import_module("." + module, __name__), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, _SUBMODULES)
 
 __all__ = sorted(set(_LAZY) | set(_SUBMODULES) | set(_error_all))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import shutil  # noqa: F401 - tests/test_loader_bad_input.py and test_fuzz_loader.py call clang.shutil.which
 from typing import Sequence
 
 from .config import env_str
@@ -21,11 +20,6 @@ from .compiler.run import COMPILE_TIMEOUT_S, DEFAULT_FLAGS, FAMILY_FLAGS, compil
 from .jit_loader.arch import host_arch  # re-exported: callers and tests use clang.host_arch
 
 log = logging.getLogger("svod_min.clang")
-
-# Old private names that bench/bench_compile.py still reads; the public names are compiler_flags, default_jobs.
-_flags_for = compiler_flags
-_default_jobs = default_jobs
-
 
 class CpuBackend(enum.Enum):
     """Which front end compiles CPU kernels: C via a C compiler, or LLVM IR via clang."""

@@ -28,7 +28,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │       └── FreedBufferError       2  a buffer whose storage was freed
     ├── BufferAllocationError          2  bad buffer size / dtype / allocation
     ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
-    ├── ConfigError                    2  an environment variable with a bad value
+    ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
     ├── PlanError                      2  plan building / plan file problems
     │   ├── VariableBoundsError        2  a variable outside [min, max]
     │   │   ├── ArgumentRangeError     2  a kernel argument that does not fit its slot
@@ -191,7 +191,7 @@ class CacheError(SvodError):
 
 
 class ConfigError(SvodError):
-    """An environment variable with a value svod_min cannot understand (names the variable)."""
+    """A setting svod_min cannot understand: an environment variable (named) or a configuration object's field."""
 
     exit_code = EXIT_BAD_INPUT
 

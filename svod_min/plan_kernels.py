@@ -168,7 +168,7 @@ class KernelReader:
     def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """The shipped PTX form of a library kernel, launched with its own grid and block."""
         try:
-            program = self.device.library_kernel(lib_name, **params)
+            program = library.cuda_library_kernel(self.device, lib_name, **params)
         except (NotSupportedError, BufferAllocationError, TypeError) as exc:  # no such form, or a bad dtype
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
         sig = program.signature  # driver errors above are device errors, not bad input

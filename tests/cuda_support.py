@@ -5,6 +5,7 @@ test), the real-GPU switches (``gpu_test``, ``REAL_DRIVER``) and the kernel-libr
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -12,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 from cuda_emu_support import build_fake_libcuda, find_cc
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 
 
@@ -301,7 +303,7 @@ def check_library_kernel(dev: cuda.CudaDevice, sig: Any, env: Dict[str, int], gr
 
     ins = _inputs(sig, env, np.random.default_rng(len(sig.entry) + sum(env.values())))
     if grid is None:
-        prog = dev.load_signature(sig)
+        prog = dev.load_signature(sig, Path(ptx_path(sig.module)).read_text())
     else:
         text = Path(ptx_path(sig.module)).read_text()
         prog = dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=grid)
@@ -341,9 +343,35 @@ def check_plan_equals_cpu(gpu: cuda.CudaDevice, M: int, N: int, K: int) -> None:
     for buf, v in zip(bufs, (a, b, bias)):
         buf.copyin(v)
     plan = cuda_plan(gpu, [
-        (gpu.library_kernel("matmul", dtype="float32", tile=16), [3, 0, 1], [M, N, K]),
-        (gpu.library_kernel("add", dtype="float32"), [4, 3, 2], [M * N]),
-        (gpu.library_kernel("relu", dtype="float32"), [5, 4], [M * N]),
+        (cuda_library_kernel(gpu, "matmul", dtype="float32", tile=16), [3, 0, 1], [M, N, K]),
+        (cuda_library_kernel(gpu, "add", dtype="float32"), [4, 3, 2], [M * N]),
+        (cuda_library_kernel(gpu, "relu", dtype="float32"), [5, 4], [M * N]),
     ], bufs)  # fmt: skip
     plan.execute()
     np.testing.assert_allclose(plan.output_buffer().numpy(), act.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def in_forked_child(work: Callable[[], str]) -> str:
+    """Run ``work`` in a forked child and return what it returned (never runs pytest's teardown there)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, work().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    message = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    return message
+
+
+def add_inputs(dev: Any, n: int) -> Tuple[Any, List[Any], Any]:
+    """The library's float32 ``add`` on ``dev``, four ``n``-element buffers, and x (in buffer 1; 2x in buffer 2)."""
+    add = cuda_library_kernel(dev, "add", dtype="float32")
+    bufs = [dev.allocate([n], "float32") for _ in range(4)]
+    x = np.arange(n, dtype=np.float32)
+    bufs[1].copyin(x)
+    bufs[2].copyin(x * 2)
+    return add, bufs, x

@@ -38,11 +38,13 @@ import pytest
 from cuda_emu_support import find_cc
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES
+from svod_min.devices.cuda import (
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES,
+)
 from svod_min.devices.cuda import enums, nvrtc
 
 # v1 entry points the table keeps on purpose, beside their current version, for drivers that lack it.
-LEGACY_FALLBACKS = frozenset({"cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams", "cuEventElapsedTime"})
+LEGACY_FALLBACKS = frozenset(symbol for proto in DRIVER_API for symbol in proto.symbols[1:])
 
 # Our ctypes structs and the cuda.h types they mirror exactly.
 STRUCTS = ((CUDA_KERNEL_NODE_PARAMS, "CUDA_KERNEL_NODE_PARAMS_v2"), (CUDA_MEMCPY3D, "CUDA_MEMCPY3D"))

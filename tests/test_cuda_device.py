@@ -1,4 +1,5 @@
-"""svod_min.devices.cuda.device: the current context per thread, forked children, finalizers and interpreter exit.
+"""svod_min.devices.cuda.device: the current context per thread, forked children, finalizers, interpreter exit, and the
+device interface of devices/base.py (every slot filled, program close, the graph slot).
 """
 
 from __future__ import annotations
@@ -11,21 +12,17 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, List
 
 import pytest
 from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    Fake,
-    device_counter,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
+    FAKE_PTX, Fake, device_counter, fake, fake_so, gpu, gpu_test, in_forked_child, int_values,
 )
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import ForkedChildError
+from svod_min.devices import base
+from svod_min.devices.cuda import ForkedChildError, GraphCopy
+from svod_min.error import ReleasedError
 
 
 def test_fake_context_made_current_once_per_thread(fake: Callable[..., Fake]) -> None:
@@ -51,22 +48,15 @@ def test_fake_forked_child_is_refused(fake: Callable[..., Fake]) -> None:
     f = fake()
     dev = f.device()
     buf = dev.allocate(16)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: report the error message through the pipe, never run pytest's teardown
+
+    def copy_out() -> str:
         try:
-            try:
-                buf.copyout()
-                message = "no error"
-            except ForkedChildError as exc:
-                message = str(exc)
-            os.write(write, message.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    message = os.read(read, 4096).decode()
-    os.close(read)
-    os.waitpid(pid, 0)
+            buf.copyout()
+            return "no error"
+        except ForkedChildError as exc:
+            return str(exc)
+
+    message = in_forked_child(copy_out)
     assert message == "CUDA was initialised in process %d; it cannot be used in a forked child (use spawn)" % os.getpid()
     assert buf.copyout() == bytes(16)  # the parent is unaffected
 
@@ -130,3 +120,71 @@ def test_gpu_forked_child_is_refused(gpu: cuda.CudaDevice) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert buf.copyout() == bytes(16)
+
+
+# --- the device interface (devices/base.py) ------------------------------------------------------
+
+
+def _members(protocol: Any) -> List[str]:
+    """The attributes and methods a Protocol of devices/base.py asks for."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if callable(v) and (not n.startswith("_") or n == "__call__")}
+    return sorted(names)
+
+
+def test_fake_cuda_objects_fill_every_slot_of_the_device_interface(fake: Callable[..., Fake]) -> None:
+    dev = fake().device()
+    buf = dev.allocate([4], "int32")
+    prog = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"])
+    bound = prog.bind([buf], [4])
+    pairs = ((base.Device, dev), (base.Buffer, buf), (base.Program, prog), (base.Launch, bound),
+             (base.Event, dev.new_event()), (base.GraphRuntime, dev.graph))  # fmt: skip
+    for protocol, obj in pairs:
+        assert len(_members(protocol)) >= 2  # the helper reads the Protocol at all
+        assert [m for m in _members(protocol) if not hasattr(obj, m)] == [], protocol.__name__
+    assert dev.threads == 1 and dev.host_pool() is None and buf.on_host is False
+    assert prog.grid_in_blocks and prog.native_address is None and bound.graphable and not prog.closed
+    start, end = dev.new_event(), dev.new_event()
+    start.record()
+    bound()
+    end.record()
+    end.synchronize()
+    assert end.elapsed_since(start) >= 0.0
+
+
+def test_fake_closed_program_is_refused_and_its_module_stays(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    dev = f.device()
+    buf = dev.allocate([8], "int32")
+    first, second = (dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], local_size=8) for _ in range(2))
+    assert first.module is second.module  # one cached module under both programs
+    bound = first.bind([buf], [8])
+    first.close()
+    first.close()  # twice is fine
+    assert first.closed and not second.closed
+    with pytest.raises(ReleasedError, match="was closed"):
+        bound()
+    with pytest.raises(ReleasedError, match="was closed"):
+        first.bind([buf], [8])
+    second.execute([buf], [8])
+    assert int_values(buf) == list(range(8)) and f.counter("live_modules") == 1
+    second.module.unload()
+    assert second.closed
+
+
+def test_fake_graph_runtime_turns_runs_of_graphable_ops_into_graphs(fake: Callable[..., Fake]) -> None:
+    dev = fake().device()
+    out, other = dev.allocate([8], "int32"), dev.allocate([8], "int32")
+    iota = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], local_size=8)
+    first, second, third = (iota.bind([out], [8]) for _ in range(3))
+    copy = dev.graph.copy_node(other, out)
+    assert isinstance(copy, GraphCopy)
+    assert dev.graph.copy_node(out.view(0, 16), out.view(8, 16)) is None  # overlapping views: not a memcpy node
+    assert dev.graph.copy_node(out, bytearray(32)) is None and dev.graph_copy(other, out) is not None
+    nodes = {0: first, 1: base.NO_NODE, 2: copy, 3: None, 4: second, 5: third}
+    segments = dev.graph.build([[0, 1], [2], [3], [4], [5]], nodes)
+    assert [type(s).__name__ for s in segments] == ["CudaGraph", "list", "CudaGraph"] and segments[1] == [3]
+    assert segments[0].launches == [first, copy] and segments[2].launches == [second, third]
+    assert dev.graph.build([[0, 1], [3], [4]], nodes) == [[0, 1], [3], [4]]  # one node is not worth a graph
+    segments[0]()
+    assert int_values(other) == list(range(8))

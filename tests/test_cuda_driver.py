@@ -5,20 +5,15 @@ driver (or saying why not), registration and ``info`` lines.
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+import re
+from typing import Any, Callable, Set
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    Fake,
-    fake,
-    fake_so,
-    gpu_test,
-    without_driver,
-)
+from cuda_support import Fake, fake, fake_so, gpu_test, without_driver  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.devices import cuda
-from svod_min.devices.cuda import CudaError, CudaLibrary, CudaSymbolError, LaunchLimits, PROTOTYPES
+from svod_min.devices.cuda import DRIVER_API, PROTOTYPES, CudaError, CudaLibrary, CudaSymbolError, LaunchLimits
 from svod_min.error import DeviceError, InvalidDeviceError, UnsupportedDeviceError
 
 
@@ -77,6 +72,45 @@ def test_prototype_table_is_complete_and_unique() -> None:
     assert set(REQUIRED_ENTRY_POINTS) <= set(names)
     for _name, argtypes in PROTOTYPES:
         assert all(hasattr(t, "from_param") for t in argtypes)  # ctypes types only
+
+
+def test_driver_api_rows_name_their_versioned_symbols() -> None:
+    names = [p.name for p in DRIVER_API]
+    assert len(names) == len(set(names)) and "cuMemAlloc" in names and "cuMemAlloc_v2" not in names
+    for proto in DRIVER_API:
+        assert proto.restype is cuda.CUresult and proto.symbols
+        assert all(re.sub(r"_v\d+$", "", symbol) == proto.name for symbol in proto.symbols), proto
+    fallbacks = [symbol for proto in DRIVER_API for symbol in proto.symbols[1:]]
+    assert fallbacks == ["cuEventElapsedTime", "cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams"]
+
+
+class _Exports:
+    """Only ``names`` of a library's symbols: what an older driver looks like to the binding."""
+
+    def __init__(self, dll: Any, names: Set[str]) -> None:
+        self.dll, self.names = dll, names
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names:
+            raise AttributeError(name)
+        return self.dll[name]
+
+
+def test_fake_a_name_binds_the_newest_symbol_the_library_exports(fake: Callable[..., Fake]) -> None:
+    path = fake().path
+    lib = CudaLibrary(path)
+    assert lib.function("cuMemAlloc").__name__ == "cuMemAlloc_v2"
+    assert lib.function("cuEventElapsedTime").__name__ == "cuEventElapsedTime_v2"
+    assert lib.untyped("cuGraphAddKernelNode").__name__ == "cuGraphAddKernelNode_v2"
+    assert lib.function("cuMemcpyDtoH_v2").__name__ == "cuMemcpyDtoH_v2"  # a symbol may be named directly
+    old = CudaLibrary(path)
+    old._dll = _Exports(old._dll, {"cuEventElapsedTime", "cuGraphAddKernelNode"})  # a driver before 12.0
+    assert old.function("cuEventElapsedTime").__name__ == "cuEventElapsedTime"
+    assert old.untyped("cuGraphAddKernelNode").__name__ == "cuGraphAddKernelNode"
+    with pytest.raises(CudaSymbolError, match="does not export cuMemAlloc_v2 \\(driver too old"):
+        old.function("cuMemAlloc")
+    with pytest.raises(CudaSymbolError, match="cuGraphExecKernelNodeSetParams_v2 or cuGraphExecKernelNodeSetParams"):
+        old.call("cuGraphExecKernelNodeSetParams", None, None, None)
 
 
 def test_fake_every_prototype_binds(fake: Callable[..., Fake]) -> None:

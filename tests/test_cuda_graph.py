@@ -6,16 +6,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    Fake,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
-    int_values,
-)
+from cuda_support import FAKE_PTX, Fake, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaGraph
 from svod_min.error import ExecutionError
@@ -28,7 +21,7 @@ def test_fake_graph_runs_nodes_in_any_order_their_edges_allow(fake: Callable[...
     f = fake()
     dev = f.device()
     n = 64
-    add, relu = dev.library_kernel("add", dtype="float32"), dev.library_kernel("relu", dtype="float32")
+    add, relu = cuda_library_kernel(dev, "add", dtype="float32"), cuda_library_kernel(dev, "relu", dtype="float32")
     x, t, out = (dev.allocate([n], "float32") for _ in range(3))
     x.copyin(np.arange(n, dtype=np.float32) - n // 2)
     want = np.maximum(2 * (np.arange(n) - n // 2), 0).astype(np.float32)
@@ -98,7 +91,7 @@ def test_fake_graph_replay_patches_only_changed_nodes(fake: Callable[..., Fake])
 @gpu_test
 def test_gpu_graph_replay_equals_eager(gpu: cuda.CudaDevice) -> None:
     n = 4096
-    add, mul, relu = (gpu.library_kernel(k, dtype="float32") for k in ("add", "mul", "relu"))
+    add, mul, relu = (cuda_library_kernel(gpu, k, dtype="float32") for k in ("add", "mul", "relu"))
     x, y, t1, t2, out, eager = (gpu.allocate([n], "float32") for _ in range(6))
     rng = np.random.default_rng(2)
     x.copyin(rng.standard_normal(n).astype(np.float32))

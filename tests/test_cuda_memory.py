@@ -9,16 +9,7 @@ import struct
 from typing import Callable, List
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    Fake,
-    HAVE_GPU,
-    REAL_DRIVER,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
-    int_values,
-)
+from cuda_support import Fake, HAVE_GPU, REAL_DRIVER, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
 from svod_min.device_registry import DeviceRegistry
 from svod_min.devices import cuda

@@ -17,19 +17,11 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    HAVE_GPU,
-    REAL_DRIVER,
-    Fake,
-    check_plan_equals_cpu,
-    cuda_plan,
-    fake,
-    fake_so,
-    gpu,
-    gpu_test,
-    no_nvrtc,
+    FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, add_inputs, check_plan_equals_cpu, cuda_plan, fake, fake_so, gpu,
+    gpu_test, no_nvrtc,
 )
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
 from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
@@ -176,7 +168,7 @@ def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(fa
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
     """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
     dev = fake().device()
-    prog = dev.library_kernel("matmul", dtype="float32", tile=16)
+    prog = cuda_library_kernel(dev, "matmul", dtype="float32", tile=16)
     M, N, K = 40, 20, 8
     a, b, c = dev.allocate([M * K], "float32"), dev.allocate([K * N], "float32"), dev.allocate([M * N], "float32")
     a.copyin(np.ones(M * K, np.float32))
@@ -218,7 +210,7 @@ def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fa
 
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     a, b = dev.allocate([10], "float32"), dev.allocate([10], "float32")
     with pytest.raises(BufferAllocationError, match=r"'out' holds 36 bytes, it needs n = 10 elements \(40 bytes\)"):
         add.execute([dev.allocate([9], "float32"), a, b], [10])
@@ -561,13 +553,8 @@ def test_gpu_plan_copies_as_memcpy_nodes() -> None:
 
 
 def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> None:
-    dev = fake().device()
-    add = dev.library_kernel("add", dtype="float32")
-    n = 300
-    bufs = [dev.allocate([n], "float32") for _ in range(4)]
-    x = np.arange(n, dtype=np.float32)
-    bufs[1].copyin(x)
-    bufs[2].copyin(x * 2)
+    dev, n = fake().device(), 300
+    add, bufs, x = add_inputs(dev, n)
     plan = cuda_plan(dev, [(add, [0, 1, 2], [n]), (add, [3, 0, 2], [n])], bufs)
     assert plan.native_replay is False
     plan.execute()
@@ -583,13 +570,8 @@ def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callabl
 
     monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
 
-    dev = fake().device()
-    add = dev.library_kernel("add", dtype="float32")
-    n = 64
-    bufs = [dev.allocate([n], "float32") for _ in range(4)]
-    x = np.arange(n, dtype=np.float32)
-    bufs[1].copyin(x)
-    bufs[2].copyin(x * 2)
+    dev, n = fake().device(), 64
+    add, bufs, x = add_inputs(dev, n)
     device_copies: List[Tuple[Any, Any]] = []
     real_copy = dev.copy
     monkeypatch.setattr(dev, "copy", lambda dst, src: (device_copies.append((dst, src)), real_copy(dst, src))[1])

@@ -10,23 +10,11 @@ from typing import Any, Callable
 
 import pytest
 from cuda_support import (  # noqa: F401  (fixtures)
-    FAKE_PTX,
-    Fake,
-    GOOD_PTX,
-    REAL_DRIVER,
-    check_library_kernel,
-    cuda_sigs,
-    fake,
-    fake_so,
-    gpu,
-    HAVE_GPU,
-    no_nvrtc,
-    gpu_test,
-    int_values,
-    library_env,
-    sig_id,
+    FAKE_PTX, Fake, GOOD_PTX, REAL_DRIVER, check_library_kernel, cuda_sigs, fake, fake_so, gpu, HAVE_GPU, no_nvrtc,
+    gpu_test, int_values, library_env, sig_id,
 )
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import ArgumentRangeError, CudaError, LaunchConfigError, LaunchLimits, PtxError
 from svod_min.error import ExecutionError, NotSupportedError
@@ -80,7 +68,7 @@ def test_fake_launch_errors_happen_before_launch(fake: Callable[..., Fake]) -> N
     bound = iota.bind([out], [4])
     with pytest.raises(ExecutionError, match="misaligned"):
         bound.set_buffer(0, dev.allocate([8], "int32").view(6, 8))
-    add = dev.library_kernel("add", dtype="float64")
+    add = cuda_library_kernel(dev, "add", dtype="float64")
     raw = dev.allocate([40], "uint8")  # raw bytes: the kernel's float64 decides the alignment
     with pytest.raises(ExecutionError, match="'a' starts 4 bytes .* 8-byte elements"):
         add.execute([dev.allocate([2], "float64"), raw.view(4, 16), raw.view(24, 16)], [2])
@@ -209,7 +197,7 @@ def test_fake_module_unload_on_collection(fake: Callable[..., Fake]) -> None:
 
 def test_fake_library_kernel_end_to_end(fake: Callable[..., Fake]) -> None:
     dev = fake().device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     assert add.entry_point == "svod_cuda_add_f32" and add.local_size == (256, 1, 1)
     n = 1000
     a, b, out = (dev.allocate([n], "float32") for _ in range(3))
@@ -220,7 +208,7 @@ def test_fake_library_kernel_end_to_end(fake: Callable[..., Fake]) -> None:
     assert np.array_equal(out.numpy(), x + y)
     assert add.default_grid([n]) == (4, 1, 1) and add.default_grid([10**6]) == (3907, 1, 1)
     with pytest.raises(NotSupportedError, match="no CUDA library kernel"):
-        dev.library_kernel("add", dtype="int8")
+        cuda_library_kernel(dev, "add", dtype="int8")
 
 
 @gpu_test
@@ -240,7 +228,7 @@ def test_gpu_bad_ptx_gives_the_jit_log(gpu: cuda.CudaDevice) -> None:
 
 @gpu_test
 def test_gpu_out_of_range_launch(gpu: cuda.CudaDevice) -> None:
-    add = gpu.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(gpu, "add", dtype="float32")
     bufs = [gpu.allocate([16], "float32") for _ in range(3)]
     with pytest.raises(LaunchConfigError, match="grid dimension 1"):
         add.execute(bufs, [16], global_size=(1, gpu.limits.max_grid[1] + 1))
@@ -263,7 +251,7 @@ def test_gpu_ptx_newer_than_driver_is_refused(gpu: cuda.CudaDevice) -> None:
 
 @gpu_test
 def test_gpu_execute_timed_uses_device_time(gpu: cuda.CudaDevice) -> None:
-    add = gpu.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(gpu, "add", dtype="float32")
     n = 1 << 20
     bufs = [gpu.allocate([n], "float32") for _ in range(3)]
     seconds = add.execute_timed(bufs, [n])

@@ -11,10 +11,7 @@ import subprocess
 from typing import Dict, Optional, Tuple
 
 import pytest
-from cuda_support import (  # noqa: F401  (fixtures)
-    GOOD_PTX,
-    cuda_sigs,
-)
+from cuda_support import GOOD_PTX, cuda_sigs  # noqa: F401  (fixtures)
 
 from svod_min.devices import cuda
 from svod_min.devices.cuda import PtxError, launch_dims, select_ptx_version, validate_ptx

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..config import env_str
 from ..error import CompilationError
 from .probe import CompilerInfo, find_compiler
 from .run import check_object, compile_c, compiler_flags, offending_lines, run_compiler, source_bytes
@@ -146,10 +147,10 @@ def _split(count: int, jobs: int) -> List[List[int]]:
 
 def default_jobs() -> int:
     """``SVOD_COMPILE_JOBS`` if set, else the CPU count."""
-    raw = os.environ.get("SVOD_COMPILE_JOBS", "").strip()
+    raw = env_str("SVOD_COMPILE_JOBS") or ""
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return os.cpu_count() or 1
+    return os.cpu_count() or 1  # an unusable value is ignored, as it always was
 
 
 def _split_diagnostics(stderr: str) -> Tuple[Dict[int, List[str]], List[int]]:

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from ..config import cache_path
+from ..config import cache_path, env_str
 from ..error import CompilationError, CompilerNotFoundError
 
 log = logging.getLogger("svod_min.clang")
@@ -134,7 +134,7 @@ def probe_compiler(path: str) -> CompilerInfo:
 
 
 def _candidates(need_clang: bool) -> List[str]:
-    override = os.environ.get("SVOD_CC", "").strip()
+    override = env_str("SVOD_CC")
     if override:
         return [override]
     return ["clang"] if need_clang else ["clang", "gcc", "cc"]

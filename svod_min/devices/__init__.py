@@ -14,8 +14,7 @@ cheap and never touches a compiler or driver.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_exports
 
 _LAZY = {
     "CpuBuffer": "cpu",
@@ -31,15 +30,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module("." + module, __name__), name)
-
-
-def __dir__() -> list:
-    return sorted(list(globals()) + list(_LAZY))
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = sorted(_LAZY)

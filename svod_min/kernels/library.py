@@ -170,7 +170,7 @@ def resolve_device(device: Any) -> Any:
     if spec.kind == "CUDA":
         raise UnsupportedDeviceError(
             "kernels.get() returns CPU kernels; for %s use svod_min.devices.cuda: "
-            "DEVICE_FACTORIES.device(%r).library_kernel(name, dtype=...) (shipped PTX, cuda_kernels() lists them), "
+            "kernels.cuda_library_kernel(DEVICE_FACTORIES.device(%r), name, dtype=...) (shipped PTX, cuda_kernels() lists them), "
             "or a plan file's library kernels with --device CUDA" % (spec, str(spec)))
     if spec.kind != "CPU":
         raise UnsupportedDeviceError("the kernel library supports CPU (and later CUDA), not %s" % spec)

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import variants
+from ..config import env_flag
 from ..error import KernelNotFoundError, KernelParamError
 from .elementwise import c_dtype
 from .sig import CudaKernelSig, KernelSig, cuda_sig_from_row, sig_from_row
@@ -122,7 +123,7 @@ def use_prebuilt(prebuilt: Optional[bool]) -> bool:
     """``prebuilt`` when given, else whether $SVOD_KERNELS_PREBUILT allows prebuilt objects."""
     if prebuilt is not None:
         return prebuilt
-    return os.environ.get(PREBUILT_ENV, "1").strip().lower() not in ("0", "no", "false", "off")
+    return env_flag(PREBUILT_ENV, True)
 
 
 # --- CUDA (PTX only, for now) ---------------------------------------------------------------------

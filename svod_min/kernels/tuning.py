@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from . import variants
 from .. import __version__
 from ..clang import find_compiler
-from ..config import cache_root
+from ..config import cache_root, env_str
 from ..error import CompilationError, KernelParamError, SvodError
 from ..jit_loader.arch import host_arch
 from .elementwise import c_dtype
@@ -79,7 +79,7 @@ _store_memo: Dict[str, Tuple[Tuple[int, int, int], Dict[str, Any]]] = {}
 
 def store_path() -> Optional[str]:
     """``SVOD_TUNING_FILE``, else ``tuning.json`` under the cache root, beside ``objects/`` (None: no home)."""
-    explicit = os.environ.get(TUNING_FILE_ENV, "").strip()
+    explicit = env_str(TUNING_FILE_ENV)
     if explicit:
         return os.path.abspath(explicit)
     root = cache_root()

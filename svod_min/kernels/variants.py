@@ -15,6 +15,7 @@ import threading
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..jit_loader.arch import host_arch
+from ..config import env_str
 from ..error import LoaderError
 from ..error import KernelParamError
 
@@ -55,7 +56,7 @@ def _variants() -> Dict[str, Dict[str, Any]]:
 
 def choose_variant(arch: Optional[str] = None, features: Optional[FrozenSet[str]] = None) -> Optional[str]:
     """The prebuilt variant for this host (None: no prebuilt objects fit; compile instead)."""
-    forced = os.environ.get(VARIANT_ENV, "").strip()
+    forced = env_str(VARIANT_ENV) or ""
     variants = _variants()
     if forced:
         if forced.lower() == "none":

@@ -26,10 +26,10 @@ from ...error import (
     ArgumentRangeError, CudaError, CudaSymbolError, ForkedChildError, FreedBufferError, KernelVariableError,
     LaunchConfigError, PtxError, ReleasedError,
 )
-from .device import CudaDevice, find_cuda_sig
+from .device import CudaDevice
 from .driver import (
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult, handle_array,
-    memcpy_1d,
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult,
+    Prototype, handle_array, memcpy_1d,
 )
 from .graph import CudaGraph, GraphCopy
 from .launch import (
@@ -42,7 +42,8 @@ from .loader import (
 )
 from .memory import CudaBuffer, CudaEvent, CudaStorage, StagingPool
 from .nvrtc import (
-    NVRTC_MISSING, NVRTC_PROTOTYPES, NVRTC_RESTYPES, NVRTC_SUCCESS, Nvrtc, compile_cuda, find_nvrtc, load_nvrtc, nvrtcResult,
+    NVRTC_MISSING, NVRTC_PROTOTYPES, NVRTC_RESTYPES, NVRTC_SUCCESS, Nvrtc, compile_cuda, find_nvrtc, load_nvrtc,
+    nvrtcResult,
 )
 from .program import BoundLaunch, CudaModule, CudaProgram
 from .ptx import (
@@ -55,12 +56,13 @@ __all__ = [
     "ArgBlob", "ArgSlot", "ArgumentRangeError", "BoundLaunch", "CUDA_KERNEL_NODE_PARAMS", "CUDA_MEMCPY3D", "CUdevice",
     "CUdeviceptr", "CUresult", "CudaBuffer", "CudaDevice", "CudaDeviceInfo", "CudaDriver", "CudaError", "CudaEvent",
     "CudaGraph", "CudaLibrary", "CudaModule", "CudaProgram", "CudaStorage", "CudaSymbolError", "DEFAULT_LIBRARY",
-    "DEFAULT_LIMITS", "Dims3", "ForkedChildError", "FreedBufferError", "GraphCopy", "HANDLE", "KernelVariableError",
-    "LaunchConfigError", "LaunchLimits", "NO_DRIVER_REASON", "NVRTC_MISSING", "NVRTC_PROTOTYPES", "NVRTC_RESTYPES",
-    "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "PTX_MIN_FOR_TARGET", "PtxError", "PtxInfo", "ReleasedError",
-    "StagingPool", "arch_name", "check_entry_params", "check_ptx_version", "check_shared_bytes", "compile_cuda",
-    "dims_items", "driver_unavailable_reason", "driver_version_tuple", "find_cuda_sig", "find_nvrtc", "find_ptxas",
-    "format_version", "handle_array", "info_lines", "int32_arg", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d",
-    "nvrtcResult", "pack_kernel_args", "parse_arch", "plan_dims", "ptx_entry_params", "ptx_version_of", "ptxas_check",
-    "register_cuda", "reset_driver_cache", "rewrite_ptx_version", "select_ptx_version", "validate_ptx",
+    "DEFAULT_LIMITS", "DRIVER_API", "Dims3", "ForkedChildError", "FreedBufferError", "GraphCopy", "HANDLE",
+    "KernelVariableError", "LaunchConfigError", "LaunchLimits", "NO_DRIVER_REASON", "NVRTC_MISSING", "NVRTC_PROTOTYPES",
+    "NVRTC_RESTYPES", "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "PTX_MIN_FOR_TARGET", "Prototype",
+    "PtxError", "PtxInfo", "ReleasedError", "StagingPool", "arch_name", "check_entry_params", "check_ptx_version",
+    "check_shared_bytes", "compile_cuda", "dims_items", "driver_unavailable_reason", "driver_version_tuple",
+    "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
+    "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
+    "plan_dims", "ptx_entry_params", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
+    "rewrite_ptx_version", "select_ptx_version", "validate_ptx",
 ]  # fmt: skip

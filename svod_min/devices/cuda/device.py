@@ -11,14 +11,15 @@ import ctypes
 import hashlib
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
-from ...error import CudaError, ExecutionError, NotSupportedError, PtxError, ReleasedError
+from ...error import CudaError, ExecutionError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
-from .driver import FORK_EPOCH, HANDLE, finalize, released_something, thread_state
+from ..base import RELEASE_EPOCH
+from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 from .graph import CudaGraphSlot, GraphCopy
 from .launch import check_block, check_grid
@@ -27,15 +28,24 @@ from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
 from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
 
-class CudaDevice:
-    """One GPU: its primary context, one stream, memory, modules, and launch limits."""
+if TYPE_CHECKING:  # annotation only: concurrent.futures costs milliseconds at every registry probe
+    from concurrent.futures import Executor
 
-    threads = 1  # device interface slot: one host thread drives the stream
+
+class CudaDevice:
+    """One GPU: its primary context, one stream, memory, modules, and launch limits.
+
+    A ``Device`` of devices/base.py: ``spec``, ``threads`` (1: a kernel's threads are the GPU's),
+    ``graph`` (CUDA graphs), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
+    """
+
+    #: Host threads one kernel may use: none beyond the caller's (the GPU runs the kernel).
+    threads = 1
 
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
         self.closed = False
-        self.alive = [True]  # shared with the finalizers of everything made on this device (see _release)
+        self.alive = [True]  # shared with the finalizers of all made on this device (driver.release_quietly)
         self.spec = DeviceSpec("CUDA", ordinal)
         self.info = driver.device_info(ordinal)
         self.limits = self.info.limits
@@ -44,18 +54,19 @@ class CudaDevice:
         self.lib.call("cuDevicePrimaryCtxRetain", ctypes.byref(context), self.handle)
         self.context = context
         self.context_value: int = context.value or 0
-        self._ctx_finalizer = finalize(self, driver, None, "cuDevicePrimaryCtxRelease_v2", self.handle)
+        self._ctx_finalizer = finalize(self, driver, None, "cuDevicePrimaryCtxRelease", self.handle)
         self.activate()
         stream = HANDLE()
         self.lib.call("cuStreamCreate", ctypes.byref(stream), CU_STREAM_NON_BLOCKING)
         self.stream = stream
-        self._stream_finalizer = finalize(self, driver, self.context_value, "cuStreamDestroy_v2", stream.value)
+        self._stream_finalizer = finalize(self, driver, self.context_value, "cuStreamDestroy", stream.value)
         self.staging = StagingPool(self)
         self._modules: Dict[str, CudaModule] = {}
         self._modules_lock = threading.Lock()
         self._timers: List[Tuple[CudaEvent, CudaEvent]] = []
         self._timers_lock = threading.Lock()
         self._peers: Dict[int, bool] = {}
+        self.graph = CudaGraphSlot(self)
 
     def __repr__(self) -> str:
         return "<CudaDevice %s %s %s>" % (self.spec, self.info.name, self.arch)
@@ -94,25 +105,25 @@ class CudaDevice:
         self.lib.call("cuCtxSetCurrent", self.context)
         thread_state.device, thread_state.epoch = self, FORK_EPOCH[0]
 
-    @property
-    def graph(self) -> CudaGraphSlot:
-        """Device interface slot: CUDA graphs (memcpy nodes, runs packed into CudaGraphs)."""
-        return CudaGraphSlot(self)
-
-    def host_pool(self) -> None:
-        """Device interface slot: launches are queued on the stream, there is no host pool."""
-        return None
-
     def synchronize(self) -> None:
         """Wait for everything queued on the device's stream."""
         self.activate()
         self.lib.call("cuStreamSynchronize", self.stream)
 
+    def host_pool(self) -> Optional[Executor]:
+        """None: a GPU's plan ops queue on its one stream, so there are no host ops to run at once."""
+        return None
+
+    def new_event(self, timing: bool = True) -> CudaEvent:
+        """An event in this device's context (``record`` / ``query`` / ``synchronize``; ``elapsed_since`` when
+        ``timing``, the default: ``timing=False`` is the cheaper sync-only event)."""
+        return CudaEvent(self, timing=timing)
+
     def memory_info(self) -> Tuple[int, int]:
         """``(free, total)`` bytes of device memory."""
         self.activate()
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        self.lib.call("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        self.lib.call("cuMemGetInfo", ctypes.byref(free), ctypes.byref(total))
         return free.value, total.value
 
     # --- memory ---
@@ -147,7 +158,7 @@ class CudaDevice:
                 block = blocks[i & 1]
                 block.wait()  # its previous DMA must be done before we overwrite it
                 pool.memmove(block.address, src + off, size)
-                self.lib.call("cuMemcpyHtoDAsync_v2", dst + off, block.address, size, self.stream)
+                self.lib.call("cuMemcpyHtoDAsync", dst + off, block.address, size, self.stream)
                 block.event.record(self.stream)
 
     def memcpy_dtoh(self, dst: int, src: int, nbytes: int) -> None:
@@ -157,7 +168,7 @@ class CudaDevice:
         self.activate()
         pool = self.staging
         if nbytes <= pool.direct_max:  # pageable destination: returns once the copy completed
-            self.lib.call("cuMemcpyDtoHAsync_v2", dst, src, nbytes, self.stream)
+            self.lib.call("cuMemcpyDtoHAsync", dst, src, nbytes, self.stream)
             self.lib.call("cuStreamSynchronize", self.stream)
             return
         with pool.lock:
@@ -171,20 +182,12 @@ class CudaDevice:
 
     def _dtoh_issue(self, block: PinnedBlock, src: int, piece: Tuple[int, int]) -> None:
         off, size = piece
-        self.lib.call("cuMemcpyDtoHAsync_v2", block.address, src + off, size, self.stream)
+        self.lib.call("cuMemcpyDtoHAsync", block.address, src + off, size, self.stream)
         block.event.record(self.stream)
 
     def graph_copy(self, dst: Any, src: Any) -> Optional[GraphCopy]:
-        """``dst <- src`` as a CUDA graph node, or None when it is not a plain copy on this GPU.
-
-        Overlapping ranges of one allocation are left to the caller (a memcpy
-        node, like ``cuMemcpy``, is undefined there).
-        """
-        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not self or src.device is not self:
-            return None
-        if buffers_overlap(dst, src):
-            return None
-        return GraphCopy(self, dst, src) if src.nbytes else None
+        """``dst <- src`` as a CUDA graph node, or None (``self.graph.copy_node``, kept for older callers)."""
+        return self.graph.copy_node(dst, src)
 
     def copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Device -> device on this GPU (queued on the stream), with memmove semantics for overlapping views."""
@@ -197,7 +200,7 @@ class CudaDevice:
         if buffers_overlap(dst, src):
             self._staged_copy(dst, src)
             return
-        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, src.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", dst.address, src.address, src.nbytes, self.stream)
 
     def _check_own(self, buf: Any, what: str) -> None:
         if not isinstance(buf, CudaBuffer):
@@ -209,8 +212,8 @@ class CudaDevice:
     def _staged_copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Overlapping views of one allocation: cuMemcpy is undefined there, so go through a temporary."""
         tmp = CudaStorage(self, src.nbytes)
-        self.lib.call("cuMemcpyDtoDAsync_v2", tmp.address, src.address, src.nbytes, self.stream)
-        self.lib.call("cuMemcpyDtoDAsync_v2", dst.address, tmp.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", tmp.address, src.address, src.nbytes, self.stream)
+        self.lib.call("cuMemcpyDtoDAsync", dst.address, tmp.address, src.nbytes, self.stream)
         self.lib.call("cuStreamSynchronize", self.stream)  # the temporary must outlive both copies
         tmp.drop()  # not free(): nothing else can hold it, so no release epoch bump
 
@@ -344,19 +347,11 @@ class CudaDevice:
         ptx = compile_cuda(source, self.arch, options=options, name=entry + ".cu")
         return self.load_ptx(ptx, entry, buf_count, var_names, lower_version=True, **kwargs)
 
-    def library_kernel(self, name: str, **params: Any) -> CudaProgram:
-        """A kernel of the shipped PTX library (``svod_min.kernels.cuda_kernels()``), grid and block included."""
-        sig = find_cuda_sig(name, **params)
-        return self.load_signature(sig)
-
-    def load_signature(self, sig: Any) -> CudaProgram:
-        """Load a :class:`svod_min.kernels.CudaKernelSig`'s PTX module and wrap its entry."""
-        from ...kernels import ptx_path  # on use: the kernel library is heavy to import, and optional here
-
-        with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
-            text = fh.read()
+    def load_signature(self, sig: Any, ptx: str) -> CudaProgram:
+        """Load ``ptx`` for a library signature (a :class:`svod_min.kernels.CudaKernelSig`: entry, buffers,
+        variables, grid and block) and wrap its entry; :func:`svod_min.kernels.cuda_library_kernel` calls it."""
         program = self.load_ptx(
-            text, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
+            ptx, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
             shared_bytes=0, name="%s%s" % (sig.name, dict(sig.params)),
         )  # fmt: skip
         program.signature = sig  # bind() then checks buffer dtypes and sizes against it
@@ -395,28 +390,10 @@ class CudaDevice:
         self.driver.forget(self)
         self.closed = True
         self.alive[0] = False
-        released_something()
+        RELEASE_EPOCH.bump()
         self._stream_finalizer()
         self._ctx_finalizer()
         if getattr(thread_state, "device", None) is self:
             thread_state.device = None
 
 
-def find_cuda_sig(name: str, **params: Any) -> Any:
-    """The :class:`CudaKernelSig` named ``name`` whose params match ``params`` (dtype defaults to float32)."""
-    from ...kernels import cuda_kernels  # on use, as in load_signature
-
-    want = dict(params)
-    if "dtype" in want:  # aliases as on the CPU ("f32", "half", ...)
-        want["dtype"] = to_dtype(want["dtype"]).name
-    sigs = cuda_kernels()
-    candidates = [s for s in sigs if s.name == name]
-    if not candidates:
-        names = sorted({s.name for s in sigs})
-        raise NotSupportedError("library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names)))
-    for sig in candidates:
-        have = dict(sig.params)
-        if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
-            return sig
-    options = sorted(str(dict(s.params)) for s in candidates)
-    raise NotSupportedError("no CUDA library kernel %s%s; available: %s" % (name, want, ", ".join(options)))

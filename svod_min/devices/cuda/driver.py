@@ -1,9 +1,11 @@
 """The CUDA driver API binding: C types, one declarative prototype table, lazy binding, one checked call.
 
 Only ``libcuda.so.1`` (the driver library every NVIDIA driver installs) is
-needed: no CUDA Python package, no toolkit. Each entry of :data:`PROTOTYPES`
-is ``(name, argtypes)``; every function returns ``CUresult`` (an ``int``).
-A symbol is resolved and typed the first time it is called, so a driver that
+needed: no CUDA Python package, no toolkit. Each :class:`Prototype` of
+:data:`DRIVER_API` gives cuda.h's name (what callers use), the result type
+(``CUresult``), the argument types and the exported symbols, newest first
+(``cuMemAlloc`` is ``cuMemAlloc_v2``). A name is resolved to the newest symbol
+the library exports and typed the first time it is called, so a driver that
 lacks a newer entry point still serves every older one.
 
 :meth:`CudaLibrary.call` is the one checked call path: a non-zero
@@ -17,9 +19,9 @@ Handles (``CUcontext``, ``CUmodule``, ``CUfunction``, ``CUstream``,
 device pointers (``CUdeviceptr``) are ``c_uint64``; ``CUdevice`` is ``c_int``.
 
 Also here, because every object the driver hands out needs them: the fork
-guard (a per-thread "context is current" record that a fork invalidates),
-the release epoch (bumped by every explicit free, unload or close) and the
-shutdown-safe finalizers that release driver resources.
+guard (a per-thread "context is current" record that a fork invalidates) and
+the shutdown-safe finalizers that release driver resources. (Explicit frees,
+unloads and closes bump :data:`svod_min.devices.base.RELEASE_EPOCH`.)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import ctypes
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ...error import CudaError, CudaSymbolError
 from .enums import CU_MEMORYTYPE_DEVICE
@@ -88,82 +90,111 @@ def memcpy_1d(dst: int, src: int, nbytes: int) -> CUDA_MEMCPY3D:
 
 
 # --- the prototype table ---------------------------------------------------------------------------
-#
-# (name, argtypes); restype is always CUresult. Names are the exported symbols
-# (the `_v2` suffixes are what cuda.h's #defines resolve to since CUDA 3.2/4.0).
 
-PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = (
+
+class Prototype(NamedTuple):
+    """One driver entry point: cuda.h's name, its result and argument types, and the exported symbols that
+    implement it, newest first (cuda.h's ``#define cuMemAlloc cuMemAlloc_v2`` since CUDA 3.2; a driver
+    that lacks the newest symbol is served by the next)."""
+
+    name: str
+    restype: Any
+    argtypes: Tuple[Any, ...]
+    symbols: Tuple[str, ...]
+
+
+def _api(name: str, argtypes: Tuple[Any, ...], *symbols: str) -> Prototype:
+    return Prototype(name, CUresult, argtypes, symbols or (name,))
+
+
+#: Every entry point svod_min binds, by cuda.h's name; callers use these names.
+DRIVER_API: Tuple[Prototype, ...] = (
     # errors
-    ("cuGetErrorName", (CUresult, _P(_cp))),
-    ("cuGetErrorString", (CUresult, _P(_cp))),
+    _api("cuGetErrorName", (CUresult, _P(_cp))),
+    _api("cuGetErrorString", (CUresult, _P(_cp))),
     # init and devices
-    ("cuInit", (_uint,)),
-    ("cuDriverGetVersion", (_P(_int),)),
-    ("cuDeviceGetCount", (_P(_int),)),
-    ("cuDeviceGet", (_P(CUdevice), _int)),
-    ("cuDeviceGetName", (_cp, _int, CUdevice)),
-    ("cuDeviceComputeCapability", (_P(_int), _P(_int), CUdevice)),
-    ("cuDeviceGetAttribute", (_P(_int), _int, CUdevice)),
-    ("cuDeviceTotalMem_v2", (_P(_size), CUdevice)),
-    ("cuDeviceCanAccessPeer", (_P(_int), CUdevice, CUdevice)),
+    _api("cuInit", (_uint,)),
+    _api("cuDriverGetVersion", (_P(_int),)),
+    _api("cuDeviceGetCount", (_P(_int),)),
+    _api("cuDeviceGet", (_P(CUdevice), _int)),
+    _api("cuDeviceGetName", (_cp, _int, CUdevice)),
+    _api("cuDeviceComputeCapability", (_P(_int), _P(_int), CUdevice)),
+    _api("cuDeviceGetAttribute", (_P(_int), _int, CUdevice)),
+    _api("cuDeviceTotalMem", (_P(_size), CUdevice), "cuDeviceTotalMem_v2"),
+    _api("cuDeviceCanAccessPeer", (_P(_int), CUdevice, CUdevice)),
     # contexts
-    ("cuDevicePrimaryCtxRetain", (_P(HANDLE), CUdevice)),
-    ("cuDevicePrimaryCtxRelease_v2", (CUdevice,)),
-    ("cuCtxSetCurrent", (HANDLE,)),
-    ("cuCtxGetCurrent", (_P(HANDLE),)),
-    ("cuCtxPushCurrent_v2", (HANDLE,)),
-    ("cuCtxPopCurrent_v2", (_P(HANDLE),)),
-    ("cuCtxSynchronize", ()),
-    ("cuCtxEnablePeerAccess", (HANDLE, _uint)),
+    _api("cuDevicePrimaryCtxRetain", (_P(HANDLE), CUdevice)),
+    _api("cuDevicePrimaryCtxRelease", (CUdevice,), "cuDevicePrimaryCtxRelease_v2"),
+    _api("cuCtxSetCurrent", (HANDLE,)),
+    _api("cuCtxGetCurrent", (_P(HANDLE),)),
+    _api("cuCtxPushCurrent", (HANDLE,), "cuCtxPushCurrent_v2"),
+    _api("cuCtxPopCurrent", (_P(HANDLE),), "cuCtxPopCurrent_v2"),
+    _api("cuCtxSynchronize", ()),
+    _api("cuCtxEnablePeerAccess", (HANDLE, _uint)),
     # memory
-    ("cuMemGetInfo_v2", (_P(_size), _P(_size))),
-    ("cuMemAlloc_v2", (_P(CUdeviceptr), _size)),
-    ("cuMemFree_v2", (CUdeviceptr,)),
-    ("cuMemHostAlloc", (_P(_vp), _size, _uint)),
-    ("cuMemFreeHost", (_vp,)),
-    ("cuMemsetD8Async", (CUdeviceptr, ctypes.c_ubyte, _size, HANDLE)),
-    ("cuMemcpyHtoD_v2", (CUdeviceptr, _vp, _size)),
-    ("cuMemcpyDtoH_v2", (_vp, CUdeviceptr, _size)),
-    ("cuMemcpyDtoD_v2", (CUdeviceptr, CUdeviceptr, _size)),
-    ("cuMemcpyHtoDAsync_v2", (CUdeviceptr, _vp, _size, HANDLE)),
-    ("cuMemcpyDtoHAsync_v2", (_vp, CUdeviceptr, _size, HANDLE)),
-    ("cuMemcpyDtoDAsync_v2", (CUdeviceptr, CUdeviceptr, _size, HANDLE)),
-    ("cuMemcpyPeerAsync", (CUdeviceptr, HANDLE, CUdeviceptr, HANDLE, _size, HANDLE)),
+    _api("cuMemGetInfo", (_P(_size), _P(_size)), "cuMemGetInfo_v2"),
+    _api("cuMemAlloc", (_P(CUdeviceptr), _size), "cuMemAlloc_v2"),
+    _api("cuMemFree", (CUdeviceptr,), "cuMemFree_v2"),
+    _api("cuMemHostAlloc", (_P(_vp), _size, _uint)),
+    _api("cuMemFreeHost", (_vp,)),
+    _api("cuMemsetD8Async", (CUdeviceptr, ctypes.c_ubyte, _size, HANDLE)),
+    _api("cuMemcpyHtoD", (CUdeviceptr, _vp, _size), "cuMemcpyHtoD_v2"),
+    _api("cuMemcpyDtoH", (_vp, CUdeviceptr, _size), "cuMemcpyDtoH_v2"),
+    _api("cuMemcpyDtoD", (CUdeviceptr, CUdeviceptr, _size), "cuMemcpyDtoD_v2"),
+    _api("cuMemcpyHtoDAsync", (CUdeviceptr, _vp, _size, HANDLE), "cuMemcpyHtoDAsync_v2"),
+    _api("cuMemcpyDtoHAsync", (_vp, CUdeviceptr, _size, HANDLE), "cuMemcpyDtoHAsync_v2"),
+    _api("cuMemcpyDtoDAsync", (CUdeviceptr, CUdeviceptr, _size, HANDLE), "cuMemcpyDtoDAsync_v2"),
+    _api("cuMemcpyPeerAsync", (CUdeviceptr, HANDLE, CUdeviceptr, HANDLE, _size, HANDLE)),
     # streams and events
-    ("cuStreamCreate", (_P(HANDLE), _uint)),
-    ("cuStreamSynchronize", (HANDLE,)),
-    ("cuStreamDestroy_v2", (HANDLE,)),
-    ("cuStreamWaitEvent", (HANDLE, HANDLE, _uint)),
-    ("cuEventCreate", (_P(HANDLE), _uint)),
-    ("cuEventRecord", (HANDLE, HANDLE)),
-    ("cuEventQuery", (HANDLE,)),
-    ("cuEventSynchronize", (HANDLE,)),
-    ("cuEventElapsedTime_v2", (_P(ctypes.c_float), HANDLE, HANDLE)),  # driver 12.8+: what cuda.h calls today
-    ("cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE)),  # the v1, for older drivers
-    ("cuEventDestroy_v2", (HANDLE,)),
+    _api("cuStreamCreate", (_P(HANDLE), _uint)),
+    _api("cuStreamSynchronize", (HANDLE,)),
+    _api("cuStreamDestroy", (HANDLE,), "cuStreamDestroy_v2"),
+    _api("cuStreamWaitEvent", (HANDLE, HANDLE, _uint)),
+    _api("cuEventCreate", (_P(HANDLE), _uint)),
+    _api("cuEventRecord", (HANDLE, HANDLE)),
+    _api("cuEventQuery", (HANDLE,)),
+    _api("cuEventSynchronize", (HANDLE,)),
+    _api("cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE),
+         "cuEventElapsedTime_v2", "cuEventElapsedTime"),  # the v2 is what cuda.h calls since 12.8; v1 for older drivers
+    _api("cuEventDestroy", (HANDLE,), "cuEventDestroy_v2"),
     # modules and launches
-    ("cuModuleLoadDataEx", (_P(HANDLE), _vp, _uint, _P(_int), _P(_vp))),
-    ("cuModuleGetFunction", (_P(HANDLE), HANDLE, _cp)),
-    ("cuModuleUnload", (HANDLE,)),
-    ("cuFuncGetAttribute", (_P(_int), _int, HANDLE)),
-    ("cuFuncSetAttribute", (HANDLE, _int, _int)),
-    ("cuLaunchKernel", (HANDLE, _uint, _uint, _uint, _uint, _uint, _uint, _uint, HANDLE, _P(_vp), _P(_vp))),
+    _api("cuModuleLoadDataEx", (_P(HANDLE), _vp, _uint, _P(_int), _P(_vp))),
+    _api("cuModuleGetFunction", (_P(HANDLE), HANDLE, _cp)),
+    _api("cuModuleUnload", (HANDLE,)),
+    _api("cuFuncGetAttribute", (_P(_int), _int, HANDLE)),
+    _api("cuFuncSetAttribute", (HANDLE, _int, _int)),
+    _api("cuLaunchKernel", (HANDLE, _uint, _uint, _uint, _uint, _uint, _uint, _uint, HANDLE, _P(_vp), _P(_vp))),
     # graphs
-    ("cuStreamBeginCapture_v2", (HANDLE, _int)),
-    ("cuStreamEndCapture", (HANDLE, _P(HANDLE))),
-    ("cuGraphCreate", (_P(HANDLE), _uint)),
-    ("cuGraphAddKernelNode_v2", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS))),
-    ("cuGraphAddKernelNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS))),
-    ("cuGraphAddMemcpyNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_MEMCPY3D), HANDLE)),
-    ("cuGraphInstantiateWithFlags", (_P(HANDLE), HANDLE, _u64)),
-    ("cuGraphLaunch", (HANDLE, HANDLE)),
-    ("cuGraphExecKernelNodeSetParams_v2", (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS))),
-    ("cuGraphExecKernelNodeSetParams", (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS))),
-    ("cuGraphExecDestroy", (HANDLE,)),
-    ("cuGraphDestroy", (HANDLE,)),
+    _api("cuStreamBeginCapture", (HANDLE, _int), "cuStreamBeginCapture_v2"),
+    _api("cuStreamEndCapture", (HANDLE, _P(HANDLE))),
+    _api("cuGraphCreate", (_P(HANDLE), _uint)),
+    _api("cuGraphAddKernelNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS)),
+         "cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"),  # v1 for pre-12 drivers (the struct's v1 prefix)
+    _api("cuGraphAddMemcpyNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_MEMCPY3D), HANDLE)),
+    _api("cuGraphInstantiateWithFlags", (_P(HANDLE), HANDLE, _u64)),
+    _api("cuGraphLaunch", (HANDLE, HANDLE)),
+    _api("cuGraphExecKernelNodeSetParams", (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS)),
+         "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"),
+    _api("cuGraphExecDestroy", (HANDLE,)),
+    _api("cuGraphDestroy", (HANDLE,)),
 )
 
-_TABLE: Dict[str, Tuple[Any, ...]] = dict(PROTOTYPES)
+#: ``(exported symbol, argtypes)`` for every symbol the binding may bind (tests/test_cuda_abi.py checks each
+#: against cuda.h's declaration).
+PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = tuple((sym, p.argtypes) for p in DRIVER_API for sym in p.symbols)
+
+
+
+def _lookup_table() -> Dict[str, Prototype]:
+    """cuda.h's names, plus each exported symbol for callers that name one (tools, tests): that symbol only."""
+    table = {p.name: p for p in DRIVER_API}
+    for p in DRIVER_API:
+        for symbol in p.symbols:
+            table.setdefault(symbol, p._replace(name=symbol, symbols=(symbol,)))
+    return table
+
+
+_TABLE = _lookup_table()
 
 
 class CudaLibrary:
@@ -189,7 +220,7 @@ class CudaLibrary:
         return True
 
     def first_exported(self, *names: str) -> str:
-        """The first of ``names`` the library exports (newest version first), for entries with a legacy fallback."""
+        """The first of ``names`` the library exports (a probe; the table's own versions resolve by themselves)."""
         chosen = self._first.get(names)
         if chosen is not None:
             return chosen
@@ -213,33 +244,32 @@ class CudaLibrary:
         the caller tests the returned ``CUresult``.
         """
         fn = self._untyped.get(name)
-        if fn is not None:
-            return fn
-        if name not in _TABLE:
-            raise CudaSymbolError("%s is not in svod_min's CUDA prototype table" % name)
-        try:
-            fn = self._dll[name]  # a fresh _FuncPtr, independent of the typed one
-        except AttributeError:
-            raise CudaSymbolError("%s does not export %s (driver too old?)" % (self.path, name)) from None
-        fn.restype = CUresult
-        self._untyped[name] = fn  # a racing first call just builds an equal one
+        if fn is None:
+            fn = self._untyped[name] = self._resolve(name)  # a racing first call just builds an equal one
         return fn
 
     def _bind(self, name: str) -> Callable[..., int]:
-        argtypes = _TABLE.get(name)
-        if argtypes is None:
-            raise CudaSymbolError("%s is not in svod_min's CUDA prototype table" % name)
         with self._lock:
             fn = self._fns.get(name)
             if fn is None:
-                try:
-                    fn = self._dll[name]  # a fresh _FuncPtr: typing it never affects other users
-                except AttributeError:
-                    raise CudaSymbolError("%s does not export %s (driver too old?)" % (self.path, name)) from None
-                fn.restype = CUresult
-                fn.argtypes = list(argtypes)
+                fn = self._resolve(name)
+                fn.argtypes = list(_TABLE[name].argtypes)
                 self._fns[name] = fn
         return fn
+
+    def _resolve(self, name: str) -> Callable[..., int]:
+        """A fresh ctypes function (typing it never affects other users) for the newest exported symbol of ``name``."""
+        proto = _TABLE.get(name)
+        if proto is None:
+            raise CudaSymbolError("%s is not in svod_min's CUDA prototype table" % name)
+        for symbol in proto.symbols:
+            try:
+                fn = self._dll[symbol]
+            except AttributeError:
+                continue
+            fn.restype = proto.restype
+            return fn
+        raise CudaSymbolError("%s does not export %s (driver too old?)" % (self.path, " or ".join(proto.symbols)))
 
     def call(self, name: str, *args: Any) -> None:
         """Call ``name``; a non-zero ``CUresult`` raises :class:`CudaError` (the one checked path)."""
@@ -281,18 +311,7 @@ def handle_array(handles: Sequence[Any]) -> Any:
     return (HANDLE * len(handles))(*[getattr(h, "value", h) for h in handles])
 
 
-# --- release epoch, fork guard and per-thread context -------------------------------------------
-
-# Bumped by every explicit free / unload / close: a bound launch or graph re-checks its buffers and module
-# before the next launch only when it changed, so the replay hot path pays one comparison.
-RELEASES = [0]
-RELEASES_LOCK = threading.Lock()
-
-
-def released_something() -> None:
-    with RELEASES_LOCK:
-        RELEASES[0] += 1
-
+# --- fork guard and per-thread context ------------------------------------------------------------
 
 FORK_EPOCH = [0]  # bumped in every forked child: per-thread "context is current" flags go stale
 thread_state = threading.local()
@@ -322,12 +341,12 @@ def release_quietly(driver: Any, alive: Optional[List[bool]], context: Optional[
         if os.getpid() != driver.pid or (alive is not None and not alive[0]):
             return
         lib = driver.lib
-        pushed = context is not None and lib.call_raw("cuCtxPushCurrent_v2", context) == 0
+        pushed = context is not None and lib.call_raw("cuCtxPushCurrent", context) == 0
         try:
             lib.call_raw(name, *args)
         finally:
             if pushed:
-                lib.call_raw("cuCtxPopCurrent_v2", ctypes.byref(HANDLE()))
+                lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
     except Exception:  # interpreter shutdown, module globals gone, a dead context: nothing to do
         pass
 

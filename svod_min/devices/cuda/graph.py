@@ -12,11 +12,14 @@ import weakref
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ...error import ExecutionError, ReleasedError
-from .driver import CUDA_MEMCPY3D, HANDLE, RELEASES, device_finalize, handle_array, memcpy_1d, released_something
+from ...ordering import buffers_overlap
+from ..base import RELEASE_EPOCH
+from ..graph_segments import graph_segments
+from .driver import CUDA_MEMCPY3D, HANDLE, device_finalize, handle_array, memcpy_1d
 from .launch import as_sequence
 from .memory import CudaBuffer, check_same_size
-from ..graph_segments import graph_segments
 from .program import BoundLaunch
+
 
 class GraphCopy:
     """A device-to-device copy as a CUDA graph node (``cuGraphAddMemcpyNode``); never patched."""
@@ -59,8 +62,6 @@ class CudaGraph:
         self._checked = -1  # release epoch at the last liveness check of the members (-1: never)
         self._check_members()
         lib, dev = self.device.lib, self.device
-        self._add = lib.first_exported("cuGraphAddKernelNode_v2", "cuGraphAddKernelNode")
-        self._set = lib.first_exported("cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams")
         dev.activate()
         graph = HANDLE()
         lib.call("cuGraphCreate", ctypes.byref(graph), 0)
@@ -92,7 +93,8 @@ class CudaGraph:
                                      ctypes.byref(params), self.device.context)  # fmt: skip
             else:
                 params = bound.node_params()
-                self.device.lib.call(self._add, ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params))
+                self.device.lib.call("cuGraphAddKernelNode", ctypes.byref(node), self.graph, dep_array, len(deps),
+                                     ctypes.byref(params))  # fmt: skip
             nodes.append(node)
         return nodes
 
@@ -106,11 +108,11 @@ class CudaGraph:
             else:
                 member.dst.storage.check_live("graph copy destination")
                 member.src.storage.check_live("graph copy source")
-        self._checked = RELEASES[0]
+        self._checked = RELEASE_EPOCH.value
 
     def launch(self) -> None:
         """Re-upload patched nodes, then replay the whole graph on the device's stream."""
-        if self._checked != RELEASES[0]:  # something was freed or closed since the last check
+        if self._checked != RELEASE_EPOCH.value:  # something was freed or closed since the last check
             self._check_members()
         self.device.activate()
         while self.dirty:
@@ -118,7 +120,8 @@ class CudaGraph:
             params = bound.node_params()
             try:
                 for i in self._where[id(bound)]:
-                    self.device.lib.call(self._set, self.exec, self.nodes[i], ctypes.byref(params))
+                    self.device.lib.call("cuGraphExecKernelNodeSetParams", self.exec, self.nodes[i],
+                                         ctypes.byref(params))  # fmt: skip
                     self.patched += 1
             except BaseException:
                 self.dirty.add(bound)  # still stale: the next launch tries again
@@ -134,7 +137,7 @@ class CudaGraph:
         if self.closed:
             return
         self.closed = True
-        released_something()
+        RELEASE_EPOCH.bump()
         self._exec_fin()
         self._graph_fin()
 
@@ -155,17 +158,31 @@ def graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
     return out
 
 
-# --- registry and CLI -----------------------------------------------------------------------------
+# --- the device's graph slot -----------------------------------------------------------------------
 
 
 class CudaGraphSlot:
-    """CudaDevice's graph slot (devices.base.GraphRuntime): memcpy nodes, and runs packed into CudaGraphs."""
+    """``CudaDevice.graph`` (a ``GraphRuntime`` of devices/base.py): memcpy nodes, and runs of graphable plan
+    ops packed into CUDA graphs by :func:`svod_min.devices.graph_segments.graph_segments`."""
+
+    __slots__ = ("device",)
 
     def __init__(self, device: Any) -> None:
         self.device = device
 
     def copy_node(self, dst: Any, src: Any) -> Optional[GraphCopy]:
-        return self.device.graph_copy(dst, src)
+        """``dst <- src`` as a graph node, or None when it is not a plain copy on this GPU.
+
+        Overlapping ranges of one allocation are left to the caller (a memcpy
+        node, like ``cuMemcpy``, is undefined there).
+        """
+        device = self.device
+        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not device or src.device is not device:
+            return None
+        if buffers_overlap(dst, src):
+            return None
+        return GraphCopy(device, dst, src) if src.nbytes else None
 
     def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:
+        """Segments for a plan's hazard-ordered ``groups``: op-index lists, and a :class:`CudaGraph` per run."""
         return graph_segments(groups, nodes, CudaGraph)

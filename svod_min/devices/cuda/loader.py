@@ -89,7 +89,7 @@ class CudaDriver:
         name = ctypes.create_string_buffer(256)
         self.lib.call("cuDeviceGetName", name, 256, handle)
         memory = ctypes.c_size_t()
-        self.lib.call("cuDeviceTotalMem_v2", ctypes.byref(memory), handle)
+        self.lib.call("cuDeviceTotalMem", ctypes.byref(memory), handle)
         attr = partial(self.attribute, handle)
         limits = LaunchLimits(
             attr(enums.ATTR_MAX_THREADS_PER_BLOCK),

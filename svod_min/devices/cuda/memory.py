@@ -17,15 +17,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 from ...dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ...error import BufferAllocationError, CudaError, FreedBufferError, InvalidDeviceError, NotSupportedError
 from .. import common
-from .driver import HANDLE, CUdeviceptr, device_finalize, released_something
+from ..base import RELEASE_EPOCH
+from .driver import HANDLE, CUdeviceptr, device_finalize
 from .enums import CU_EVENT_DEFAULT, CU_EVENT_DISABLE_TIMING, CU_MEMHOSTALLOC_PORTABLE, CUDA_ERROR_NOT_READY
-
-
-def _cpu() -> Any:
-    """svod_min.devices.cpu (for CpuBuffer), imported on first use: importing the CUDA package stays cheap."""
-    from .. import cpu
-
-    return cpu
 
 
 class CudaStorage:
@@ -37,12 +31,12 @@ class CudaStorage:
         ptr = CUdeviceptr()
         device.activate()
         try:
-            device.lib.call("cuMemAlloc_v2", ctypes.byref(ptr), self.capacity)
+            device.lib.call("cuMemAlloc", ctypes.byref(ptr), self.capacity)
         except CudaError as exc:
             raise BufferAllocationError("cannot allocate %d bytes on %s: %s" % (nbytes, device.spec, exc)) from exc
         self.address: int = ptr.value
         self.freed = False
-        self._finalizer = device_finalize(self, device, "cuMemFree_v2", self.address)
+        self._finalizer = device_finalize(self, device, "cuMemFree", self.address)
 
     def __repr__(self) -> str:
         return "<CudaStorage %s 0x%x+%d%s>" % (self.device.spec, self.address, self.capacity, " freed" if self.freed else "")
@@ -50,7 +44,7 @@ class CudaStorage:
     def free(self) -> None:
         """Free now; buffers over this storage are refused afterwards (:class:`FreedBufferError`)."""
         self.freed = True
-        released_something()
+        RELEASE_EPOCH.bump()
         self._finalizer()
 
     def drop(self) -> None:
@@ -69,7 +63,8 @@ class CudaBuffer:
     """A typed window ``[offset, offset + nbytes)`` of a :class:`CudaStorage`; ``address`` is a device pointer."""
 
     __slots__ = ("storage", "offset", "nbytes", "dtype", "shape", "device", "address", "__weakref__")
-    on_host = False  # device interface slot: ``address`` is a device pointer, never memmoved
+    #: Device memory: ``address`` is a device pointer the host cannot read or write.
+    on_host = False
 
     def __init__(self, storage: CudaStorage, offset: int, nbytes: int, dt: DType, shape: Tuple[int, ...]) -> None:
         self.storage, self.offset, self.nbytes, self.dtype, self.shape = storage, offset, nbytes, dt, shape
@@ -158,6 +153,11 @@ def _bytes_address(raw: bytes) -> int:
     return ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value or 0
 
 
+def _is_host_buffer(obj: Any) -> bool:
+    """A buffer of host memory (a CPU buffer): devices/base.py's ``on_host`` slot says ``address`` is a host pointer."""
+    return getattr(obj, "on_host", False) is True
+
+
 def _view_address(view: memoryview) -> Tuple[int, int, Any]:
     """(address, nbytes, keep-alive) of a writable, C-contiguous memoryview."""
     flat = view.cast("B")
@@ -169,8 +169,7 @@ def _view_address(view: memoryview) -> Tuple[int, int, Any]:
 
 def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
     """(host address, nbytes, object to keep alive) for copyin's source."""
-    cpu = _cpu()
-    if isinstance(data, cpu.CpuBuffer):
+    if _is_host_buffer(data):
         return data.address, data.nbytes, data
     np = common.numpy_module()
     if np is not None and isinstance(data, np.ndarray):
@@ -197,8 +196,8 @@ def _host_source(data: Any, dt: DType) -> Tuple[int, int, Any]:
 
 
 def _host_destination(dst: Any) -> Tuple[int, int, Any]:
-    cpu = _cpu()
-    if isinstance(dst, cpu.CpuBuffer):
+    """(host address, nbytes, object to keep alive) for copyout's destination."""
+    if _is_host_buffer(dst):
         return dst.address, dst.nbytes, dst
     np = common.numpy_module()
     if np is not None and isinstance(dst, np.ndarray):
@@ -227,7 +226,7 @@ class CudaEvent:
         device.lib.call("cuEventCreate", ctypes.byref(handle), CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING)
         self.handle = handle
         self.recorded = False
-        self._finalizer = device_finalize(self, device, "cuEventDestroy_v2", handle.value)
+        self._finalizer = device_finalize(self, device, "cuEventDestroy", handle.value)
 
     def record(self, stream: Optional[HANDLE] = None) -> None:
         self.device.check_open()  # a forked child or a closed device gets a clear error, not a stale handle
@@ -260,7 +259,7 @@ class CudaEvent:
         self.device.check_open()
         ms = ctypes.c_float()
         lib = self.device.lib
-        lib.call(lib.first_exported("cuEventElapsedTime_v2", "cuEventElapsedTime"), ctypes.byref(ms), start.handle, self.handle)
+        lib.call("cuEventElapsedTime", ctypes.byref(ms), start.handle, self.handle)
         return ms.value / 1e3
 
 

@@ -22,7 +22,8 @@ from ...error import (
     BufferAllocationError, CudaError, CudaSymbolError, ExecutionError, KernelVariableError, LaunchConfigError,
     ReleasedError, SvodError,
 )
-from .driver import CUDA_KERNEL_NODE_PARAMS, HANDLE, RELEASES, device_finalize, released_something
+from ..base import RELEASE_EPOCH
+from .driver import CUDA_KERNEL_NODE_PARAMS, HANDLE, device_finalize
 from .enums import (
     CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
     CU_JIT_LOG_VERBOSE, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, FUNC_ATTR_MAX_THREADS_PER_BLOCK, FUNC_ATTR_SHARED_SIZE_BYTES,
@@ -110,7 +111,7 @@ class CudaModule:
         if self.unloaded:
             return
         self.unloaded = True
-        released_something()
+        RELEASE_EPOCH.bump()
         self.device.forget_module(self)
         self._finalizer()
 
@@ -130,18 +131,18 @@ def _check_aligned(kernel: str, which: Any, buf: "CudaBuffer", align: int) -> No
 
 
 class CudaProgram:
-    """A kernel entry point with svod's calling convention on one GPU.
+    """A kernel entry point with svod's calling convention on one GPU (a ``Program`` of devices/base.py).
 
-    No ``address`` attribute on purpose: ExecutionPlan's native (CPU) replay
-    keys on it. ``core_id_index`` is accepted and ignored (CPU-only concept).
+    No ``address`` attribute on purpose (``native_address`` is None): the native runner is the CPU's.
+    ``core_id_index`` and ``threads`` are accepted and ignored (CPU-only concepts).
     """
 
     #: svod's GPU convention: a launch's global_size is the grid, counted in blocks (ExecutionPlan keys on it).
     grid_in_blocks = True
-    native_address = None  # device interface slot: no C entry for the host's native runner
-    closed = False  # device interface slot: each launch checks its module itself (check_live)
     #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
     signature: Any = None
+    #: No C entry for the native (CPU) runner: GPU launches go through the driver.
+    native_address: Optional[int] = None
 
     def __init__(self, module: CudaModule, entry_point: str, *, buf_count: int, var_names: Sequence[str] = (),
                  local_size: Optional[Sequence[int]] = None, grid: Optional[Sequence[Any]] = None, shared_bytes: int = 0,
@@ -149,6 +150,7 @@ class CudaProgram:
         if not isinstance(buf_count, int) or buf_count < 0:
             raise ExecutionError("buf_count must be a non-negative int, got %r" % (buf_count,))
         self.module, self.device = module, module.device
+        self._closed = False
         self.entry_point, self.name = entry_point, name or entry_point
         self.buf_count, self.var_names = buf_count, tuple(var_names)
         self.grid = check_grid(grid, self.var_names, self.name)
@@ -231,8 +233,23 @@ class CudaProgram:
         return [int32_arg(v, name) for name, v in zip(self.var_names, vals)]
 
     def check_usable(self) -> None:
-        """Raise :class:`ReleasedError` once the module was unloaded or the device closed."""
+        """Raise :class:`ReleasedError` once the program was closed, its module unloaded or the device closed."""
+        if self._closed:
+            raise ReleasedError("program %s on %s was closed (CudaProgram.close()); load it again"
+                                % (self.name, self.device.spec))  # fmt: skip
         self.module.check_loaded()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close`, the module's unload or the device's close made the program unusable."""
+        return self._closed or self.module.unloaded or self.device.closed
+
+    def close(self) -> None:
+        """Refuse this program (and launches bound from it) from now on. Its module stays loaded for the
+        other programs over it (the device caches modules): :meth:`CudaModule.unload` frees the code."""
+        if not self._closed:
+            self._closed = True
+            RELEASE_EPOCH.bump()
 
     def default_grid(self, vals: Sequence[Any]) -> Dims3:
         """The grid from the program's grid expressions (or 1 block); a dimension <= 0 is a LaunchConfigError."""
@@ -259,17 +276,13 @@ class CudaProgram:
 
     # --- dispatch ---
 
-    def bind(
-        self,
-        buffers: Sequence[Any],
-        vals: Sequence[Any] = (),
-        *,
-        global_size: Any = None,
-        local_size: Any = None,
-        shared_bytes: Optional[int] = None,
-        core_id_index: Optional[int] = None,
-    ) -> "BoundLaunch":
-        """Validate and pack once; the returned callable launches (patch it for replay)."""
+    def bind(self, buffers: Sequence[Any], vals: Sequence[Any] = (), global_size: Any = None, local_size: Any = None,
+             core_id_index: Optional[int] = None, threads: Optional[int] = None, *,
+             shared_bytes: Optional[int] = None) -> "BoundLaunch":  # fmt: skip
+        """Validate and pack once; the returned callable launches (patch it for replay).
+
+        ``core_id_index`` and ``threads`` are the CPU's (devices/base.py ``Program.bind``): ignored here.
+        """
         self.check_usable()
         ints = self._int_vals(self._check_vals(vals))  # int32 first: 2**31 is an ArgumentRangeError, not a size problem
         pointers = self._pointers(buffers)
@@ -299,7 +312,8 @@ class BoundLaunch:
     ``global_size`` at bind and no :meth:`set_dims` since), new variables recompute it.
     """
 
-    graphable = True  # device interface slot: a node of CudaGraph
+    #: Every bound launch can be a CUDA graph node (:class:`~.graph.CudaGraph`).
+    graphable = True
 
     def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any],
                  *, auto_grid: bool = False) -> None:  # fmt: skip
@@ -307,7 +321,7 @@ class BoundLaunch:
         self.device = program.device
         self._keep = keep  # buffers stay alive while the launch may run
         self._auto_grid = auto_grid
-        self._checked = RELEASES[0]  # release epoch at the last liveness check
+        self._checked = RELEASE_EPOCH.value  # release epoch at the last liveness check
         self._dims_version = 0
         self.graphs: List[Any] = []  # weak references to the CudaGraphs holding this launch
         self.grid, self.block = grid, block  # validated by CudaProgram.bind
@@ -410,10 +424,10 @@ class BoundLaunch:
         for index, buf in enumerate(self._keep):
             if isinstance(buf, CudaBuffer):
                 buf.storage.check_live("%s: buffer %d" % (self.program.name, index))
-        self._checked = RELEASES[0]
+        self._checked = RELEASE_EPOCH.value
 
     def __call__(self) -> None:
-        if self._checked != RELEASES[0]:  # something was freed or closed since: one comparison otherwise
+        if self._checked != RELEASE_EPOCH.value:  # something was freed or closed since: one comparison otherwise
             self.check_live()
         self.device.activate()
         code = self._launch(*self._cargs)  # every argument is a ctypes object (see _pack_call)
@@ -422,7 +436,7 @@ class BoundLaunch:
 
     def timed(self) -> float:
         """Launch once between two reusable events; device seconds."""
-        if self._checked != RELEASES[0]:
+        if self._checked != RELEASE_EPOCH.value:
             self.check_live()
         pair = self.device.timer()
         try:
