@@ -15,7 +15,7 @@ import random
 import sys
 
 import pytest
-from conftest import ON_AARCH64, NOT_AARCH64
+from a64_support import NOT_AARCH64, ON_AARCH64
 
 if not ON_AARCH64:
     pytest.skip(NOT_AARCH64, allow_module_level=True)

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("elftools")
 
 import oracle_support as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
-from conftest import ON_AARCH64  # noqa: E402
+from a64_support import ON_AARCH64  # noqa: E402
 
 from svod_min.jit_loader import relocate  # noqa: E402
 

@@ -14,10 +14,11 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
-from conftest import ON_AARCH64, NOT_AARCH64
+from a64_support import BREAK_ENV, NOT_AARCH64, ON_AARCH64
 from loader_cases import EXEC_CASES, PROVIDER, TLS_SOURCE, ExecCase
 
 from svod_min.error import UnsupportedRelocationError
@@ -106,3 +107,20 @@ def test_thread_local_storage_is_refused_by_name(variant: str, flags, tmp_path) 
     obj = build_object(TLS_SOURCE, flags, str(tmp_path), "tls")
     with pytest.raises(UnsupportedRelocationError, match="thread-local storage"):
         load_object(obj)  # ...the loader refuses it cleanly
+
+
+def test_a_broken_adrp_makes_these_comparisons_fail(tmp_path) -> None:
+    """Acceptance of issue 19: every ADRP page one page off (SVOD_AARCH64_BREAK=adrp) is caught."""
+    if os.environ.get(BREAK_ENV):
+        pytest.skip("this whole session already runs with %s set" % BREAK_ENV)
+    here = os.path.abspath(__file__)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    select = "test_loaded_code_matches_shared_object and vector and O2"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here, "-k", select],
+                          capture_output=True, text=True, timeout=600, cwd=repo,
+                          env=dict(os.environ, **{BREAK_ENV: "adrp"}))  # fmt: skip
+    tail = (proc.stdout + proc.stderr)[-1500:]
+    print("with %s=adrp: exit %d\n%s" % (BREAK_ENV, proc.returncode, tail))
+    assert proc.returncode not in (0, 5), "a broken ADRP went unnoticed:\n" + tail
+    # Either a comparison fails, or the wrong page makes the code fault (a signal ends pytest).
+    assert "disagree" in tail or proc.returncode < 0 or "Fatal Python error" in tail, tail

@@ -1,4 +1,5 @@
-"""Plans on aarch64: the default plan with no compiler on PATH, the example plans, selfcheck.
+"""Plans on aarch64: the default plan with no compiler on PATH, the example plans, selfcheck,
+and the prebuilt variant an arm64 host picks.
 
 Each runs as ``python -m svod_min`` in a child process, the way a user runs
 it; the plan's own verification (expected outputs) must pass.
@@ -15,10 +16,12 @@ import sys
 from typing import Dict, List
 
 import pytest
-from conftest import ON_AARCH64, NOT_AARCH64
+from a64_support import NOT_AARCH64, ON_AARCH64
 
 if not ON_AARCH64:
     pytest.skip(NOT_AARCH64, allow_module_level=True)
+
+from svod_min import kernels  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE_PLANS = sorted(glob.glob(os.path.join(REPO, "examples", "tinygrad", "*", "plan.json")))
@@ -49,3 +52,9 @@ def test_example_plan_runs_and_verifies(plan: str, tmp_path) -> None:
 
 def test_selfcheck_compiles_and_verifies(tmp_path) -> None:
     svod_min(["selfcheck"], os.environ.get("PATH", "/usr/bin:/bin"), tmp_path)
+
+
+def test_the_aarch64_prebuilt_variant_is_the_one_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SVOD_KERNELS_VARIANT", raising=False)
+    monkeypatch.setenv("SVOD_KERNELS_PREBUILT", "1")
+    assert kernels.host_variant() == "aarch64-baseline"

@@ -1,4 +1,7 @@
-"""The aarch64 stage (issue 19): tests that execute aarch64 code.
+"""Support for the aarch64 stage (issue 19), the tests that execute aarch64 code.
+
+(Not a conftest.py: a second module named ``conftest`` would shadow
+tests/conftest.py, which other test files import by that name.)
 
 ``.ci/aarch64-stage`` runs this directory inside a Debian arm64 root under
 qemu user-mode emulation (with the root's own Python and gcc); on an arm64
@@ -7,8 +10,8 @@ host every module here skips, except the relocation-only checks that need
 nothing but the aarch64 binutils.
 
 ``SVOD_AARCH64_BREAK=adrp`` deliberately breaks one relocation for the whole
-session (every ADRP page one page too far), to show that the stage catches a
-wrong relocation; it must make the stage fail.
+process as soon as this module is imported (every ADRP page one page too far),
+to show that the stage catches a wrong relocation; it must make the stage fail.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def _page_too_far(spec: RelocSpec) -> RelocSpec:
     def apply(image: bytearray, off: int, s: int, a: int, p: int) -> None:
         spec.apply(image, off, s, a + 0x1000, p)
 
+    apply.deliberately_broken = True  # type: ignore[attr-defined]
     return RelocSpec(spec.name, spec.width, spec.via, apply)
 
 
@@ -44,14 +48,14 @@ def break_adrp(relocs: Dict[int, RelocSpec]) -> Dict[int, RelocSpec]:
     return saved
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def break_from_environment() -> str:
+    """Apply the break ``SVOD_AARCH64_BREAK`` asks for (once); returns its name or ""."""
     broken = os.environ.get(BREAK_ENV, "").strip().lower()
-    if broken == "adrp":
+    if broken and broken != "adrp":
+        raise ValueError("%s=%s: the only deliberate break is 'adrp'" % (BREAK_ENV, broken))
+    if broken and not getattr(AARCH64.relocs[ADRP_TYPES[0]].apply, "deliberately_broken", False):
         break_adrp(AARCH64.relocs)
-    elif broken:
-        raise pytest.UsageError("%s=%s: the only deliberate break is 'adrp'" % (BREAK_ENV, broken))
+    return broken
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    broken = os.environ.get(BREAK_ENV, "")
-    return "aarch64 stage: machine %s%s" % (platform.machine(), ", DELIBERATELY BROKEN: " + broken if broken else "")
+BROKEN = break_from_environment()
