@@ -30,7 +30,7 @@ NOT_AARCH64 = "executes aarch64 code: run .ci/aarch64-stage (qemu user-mode emul
 needs_aarch64 = pytest.mark.skipif(not ON_AARCH64, reason=NOT_AARCH64)
 
 BREAK_ENV = "SVOD_AARCH64_BREAK"
-ADRP_TYPES = (275, 276)  # R_AARCH64_ADR_PREL_PG_HI21(_NC)
+ADRP_TYPES = (275, 276, 311)  # R_AARCH64_ADR_PREL_PG_HI21(_NC), R_AARCH64_ADR_GOT_PAGE
 
 
 def _page_too_far(spec: RelocSpec) -> RelocSpec:
