@@ -18,9 +18,9 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List
 
-Getter = Callable[..., Any]
+Getter = Callable[..., Any]  # get(name, restype, *argtypes) -> a callable; also get.address(name)
 
 # --- sources ------------------------------------------------------------------------------
 
@@ -252,8 +252,7 @@ class ExecCase:
     name: str
     source: str
     exercise: Callable[[Getter], List[Any]]
-    needs_provider: bool = False
-    arches: Tuple[str, ...] = ("x86_64", "aarch64")  # where the source compiles
+    needs_provider: bool = False  # declares externals that PROVIDER defines
 
 
 EXEC_CASES = [
