@@ -94,7 +94,7 @@ def batch(cc: str, jobs: int) -> Callable[[List[str]], object]:
 def one_file(cc: str) -> Callable[[List[str]], object]:
     """The peer: every kernel in one C file, one object (tinygrad-style batching)."""
     info = clang.find_compiler(compiler=cc)
-    flags = clang._flags_for(info, ())
+    flags = clang.compiler_flags(info, ())
 
     def run(sources: List[str]) -> object:
         with tempfile.TemporaryDirectory(prefix="svod_min-bench-") as tmp:
@@ -172,7 +172,7 @@ def _cached_rows(n: int, repeat: int, tg: Tuple[str, Optional[float]]) -> List[d
     cc = clang.find_compiler().family
     ours, hit = statistics.median(cold), statistics.median(hits)
     return [
-        row("cold plan ms/kernel, compile_many_cached (%s, jobs=%d)" % (cc, clang._default_jobs()), ours, tg[0], tg[1], "<= %g" % GOAL_MS, ours <= GOAL_MS),
+        row("cold plan ms/kernel, compile_many_cached (%s, jobs=%d)" % (cc, clang.default_jobs()), ours, tg[0], tg[1], "<= %g" % GOAL_MS, ours <= GOAL_MS),
         row("warm plan ms/kernel, compile_many_cached disk hits", hit, "-", None, "info", None),
     ]
 

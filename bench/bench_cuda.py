@@ -68,6 +68,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 from svod_min.devices import cuda  # noqa: E402
 from svod_min.kernels import ptx_path  # noqa: E402
@@ -209,7 +210,7 @@ class Launches:
 
     def __init__(self, dev: cuda.CudaDevice, k: int) -> None:
         self.dev, self.k = dev, k
-        self.prog = dev.library_kernel("add", dtype="float32")
+        self.prog = cuda_library_kernel(dev, "add", dtype="float32")
         self.a = dev.allocate((N,), "float32").copyin(array("f", range(N)))
         self.b = dev.allocate((N,), "float32").copyin(array("f", [0.5] * N))
         self.outs = [dev.allocate((N,), "float32") for _ in range(k)]

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from svod_min.kernels.expr import C_DTYPES, OPS, CDType, c_literal
+from svod_min.kernels.elementwise import C_DTYPES, OPS, CDType, c_literal
 from svod_min.kernels.sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, VarArg, elementwise_sig
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
@@ -57,7 +57,7 @@ class Family:
     """One source file: its template, the template context per function, the signatures."""
 
     name: str
-    template: Optional[str]  # None: rendered through svod_min.kernels.expr (elementwise)
+    template: Optional[str]  # None: rendered through svod_min.kernels.elementwise (elementwise)
     contexts: List[Dict[str, Any]] = field(default_factory=list)
     sigs: List[KernelSig] = field(default_factory=list)
     infos: List[KernelInfo] = field(default_factory=list)
@@ -98,7 +98,7 @@ FUSED = {
 
 @dataclass(frozen=True)
 class EwSpec:
-    """An elementwise instance to render through svod_min.kernels.expr."""
+    """An elementwise instance to render through svod_min.kernels.elementwise."""
 
     entry: str
     expr: str

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Tuple
 
-from svod_min.kernels.expr import c_literal
+from svod_min.kernels.elementwise import c_literal
 
 
 @dataclass(frozen=True)

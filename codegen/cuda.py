@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 
 import jinja2
 
-from svod_min.kernels.expr import C_DTYPES, OPS, elementwise_parts, load_line, param_list
+from svod_min.kernels.elementwise import C_DTYPES, OPS, elementwise_parts, load_line, param_list
 from svod_min.kernels.sig import BufferArg, CudaKernelSig, VarArg
 
 from .catalogue import FUSED, RED_X, _reduce_ctx

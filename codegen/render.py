@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import jinja2
 
-from svod_min.kernels.expr import render_elementwise
+from svod_min.kernels.elementwise import render_elementwise
 
 from .catalogue import EwSpec, Family, KernelInfo
 from .cmath import MATH_TYPES
@@ -44,7 +44,7 @@ def render_prelude(env: jinja2.Environment) -> str:
 
 
 def render_skeleton(env: jinja2.Environment) -> str:
-    """The elementwise loop with @...@ sentinels (filled by svod_min.kernels.expr)."""
+    """The elementwise loop with @...@ sentinels (filled by svod_min.kernels.elementwise)."""
     tpl = env.get_template("c/elementwise.c.j2")
     return tpl.render(entry="@ENTRY@", params="@PARAMS@", loads="@LOADS@", value="@VALUE@")
 
@@ -61,7 +61,7 @@ def family_body(env: jinja2.Environment, fam: Family, ew: Sequence[EwSpec], skel
 
 
 def family_file(fam: Family, body: str) -> str:
-    src = "templates/" + fam.template if fam.template else "templates/c/elementwise.c.j2 and svod_min/kernels/expr.py"
+    src = "templates/" + fam.template if fam.template else "templates/c/elementwise.c.j2 and svod_min/kernels/elementwise.py"
     return c_banner(src) + INCLUDE + "\n" + body
 
 

@@ -7,11 +7,11 @@ lazily (PEP 562), so ``import svod_min`` is cheap and never runs a compiler.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Dict
+from typing import Dict
 
 from .error import *  # noqa: F401,F403 - the error hierarchy is small and always needed
 from .error import __all__ as _error_all
+from .lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -36,6 +36,29 @@ _LAZY: Dict[str, str] = {
     "CpuDevice": "devices.cpu",
     "CpuBuffer": "devices.cpu",
     "CpuProgram": "devices.cpu",
+    "CpuQueue": "devices.cpu_queue",
+    # plans and executors (svod-runtime's root re-exports)
+    "ExecutionPlan": "execution_plan",
+    "ExecutionPlanBuilder": "execution_plan",
+    "PreparedKernel": "execution_plan",
+    "PreparedCopy": "execution_plan",
+    "PreparedBufferView": "execution_plan",
+    "PreparedCustomFunction": "execution_plan",
+    "PreparedOp": "execution_plan",
+    "run_custom_function": "execution_plan",
+    "UnifiedExecutor": "executor",
+    "global_executor": "executor",
+    "DeviceContext": "executor",
+    "ExecutionGraph": "executor",
+    "ExecutionNode": "executor",
+    "KernelBufferAccess": "executor",
+    "SyncStrategy": "executor",
+    "KernelProfile": "profiler",
+    "BenchmarkConfig": "benchmark",
+    "BenchmarkResult": "benchmark",
+    "benchmark_kernel": "benchmark",
+    "warmup_thread_pool": "benchmark",
+    "load_plan": "plan_file",
     # caches
     "CompiledSpec": "kernel_cache",
     "CachedKernel": "kernel_cache",
@@ -46,17 +69,7 @@ _LAZY: Dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError("module 'svod_min' has no attribute %r" % name)
-    value = getattr(importlib.import_module("." + module, __name__), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
+_SUBMODULES = ("kernels",)  # subpackages reachable as attributes without an explicit import
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, _SUBMODULES)
 
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-__all__ = sorted(set(_LAZY) | set(_error_all))
+__all__ = sorted(set(_LAZY) | set(_SUBMODULES) | set(_error_all))

@@ -1,8 +1,12 @@
 """Command line: ``python -m svod_min run`` and ``python -m svod_min info``.
 
 Exit codes: 0 ok, 1 verification failed, 2 bad input, 3 device or compile
-failure. Errors are printed to stderr as one line; ``--debug`` shows the
-traceback.
+failure (each error class's ``exit_code``, see :mod:`svod_min.error`). Errors
+are printed to stderr as one line; ``--debug`` shows the traceback.
+
+Each command imports the modules it needs when it runs (the plan runtime,
+the devices, tinygrad, numpy), so ``--help`` and ``info`` start fast and a
+command never pays for another's imports.
 """
 
 from __future__ import annotations
@@ -20,26 +24,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 if TYPE_CHECKING:
     from .plan_file import LoadedPlan
 
-from .error import (
-    CompilationError,
-    DeviceError,
-    ExecutionError,
-    ExportError,
-    LoaderError,
-    PlanError,
-    SvodError,
-)
-
-EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
+from .error import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, EXIT_VERIFY, CompilationError, PlanError, SvodError
 
 
 def exit_code_for(exc: BaseException) -> int:
-    """Map an error to the documented exit code."""
-    if isinstance(exc, (PlanError, ValueError, ExportError)) and not isinstance(exc, LoaderError):
-        return EXIT_BAD_INPUT
-    if isinstance(exc, (CompilationError, DeviceError, LoaderError, ExecutionError)):
-        return EXIT_DEVICE
-    return EXIT_DEVICE if isinstance(exc, SvodError) else EXIT_BAD_INPUT
+    """The documented exit code of an error: its class's ``exit_code``; any other exception is bad input."""
+    return exc.exit_code if isinstance(exc, SvodError) else EXIT_BAD_INPUT
 
 
 def _parse_vars(items: List[str]) -> Dict[str, int]:

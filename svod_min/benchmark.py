@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .error import CompilationError, DeviceError, ExecutionError, LoaderError
+from .error import CompilationError, ConfigError, DeviceError, ExecutionError, LoaderError
 
 log = logging.getLogger("svod_min.benchmark")
 
@@ -74,15 +74,14 @@ class BenchmarkConfig:
     clock_warmup: bool = False
 
     def __post_init__(self) -> None:
-        # ValueError, not a project type: error.py has no configuration error, and callers catch ValueError.
         for name, least in (("warmup_runs", 0), ("timing_runs", 1)):
             value = getattr(self, name)
             if not _is_int(value) or value < least:
-                raise ValueError("%s must be an int >= %d, got %r" % (name, least, value))
+                raise ConfigError("%s must be an int >= %d, got %r" % (name, least, value))
         for name in ("early_stop", "warmup_budget"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
-                raise ValueError("%s must be seconds >= 0 or None, got %r" % (name, value))  # nan fails >= 0
+                raise ConfigError("%s must be seconds >= 0 or None, got %r" % (name, value))  # nan fails >= 0
 
     @property
     def clock_budget(self) -> Optional[float]:

@@ -1,38 +1,63 @@
-"""The project's exception hierarchy.
+"""The project's exception hierarchy: one tree, single inheritance.
 
 Every error svod_min raises on purpose derives from :class:`SvodError`, so a
-caller can catch one type. Subclasses name the stage that failed; several also
-derive from a builtin (``ValueError``, ``LookupError``) where that is what
-the error semantically is, so generic handlers keep working.
+caller can catch one type; a branch names the stage that failed. Each class
+has exactly one base (no builtin mix-ins: catch a branch of this tree, not
+``ValueError``), and an ``exit_code`` class attribute that the command line
+returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
 
-    SvodError
-    ├── CompilationError            compiler failed; carries diagnostics
-    │   └── CompilerNotFoundError   no usable C compiler / clang for IR
-    ├── LoaderError                 anything in ELF parsing, relocation, mapping
-    │   ├── ElfFormatError          malformed or foreign object file
-    │   ├── UnsupportedRelocationError
-    │   ├── RelocationRangeError    a field would be truncated
-    │   ├── SymbolNotFoundError     undefined symbol / missing entry point
-    │   └── ExecMemoryError         host refuses executable memory (W^X)
-    ├── DeviceError                 device creation / use failed
-    │   ├── InvalidDeviceError      unparsable device spec
-    │   └── UnsupportedDeviceError  no factory for this device type
-    ├── BufferAllocationError       bad buffer size / dtype / allocation
-    ├── CacheError                  disk cache misuse (never raised for I/O trouble)
-    ├── PlanError                   plan building / plan file problems
-    │   └── VariableBoundsError     a variable outside [min, max]
-    ├── ExecutionError              a dispatch failed
-    │   └── PlanPoisonedError       plan failed earlier and refuses to run
-    └── NotSupportedError           feature deliberately not implemented
+    SvodError                          3
+    ├── CompilationError               3  compiler failed; carries diagnostics
+    │   └── CompilerNotFoundError      3  no usable C compiler / clang for IR
+    ├── LoaderError                    3  ELF parsing, relocation, mapping
+    │   ├── ElfFormatError             3  malformed or foreign object file
+    │   ├── UnsupportedRelocationError 3
+    │   ├── RelocationRangeError       3  a field would be truncated
+    │   │   └── FieldOverflow          3  internal: an architecture's encoder refused a value
+    │   ├── SymbolNotFoundError        3  undefined symbol / missing entry point
+    │   └── ExecMemoryError            3  host refuses executable memory (W^X)
+    ├── DeviceError                    3  device creation / use failed
+    │   ├── InvalidDeviceError         2  unparsable device spec
+    │   ├── UnsupportedDeviceError     3  no factory for this device type
+    │   ├── CudaError                  3  a driver call failed (CUresult)
+    │   ├── CudaSymbolError            3  the driver lacks an entry point
+    │   ├── PtxError                   2  PTX that breaks the rules
+    │   ├── LaunchConfigError          2  grid / block / shared memory out of limits
+    │   ├── ForkedChildError           3  CUDA used in a forked child
+    │   └── ReleasedError              3  used after close() / unload()
+    │       └── FreedBufferError       2  a buffer whose storage was freed
+    ├── BufferAllocationError          2  bad buffer size / dtype / allocation
+    ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
+    ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
+    ├── PlanError                      2  plan building / plan file problems
+    │   ├── VariableBoundsError        2  a variable outside [min, max]
+    │   │   ├── ArgumentRangeError     2  a kernel argument that does not fit its slot
+    │   │   └── KernelVariableError    2  a library kernel's variable below its minimum
+    │   ├── KernelParamError           2  a library kernel request that cannot be served
+    │   │   └── KernelNotFoundError    2  no kernel of that name
+    │   └── PlanFileError              2  with the JSON path of the offending value
+    ├── ExecutionError                 3  a dispatch failed
+    │   ├── PlanPoisonedError          3  plan failed earlier and refuses to run
+    │   └── KernelArgumentError        2  buffers / variables that do not match a kernel
+    ├── NotSupportedError              3  feature deliberately not implemented
+    └── ExportError                    2  a model that cannot be exported as a plan
+
+A class sits where its *stage* is; ``exit_code`` says what the failure means
+to a user, so a bad-input leaf under a device branch (``PtxError``) still
+exits 2.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
+EXIT_OK, EXIT_VERIFY, EXIT_BAD_INPUT, EXIT_DEVICE = 0, 1, 2, 3
+
 
 class SvodError(Exception):
     """Base class of every error raised by svod_min."""
+
+    exit_code = EXIT_DEVICE
 
 
 # --- compilation -----------------------------------------------------------
@@ -44,6 +69,8 @@ class CompilationError(SvodError):
     ``diagnostics`` is the compiler's stderr; ``source_lines`` holds
     ``(line_number, text)`` for each line the diagnostics point at.
     """
+
+    exit_code = EXIT_DEVICE
 
     def __init__(
         self,
@@ -70,6 +97,8 @@ class CompilationError(SvodError):
 class CompilerNotFoundError(CompilationError):
     """No usable compiler (no C compiler on PATH, or clang needed for IR)."""
 
+    exit_code = EXIT_DEVICE
+
     def __init__(self, message: str) -> None:
         super().__init__(message)
 
@@ -80,25 +109,52 @@ class CompilerNotFoundError(CompilationError):
 class LoaderError(SvodError):
     """The ELF object could not be parsed, relocated or mapped."""
 
+    exit_code = EXIT_DEVICE
 
-class ElfFormatError(LoaderError, ValueError):
+
+class ElfFormatError(LoaderError):
     """The bytes are not a well-formed relocatable ELF object for this loader."""
+
+    exit_code = EXIT_DEVICE
 
 
 class UnsupportedRelocationError(LoaderError):
     """A relocation type the loader does not (or will not) handle."""
 
+    exit_code = EXIT_DEVICE
+
 
 class RelocationRangeError(LoaderError):
     """A relocated value does not fit its field; refused instead of truncated."""
 
+    exit_code = EXIT_DEVICE
 
-class SymbolNotFoundError(LoaderError, LookupError):
+
+class FieldOverflow(RelocationRangeError):
+    """A value does not fit its field (raised by an architecture's encoder).
+
+    Internal: the relocator catches it and raises a :class:`RelocationRangeError`
+    that names the relocation, the symbol and the place.
+    """
+
+    exit_code = EXIT_DEVICE
+
+    def __init__(self, value: int, detail: str) -> None:
+        super().__init__(detail)
+        self.value = value
+        self.detail = detail
+
+
+class SymbolNotFoundError(LoaderError):
     """An undefined symbol could not be resolved, or an entry point is missing."""
 
+    exit_code = EXIT_DEVICE
 
-class ExecMemoryError(LoaderError, OSError):
+
+class ExecMemoryError(LoaderError):
     """The host refused to give us executable memory by every route we know."""
+
+    exit_code = EXIT_DEVICE
 
 
 # --- devices and buffers ---------------------------------------------------
@@ -107,63 +163,97 @@ class ExecMemoryError(LoaderError, OSError):
 class DeviceError(SvodError):
     """A device could not be created or failed while in use."""
 
+    exit_code = EXIT_DEVICE
 
-class InvalidDeviceError(DeviceError, ValueError):
+
+class InvalidDeviceError(DeviceError):
     """A device spec string that cannot be parsed (``CUDA:x``, ``""`` ...)."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class UnsupportedDeviceError(DeviceError):
     """No factory is registered (or available here) for this device type."""
 
+    exit_code = EXIT_DEVICE
 
-class BufferAllocationError(SvodError, ValueError):
+
+class BufferAllocationError(SvodError):
     """A buffer of that size/dtype cannot be allocated or does not fit."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class CacheError(SvodError):
     """Misuse of the kernel/object cache API (I/O trouble is never an error)."""
 
+    exit_code = EXIT_DEVICE
+
+
+class ConfigError(SvodError):
+    """A setting svod_min cannot understand: an environment variable (named) or a configuration object's field."""
+
+    exit_code = EXIT_BAD_INPUT
+
 
 # --- plans and execution ---------------------------------------------------
 
 
-class PlanError(SvodError, ValueError):
+class PlanError(SvodError):
     """An execution plan (builder or plan file) is malformed."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class VariableBoundsError(PlanError):
     """A variable value outside its declared ``[min, max]`` bounds."""
 
+    exit_code = EXIT_BAD_INPUT
+
 
 class ExecutionError(SvodError):
     """A kernel, copy or custom function failed while executing."""
+
+    exit_code = EXIT_DEVICE
 
 
 class PlanPoisonedError(ExecutionError):
     """The plan failed part-way earlier; its buffers are suspect, so it refuses to run."""
 
+    exit_code = EXIT_DEVICE
 
-class NotSupportedError(SvodError, NotImplementedError):
+
+class NotSupportedError(SvodError):
     """A feature that svod_min deliberately does not implement (yet)."""
+
+    exit_code = EXIT_DEVICE
 
 
 class ExportError(SvodError):
     """A model from another framework could not be exported as a plan (says what and why)."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 # --- kernel library -------------------------------------------------------
 
 
 class KernelParamError(PlanError):
-    """A kernel parameter, dtype, variable or expression the library cannot serve (a ValueError)."""
+    """A kernel parameter, dtype, variable or expression the library cannot serve."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
-class KernelNotFoundError(KernelParamError, LookupError):
+class KernelNotFoundError(KernelParamError):
     """No kernel of that name in the catalogue."""
 
+    exit_code = EXIT_BAD_INPUT
 
-class KernelArgumentError(ExecutionError, ValueError):
+
+class KernelArgumentError(ExecutionError):
     """Buffers or variables passed to a library kernel do not match its signature; nothing ran."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 # --- plan files -----------------------------------------------------------
@@ -171,6 +261,8 @@ class KernelArgumentError(ExecutionError, ValueError):
 
 class PlanFileError(PlanError):
     """A plan file problem, with the JSON path of the offending value."""
+
+    exit_code = EXIT_BAD_INPUT
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__("%s: %s" % (path, message) if path else message)
@@ -197,6 +289,8 @@ class CudaError(DeviceError):
     the context unusable (the message then says to restart the process).
     """
 
+    exit_code = EXIT_DEVICE
+
     def __init__(self, function: str, code: int, name: str, description: str, log: str = "") -> None:
         self.function, self.code, self.name, self.description, self.log = function, code, name, description, log
         self.sticky = code in STICKY_ERRORS  # the context is lost: only a new process can use the GPU again
@@ -218,33 +312,49 @@ class CudaError(DeviceError):
 class CudaSymbolError(DeviceError):
     """The loaded driver library lacks an entry point (a driver older than the call needs)."""
 
+    exit_code = EXIT_DEVICE
 
-class PtxError(DeviceError, ValueError):
+
+class PtxError(DeviceError):
     """PTX text that breaks svod's rules, or that this driver cannot load."""
 
+    exit_code = EXIT_BAD_INPUT
 
-class LaunchConfigError(DeviceError, ValueError):
+
+class LaunchConfigError(DeviceError):
     """A grid / block / shared-memory request outside the device's limits (raised before launch)."""
 
+    exit_code = EXIT_BAD_INPUT
 
-class ArgumentRangeError(DeviceError, VariableBoundsError):
+
+class ArgumentRangeError(VariableBoundsError):
     """A kernel argument that does not fit its slot (int32 scalar, 64-bit pointer)."""
 
+    exit_code = EXIT_BAD_INPUT
 
-class KernelVariableError(ExecutionError, VariableBoundsError):
-    """A library kernel's variable below its declared minimum (an ExecutionError, as before, and a VariableBoundsError)."""
+
+class KernelVariableError(VariableBoundsError):
+    """A library kernel's variable below its declared minimum (nothing ran)."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class ForkedChildError(DeviceError):
     """CUDA initialised in a parent process was used in a forked child."""
 
+    exit_code = EXIT_DEVICE
+
 
 class ReleasedError(DeviceError):
     """A device, module or graph used after its explicit ``close()`` / ``unload()``."""
 
+    exit_code = EXIT_DEVICE
 
-class FreedBufferError(ReleasedError, BufferAllocationError):
+
+class FreedBufferError(ReleasedError):
     """A buffer whose storage was freed with ``CudaStorage.free()``."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 __all__ = [
@@ -256,6 +366,7 @@ __all__ = [
     "ElfFormatError",
     "UnsupportedRelocationError",
     "RelocationRangeError",
+    "FieldOverflow",
     "SymbolNotFoundError",
     "ExecMemoryError",
     "DeviceError",
@@ -263,6 +374,7 @@ __all__ = [
     "UnsupportedDeviceError",
     "BufferAllocationError",
     "CacheError",
+    "ConfigError",
     "PlanError",
     "VariableBoundsError",
     "ExecutionError",

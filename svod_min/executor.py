@@ -1,581 +1,37 @@
-"""Explicit multi-device scheduling: timelines, dependency levels, transfers.
+"""Explicit multi-device scheduling: the unified executor, its transfers and the process-wide instance.
 
 svod's ``executor`` module, made honest. :class:`ExecutionPlan` does not need
 it (a plan orders its own ops); it is for callers that schedule work across
-devices by hand.
+devices by hand. The parts live in their own modules and are re-exported here:
 
-* :class:`TimelineSignal` is a real condition-variable timeline: a u64 that
-  only grows, and threads block in :meth:`TimelineSignal.wait` until it
-  reaches a value.
-* :class:`DeviceContext` reserves timeline values and completes them **in
-  order**: if op 2 finishes before op 1 the signal stays at 0 until op 1 is
-  done, so reaching ``v`` always means every op ``<= v`` finished (svod stores
-  the value of whichever op finished last). A failed op still advances the
-  timeline, so waiters never hang, but it is recorded and :meth:`wait_for`
-  raises :class:`ExecutionError` instead of reporting success.
-* On a CUDA device (a handle with a driver ``lib`` and a ``stream``; this
-  module never imports the CUDA one) a value completes through a CUDA event
-  recorded on the device's stream: :meth:`UnifiedExecutor.execute_kernel`
-  returns once ``fn`` queued its work, :meth:`DeviceContext.wait_for`
-  synchronizes the events (or polls them when given a timeout) and
-  :attr:`DeviceContext.current_value` queries them without blocking. Events
-  come from a small per-device pool and go back to it when their value
-  retires; at most ``_MAX_PENDING_EVENTS`` values are in flight per device.
-* :meth:`UnifiedExecutor.execute_transfer` with a CUDA side queues the copy on
-  the stream: CPU -> CUDA through ``copyin`` (pinned staging, async DMA),
-  CUDA -> CPU through ``copyout_into``, CUDA -> same CUDA as an async D2D, and
-  CUDA:i -> CUDA:j through ``copy_from_peer``. Host-only transfers are
-  unchanged: memmove, the device's ``copy``, or bytes through the host.
-* :meth:`ExecutionGraph.compute_parallel_groups` returns deterministic Kahn
-  levels (sorted by id) and is idempotent; svod iterates a HashMap and
-  appends to its order on every call.
+* :mod:`svod_min.device_context` — :class:`TimelineSignal` and
+  :class:`DeviceContext` (one device's in-order timeline; CUDA values complete
+  through events recorded on the stream).
+* :mod:`svod_min.execution_graph` — :class:`ExecutionGraph`,
+  :class:`ExecutionNode`, :class:`KernelBufferAccess`, :class:`SyncStrategy`.
+
+:meth:`UnifiedExecutor.execute_kernel` returns once ``fn`` queued its work
+(complete on return on the host). :meth:`UnifiedExecutor.execute_transfer`
+moves bytes with :func:`svod_min.execution_plan.copy_buffer`: a memmove between
+host buffers, otherwise the device buffer's own ``copyin``/``copyout_into``
+(CPU -> CUDA through pinned staging, CUDA -> same CUDA as an async D2D with
+memmove semantics, CUDA:i -> CUDA:j peer or staged by the driver). With a CUDA
+destination the copy is queued on its stream and completed by an event.
 """
 
 from __future__ import annotations
 
-import ctypes
-import enum
-import math
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Hashable, Iterable, List, NoReturn, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
+
+from .device_context import U64_MAX, DeviceContext, TimelineSignal, check_timeout
+from .device_registry import DEVICE_FACTORIES, DeviceRegistry
+from .device_spec import DeviceSpec, SpecLike, as_spec
+from .error import BufferAllocationError, ExecutionError, SvodError
+from .execution_graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
+from .devices.transfer import copy_buffer
 
-from .device_registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec, SpecLike, as_spec
-from .error import BufferAllocationError, ExecutionError, PlanError, SvodError
-
-U64_MAX = 2**64 - 1
-
-
-# --- timeline signal ---------------------------------------------------------
-
-
-class TimelineSignal:
-    """A monotonically increasing u64 that threads can block on.
-
-    :meth:`signal` with a value lower than (or equal to) the current one is
-    ignored rather than an error: completions may be reported out of order by
-    racing threads, and a timeline must never go backwards.
-    """
-
-    def __init__(self, value: int = 0, name: str = "") -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._value = _check_u64(value)
-        self.name = name
-
-    def __repr__(self) -> str:
-        return "<TimelineSignal %s value=%d>" % (self.name or "?", self._value)
-
-    @property
-    def value(self) -> int:
-        """The current value (a plain int read is atomic under the GIL)."""
-        return self._value
-
-    def signal(self, value: int) -> None:
-        """Raise the value to ``value`` and wake waiters; lower values are ignored."""
-        value = _check_u64(value)
-        with self._cond:
-            if value > self._value:
-                self._value = value
-                self._cond.notify_all()
-
-    def wait(self, value: int, timeout: Optional[float] = None) -> bool:
-        """Block until the value is ``>= value``; False if ``timeout`` seconds pass first."""
-        value, timeout = _check_u64(value), _check_timeout(timeout)
-        with self._cond:
-            return self._cond.wait_for(lambda: self._value >= value, timeout)
-
-    def wait_or_raise(self, value: int, timeout: Optional[float] = None) -> None:
-        """Like :meth:`wait`, but a timeout raises :class:`ExecutionError` naming the values."""
-        if not self.wait(value, timeout):
-            raise _timeout_error(self, value, timeout)
-
-
-def _timeout_error(signal: TimelineSignal, value: int, timeout: Optional[float]) -> ExecutionError:
-    return ExecutionError(
-        "timed out after %gs waiting for %s timeline value %d (current value %d)"
-        % (timeout or 0.0, signal.name or "device", value, signal.value)
-    )
-
-
-def _check_timeout(timeout: Optional[float]) -> Optional[float]:
-    """Seconds or None; inf is None, a negative (a deadline already past) is 0.
-
-    nan would never expire, and a string or a bool fails deep inside a wait.
-    """
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
-        raise ExecutionError("timeout must be seconds (a number) or None, got %r" % (timeout,))
-    return None if timeout == math.inf else max(0.0, float(timeout))
-
-
-def _check_u64(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= U64_MAX:
-        raise ExecutionError("timeline value must be an int in [0, 2**64), got %r" % (value,))
-    return value
-
-
-# --- device context ----------------------------------------------------------
-
-
-@dataclass(eq=False)
-class DeviceContext:
-    """One device's timeline: values are reserved in order and completed in order."""
-
-    device: DeviceSpec
-    device_handle: Any = None
-    signal: TimelineSignal = field(default_factory=TimelineSignal)
-    _timeline: int = field(default=0, init=False, repr=False)  # last reserved value
-    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False)
-    _done: Set[int] = field(default_factory=set, init=False, repr=False)  # completed ahead of order
-    _failures: Dict[int, BaseException] = field(default_factory=dict, init=False, repr=False)
-    _pending: Dict[int, Any] = field(default_factory=dict, init=False, repr=False)  # value -> recorded event
-    _events: Optional["_EventPool"] = field(default=None, init=False, repr=False)
-    _changed: Any = field(default=None, init=False, repr=False)  # condition on _lock: completions, records
-
-    def __post_init__(self) -> None:
-        self.device = as_spec(self.device)
-        if not self.signal.name:
-            self.signal.name = str(self.device)
-        self._timeline = self.signal.value  # a pre-signalled timeline starts from its value
-        self._changed = threading.Condition(self._lock)
-        self._events = _event_pool_for(self.device_handle)
-
-    @property
-    def event_backed(self) -> bool:
-        """True when values complete through device events (a CUDA device), not on the host."""
-        return self._events is not None
-
-    @property
-    def current_value(self) -> int:
-        """The highest value such that every op up to it has completed (events are queried, never waited on)."""
-        if self._events is not None:
-            self.poll()
-        return self.signal.value
-
-    @property
-    def last_reserved(self) -> int:
-        """The most recently reserved value (0 when nothing was ever reserved)."""
-        with self._lock:
-            return self._timeline
-
-    @property
-    def failures(self) -> Dict[int, BaseException]:
-        """Failed timeline values -> their exception (a copy)."""
-        with self._lock:
-            return dict(self._failures)
-
-    def next_timeline(self) -> int:
-        """Reserve and return the next timeline value."""
-        with self._lock:
-            if self._timeline >= U64_MAX:
-                raise ExecutionError("%s timeline exhausted" % self.device)
-            self._timeline += 1
-            return self._timeline
-
-    def signal_completion(self, value: int) -> None:
-        """Mark ``value`` done; the signal advances over every contiguous completed value."""
-        self._complete(value, None)
-
-    def signal_failure(self, value: int, error: BaseException) -> None:
-        """Mark ``value`` done *and failed*: waiters wake up, then :meth:`wait_for` raises."""
-        if not isinstance(error, BaseException):  # wait_for chains it: "raise ... from error"
-            raise ExecutionError("signal_failure needs an exception, got %s" % type(error).__name__)
-        self._complete(value, error)
-
-    def _complete(self, value: int, error: Optional[BaseException]) -> None:
-        _check_u64(value)
-        with self._lock:
-            self._complete_locked(value, error)
-
-    def _complete_locked(self, value: int, error: Optional[BaseException]) -> None:
-        if not 0 < value <= self._timeline:
-            raise ExecutionError(
-                "%s: cannot complete timeline value %r (reserved values are 1..%d)" % (self.device, value, self._timeline)
-            )
-        if error is not None:
-            self._failures.setdefault(value, error)  # recorded before anyone can wake
-        self._done.add(value)
-        upto = self.signal.value
-        while upto + 1 in self._done:
-            upto += 1
-            self._done.discard(upto)
-        # Signalled under our lock so racing completions cannot publish out of order.
-        self.signal.signal(upto)
-        self._changed.notify_all()
-
-    # --- event-backed completion (CUDA) ---
-
-    def record_event(self, value: int) -> None:
-        """Complete ``value`` once the device's stream reaches this point; returns without waiting.
-
-        Records a pooled event on the stream. If recording fails the event goes
-        back to the pool and the error propagates; the caller marks ``value``
-        failed, as for any op.
-        """
-        pool = self._require_events()
-        self._make_room()
-        event = pool.acquire()
-        try:
-            self.device_handle.activate()
-            event.record()
-        except BaseException:
-            pool.release(event)
-            raise
-        with self._lock:
-            if value in self._pending or value in self._done or not self.signal.value < value <= self._timeline:
-                pool.release(event)
-                raise ExecutionError("%s: timeline value %r is not an open reserved value" % (self.device, value))
-            self._pending[value] = event
-            self._changed.notify_all()
-
-    def poll(self) -> int:
-        """Retire values whose events completed, in order, without blocking; returns :attr:`signal`'s value."""
-        if self._events is not None:
-            for value, event in self._pending_upto(U64_MAX):
-                try:
-                    ready = self._query(event)
-                except Exception as exc:  # a device fault: the value fails, waiters do not hang
-                    self._retire(value, event, exc)
-                    continue
-                if not ready:  # one stream: later events cannot be done either
-                    break
-                self._retire(value, event, None)
-        return self.signal.value
-
-    def _require_events(self) -> "_EventPool":
-        if self._events is None:
-            raise ExecutionError("%s has no device events (not a CUDA device)" % self.device)
-        return self._events
-
-    def _pending_upto(self, value: int) -> List[Tuple[int, Any]]:
-        with self._lock:
-            return sorted((v, e) for v, e in self._pending.items() if v <= value)
-
-    def _query(self, event: Any) -> bool:
-        self.device_handle.activate()
-        return bool(event.query())
-
-    def _retire(self, value: int, event: Any, error: Optional[BaseException]) -> None:
-        """Complete ``value`` and give its event back, unless another thread already did."""
-        with self._lock:
-            if self._pending.get(value) is not event:
-                return
-            del self._pending[value]
-            self._complete_locked(value, error)
-        self._require_events().release(event)
-
-    def _make_room(self) -> None:
-        """Retire finished values; if too many are still in flight, wait for the oldest (bounds the pool)."""
-        self.poll()
-        while True:
-            with self._lock:
-                if len(self._pending) < _MAX_PENDING_EVENTS:
-                    return
-                oldest = min(self._pending)
-                event = self._pending[oldest]
-            self._sync_event(oldest, event)
-
-    def _sync_event(self, value: int, event: Any) -> None:
-        try:
-            self.device_handle.activate()
-            event.synchronize()
-        except Exception as exc:
-            self._retire(value, event, exc)
-            return
-        self._retire(value, event, None)
-
-    def _wait_events(self, value: int, timeout: Optional[float]) -> None:
-        """wait_for on an event-backed timeline: sync events (or poll them until ``timeout``)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_MIN
-        while self.poll() < value:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise _timeout_error(self.signal, value, timeout)
-            blocker = self._pending_upto(value)[:1]
-            if not blocker:
-                self._wait_host(value, left)  # a value <= target is still being issued on the host
-            elif left is None:
-                self._sync_event(*blocker[0])
-            else:  # cuEventSynchronize has no timeout: poll with short, growing sleeps
-                time.sleep(min(delay, left))
-                delay = min(delay * 2, _POLL_MAX)
-
-    def _wait_host(self, value: int, left: Optional[float]) -> None:
-        with self._changed:
-            if self.signal.value < value and not any(v <= value for v in self._pending):
-                # Woken by a record or a completion; the slice only guards a signal raised behind our back.
-                self._changed.wait(_HOST_SLICE if left is None else min(left, _HOST_SLICE))
-
-    def wait_for(self, value: int, timeout: Optional[float] = None) -> None:
-        """Block until every op ``<= value`` finished; raise if one failed or on timeout.
-
-        Waiting for a value nobody reserved is refused: it could never be
-        reached by the ops known so far, so it would be a silent hang.
-        """
-        timeout = _check_timeout(timeout)
-        if _check_u64(value) == 0:
-            return
-        if value > self.last_reserved:
-            raise ExecutionError(
-                "%s: timeline value %d was never reserved (last reserved %d)" % (self.device, value, self.last_reserved)
-            )
-        if self._events is not None:
-            self._wait_events(value, timeout)
-        else:
-            self.signal.wait_or_raise(value, timeout)
-        self._raise_failure(value)
-
-    def _raise_failure(self, value: int) -> None:
-        with self._lock:
-            failed = sorted(v for v in self._failures if v <= value)
-            if not failed:
-                return
-            first = self._failures[failed[0]]
-        raise ExecutionError(
-            "%s: waited for timeline value %d but value(s) %s failed: %s: %s"
-            % (self.device, value, failed, type(first).__name__, first)
-        ) from first
-
-    def clear_failures(self) -> Dict[int, BaseException]:
-        """Acknowledge recorded failures (later waits succeed again); returns them."""
-        with self._lock:
-            cleared, self._failures = self._failures, {}
-        return cleared
-
-
-# --- device events ---------------------------------------------------------------
-
-_MAX_PENDING_EVENTS = 32  # in-flight values per device before recording waits for the oldest
-_POLL_MIN, _POLL_MAX = 50e-6, 2e-3  # seconds between cuEventQuery polls when a wait has a timeout
-_HOST_SLICE = 0.1  # longest sleep while a value is still being issued on the host
-
-
-class _EventPool:
-    """Sync-only events of one device, reused: a retired value gives its event back."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self._free: List[Any] = []
-        self._lock = threading.Lock()
-
-    def acquire(self) -> Any:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return self._make()
-
-    def release(self, event: Any) -> None:
-        # Never destroyed here: another thread may still be polling it (reuse is harmless, see _retire).
-        with self._lock:
-            self._free.append(event)
-
-
-def _event_pool_for(handle: Any) -> Optional[_EventPool]:
-    """An event pool when ``handle`` is a CUDA device (a driver ``lib`` and a ``stream``), else None.
-
-    Duck-typed so that importing this module never imports the CUDA one: it
-    is only imported here once such a handle exists, i.e. when it is loaded.
-    """
-    lib = getattr(handle, "lib", None)
-    if getattr(handle, "stream", None) is None or not callable(getattr(lib, "call", None)):
-        return None
-    from .devices.cuda import CudaEvent
-
-    return _EventPool(lambda: CudaEvent(handle, timing=False))
-
-
-# --- sync strategy -------------------------------------------------------------
-
-
-class SyncStrategy(enum.Enum):
-    """How a transfer between two devices is synchronised."""
-
-    NONE = "none"  # same device: one in-order timeline
-    PEER_TO_PEER = "peer_to_peer"  # same kind, another index (CUDA:0 -> CUDA:1)
-    HOST_STAGED = "host_staged"  # different kinds: through host memory
-    CPU_MEDIATED = "host_staged"  # noqa: PIE796 -- svod's name, deliberately an alias of HOST_STAGED
-
-
-def _sync_strategy(src: DeviceSpec, dst: DeviceSpec) -> SyncStrategy:
-    if src == dst:
-        return SyncStrategy.NONE
-    if src.kind == dst.kind:
-        return SyncStrategy.PEER_TO_PEER
-    return SyncStrategy.HOST_STAGED
-
-
-# --- execution graph -------------------------------------------------------------
-
-
-_HOST_MEMORY = "host memory"  # the key of numpy arrays: overlap is decided by their addresses
-
-
-def _same_key(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return (a == b) is True  # numpy's == is elementwise: never "the same buffer"
-    except Exception:
-        return False
-
-
-@dataclass(frozen=True)
-class KernelBufferAccess:
-    """One buffer a node touches. ``byte_range`` (start, end) narrows the hazard to a region."""
-
-    buffer: Hashable
-    is_write: bool = False
-    byte_range: Optional[Tuple[int, int]] = None
-
-    @classmethod
-    def of(cls, buffer: Any, is_write: bool = False) -> "KernelBufferAccess":
-        """Access to a device buffer, keyed by its storage so views of one arena conflict.
-
-        Uses ``buffer.storage`` and ``buffer.byte_range()`` when present (CpuBuffer
-        has both), else the buffer object itself over its whole extent.
-        """
-        storage = getattr(buffer, "storage", None)
-        span = getattr(buffer, "byte_range", None)
-        iface = getattr(buffer, "__array_interface__", None)
-        if iface is not None and (storage is None or not callable(span)):  # numpy: host memory, by address
-            start = iface["data"][0]
-            return cls(_HOST_MEMORY, is_write, (start, start + int(getattr(buffer, "nbytes", 0))))
-        if storage is None or not callable(span):
-            return cls(buffer, is_write)
-        return cls(storage, is_write, tuple(span()))
-
-    def conflicts(self, other: "KernelBufferAccess") -> bool:
-        """RAW, WAR or WAW on overlapping bytes of the same buffer."""
-        if not (self.is_write or other.is_write) or not _same_key(self.buffer, other.buffer):
-            return False
-        if self.byte_range is None or other.byte_range is None:
-            return True
-        return self.byte_range[0] < other.byte_range[1] and other.byte_range[0] < self.byte_range[1]
-
-
-@dataclass
-class ExecutionNode:
-    """One op of an :class:`ExecutionGraph`; ``predecessors`` are node ids."""
-
-    id: int
-    device: DeviceSpec
-    inputs: List[Any] = field(default_factory=list)
-    outputs: List[Any] = field(default_factory=list)
-    predecessors: List[int] = field(default_factory=list)
-    is_transfer: bool = False
-    buffer_access: List[KernelBufferAccess] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.device = as_spec(self.device)
-        if isinstance(self.id, bool) or not isinstance(self.id, int):  # ids are sorted into levels
-            raise PlanError("node id must be an int, got %r" % (self.id,))
-        for name in ("inputs", "outputs", "predecessors", "buffer_access"):
-            if not isinstance(getattr(self, name), list):
-                raise PlanError("node %d: %s must be a list, got %s" % (self.id, name, type(getattr(self, name)).__name__))
-        if not all(isinstance(a, KernelBufferAccess) for a in self.buffer_access):
-            raise PlanError("node %d: buffer_access holds KernelBufferAccess items (KernelBufferAccess.of(buf))" % self.id)
-
-
-class ExecutionGraph:
-    """Nodes with explicit dependencies; levels are computed on demand, never cached."""
-
-    def __init__(self, nodes: Iterable[ExecutionNode] = ()) -> None:
-        self._nodes: Dict[int, ExecutionNode] = {}  # insertion order matters for hazards
-        for node in nodes:
-            self.add_node(node)
-
-    def __len__(self) -> int:
-        return len(self._nodes)
-
-    @property
-    def nodes(self) -> List[ExecutionNode]:
-        """Nodes in insertion order."""
-        return list(self._nodes.values())
-
-    def node(self, node_id: int) -> ExecutionNode:
-        try:
-            return self._nodes[node_id]
-        except KeyError:
-            raise PlanError("unknown node id %r" % (node_id,)) from None
-
-    def add_node(self, node: ExecutionNode) -> int:
-        """Add ``node``; a duplicate id is a :class:`PlanError`. Returns its id."""
-        if not isinstance(node, ExecutionNode):
-            raise PlanError("graph nodes must be ExecutionNode, got %s" % type(node).__name__)
-        if node.id in self._nodes:
-            raise PlanError("duplicate node id %d" % node.id)
-        self._nodes[node.id] = node
-        return node.id
-
-    def add_dependency(self, node_id: int, predecessor: int) -> None:
-        """Make ``node_id`` wait for ``predecessor`` (no-op if already present)."""
-        node = self.node(node_id)
-        if predecessor not in node.predecessors:
-            node.predecessors.append(predecessor)
-
-    def add_dependencies_from_access(self) -> List[Tuple[int, int]]:
-        """Add an edge for every RAW/WAR/WAW hazard, in insertion order.
-
-        A node depends on every earlier node whose access conflicts with one
-        of its own (overlapping byte ranges when both give one). Returns the
-        ``(predecessor, node)`` edges that were new; calling again adds none.
-        """
-        added: List[Tuple[int, int]] = []
-        order = self.nodes
-        for i, node in enumerate(order):
-            for earlier in order[:i]:
-                if earlier.id not in node.predecessors and _hazard(earlier, node):
-                    node.predecessors.append(earlier.id)
-                    added.append((earlier.id, node.id))
-        return added
-
-    def compute_parallel_groups(self) -> List[List[int]]:
-        """Kahn levels: each group's nodes depend only on earlier groups; ids sorted.
-
-        An unknown predecessor or a cycle is a :class:`PlanError`; the cycle
-        message lists every node that could not be scheduled.
-        """
-        indegree, dependents = self._edges()
-        ready = sorted(n for n, d in indegree.items() if d == 0)
-        groups: List[List[int]] = []
-        while ready:
-            groups.append(ready)
-            released = []
-            for n in ready:
-                for m in dependents[n]:
-                    indegree[m] -= 1
-                    if indegree[m] == 0:
-                        released.append(m)
-            ready = sorted(released)
-        blocked = sorted(n for n, d in indegree.items() if d > 0)
-        if blocked:
-            raise PlanError("cycle detected in execution graph: blocked_ids=%s" % blocked)
-        return groups
-
-    def topological_order(self) -> List[int]:
-        """The groups flattened: a deterministic valid execution order."""
-        return [n for group in self.compute_parallel_groups() for n in group]
-
-    def _edges(self) -> Tuple[Dict[int, int], Dict[int, List[int]]]:
-        indegree = {n: 0 for n in self._nodes}
-        dependents: Dict[int, List[int]] = {n: [] for n in self._nodes}
-        for node in self._nodes.values():
-            for pred in set(node.predecessors):  # duplicates would double-count
-                if pred not in self._nodes:
-                    raise PlanError("node %d depends on unknown node id %r" % (node.id, pred))
-                dependents[pred].append(node.id)
-                indegree[node.id] += 1
-        return indegree, dependents
-
-
-def _hazard(earlier: ExecutionNode, later: ExecutionNode) -> bool:
-    return any(a.conflicts(b) for a in earlier.buffer_access for b in later.buffer_access)
-
-
-# --- unified executor ------------------------------------------------------------
 
 
 class UnifiedExecutor:
@@ -618,7 +74,7 @@ class UnifiedExecutor:
     @staticmethod
     def sync_strategy(src: SpecLike, dst: SpecLike) -> SyncStrategy:
         """NONE for the same device, PEER_TO_PEER for the same kind, else HOST_STAGED."""
-        return _sync_strategy(as_spec(src), as_spec(dst))
+        return sync_strategy(as_spec(src), as_spec(dst))
 
     @staticmethod
     def single_device_check(buffers: Sequence[Any]) -> Optional[DeviceSpec]:
@@ -669,10 +125,11 @@ class UnifiedExecutor:
         """Copy ``src`` into ``dst`` (same ``nbytes``); returns the value on ``dst_device``'s timeline.
 
         Cross-device copies first wait (up to ``timeout``) for everything
-        already reserved on the source device. With a CUDA side the copy is
-        queued on its stream (see :func:`_stream_transfer`).
+        already reserved on the source device. The bytes move with
+        :func:`copy_buffer`; to a CUDA destination the copy is queued on its
+        stream and its value completes by an event (see :func:`_transfer`).
         """
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         for what, buf in (("source", src), ("destination", dst)):
             if not isinstance(getattr(buf, "nbytes", None), int):
                 raise ExecutionError("transfer %s must be a device buffer, got %s" % (what, type(buf).__name__))
@@ -682,33 +139,19 @@ class UnifiedExecutor:
             )
         src_ctx, dst_ctx = self.add_device(src_device), self.add_device(dst_device)
         _check_homes(src, dst, src_ctx, dst_ctx)  # a device pointer must never reach a host memmove
-        if src_ctx.event_backed or dst_ctx.event_backed:
-            return _stream_transfer(src, dst, src_ctx, dst_ctx, timeout)
-        strategy = _sync_strategy(src_ctx.device, dst_ctx.device)
-        pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
-        value = dst_ctx.next_timeline()
-        try:
-            if strategy is SyncStrategy.NONE:
-                _copy_direct(src, dst, dst_ctx)
-            else:
-                src_ctx.wait_for(pending, timeout)
-                _copy_cross(src, dst, dst_ctx, strategy)
-        except BaseException as exc:
-            dst_ctx.signal_failure(value, exc)
-            _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
-        dst_ctx.signal_completion(value)
-        return value
+        return _transfer(src, dst, src_ctx, dst_ctx, timeout)
 
     def synchronize_all(self, timeout: Optional[float] = None) -> None:
         """Wait for every value reserved so far on every device (``timeout`` is the total)."""
-        timeout = _check_timeout(timeout)
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             contexts = list(self._contexts.values())
         for ctx in contexts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ctx.wait_for(ctx.last_reserved, left)
-            _device_sync(ctx.device_handle)
+            if ctx.device_handle is not None:
+                ctx.device_handle.synchronize()
 
 
 def _reraise(exc: BaseException, what: str) -> NoReturn:
@@ -728,51 +171,31 @@ def _buffer_spec(buffer: Any) -> Optional[DeviceSpec]:
     return spec if isinstance(spec, DeviceSpec) else None
 
 
-def _copy_direct(src: Any, dst: Any, ctx: DeviceContext) -> None:
-    """Same device: a memmove on the host (overlap-safe), else the device's copy, else bytes."""
-    if not src.nbytes:
-        return
-    src_addr, dst_addr = getattr(src, "address", None), getattr(dst, "address", None)
-    # Only CPU addresses are host pointers; a GPU's ``address`` must never reach memmove.
-    if ctx.device.kind == "CPU" and isinstance(src_addr, int) and isinstance(dst_addr, int):
-        ctypes.memmove(dst_addr, src_addr, src.nbytes)
-        return
-    copy = getattr(ctx.device_handle, "copy", None)
-    if callable(copy):
-        copy(dst, src)
-    else:
-        dst.copyin(src.copyout())
-    _device_sync(ctx.device_handle)
+def _transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
+    """Copy on ``dst_ctx``'s timeline: complete on return on the host, by an event on a CUDA destination.
 
+    :func:`copy_buffer` moves the bytes: a memmove between host buffers, else the device
+    buffer's own copy (D2D on the stream, peer or staged by the driver, pinned H2D; a host
+    destination returns once its bytes landed).
 
-def _copy_cross(src: Any, dst: Any, dst_ctx: DeviceContext, strategy: SyncStrategy) -> None:
-    peer = getattr(getattr(dst, "device", None), "copy_from_peer", None)
-    if strategy is SyncStrategy.PEER_TO_PEER and callable(peer):
-        peer(dst, src)
-    else:
-        dst.copyin(src.copyout())  # host-staged: device -> host bytes -> device
-    _device_sync(dst_ctx.device_handle)  # the copy must have landed before we signal
-
-
-def _stream_transfer(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext, timeout: Optional[float]) -> int:
-    """A transfer with a CUDA side: queued on the stream, completed by an event on a CUDA destination.
-
-    Across devices the source's reserved values are first waited for on the
-    host (its events synchronized). A stream wait (cuStreamWaitEvent) would
-    spare that host wait only in the CUDA -> CUDA case, and there
-    ``copy_from_peer`` synchronizes the source's stream itself before copying
-    (the source stream may reuse the buffer once it returns), so it would buy
-    nothing yet; the host wait also reports a failed source value before a
-    byte moves. Same-device copies need no wait: one stream is in order.
+    Across devices the source's reserved values are first waited for on the host (its events
+    synchronized). A stream wait (cuStreamWaitEvent) would spare that host wait only in the
+    CUDA -> CUDA case, and there ``copy_from_peer`` synchronizes the source's stream itself
+    before copying (the source stream may reuse the buffer once it returns), so it would buy
+    nothing yet; the host wait also reports a failed source value before a byte moves.
+    Same-device copies need no wait: one timeline is in order.
     """
     pending = src_ctx.last_reserved  # read before reserving: same-device would wait on itself
     value = dst_ctx.next_timeline()
     try:
         if src_ctx is not dst_ctx:
             src_ctx.wait_for(pending, timeout)
-        _stream_copy(src, dst, src_ctx, dst_ctx)
+        if src.nbytes:
+            copy_buffer(dst, src)
         if dst_ctx.event_backed:
             dst_ctx.record_event(value)
+        else:
+            dst_ctx.device_handle.synchronize()  # the copy must have landed before we signal
     except BaseException as exc:
         dst_ctx.signal_failure(value, exc)
         _reraise(exc, "transfer %s -> %s (timeline value %d) failed" % (src_ctx.device, dst_ctx.device, value))
@@ -787,44 +210,6 @@ def _check_homes(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceCont
         spec = _buffer_spec(buf)
         if spec is not None and spec != ctx.device and not (spec.kind == ctx.device.kind == "CPU"):
             raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
-
-
-def _stream_copy(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceContext) -> None:
-    if not src.nbytes:
-        return
-    if src_ctx is dst_ctx:
-        if _overlapping(src, dst):  # cuMemcpy on overlapping bytes is undefined: stage through the host
-            dst.copyin(src.copyout())
-        else:
-            dst_ctx.device_handle.copy(dst, src)  # async D2D, ordered on the stream
-    elif src_ctx.event_backed and dst_ctx.event_backed:
-        dst_ctx.device_handle.copy_from_peer(dst, src)  # peer access, or staged by the driver
-    elif dst_ctx.event_backed:
-        dst.copyin(src if _is_host_buffer(src) else src.copyout())  # staged in pinned memory, async DMA
-    elif _is_host_buffer(dst):
-        src.copyout_into(dst)  # ordered after the source's stream; returns once the bytes landed
-    else:
-        dst.copyin(src.copyout())
-
-
-def _is_host_buffer(buf: Any) -> bool:
-    from .devices.cpu import CpuBuffer  # on use: the CUDA paths must not import the CPU device at import time
-
-    return isinstance(buf, CpuBuffer)
-
-
-def _overlapping(a: Any, b: Any) -> bool:
-    storage, span_a, span_b = getattr(a, "storage", None), getattr(a, "byte_range", None), getattr(b, "byte_range", None)
-    if storage is None or storage is not getattr(b, "storage", None) or not (callable(span_a) and callable(span_b)):
-        return False
-    (a0, a1), (b0, b1) = span_a(), span_b()
-    return a0 < b1 and b0 < a1
-
-
-def _device_sync(handle: Any) -> None:
-    sync = getattr(handle, "synchronize", None)
-    if callable(sync):
-        sync()
 
 
 # --- process-wide instance -----------------------------------------------------------

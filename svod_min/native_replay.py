@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import threading
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from .config import env_int
 from .error import NotSupportedError, SvodError
 
 MAX_ARGS = 16
 HEADER_WORDS = 5
+#: How the runner calls one kernel op: ``(fn address, args, ncalls, core_pos, threads)``.
+NativeEntry = Tuple[int, List[int], int, int, int]
 
 _RUNNER_C = r"""
 typedef unsigned long long u64;
@@ -126,6 +128,7 @@ _runner_error: Optional[str] = None
 
 
 def _load_runner() -> object:
+    # On first use only: plans import this module, and GPU-only ones never build the runner.
     from .jit_loader import load_object
     from .kernel_cache import compile_cached
 
@@ -161,12 +164,8 @@ def available() -> bool:
 
 
 def native_threads(default: int) -> int:
-    """Threads for core_id kernels inside the runner: ``SVOD_NATIVE_THREADS`` or ``default``."""
-    raw = os.environ.get("SVOD_NATIVE_THREADS", "").strip()
-    try:
-        return max(1, int(raw)) if raw else max(1, default)
-    except ValueError:
-        return max(1, default)
+    """Threads for core_id kernels inside the runner: ``SVOD_NATIVE_THREADS`` (0 or 1: serial) or ``default``."""
+    return max(1, env_int("SVOD_NATIVE_THREADS", default, minimum=0))
 
 
 class ReplayTable:
@@ -198,3 +197,45 @@ class ReplayTable:
 
     def run(self, threads: int) -> int:
         return self.bind(threads)()
+
+
+def native_entry(address: Optional[int], bufs: Sequence[Any], vals: Sequence[int], ncalls: int,
+                 core_index: Optional[int], threads: int) -> Optional[NativeEntry]:  # fmt: skip
+    """How the runner would call a kernel (``address``: its program's ``native_address``).
+
+    None when it cannot: no native entry, a buffer off the host, or more arguments than a table
+    row holds (the kernel then takes the Python path).
+    """
+    if address is None or not all(b.on_host for b in bufs):
+        return None
+    args = [b.address for b in bufs] + list(vals)
+    if len(args) > MAX_ARGS:
+        return None
+    core_pos = len(bufs) + core_index if (ncalls > 1 and core_index is not None) else -1
+    return (address, args, ncalls, core_pos, threads)
+
+
+def pack_segments(groups: Sequence[List[int]], entries: Mapping[int, NativeEntry], threads: int) -> Optional[List[Any]]:
+    """Runs of groups whose ops all have an entry become one bound table each (one C call per replay).
+
+    Other groups stay op-index lists for the caller to run. None when there is nothing to pack or
+    the runner cannot be built.
+    """
+    if not entries or not available():
+        return None
+    segments: List[Any] = []
+    table: Optional[ReplayTable] = None
+    for group in groups:
+        if all(i in entries for i in group):
+            table = table or ReplayTable()
+            for i in group:
+                table.add(*entries[i])
+            continue
+        if table is not None:
+            segments.append(table)
+            table = None
+        segments.append(group)
+    if table is not None:
+        segments.append(table)
+    threads = native_threads(threads)  # bound once: a replay is then one C call per table, no lookups
+    return [seg if isinstance(seg, list) else seg.bind(threads) for seg in segments]

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence
 
 from .devices.cpu import CpuDevice, create_cpu_device
+from .kernels.cuda_library import cuda_library_kernel
 
 SOURCE = r"""
 #include <math.h>
@@ -55,8 +57,6 @@ class CheckResult:
 
 
 def _floats(values: Sequence[float]) -> List[float]:
-    import struct
-
     return list(struct.unpack("%df" % len(values), struct.pack("%df" % len(values), *values)))
 
 
@@ -83,7 +83,7 @@ def _time(call: Callable[[], None], repeat: int = 5) -> float:
 def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 64) -> List[CheckResult]:
     """Compile the built-in kernels, run them, and compare with pure Python."""
     dev = device or create_cpu_device()
-    if hasattr(dev, "library_kernel"):
+    if dev.spec.kind == "CUDA":
         return run_gpu_selfcheck(dev)
     rng = random.Random(0)
     a = _floats([rng.uniform(-2, 2) for _ in range(n)])
@@ -134,7 +134,7 @@ def run_gpu_selfcheck(dev: Any, rows: int = 37, cols: int = 45) -> List[CheckRes
 
     def check(name: str, params: dict, args: Sequence[str], vals: Sequence[int], want: List[float], rtol: float = 1e-5) -> None:
         out = dev.allocate([len(want)], "float32")
-        bound = dev.library_kernel(name, **params).bind([out] + [bufs[arg] for arg in args], list(vals))
+        bound = cuda_library_kernel(dev, name, **params).bind([out] + [bufs[arg] for arg in args], list(vals))
         elapsed = min(bound.timed() for _ in range(5))
         ok, err = _compare(out.tolist(), want, rtol=rtol)
         results.append(CheckResult(name, ok, err, elapsed))

@@ -1,4 +1,4 @@
-/* A stand-in for libcuda.so.1 used by tests/test_cuda.py on machines without a GPU.
+/* A stand-in for libcuda.so.1 used by the CUDA tests (tests/cuda_support.py builds it) on machines without a GPU.
  *
  * It exports the driver entry points svod_min binds, with the same C ABI, so
  * the real binding code (prototype table, checked calls, contexts, memory,

@@ -1,8 +1,8 @@
 """Shared fixtures for the execution-plan tests: mock programs and small builders.
 
-A mock program has no ``bind``, so the plan falls back to calling
-``execute(buffers, vals, global_size=..., core_id_index=...)`` on every
-dispatch; each mock records what it was given.
+A mock program fills the device interface's ``Program`` slots (no native entry, so the plan
+never replays it natively); its launches call ``execute(buffers, vals, global_size=...,
+core_id_index=...)`` on every dispatch, and each mock records what it was given.
 """
 
 from __future__ import annotations
@@ -17,12 +17,40 @@ from svod_min.execution_plan import PreparedCopy, PreparedKernel, RuntimeVar
 from svod_min.kernel_cache import CachedKernel
 
 
+class RecordingLaunch:
+    """A bound mock call (the interface's ``Launch``): replays ``program.execute`` with what it was bound to."""
+
+    graphable = False
+    timed = None
+
+    def __init__(self, program: "RecordingProgram", buffers: Sequence[Any], vals: Sequence[int],
+                 global_size: Optional[Sequence[int]], core_id_index: Optional[int]) -> None:  # fmt: skip
+        self.program, self.buffers, self.vals = program, list(buffers), list(vals)
+        self.global_size, self.core_id_index = global_size, core_id_index
+
+    def __call__(self) -> None:
+        self.program.execute(self.buffers, self.vals, global_size=self.global_size, core_id_index=self.core_id_index)
+
+    def set_vals(self, vals: Sequence[int]) -> None:
+        self.vals = list(vals)
+
+    def set_dims(self, grid: Sequence[int], block: Optional[Sequence[int]] = None) -> None:
+        self.global_size = grid
+
+
 class RecordingProgram:
     """Counts calls and records ``(vals, global_size, core_id_index)`` of each.
 
     ``action(buffers, vals)`` runs on every call (to move data); ``sleep``
     seconds are spent inside the call while ``tracker`` counts it as active.
+    :func:`mock_kernel` sets ``buf_count`` and ``var_names`` from the kernel it wraps it in.
     """
+
+    grid_in_blocks = False
+    native_address = None
+    closed = False
+    buf_count = 0
+    var_names: Sequence[str] = ()
 
     def __init__(
         self,
@@ -48,6 +76,10 @@ class RecordingProgram:
     @property
     def last_global_size(self) -> Optional[Tuple[int, ...]]:
         return self.calls[-1][1] if self.calls else None
+
+    def bind(self, buffers: Sequence[Any], vals: Sequence[int] = (), global_size: Optional[Sequence[int]] = None,
+             local_size: Any = None, core_id_index: Optional[int] = None, threads: Any = None) -> RecordingLaunch:  # fmt: skip
+        return RecordingLaunch(self, buffers, vals, global_size, core_id_index)
 
     def execute(
         self,
@@ -110,6 +142,8 @@ def mock_kernel(
     global_size: Sequence[Any] = (1, 1, 1),
     entry_point: str = "k",
 ) -> CachedKernel:
+    if isinstance(program, RecordingProgram):
+        program.buf_count, program.var_names = nbufs, tuple(var_names)
     return CachedKernel(
         program=program,
         device="CPU",

@@ -17,11 +17,11 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min import autotune, kernels
+from svod_min import autotune, autotune_trials, kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
 from svod_min.benchmark import BenchmarkConfig
-from svod_min.error import ExecutionError
-from svod_min.kernels import KernelParamError, LibraryKernel
+from svod_min.error import ExecutionError, KernelArgumentError
+from svod_min.kernels import KernelParamError, LibraryKernel, tuning
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
 FAST = BenchmarkConfig(warmup_runs=0, timing_runs=2)
@@ -30,8 +30,8 @@ needs_prebuilt = pytest.mark.skipif(kernels.host_variant() is None, reason="no p
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A private object cache dir per test; the tuning store lies beside it."""
-    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "objects"))
+    """A private cache root per test: objects/ and the tuning store lie in it."""
+    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv(autotune.TUNING_FILE_ENV, raising=False)
     return str(tmp_path / "tuning.json")
 
@@ -69,7 +69,7 @@ def test_tuning_params_exclude_dtypes_and_structural_params() -> None:
 def test_bad_shapes_and_candidates_are_param_errors() -> None:
     with pytest.raises(KernelParamError, match="exactly the variables"):
         _tune(shape={"M": 4, "N": 4})
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(KernelArgumentError, match="outside"):
         _tune(shape={"M": 0, "N": 4, "K": 4})
     with pytest.raises(KernelParamError, match="tuning params"):
         _tune(candidates=[{"bias": True}])
@@ -114,7 +114,7 @@ def test_get_uses_the_stored_winner_only_when_asked() -> None:
 def test_another_machine_does_not_see_the_result(monkeypatch: pytest.MonkeyPatch) -> None:
     result = _tune()
     other = dict(autotune.machine_fingerprint(), cpu="Some Other CPU")
-    monkeypatch.setattr(autotune, "machine_fingerprint", lambda *_: other)
+    monkeypatch.setattr(tuning, "machine_fingerprint", lambda *_: other)  # the store reads it
     assert result.stored and autotune.best_params("matmul", "float32", SHAPE) is None
 
 
@@ -164,7 +164,7 @@ def test_a_wrong_candidate_is_dropped_and_never_chosen(monkeypatch: pytest.Monke
     cands = autotune.candidate_params("matmul", "float32")
     victim = cands[0] if reference == "majority" else cands[-1]  # majority vote: even the default can lose
     if reference == "majority":
-        monkeypatch.setattr(autotune, "REFERENCE_MAX_WORK", 0)
+        monkeypatch.setattr(autotune_trials, "REFERENCE_MAX_WORK", 0)
     _break(monkeypatch, victim)
     lines: List[str] = []
     result = _tune(progress=lines.append)
@@ -216,7 +216,7 @@ def test_unwritable_store_is_ignored(store: str, monkeypatch: pytest.MonkeyPatch
     def refuse(*_a: Any, **_k: Any) -> Any:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(autotune.tempfile, "mkstemp", refuse)  # a read-only directory, even for root
+    monkeypatch.setattr(tuning.tempfile, "mkstemp", refuse)  # a read-only directory, even for root
     assert not _tune().stored and not os.path.exists(store)
 
 
@@ -281,6 +281,67 @@ def test_cli_tune_as_a_program() -> None:
 
 def test_tune_refuses_a_shape_whose_buffers_exceed_the_limit_before_allocating(monkeypatch: pytest.MonkeyPatch) -> None:
     # 20000^2 float32 twice (in and out) is 3.2 GB: it used to die with MemoryError or the OOM killer
-    monkeypatch.setattr(autotune, "MAX_TUNE_BYTES", 1 << 20)
+    monkeypatch.setattr(autotune_trials, "MAX_TUNE_BYTES", 1 << 20)
     with pytest.raises(KernelParamError, match=r"needs 3200000000 bytes of buffers; tuning is limited to 1048576"):
         autotune.tune("transpose", shape={"rows": 20000, "cols": 20000}, store=False)
+
+
+# --- layering: the store lives in kernels/, the tuner uses public names only ---------------------
+
+_SVOD = os.path.dirname(os.path.abspath(autotune.__file__))
+
+
+def _imports(path: str) -> List[Any]:
+    """``(module, names)`` of every import in a source file, function-level ones included."""
+    import ast
+
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out.append(("." * node.level + (node.module or ""), [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out.append(("", [a.name for a in node.names]))
+    return out
+
+
+def test_the_kernel_library_never_imports_the_tuner() -> None:
+    folder = os.path.join(_SVOD, "kernels")
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            for module, names in _imports(os.path.join(folder, name)):
+                assert "autotune" not in module and not any("autotune" in n for n in names), (name, module)
+                assert "benchmark" not in module, (name, module)
+    code = ("import sys; from svod_min import kernels; "
+            "kernels.get('matmul', dtype='float32', shape={'M': 8, 'N': 8, 'K': 8}); "
+            "print(sorted(m for m in sys.modules if 'autotune' in m or m.endswith('benchmark')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("source", ["autotune.py", "autotune_trials.py"])
+def test_the_tuner_uses_only_public_names(source: str) -> None:
+    for module, names in _imports(os.path.join(_SVOD, source)):
+        if module == "__future__":
+            continue
+        parts = [p for p in module.lstrip(".").split(".") if p]
+        assert not any(p.startswith("_") for p in parts), module
+        assert not any(n.startswith("_") for n in names), (module, names)
+
+
+def test_the_store_names_are_the_same_objects_in_both_places() -> None:
+    for name in ("best_params", "tuned_params", "store_path", "machine_fingerprint", "TUNING_FILE_ENV", "HOST"):
+        assert getattr(autotune, name) is getattr(tuning, name), name
+
+
+def test_the_store_lies_under_the_cache_root_beside_the_objects(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from svod_min.cache.disk import default_cache_dir
+    from svod_min.config import cache_root
+
+    assert autotune.store_path() == store and os.path.dirname(store) == cache_root()
+    assert os.path.dirname(default_cache_dir() or "") == cache_root()
+    other = os.path.join(os.path.dirname(store), "elsewhere", "t.json")
+    monkeypatch.setenv(autotune.TUNING_FILE_ENV, other)  # an explicit file wins
+    assert autotune.store_path() == other and _tune().stored and os.path.exists(other) and not os.path.exists(store)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import random
 import statistics
-from typing import List, Optional
+from types import SimpleNamespace
+from typing import Any, List, Optional
 
 import pytest
 from conftest import needs_cc
 
 from svod_min import benchmark as bm
 from svod_min.benchmark import BenchmarkConfig, BenchmarkResult, benchmark_kernel, round_robin_min, warm_clock
-from svod_min.error import CompilationError, ExecutionError
+from svod_min.error import CompilationError, ConfigError, DeviceError, ExecutionError
 
 
 class FakeClock:
@@ -240,8 +241,21 @@ def test_config_defaults_are_svods() -> None:
     "kwargs", [dict(timing_runs=0), dict(warmup_runs=-1), dict(early_stop=-1.0), dict(warmup_budget="1s")]
 )
 def test_config_rejects_nonsense(kwargs) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         BenchmarkConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(timing_runs=True), dict(warmup_runs=False), dict(early_stop=float("nan")),
+                                    dict(early_stop=True), dict(warmup_budget=float("nan"))])
+def test_config_refuses_bools_and_nan(kwargs: Any) -> None:
+    with pytest.raises(ConfigError, match="must be"):
+        BenchmarkConfig(**kwargs)
+
+
+@pytest.mark.parametrize("device", [object(), SimpleNamespace(threads=2), SimpleNamespace(threads=True, pool=None)])
+def test_warmup_thread_pool_refuses_what_is_not_a_cpu_device(device: Any) -> None:
+    with pytest.raises(DeviceError, match="warmup_thread_pool needs a CPU device"):
+        bm.warmup_thread_pool(device)  # was AttributeError: no attribute 'pool'
 
 
 def test_wall_time_without_execute_timed(clock: FakeClock) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
+import tempfile
 
 import pytest
 from conftest import needs_clang, needs_cc
@@ -73,26 +75,26 @@ def test_extra_flags_are_passed(cc: str) -> None:
 
 
 def test_gcc_leaves_no_files_in_cwd_or_tmp(tmp_path, monkeypatch) -> None:
-    if not clang.shutil.which("gcc"):
+    if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
     monkeypatch.chdir(tmp_path)
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(private_tmp))
-    clang.tempfile.tempdir = None  # re-read TMPDIR
+    tempfile.tempdir = None  # re-read TMPDIR
     try:
         clang.compile_c(ADD, compiler="gcc")
         with pytest.raises(CompilationError):
             clang.compile_c("int x(void) { return y; }", compiler="gcc")
     finally:
-        clang.tempfile.tempdir = None
+        tempfile.tempdir = None
     assert os.listdir(tmp_path) == ["tmp"]
     assert os.listdir(private_tmp) == []
 
 
 def test_svod_cc_selects_compiler(monkeypatch) -> None:
     monkeypatch.setenv("SVOD_CC", "gcc")
-    if not clang.shutil.which("gcc"):
+    if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
     assert clang.find_compiler().family == "gcc"
     monkeypatch.setenv("SVOD_CC", "definitely-not-a-compiler-xyz")
@@ -137,7 +139,7 @@ def test_bad_ir_is_a_compilation_error() -> None:
 
 
 def test_ir_needs_clang(monkeypatch) -> None:
-    if not clang.shutil.which("gcc"):
+    if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
     monkeypatch.setenv("SVOD_CC", "gcc")
     with pytest.raises(CompilerNotFoundError, match="needs clang"):

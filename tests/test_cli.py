@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import List
 
 import pytest
 from conftest import needs_cc
+from hardening_support import child_env, one_line_error, unusable_dirs
 
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, main
 
@@ -75,3 +77,64 @@ def test_errors_are_one_line_with_exit_codes(args, code, message, capsys) -> Non
 def test_no_command_prints_help_and_exits_2(capsys) -> None:
     assert main([]) == EXIT_BAD_INPUT
     assert "run" in capsys.readouterr().out
+
+
+# --- bad input and hostile paths (from test_hardening.py) ------------------------------------
+
+
+@needs_cc
+def test_cli_runs_with_an_unusable_cache_dir(tmp_path) -> None:
+    path = unusable_dirs(tmp_path)["under a regular file"]
+    result = subprocess.run([sys.executable, "-m", "svod_min", "run"], capture_output=True, text=True, timeout=300,
+                            env=child_env(SVOD_OBJECT_CACHE_DIR=path))
+    assert result.returncode == 0, result.stderr
+    assert "verify y: ok" in result.stdout
+    assert result.stderr == ""  # the debug message stays at debug level
+
+
+def _cli_in_process(argv: List[str], capsys) -> tuple:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+CLI_BAD = [
+    (["run", "--device", "TPU"], "invalid device 'TPU': unknown kind 'TPU'"),
+    (["run", "--device", "CPU:1"], "CPU takes no device index"),
+    (["run", "--var", "rows"], "expected NAME=INT"),
+    (["run", "--var", "=3"], "expected NAME=INT"),
+    (["run", "--var", "nosuch=1"], "unknown variable"),
+    (["run", "--var", "rows=1.5"], "is not an integer"),
+    (["run", "--repeat", "-3"], "--repeat must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CLI_BAD, ids=[" ".join(c[0]) for c in CLI_BAD])
+def test_cli_bad_input_is_one_line_and_exit_2(argv: List[str], message: str, capsys) -> None:
+    code, out, err = _cli_in_process(argv, capsys)
+    assert code == EXIT_BAD_INPUT == 2, err
+    assert message in one_line_error(err)
+    assert "verify" not in out  # nothing ran
+
+
+def test_cli_plan_path_is_a_directory(tmp_path, capsys) -> None:
+    code, _out, err = _cli_in_process(["run", str(tmp_path)], capsys)
+    assert "cannot read plan file" in one_line_error(err)
+    assert code == EXIT_BAD_INPUT
+
+
+def test_cli_empty_device_is_refused(capsys) -> None:
+    code, _out, err = _cli_in_process(["run", "--device", ""], capsys)
+    assert code == EXIT_BAD_INPUT
+    assert "empty device spec" in err
+
+
+@needs_cc
+@pytest.mark.parametrize("option", ["--trace", "--save"])
+def test_cli_output_path_under_a_regular_file(option: str, tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _out, err = _cli_in_process(["run", option, str(blocker / "out")], capsys)
+    line = one_line_error(err)
+    assert "internal error" not in line and str(blocker) in line
+    assert code == EXIT_BAD_INPUT

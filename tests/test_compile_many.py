@@ -1,15 +1,18 @@
-"""Batch compilation: clang.compile_many_c and kernel_cache.compile_many_cached."""
+"""Batch compilation: clang.compile_many_c (svod_min.compiler.batch) and kernel_cache.compile_many_cached."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
+import tempfile
 from typing import List
 
 import pytest
 from conftest import needs_cc, needs_clang
 
 from svod_min import clang
+from svod_min.compiler import batch
 from svod_min import kernel_cache as kc
 from svod_min.error import CompilationError
 from svod_min.jit_loader import load_object
@@ -77,7 +80,7 @@ def test_extra_flags_reach_every_source(cc: str) -> None:
 
 
 def test_empty_batch_runs_no_compiler(monkeypatch) -> None:
-    monkeypatch.setattr(clang, "find_compiler", None)  # would raise if called
+    monkeypatch.setattr(batch, "find_compiler", None)  # would raise if called
     assert clang.compile_many_c([]) == []
 
 
@@ -91,8 +94,8 @@ def test_bad_arguments_are_value_errors() -> None:
 def test_one_compiler_run_for_a_batch(cc: str, monkeypatch) -> None:
     clang.find_compiler(compiler=cc)  # the identity probe is not part of a batch
     flags = ["-DPROBE_%s_%d" % (cc, os.getpid())]  # a fresh flag set: clang must probe cc1 once
-    counter = Counter(clang.subprocess.run)
-    monkeypatch.setattr(clang.subprocess, "run", counter)
+    counter = Counter(subprocess.run)
+    monkeypatch.setattr(subprocess, "run", counter)
     clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1, extra_flags=flags)
     runs = [call[0] for call in counter.calls]
     assert len(runs) == (2 if cc == "clang" else 1), runs  # clang: `-###` once, then cc1
@@ -103,8 +106,8 @@ def test_one_compiler_run_for_a_batch(cc: str, monkeypatch) -> None:
 
 def test_a_single_source_needs_no_cc1_probe(cc: str, monkeypatch) -> None:
     clang.find_compiler(compiler=cc)
-    counter = Counter(clang.subprocess.run)
-    monkeypatch.setattr(clang.subprocess, "run", counter)
+    counter = Counter(subprocess.run)
+    monkeypatch.setattr(subprocess, "run", counter)
     (obj,) = clang.compile_many_c([kernel(2)], compiler=cc, extra_flags=["-DSINGLE_%d" % os.getpid()])
     assert len(counter.calls) == 1 and "-###" not in counter.calls[0][0]
     assert run(obj)[0] == 2.0
@@ -112,8 +115,8 @@ def test_a_single_source_needs_no_cc1_probe(cc: str, monkeypatch) -> None:
 
 def test_jobs_split_the_batch(cc: str, monkeypatch) -> None:
     clang.compile_many_c([kernel(0), kernel(1)], compiler=cc)  # probe outside the count
-    counter = Counter(clang._run_compiler)
-    monkeypatch.setattr(clang, "_run_compiler", counter)
+    counter = Counter(batch.run_compiler)
+    monkeypatch.setattr(batch, "run_compiler", counter)
     objs = clang.compile_many_c([kernel(c) for c in range(20)], compiler=cc, jobs=2)
     inputs = sorted(len([a for a in call[0] if a.endswith(".c")]) for call in counter.calls)
     assert inputs == [10, 10]
@@ -121,10 +124,10 @@ def test_jobs_split_the_batch(cc: str, monkeypatch) -> None:
 
 
 def test_split_keeps_small_batches_whole() -> None:
-    assert [len(c) for c in clang._split(100, 2)] == [50, 50]
-    assert [len(c) for c in clang._split(21, 4)] == [11, 10]
-    assert clang._split(5, 4) == [[0, 1, 2, 3, 4]]
-    assert [i for c in clang._split(37, 3) for i in c] == list(range(37))
+    assert [len(c) for c in batch._split(100, 2)] == [50, 50]
+    assert [len(c) for c in batch._split(21, 4)] == [11, 10]
+    assert batch._split(5, 4) == [[0, 1, 2, 3, 4]]
+    assert [i for c in batch._split(37, 3) for i in c] == list(range(37))
 
 
 def test_failing_source_is_named(cc: str) -> None:
@@ -154,7 +157,7 @@ def test_every_failure_is_named_across_jobs(cc: str) -> None:
 
 def test_unattributed_failure_reruns_sources_one_by_one(cc: str, monkeypatch) -> None:
     # A compiler crash names no file: each source is compiled alone to find the culprit.
-    monkeypatch.setattr(clang, "_split_diagnostics", lambda stderr: ({}, []))
+    monkeypatch.setattr(batch, "_split_diagnostics", lambda stderr: ({}, []))
     sources = [kernel(0), kernel(1), BAD, kernel(3)]
     with pytest.raises(CompilationError) as info:
         clang.compile_many_c(sources, compiler=cc, numbers=[10, 11, 12, 13])
@@ -169,13 +172,13 @@ def test_leaves_no_files_in_cwd_or_tmp(cc: str, tmp_path, monkeypatch) -> None:
     private_tmp.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setenv("TMPDIR", str(private_tmp))
-    clang.tempfile.tempdir = None  # re-read TMPDIR
+    tempfile.tempdir = None  # re-read TMPDIR
     try:
         clang.compile_many_c([kernel(c) for c in range(10)], compiler=cc, jobs=2)
         with pytest.raises(CompilationError):
             clang.compile_many_c([kernel(0), BAD], compiler=cc)
     finally:
-        clang.tempfile.tempdir = None
+        tempfile.tempdir = None
     assert os.listdir(work) == []
     assert os.listdir(private_tmp) == []
 
@@ -194,7 +197,7 @@ def test_includes_resolve_against_the_callers_cwd(cc: str, tmp_path, monkeypatch
 
 def test_path_flags_are_made_absolute() -> None:
     flags = ["-Iinc", "-I", "a/b", "-isystem/abs", "-include", "p.h", "-I-", "-O2", "--sysroot=sr", "-DX=inc"]
-    assert clang._absolute_paths(flags, "/base") == [
+    assert batch._absolute_paths(flags, "/base") == [
         "-I/base/inc", "-I", "/base/a/b", "-isystem/abs", "-include", "/base/p.h", "-I-", "-O2",
         "--sysroot=/base/sr", "-DX=inc",
     ]
@@ -205,14 +208,14 @@ def test_cc1_listing_is_parsed_or_declined() -> None:
         ' "/usr/bin/clang" "-cc1" "-main-file-name" "k0.c" "-disable-free" "-O2"'
         ' "-fdebug-compilation-dir=/t" "-o" "k0.o" "-x" "c" "k0.c"'
     )
-    assert clang._parse_cc1("clang version 14\n" + line, "k0.c", "k0.o") == ["/usr/bin/clang", "-cc1", "-O2"]
-    assert clang._parse_cc1(line + "\n" + ' "/usr/bin/as" "-o" "k0.o"', "k0.c", "k0.o") is None
-    assert clang._parse_cc1(line.replace('"-x" "c" "k0.c"', '"k0.c"'), "k0.c", "k0.o") is None
+    assert batch._parse_cc1("clang version 14\n" + line, "k0.c", "k0.o") == ["/usr/bin/clang", "-cc1", "-O2"]
+    assert batch._parse_cc1(line + "\n" + ' "/usr/bin/as" "-o" "k0.o"', "k0.c", "k0.o") is None
+    assert batch._parse_cc1(line.replace('"-x" "c" "k0.c"', '"k0.c"'), "k0.c", "k0.o") is None
 
 
 @needs_clang
 def test_clang_falls_back_to_the_driver_without_cc1(monkeypatch) -> None:
-    monkeypatch.setattr(clang, "_parse_cc1", lambda *a: None)
+    monkeypatch.setattr(batch, "_parse_cc1", lambda *a: None)
     flags = ["-DFALLBACK_PROBE"]
     objs = clang.compile_many_c([kernel(1), kernel(2)], compiler="clang", extra_flags=flags)
     assert [run(o)[0] for o in objs] == [1.0, 2.0]

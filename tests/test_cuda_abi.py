@@ -1,4 +1,4 @@
-"""The ctypes bindings of libcuda and libnvrtc (svod_min.devices.cuda_api) checked against ``cuda.h`` and ``nvrtc.h``.
+"""The ctypes bindings of libcuda and libnvrtc (svod_min.devices.cuda.driver, .nvrtc, .enums) checked against ``cuda.h`` and ``nvrtc.h``.
 
 The bindings are written by hand: exported symbol names, argument and result
 types, two struct layouts and a block of integer constants. CI has no GPU, and
@@ -37,17 +37,14 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tup
 import pytest
 from cuda_emu_support import find_cc
 
-from svod_min.devices import cuda_api
-from svod_min.devices.cuda_api import (
-    CUDA_KERNEL_NODE_PARAMS,
-    CUDA_MEMCPY3D,
-    NVRTC_PROTOTYPES,
-    NVRTC_RESTYPES,
-    PROTOTYPES,
+from svod_min.devices import cuda
+from svod_min.devices.cuda import (
+    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES,
 )
+from svod_min.devices.cuda import enums, nvrtc
 
 # v1 entry points the table keeps on purpose, beside their current version, for drivers that lack it.
-LEGACY_FALLBACKS = frozenset({"cuGraphAddKernelNode", "cuGraphExecKernelNodeSetParams", "cuEventElapsedTime"})
+LEGACY_FALLBACKS = frozenset(symbol for proto in DRIVER_API for symbol in proto.symbols[1:])
 
 # Our ctypes structs and the cuda.h types they mirror exactly.
 STRUCTS = ((CUDA_KERNEL_NODE_PARAMS, "CUDA_KERNEL_NODE_PARAMS_v2"), (CUDA_MEMCPY3D, "CUDA_MEMCPY3D"))
@@ -72,7 +69,7 @@ def find_cuda_include(header: str = "cuda.h") -> Optional[str]:
 
 def find_nvrtc_include() -> Optional[str]:
     """The ``nvrtc.h`` of the libnvrtc the binding loads (``<lib dir>/../include``), else the toolkit's."""
-    for library in (os.environ.get(cuda_api._NVRTC_ENV, "").strip(), cuda_api.find_nvrtc() or ""):
+    for library in (os.environ.get(nvrtc.NVRTC_ENV, "").strip(), cuda.find_nvrtc() or ""):
         if not os.path.dirname(library):  # unset, or a bare soname from the loader path
             continue
         for directory in (os.path.dirname(library), os.path.dirname(os.path.realpath(library))):
@@ -92,14 +89,15 @@ class Api:
     header: str  # "cuda.h"
     where: str  # where find_include looks, for the skip reason
     find_include: Callable[[], Optional[str]]
-    table: str  # the name of the prototype table in cuda_api, for messages
+    table: str  # the name of the prototype table in svod_min.devices.cuda, for messages
     prototypes: Tuple[Tuple[str, Tuple[Any, ...]], ...]  # (exported name, argtypes)
     restype: Any  # what the binding sets as restype ...
     restypes: Dict[str, Any]  # ... unless named here
     legacy: FrozenSet[str] = frozenset()  # entries declared only with internal_flags
     internal_flags: Tuple[str, ...] = ()  # preprocessor flags that make the legacy declarations visible
     version_macro: Optional[str] = None
-    constant_prefixes: Tuple[str, ...] = ()  # module-level ints named so are the header's constants
+    constants: Any = None  # the module whose module-level ints named with constant_prefixes are the header's
+    constant_prefixes: Tuple[str, ...] = ()
     constant_renames: Tuple[Tuple[str, str], ...] = ()  # (our prefix, the header's prefix)
 
     @property
@@ -120,23 +118,25 @@ CUDA = Api(
     find_include=find_cuda_include,
     table="PROTOTYPES",
     prototypes=PROTOTYPES,
-    restype=cuda_api.CUresult,
+    restype=cuda.CUresult,
     restypes={},
     legacy=LEGACY_FALLBACKS,
     internal_flags=("-D__CUDA_API_VERSION_INTERNAL",),
     version_macro="CUDA_VERSION",
+    constants=enums,
     constant_prefixes=CONSTANT_PREFIXES,
     constant_renames=CONSTANT_RENAMES,
 )
 NVRTC = Api(
     header="nvrtc.h",
     where="beside libnvrtc (<lib dir>/../include of $%s or find_nvrtc()) nor in the toolkit include "
-    "directories ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)" % cuda_api._NVRTC_ENV,
+    "directories ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)" % nvrtc.NVRTC_ENV,
     find_include=find_nvrtc_include,
     table="NVRTC_PROTOTYPES",
     prototypes=NVRTC_PROTOTYPES,
-    restype=cuda_api.nvrtcResult,
+    restype=cuda.nvrtcResult,
     restypes=NVRTC_RESTYPES,
+    constants=nvrtc,
     constant_prefixes=("NVRTC_",),
 )
 APIS = (CUDA, NVRTC)
@@ -629,7 +629,7 @@ def test_legacy_structs_lead_ours(cuda_toolchain: Toolchain, tmp_path: Path) -> 
 
 def our_constants(api: Api) -> Dict[str, int]:
     """Every constant of the header the module defines, found by name so a new one is checked too."""
-    return {k: v for k, v in sorted(vars(cuda_api).items()) if type(v) is int and k.startswith(api.constant_prefixes)}
+    return {k: v for k, v in sorted(vars(api.constants).items()) if type(v) is int and k.startswith(api.constant_prefixes)}
 
 
 def c_constant_name(name: str, api: Api) -> str:
@@ -656,7 +656,7 @@ def test_constants_match_the_header(api: Api, header: Header, toolchain: Toolcha
     ours = our_constants(api)
     if not ours:
         names = ", ".join(prefix + "*" for prefix in api.constant_prefixes)
-        pytest.skip("cuda_api defines no %s constants (module-level ints named %s)" % (api.header, names))
+        pytest.skip("%s defines no %s constants (module-level ints named %s)" % (api.constants.__name__, api.header, names))
     known = {n for n in ours if header.has_constant(c_constant_name(n, api))}
     problems = ["%s: %s has no %s" % (n, header, c_constant_name(n, api)) for n in ours if n not in known]
     body = ['    SVOD_VALUE("%s", %s);' % (n, c_constant_name(n, api)) for n in sorted(known)]

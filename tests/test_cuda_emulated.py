@@ -10,7 +10,7 @@ bounds fails the test even when its visible output is right.
 
 This checks the kernels' index math, boundary handling, grid-stride loops and
 reductions, and the launch geometry svod_min computes for them. It does not
-check the PTX (``ptxas`` does, in test_cuda.py) or GPU rounding; a real GPU run
+check the PTX (``ptxas`` does, in test_cuda_ptx.py) or GPU rounding; a real GPU run
 (``.ci/gpu-session``) does both: the tests taking the ``device`` fixture run on
 the GPU as well where there is one.
 """
@@ -26,26 +26,18 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
-from test_cuda import (  # noqa: F401  (fixtures)
-    _GPU_REASON as GPU_REASON,
-    HAVE_GPU,
-    REAL_DRIVER,
-    Fake,
-    _cuda_sigs,
-    check_library_kernel,
-    check_plan_equals_cpu,
-    fake,
-    fake_so,
-    library_env,
-    sig_id,
+from cuda_support import (  # noqa: F401  (fixtures)
+    GPU_REASON, HAVE_GPU, REAL_DRIVER, Fake, check_library_kernel, check_plan_equals_cpu, cuda_sigs, fake, fake_so,
+    library_env, sig_id,
 )
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaError, CudaGraph
 
 np = pytest.importorskip("numpy")
 
-SIGS = _cuda_sigs()
+SIGS = cuda_sigs()
 F32 = [s for s in SIGS if dict(s.params).get("dtype") == "float32"]
 
 
@@ -164,7 +156,7 @@ def test_plan_on_emulated_cuda_equals_cpu(emu: Fake) -> None:
 def test_graph_replay_equals_eager(device: cuda.CudaDevice) -> None:
     dev = device
     n = 1000
-    softmax, reduce_sum = dev.library_kernel("softmax", dtype="float32"), dev.library_kernel("reduce_sum", dtype="float32")
+    softmax, reduce_sum = cuda_library_kernel(dev, "softmax", dtype="float32"), cuda_library_kernel(dev, "reduce_sum", dtype="float32")
     x, probs, sums, eager = (dev.allocate([size], "float32") for size in (n, n, 10, 10))
     x.copyin(np.random.default_rng(4).standard_normal(n).astype(np.float32))
     launches = [softmax.bind([probs, x], [10, 100]), reduce_sum.bind([sums, probs], [10, 100, 1, 100, 1, 1])]
@@ -262,7 +254,7 @@ def test_emulator_catches_a_write_past_the_end(fake: Callable[..., Fake], bad_em
 def test_reduce_rows_and_columns_of_one_matrix(device: cuda.CudaDevice) -> None:
     """The same buffer reduced along either axis, only the strides differ (a pure-Python loop as reference)."""
     dev = device
-    prog = dev.library_kernel("reduce_sum", dtype="float32")
+    prog = cuda_library_kernel(dev, "reduce_sum", dtype="float32")
     rows, cols = 2, 3
     values = [float(v) for v in range(rows * cols)]
     x = dev.allocate([rows * cols], "float32")

@@ -22,7 +22,7 @@ from svod_min.devices.cpu import create_cpu_device
 from svod_min.error import BufferAllocationError, ExecutionError
 from svod_min.executor import DeviceContext, UnifiedExecutor
 
-from test_cuda import FAKE_PTX, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
+from cuda_support import FAKE_PTX, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
 
 LONG = 10.0  # generous: only reached when something is broken
 COUNTERS = ("stream_syncs", "event_records", "event_queries", "event_syncs", "live_events")

@@ -18,10 +18,10 @@ from typing import Callable
 
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
-from test_cuda import Fake, fake, fake_so  # noqa: F401  (fixtures)
+from cuda_support import Fake, fake, fake_so  # noqa: F401  (fixtures)
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda_api import load_nvrtc
+from svod_min.devices.cuda import load_nvrtc
 from svod_min.error import CompilationError
 
 np = pytest.importorskip("numpy")

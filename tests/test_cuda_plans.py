@@ -13,17 +13,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
+from cuda_support import (  # noqa: F401  (fixtures)
+    FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, add_inputs, check_plan_equals_cpu, cuda_plan, fake, fake_so, gpu,
+    gpu_test, no_nvrtc,
+)
 
+from svod_min.kernels import cuda_library_kernel
 from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
-from svod_min.error import NotSupportedError, PlanError
+from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
 from svod_min.execution_plan import register_custom_function
 from svod_min.plan_file import PlanFileError, load_plan
 
-from test_cuda import FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu_test, no_nvrtc  # noqa: F401
 
 np = pytest.importorskip("numpy")
 
@@ -164,7 +168,7 @@ def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(fa
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
     """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
     dev = fake().device()
-    prog = dev.library_kernel("matmul", dtype="float32", tile=16)
+    prog = cuda_library_kernel(dev, "matmul", dtype="float32", tile=16)
     M, N, K = 40, 20, 8
     a, b, c = dev.allocate([M * K], "float32"), dev.allocate([K * N], "float32"), dev.allocate([M * N], "float32")
     a.copyin(np.ones(M * K, np.float32))
@@ -206,13 +210,13 @@ def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fa
 
     f = fake()
     dev = f.device()
-    add = dev.library_kernel("add", dtype="float32")
+    add = cuda_library_kernel(dev, "add", dtype="float32")
     a, b = dev.allocate([10], "float32"), dev.allocate([10], "float32")
     with pytest.raises(BufferAllocationError, match=r"'out' holds 36 bytes, it needs n = 10 elements \(40 bytes\)"):
         add.execute([dev.allocate([9], "float32"), a, b], [10])
     with pytest.raises(ExecutionError, match="'out' is float64, the kernel takes float32"):
         add.execute([dev.allocate([10], "float64"), a, b], [10])
-    with pytest.raises(ExecutionError, match="n=-1 is below its minimum 0"):
+    with pytest.raises(VariableBoundsError, match="n=-1 is below its minimum 0"):
         add.execute([a, a, b], [-1])
     assert f.counter("launches") == 0  # nothing reached the driver
     raw = dev.allocate(40)  # uint8 bytes: only the size is checked
@@ -543,3 +547,61 @@ def test_gpu_plan_copies_as_memcpy_nodes() -> None:
         plan.execute()
         plan.execute()  # a replay recomputes the same values
         assert plan.output_buffer().tolist() == want, graphs
+
+
+# --- ExecutionPlan over CUDA programs, built by hand ----------------------------------------------
+
+
+def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> None:
+    dev, n = fake().device(), 300
+    add, bufs, x = add_inputs(dev, n)
+    plan = cuda_plan(dev, [(add, [0, 1, 2], [n]), (add, [3, 0, 2], [n])], bufs)
+    assert plan.native_replay is False
+    plan.execute()
+    assert np.array_equal(plan.output_buffer().numpy(), x * 5)
+
+
+def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's copy of CUDA buffers is a device copy, and a host function's writes reach the GPU buffer.
+
+    Eager path (graphs off): with graphs the copy becomes a memcpy node (tests/test_cuda_plans.py).
+    """
+    from svod_min.execution_plan import PreparedCopy, PreparedCustomFunction, register_custom_function
+
+    monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
+
+    dev, n = fake().device(), 64
+    add, bufs, x = add_inputs(dev, n)
+    device_copies: List[Tuple[Any, Any]] = []
+    real_copy = dev.copy
+    monkeypatch.setattr(dev, "copy", lambda dst, src: (device_copies.append((dst, src)), real_copy(dst, src))[1])
+    seen: List[Any] = []
+
+    def negate(views: List[Any], _vars: Dict[str, int], _attrs: Dict[str, Any]) -> None:
+        seen.append(type(views[0]).__name__)
+        views[0][...] = -views[0]
+
+    register_custom_function("test_negate_cuda", negate)
+    plan = cuda_plan(dev, [(add, [0, 1, 2], [n])], bufs)
+    builder_ops = [PreparedCopy(id=1, buffer_indices=[3, 0], dependencies=[0]),
+                   PreparedCustomFunction(id=2, kind="test_negate_cuda", buffer_indices=[3], dependencies=[1])]  # fmt: skip
+    from svod_min.execution_plan import ExecutionPlanBuilder
+
+    builder = ExecutionPlanBuilder(dev)
+    for i, buf in enumerate(bufs):
+        builder.add_buffer(i, buf)
+    builder.add_kernel(plan.prepared_ops()[0])
+    for op in builder_ops:
+        builder.add_op(op)
+    builder.set_output_buffer(3)
+    plan = builder.build()
+    plan.execute()
+    assert [(d is bufs[3], s is bufs[0]) for d, s in device_copies] == [(True, True)]
+    assert seen == ["ndarray"]  # the host function got a staged host copy ...
+    assert np.array_equal(bufs[3].numpy(), -(x * 3))  # ... and its writes were copied back
+    assert np.array_equal(bufs[0].numpy(), x * 3)
+
+
+@gpu_test
+def test_gpu_plan_on_cuda_equals_cpu(gpu: cuda.CudaDevice) -> None:
+    check_plan_equals_cpu(gpu, 40, 70, 33)

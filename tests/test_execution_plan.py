@@ -440,7 +440,7 @@ def test_execute_custom_function_op_returns_unsupported(dev: CpuDevice) -> None:
     with pytest.raises(NotSupportedError) as info:
         b.build()
     assert "EncDec" in str(info.value) and "attrs=1" in str(info.value)
-    assert isinstance(info.value, NotImplementedError)
+    assert type(info.value) is NotSupportedError  # not a PlanError: the plan is well formed, the kind unknown
     # The run-time path (svod's) says the same.
     with pytest.raises(NotSupportedError, match=r"EncDec.*attrs=1"):
         run_custom_function(_custom(200, "EncDec", [0], attrs={"n": 3}), [], {})
@@ -954,7 +954,8 @@ def test_release_intermediate_buffers(dev: CpuDevice) -> None:
         plan.replicate()
 
 
-def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
+def _aliased_builder(dev: CpuDevice) -> ExecutionPlanBuilder:
+    """Output buffer 1 (also named 4) <- temporary 2 (also named 3)."""
     b = _builder(dev)
     out = b.add_buffer(1, f32(dev, [0.0]))
     tmp = b.add_buffer(2, f32(dev, [0.0]))
@@ -962,6 +963,11 @@ def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice
     b.map_buffer(4, out)
     b.add_op(copy_op(1, out, tmp))
     b.set_output_buffer(out)
+    return b
+
+
+def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
+    b = _aliased_builder(dev)
     plan = b.build()
     removed: List[int] = []
     plan.release_intermediate_buffers(removed.append)
@@ -970,6 +976,31 @@ def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice
     plan2.release_intermediate_buffers()  # remove_fn is optional
     with pytest.raises(ExecutionError):
         plan2.execute()
+
+
+def test_release_all_buffers_drops_outputs_and_inputs_too(dev: CpuDevice) -> None:
+    """svod's release_all_buffers: every buffer name goes to remove_fn, outputs and inputs included."""
+    plan = _replicable_plan(dev)
+    plan.execute()
+    removed: List[int] = []
+    plan.release_all_buffers(removed.append)
+    assert sorted(removed) == [1, 2, 3, 4, 5]
+    assert plan.output_buffer() is None and plan.output_buffers() == [None] and plan.buffer(1) is None
+    with pytest.raises(ExecutionError, match=r"released \(release_all_buffers\)"):
+        plan.execute()
+    with pytest.raises(ExecutionError, match="released"):
+        plan.replicate()
+
+
+def test_release_all_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
+    b = _aliased_builder(dev)
+    removed: List[int] = []
+    b.build().release_all_buffers(removed.append)
+    assert sorted(removed) == [1, 2, 3, 4]
+    plan = b.build()
+    plan.release_all_buffers()  # remove_fn is optional
+    with pytest.raises(ExecutionError, match="released"):
+        plan.execute_with_vars({})
 
 
 # --- concurrency ---------------------------------------------------------------------------------------------

@@ -22,18 +22,19 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import importlib.util
 import os
+import pytest
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import importlib.util
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Counter, Iterator, List, Tuple
 
-import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -52,7 +53,7 @@ fz = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = fz
 _spec.loader.exec_module(fz)  # type: ignore[union-attr]
 
-if not (clang.shutil.which("clang") or clang.shutil.which("gcc")):
+if not (shutil.which("clang") or shutil.which("gcc")):
     pytest.skip("no C compiler: the fuzz seeds are compiled objects", allow_module_level=True)
 
 SEEDS: List[Tuple[str, bytes]] = fz.compile_seeds()
@@ -158,7 +159,7 @@ def _fuzz(strategy, examples: int, check_maps: bool = False) -> Counter[str]:
 def test_seeds_cover_both_compilers_and_relocate_cleanly() -> None:
     labels = [label for label, _ in SEEDS]
     assert len(SEEDS) >= 4
-    if clang.shutil.which("clang") and clang.shutil.which("gcc"):
+    if shutil.which("clang") and shutil.which("gcc"):
         assert any(label.endswith("-clang") for label in labels) and any(label.endswith("-gcc") for label in labels)
     for label, obj in SEEDS:
         result = relocate(obj, fz.BASE, fz.RESOLVERS["near"])

@@ -6,10 +6,11 @@ import ctypes
 import gc
 import io
 import math
+import pytest
+import shutil
 import subprocess
 import threading
 
-import pytest
 from conftest import needs_cc
 from maps_support import executable_at
 
@@ -174,8 +175,8 @@ X86_CASES = [
 @pytest.mark.parametrize("case", X86_CASES, ids=[c[0] for c in X86_CASES])
 def test_x86_64_relocation_type_runs(case, tmp_path) -> None:
     name, rtype, src, cc, flags, entry, proto, args, expected = case
-    cc = cc or ("clang" if clang.shutil.which("clang") else "gcc")
-    if not clang.shutil.which(cc):
+    cc = cc or ("clang" if shutil.which("clang") else "gcc")
+    if not shutil.which(cc):
         pytest.skip("compiler %s not installed" % cc)
     obj = clang.compile_c(src, compiler=cc, extra_flags=flags)
     assert rtype in _reloc_types(obj), "snippet no longer produces %s" % name

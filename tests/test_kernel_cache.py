@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import hashlib
+import logging
 import os
 import shutil
 import signal
@@ -13,12 +15,20 @@ import sys
 import textwrap
 import threading
 import time
-import weakref
+import uuid
 
 import pytest
+from conftest import needs_cc
+from hardening_support import child_env, plan_object, PLAN_SRC, unusable_dirs  # noqa: F401 - fixtures
+from maps_support import executable_at
 
-from svod_min import kernel_cache as kc
+import weakref
+from svod_min import clang, kernel_cache as kc
+from svod_min.devices.cpu import CpuDevice, CpuProgram
 from svod_min.error import CacheError, CompilationError, NotSupportedError, PlanError
+from svod_min.jit_loader import load_object
+from svod_min.kernel_cache import KernelCache, object_cache, ObjectCache
+
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -404,10 +414,10 @@ def test_directory_removed_mid_run_is_recreated(tmp_path):
 def test_object_cache_follows_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "a"))
     a = kc.object_cache()
-    assert a.directory == str(tmp_path / "a") and a.enabled and kc.object_cache() is a
+    assert a.directory == str(tmp_path / "a" / "objects") and a.enabled and kc.object_cache() is a
     monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", str(tmp_path / "b"))
     b = kc.object_cache()
-    assert b is not a and b.directory == str(tmp_path / "b")
+    assert b is not a and b.directory == str(tmp_path / "b" / "objects")
     monkeypatch.setenv("SVOD_OBJECT_CACHE_BUDGET", "2MiB")
     assert kc.object_cache().budget_bytes == 2 << 20
 
@@ -435,7 +445,7 @@ def test_default_dir_xdg_and_home(tmp_path, monkeypatch):
      ("1GiB", 1 << 30), ("lots", kc.DEFAULT_BUDGET)],
 )
 def test_budget_parsing(raw, expected):
-    assert kc._parse_budget(raw) == expected
+    assert kc.parse_budget(raw) == expected
 
 
 # --- compile_cached --------------------------------------------------------
@@ -699,3 +709,160 @@ def test_a_symlink_to_dev_zero_is_a_miss_not_an_endless_read(tmp_path):
     result = _get_in_a_child(str(tmp_path / "cache"))
     assert result.returncode == 0 and result.stdout.strip() == "None", result.stderr
     assert c.get("k") is None
+
+
+# --- processes, eviction and unusable directories (from test_hardening.py) -------------------
+
+
+def test_kernel_cache_eviction_unmaps_the_dropped_program(plan_object) -> None:
+    dev = CpuDevice(threads=1)
+    cache = KernelCache(max_entries=2)
+
+    def compile_fn():
+        return CpuProgram.from_object(plan_object, "scale_add", buf_count=2, var_names=["n", "k"], device=dev)
+
+    progs = [cache.get_or_compile(("k", i), compile_fn) for i in range(2)]
+    bases = [p._loaded.base for p in progs]
+    mapped = executable_at  # the image's first segment is its r-x text
+
+    assert all(mapped(b) for b in bases)
+    del progs
+    gc.collect()
+    assert all(mapped(b) for b in bases)  # still cached: still mapped
+    third = cache.get_or_compile(("k", 2), compile_fn)  # evicts ("k", 0)
+    gc.collect()
+    assert not mapped(bases[0]), "the evicted program's image is still mapped"
+    assert mapped(bases[1]) and mapped(third._loaded.base)
+    cache.clear()
+    del third
+    gc.collect()
+    assert not mapped(bases[1])
+
+
+ANSWER_SRC = "int scale = %d;\nint answer(int x) { return x * scale + 1; }\n"
+
+
+_CACHE_READER = r"""
+import ctypes, os, sys, time
+from svod_min.kernel_cache import ObjectCache
+from svod_min.jit_loader import load_object
+
+directory, stop_file, objdir = sys.argv[1], sys.argv[2], sys.argv[3]
+objs = {}
+for name in sorted(os.listdir(objdir)):
+    with open(os.path.join(objdir, name), "rb") as fh:
+        objs["obj-" + name.split(".")[0]] = (fh.read(), int(name.split(".")[0]))
+cache = ObjectCache(directory)
+rounds = bad = loads = fills = 0
+deadline = time.time() + 60
+while (not os.path.exists(stop_file) or rounds < 30) and time.time() < deadline:
+    rounds += 1
+    for key, (obj, scale) in objs.items():
+        data = cache.get(key)
+        if data is None or rounds % 7 == 0:
+            cache.put(key, obj)  # fill, and keep overwriting: writers race with readers
+            fills += 1
+            continue
+        if data != obj:
+            bad += 1
+            continue
+        with load_object(data) as lo:  # an entry in use is loaded and run
+            loads += 1
+            bad += lo.function("answer", ctypes.c_int, ctypes.c_int)(3) != 3 * scale + 1
+print("rounds=%d loads=%d fills=%d bad=%d enabled=%s" % (rounds, loads, fills, bad, cache.enabled))
+sys.exit(1 if bad or not cache.enabled else 0)
+"""
+
+
+# Fills the cache like the readers, then tears a write of one of their keys half-way
+# and waits for SIGKILL: a kill that is guaranteed to land mid-write.
+_CACHE_VICTIM = r"""
+import os, sys, time
+from svod_min.kernel_cache import ObjectCache
+
+directory, objdir = sys.argv[1], sys.argv[2]
+cache = ObjectCache(directory)
+names = sorted(os.listdir(objdir))
+for name in names:
+    with open(os.path.join(objdir, name), "rb") as fh:
+        cache.put("obj-" + name.split(".")[0], fh.read())
+real_fdopen = os.fdopen
+class Torn:
+    def __init__(self, fh): self.fh = fh
+    def __enter__(self): return self
+    def __exit__(self, *exc): return False
+    def write(self, data):
+        if len(data) > 100:
+            self.fh.write(data[: len(data) // 2])
+            self.fh.flush()
+            print("torn", flush=True)
+            time.sleep(120)
+        return self.fh.write(data)
+os.fdopen = lambda *a, **k: Torn(real_fdopen(*a, **k))
+with open(os.path.join(objdir, names[0]), "rb") as fh:
+    cache.put("obj-" + names[0].split(".")[0], fh.read() + b"\0" * 4096)
+"""
+
+
+@needs_cc
+def test_four_processes_share_one_object_cache_while_one_is_killed_mid_write(tmp_path) -> None:
+    """test_kernel_cache.py covers 4 concurrent writers and a lone SIGKILLed writer; this runs
+    both at once, with real objects that the readers load and execute from the cache."""
+    directory, objdir, stop = tmp_path / "cache", tmp_path / "objs", tmp_path / "stop"
+    objdir.mkdir()
+    for scale in (2, 3, 5, 7, 11, 13):
+        (objdir / ("%d.o" % scale)).write_bytes(clang.compile_c(ANSWER_SRC % scale))
+    env = child_env()
+    readers = [subprocess.Popen([sys.executable, "-c", _CACHE_READER, str(directory), str(stop), str(objdir)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
+    victim = subprocess.Popen([sys.executable, "-c", _CACHE_VICTIM, str(directory), str(objdir)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        line = victim.stdout.readline().strip()
+        assert line == b"torn", victim.stderr.read().decode()
+        temps = [n for n in os.listdir(directory) if n.startswith(".svodtmp-")]
+        assert temps, "the victim's half-written temp file should exist"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        assert victim.returncode == -signal.SIGKILL
+        time.sleep(0.3)  # readers keep going after the kill
+        stop.write_text("stop")
+        for p in readers:
+            out, err = p.communicate(timeout=90)
+            assert p.returncode == 0, (out + err).decode()
+            assert b"bad=0" in out and b"loads=0" not in out, out
+            print("cache reader:", out.decode().strip())
+    finally:
+        for p in readers + [victim]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            for stream in (p.stdout, p.stderr):
+                if stream:
+                    stream.close()
+    cache = ObjectCache(str(directory))
+    assert cache.verify() == []
+    for scale in (2, 3, 5, 7, 11, 13):
+        data = cache.get("obj-%d" % scale)
+        assert data == (objdir / ("%d.o" % scale)).read_bytes()
+        with load_object(data) as lo:
+            assert lo.function("answer", ctypes.c_int, ctypes.c_int)(3) == 3 * scale + 1
+
+
+@needs_cc
+@pytest.mark.parametrize("which", ["under a regular file", "read-only pseudo-filesystem"])
+def test_unusable_cache_dir_runs_uncached_with_a_debug_message(which: str, tmp_path, monkeypatch, caplog) -> None:
+    path = unusable_dirs(tmp_path)[which]
+    monkeypatch.setenv("SVOD_OBJECT_CACHE_DIR", path)
+    caplog.set_level(logging.DEBUG, logger="svod_min.cache")
+    src = PLAN_SRC + "/* %s */\n" % uuid.uuid4()  # a fresh key: really compiled, really not stored
+    dev = CpuDevice(threads=1)
+    prog = dev.compile(src, "scale_add", buf_count=2, var_names=["n", "k"])
+    x, y = dev.allocate([4], "float32"), dev.allocate([4], "float32")
+    x.copyin([1.0, 2.0, 3.0, 4.0])
+    prog.execute([y, x], [4, 10])
+    assert y.tolist() == [11.0, 21.0, 31.0, 41.0]
+    assert not object_cache().enabled
+    assert "object cache disabled" in caplog.text and path in caplog.text, caplog.text
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "svod_min.cache")
+    assert not os.path.exists(path)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import random
+import shutil
 import struct
 
-import pytest
 from conftest import needs_cc
 
 from svod_min import clang
@@ -31,7 +32,7 @@ SHDR = struct.Struct("<IIQQQQIIQQ")
 
 @pytest.fixture(scope="module")
 def obj() -> bytes:
-    if not clang.shutil.which("clang") and not clang.shutil.which("gcc"):
+    if not shutil.which("clang") and not shutil.which("gcc"):
         pytest.skip("no C compiler")
     return clang.compile_c(SRC)
 

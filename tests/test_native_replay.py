@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import random
-import struct
 from typing import List
 
 import pytest
@@ -201,3 +200,53 @@ def test_env_switch_keeps_the_python_path(monkeypatch) -> None:
     monkeypatch.setenv("SVOD_NATIVE_REPLAY", "0")
     loaded = load_plan(EXAMPLES[0])
     assert not loaded.plan.native_replay
+
+
+# --- table rows: which kernels the runner may call, and how groups pack ---------------------------
+
+
+def _host(address: int) -> object:
+    return type("HostBuf", (), {"on_host": True, "address": address})()
+
+
+def test_native_entry_rows_and_refusals() -> None:
+    bufs = [_host(0x1000), _host(0x2000)]
+    assert native_replay.native_entry(0xABC, bufs, [5, 0], 1, None, 8) == (0xABC, [0x1000, 0x2000, 5, 0], 1, -1, 8)
+    # core_id is the second variable: its slot follows the two buffers; one call needs no slot
+    assert native_replay.native_entry(0xABC, bufs, [5, 0], 4, 1, 8)[3] == 3
+    assert native_replay.native_entry(0xABC, bufs, [5, 0], 1, 1, 8)[3] == -1
+    assert native_replay.native_entry(None, bufs, [], 1, None, 1) is None  # no C entry (a GPU or a double)
+    device_buf = type("DeviceBuf", (), {"on_host": False, "address": 0x3000})()
+    assert native_replay.native_entry(0xABC, [device_buf], [], 1, None, 1) is None
+    too_many = [0] * (native_replay.MAX_ARGS - 1)
+    assert native_replay.native_entry(0xABC, bufs, too_many, 1, None, 1) is None
+    assert native_replay.native_entry(0xABC, bufs, too_many[:-1], 1, None, 1) is not None  # exactly MAX_ARGS
+
+
+def test_pack_segments_turns_runs_of_entries_into_tables() -> None:
+    assert native_replay.available()
+    entry = (0xABC, [1], 1, -1, 1)
+    segments = native_replay.pack_segments([[0, 1], [2], [3], [4]], {0: entry, 1: entry, 3: entry, 4: entry}, 1)
+    assert segments is not None and [type(s) is list for s in segments] == [False, True, False]
+    assert segments[1] == [2]  # an op without an entry stays a group the plan runs itself
+    assert native_replay.pack_segments([[0]], {}, 1) is None  # nothing to pack
+
+
+def test_native_threads_follows_the_one_integer_rule(monkeypatch) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.delenv("SVOD_NATIVE_THREADS", raising=False)
+    assert native_replay.native_threads(6) == 6
+    monkeypatch.setenv("SVOD_NATIVE_THREADS", "0")
+    assert native_replay.native_threads(6) == 1  # serial
+    monkeypatch.setenv("SVOD_NATIVE_THREADS", "many")
+    with pytest.raises(ConfigError, match="SVOD_NATIVE_THREADS='many' is not an integer"):
+        native_replay.native_threads(6)
+
+
+def test_replay_switches_follow_the_one_on_off_rule(monkeypatch) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.setenv("SVOD_NATIVE_REPLAY", "maybe")
+    with pytest.raises(ConfigError, match="SVOD_NATIVE_REPLAY='maybe' is not an on/off value"):
+        ExecutionPlanBuilder(create_cpu_device()).build()

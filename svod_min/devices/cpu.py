@@ -1,4 +1,4 @@
-"""The CPU device: page-aligned host buffers, JIT-loaded kernels, a thread pool.
+"""The CPU device: JIT-loaded kernels, their launches, a thread pool (buffers: :mod:`.cpu_buffer`).
 
 Calling convention (svod's): ``void k(T* restrict buf0, .., const int var0, ..)``:
 buffers first in slot order as ``c_void_p``, then integer variables as
@@ -19,20 +19,16 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..clang import CpuBackend
 from ..device_spec import DeviceSpec
-from .common import check_index, dims_of, format_fits, nest, numpy_bytes, numpy_module, product, shape_for
-from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
-from ..error import (
-    BufferAllocationError,
-    ExecutionError,
-    NotSupportedError,
-    VariableBoundsError,
-)
+from ..dtypes import DTypeLike, dtype as to_dtype
+from ..error import BufferAllocationError, ExecutionError, VariableBoundsError
+from .base import RELEASE_EPOCH
+from .common import check_index, product, shape_for
+from .cpu_buffer import CpuBuffer, CpuStorage
 
 log = logging.getLogger("svod_min.devices.cpu")
 
@@ -42,157 +38,8 @@ PAGE_SIZE = mmap.PAGESIZE
 _THREADS_ENV = "SVOD_THREADS"
 
 _worker = threading.local()  # .active is True on svod pool threads
-#: How many CpuPrograms were ever closed: plans compare it with the count they saw (one int per replay)
-#: and look for a closed program of theirs only when it moved.
-CLOSES = [0]
 
-Shape = Tuple[int, ...]
 BufferLike = Any  # a CpuBuffer, or anything with an int ``address`` (or a raw int)
-
-
-# --- numpy (optional) ------------------------------------------------------
-
-# --- buffers ---------------------------------------------------------------
-
-
-class CpuStorage:
-    """One anonymous private mapping; every view of it shares this object.
-
-    ``address`` comes from a ``c_char`` exported from the mmap. That export
-    pins the mapping (``mmap.close()`` would raise while it exists), which is
-    what we want: the pages stay valid for as long as any buffer, view or
-    numpy array refers to them, and are unmapped by the GC afterwards.
-    """
-
-    def __init__(self, nbytes: int) -> None:
-        # mmap refuses length 0; a 0-byte buffer still gets a (1-page) mapping.
-        self.capacity = max(check_index(nbytes, "storage size"), 1)
-        self.mm = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE)
-        self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.address: int = ctypes.addressof(self._anchor)
-
-    def __repr__(self) -> str:
-        return "<CpuStorage 0x%x+%d>" % (self.address, self.capacity)
-
-
-@dataclass(eq=False)
-class CpuBuffer:
-    """A typed window ``[offset, offset + nbytes)`` of a :class:`CpuStorage`."""
-
-    storage: CpuStorage
-    offset: int
-    nbytes: int
-    dtype: DType
-    shape: Shape
-    device: Optional["CpuDevice"] = None
-    address: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        # Every buffer, views and hand-built ones alike, is a window its storage really has:
-        # extents checks and kernels trust nbytes.
-        if not isinstance(self.storage, CpuStorage) or not isinstance(self.dtype, DType):
-            raise BufferAllocationError("CpuBuffer takes a CpuStorage and a DType, got %s and %s"
-                                        % (type(self.storage).__name__, type(self.dtype).__name__))
-        offset, nbytes = check_index(self.offset, "buffer offset"), check_index(self.nbytes, "buffer size")
-        self.shape = dims_of(self.shape)
-        if offset + nbytes > self.storage.capacity:
-            raise BufferAllocationError("buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity))
-        if product(self.shape) * self.dtype.itemsize != nbytes:
-            raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(self.shape), self.dtype.name, nbytes))
-        self.address = self.storage.address + self.offset
-
-    def __len__(self) -> int:
-        return self.nbytes // self.dtype.itemsize
-
-    def __repr__(self) -> str:
-        return "<CpuBuffer %s%s %d B @0x%x>" % (self.dtype.name, list(self.shape), self.nbytes, self.address)
-
-    @property
-    def size(self) -> int:
-        """Element count (same as ``len``)."""
-        return len(self)
-
-    def byte_range(self) -> Tuple[int, int]:
-        """``(start, end)`` byte offsets inside :attr:`storage`, for hazard checks."""
-        return self.offset, self.offset + self.nbytes
-
-    def view(
-        self,
-        byte_offset: int,
-        nbytes: int,
-        dtype: Optional[DTypeLike] = None,
-        shape: Optional[Sequence[int]] = None,
-    ) -> "CpuBuffer":
-        """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
-        dt = self.dtype if dtype is None else to_dtype(dtype)
-        byte_offset, nbytes = check_index(byte_offset, "view offset"), check_index(nbytes, "view size")
-        if byte_offset + nbytes > self.nbytes:
-            raise BufferAllocationError(
-                "view [%d, %d) is out of range for a %d-byte buffer" % (byte_offset, byte_offset + nbytes, self.nbytes)
-            )
-        return CpuBuffer(self.storage, self.offset + byte_offset, nbytes, dt, shape_for(nbytes, dt, shape), self.device)
-
-    # --- data movement ---
-
-    def copyin(self, data: Any) -> "CpuBuffer":
-        """Overwrite the whole buffer from bytes-like data, a numpy array, or a list of numbers."""
-        src = self._source_bytes(data)
-        if len(src) != self.nbytes:
-            raise BufferAllocationError(
-                "copyin size mismatch: got %d bytes, buffer holds %d bytes" % (len(src), self.nbytes)
-            )
-        if self.nbytes:
-            self.storage.mm[self.offset : self.offset + self.nbytes] = src
-        return self
-
-    def copyout(self) -> bytes:
-        """The buffer's bytes (a copy)."""
-        return self.storage.mm[self.offset : self.offset + self.nbytes]
-
-    def numpy(self) -> Any:
-        """A zero-copy numpy array over the buffer (writes go straight to the buffer)."""
-        np = numpy_module()
-        if np is None:
-            raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
-        if self.dtype.numpy_name is None:
-            raise NotSupportedError(
-                "%s has no numpy dtype; use view(..., dtype='uint16') for its raw bits" % self.dtype.name
-            )
-        count = len(self)
-        if count == 0:  # frombuffer cannot view zero bytes of a mapping
-            return np.zeros(self.shape, dtype=self.dtype.numpy_name)
-        flat = np.frombuffer(self.storage.mm, dtype=self.dtype.numpy_name, count=count, offset=self.offset)
-        return flat.reshape(self.shape)
-
-    def tolist(self) -> Any:
-        """Nested Python lists (or a scalar for shape ``()``); needs no numpy."""
-        raw = memoryview(self.storage.mm)[self.offset : self.offset + self.nbytes]
-        try:
-            flat = unpack_values(self.dtype, raw)
-        finally:
-            raw.release()  # a live memoryview export would pin the mapping
-        return nest(flat, self.shape)
-
-    def _source_bytes(self, data: Any) -> Any:
-        np = numpy_module()
-        if np is not None and isinstance(data, np.ndarray):
-            return numpy_bytes(np, data, self.dtype)
-        if isinstance(data, (list, tuple)):
-            return pack_values(self.dtype, data)
-        try:
-            view = memoryview(data)
-        except TypeError as exc:  # not a buffer
-            raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
-        if not format_fits(view.format, self.dtype):  # typed memory (array.array, numpy): same rule as arrays
-            raise BufferAllocationError(
-                "memory of format %r does not hold %s elements (pass bytes, or convert first)" % (view.format, self.dtype.name)
-            )
-        if view.nbytes == 0:
-            return b""
-        try:
-            return view.cast("B") if view.c_contiguous else view.tobytes()
-        except (TypeError, ValueError) as exc:  # a layout cast() cannot flatten
-            raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
 
 
 # --- programs ---------------------------------------------------------------
@@ -237,6 +84,9 @@ def _chunks(n: int, parts: int) -> List[Tuple[int, int]]:
 class CpuProgram:
     """A JIT-loaded kernel entry point with svod's calling convention."""
 
+    #: Host convention: ``global_size[0]`` counts core-id invocations, not GPU blocks.
+    grid_in_blocks: ClassVar[bool] = False
+
     def __init__(
         self,
         loaded: Any,
@@ -271,7 +121,7 @@ class CpuProgram:
         name: Optional[str] = None,
     ) -> "CpuProgram":
         """Relocate and map an ELF object, then wrap ``entry_point``."""
-        from ..jit_loader import load_object
+        from ..jit_loader import load_object  # on first load: a device that only allocates skips ~20 ms of imports
 
         return cls(load_object(obj_bytes), entry_point, buf_count=buf_count, var_names=var_names, device=device, name=name)
 
@@ -281,6 +131,11 @@ class CpuProgram:
         if self._loaded is None:
             raise ExecutionError("program %s is closed" % self.name)
         return self._loaded.address(self.entry_point)
+
+    @property
+    def native_address(self) -> Optional[int]:
+        """The C entry the native runner may call directly; None once closed."""
+        return None if self._loaded is None else self._loaded.address(self.entry_point)
 
     @property
     def closed(self) -> bool:
@@ -297,7 +152,7 @@ class CpuProgram:
         callable refuses to run after close() (ExecutionError).
         """
         if self._fn is not None:
-            CLOSES[0] += 1
+            RELEASE_EPOCH.bump()
         self._fn = None
         loaded, self._loaded = self._loaded, None
         if loaded is not None and not self._bound:
@@ -346,35 +201,33 @@ class CpuProgram:
         vals: Sequence[int] = (),
         *,
         global_size: Optional[Sequence[int]] = None,
+        local_size: Optional[Sequence[int]] = None,
         core_id_index: Optional[int] = None,
         threads: Optional[int] = None,
-    ) -> Callable[[], None]:
-        """Validate once; return a zero-argument callable that dispatches (for replay loops).
+    ) -> "CpuLaunch":
+        """Validate once; return a :class:`CpuLaunch` that dispatches when called (for replay loops).
 
-        ``threads=1`` runs core_id invocations inline (work too small for the pool).
-
-        Single calls get prebuilt ``c_void_p``/``c_int32`` objects, which skips
-        ctypes' per-call int conversion. The callable holds raw addresses:
-        keep the buffers alive while it is used.
+        ``threads=1`` runs core_id invocations inline (work too small for the pool);
+        ``local_size`` is accepted and ignored (the CPU has no blocks). The launch holds
+        raw addresses: keep the buffers alive while it is used.
         """
+        launch = CpuLaunch(self, buffers, core_id_index, threads)
+        launch.set_vals(vals, global_size)
+        self._bound = True  # the launch (and through it the mapping) now lives as long as it does
+        return launch
+
+    def _call_parts(
+        self, buffers: Sequence[BufferLike], vals: Sequence[Any], global_size: Optional[Sequence[int]],
+        core_id_index: Optional[int], threads: Optional[int],
+    ) -> Tuple[Callable[..., None], Sequence[Any]]:
+        """``(fn, args)`` a launch calls: prebuilt ctypes arguments for one call (skips ctypes' per-call
+        int conversion), a partial over the core-id range for several."""
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
-        self._bound = True  # fn (and through it the mapping) now lives as long as the callable
         if n > 1:
             run = partial(_run_range, fn, args, pos, 0, n) if threads == 1 else partial(self._dispatch, fn, args, pos, n)
-            return self._guarded(run)
+            return run, ()
         nbuf = self.buf_count
-        cargs = [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
-        return self._guarded(fn, cargs)
-
-    def _guarded(self, fn: Callable[..., None], cargs: Sequence[Any] = ()) -> Callable[[], None]:
-        """``fn(*cargs)`` behind a closed-flag check (a few ns): after close() the call is refused."""
-
-        def call() -> None:
-            if self._fn is None:
-                raise ExecutionError("program %s is closed: a callable bound before close() cannot run it" % self.name)
-            fn(*cargs)
-
-        return call
+        return fn, [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
 
     def _prepare(
         self,
@@ -446,6 +299,42 @@ class CpuProgram:
         _wait_all(futures, self.name)
 
 
+class CpuLaunch:
+    """A CPU kernel bound to its buffers and values (the device interface's ``Launch``).
+
+    Calling it dispatches; after the program's close() the call is refused (a few ns check).
+    """
+
+    __slots__ = ("program", "_buffers", "_core_id_index", "_threads", "_vals", "_global_size", "_fn", "_cargs")
+
+    #: The CPU has no graph runtime: plans replay its launches one by one or natively.
+    graphable: ClassVar[bool] = False
+    #: No device timer: callers time the wall clock around a call.
+    timed: ClassVar[Optional[Callable[[], float]]] = None
+
+    def __init__(self, program: CpuProgram, buffers: Sequence[BufferLike], core_id_index: Optional[int],
+                 threads: Optional[int]) -> None:  # fmt: skip
+        self.program = program
+        self._buffers, self._core_id_index, self._threads = buffers, core_id_index, threads
+        self._vals: Sequence[Any] = ()
+        self._global_size: Optional[Sequence[int]] = None
+
+    def __call__(self) -> None:
+        if self.program._fn is None:
+            raise ExecutionError("program %s is closed: a callable bound before close() cannot run it" % self.program.name)
+        self._fn(*self._cargs)
+
+    def set_vals(self, vals: Sequence[int], global_size: Optional[Sequence[int]] = None) -> None:
+        """New variable values (and invocation count), validated before anything changes."""
+        size = self._global_size if global_size is None else global_size
+        self._fn, self._cargs = self.program._call_parts(self._buffers, vals, size, self._core_id_index, self._threads)
+        self._vals, self._global_size = vals, size
+
+    def set_dims(self, grid: Sequence[int], block: Optional[Sequence[int]] = None) -> None:
+        """A new invocation count (``grid[0]``); ``block`` means nothing on the CPU."""
+        self.set_vals(self._vals, grid)
+
+
 def _wait_all(futures: List["concurrent.futures.Future[None]"], name: str) -> None:
     concurrent.futures.wait(futures)  # all must finish before buffers may be reused
     for fut in futures:
@@ -484,8 +373,32 @@ def _mark_worker() -> None:
     _worker.active = True
 
 
+class CpuEvent:
+    """A point on the host's clock: CPU work is done when its call returns, so recording is reading the time."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns: Optional[int] = None
+
+    def record(self) -> None:
+        self.ns = time.perf_counter_ns()
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: everything before :meth:`record` already ran."""
+
+    def elapsed_since(self, start: "CpuEvent") -> float:
+        """Seconds between ``start`` and this event (both recorded)."""
+        if self.ns is None or start.ns is None:
+            raise ExecutionError("elapsed_since needs two recorded events")
+        return (self.ns - start.ns) / 1e9
+
+
 class CpuDevice:
     """The host CPU as a device: allocation, compilation and a kernel thread pool."""
+
+    #: No graph runtime: plans replay CPU kernels one by one or through the native runner.
+    graph: ClassVar[None] = None
 
     def __init__(self, backend: Optional[CpuBackend] = None, *, threads: Optional[int] = None) -> None:
         self.spec = DeviceSpec("CPU")
@@ -525,8 +438,25 @@ class CpuDevice:
         if old is not None:
             old.shutdown(wait=False)
 
+    def host_pool(self) -> Optional[concurrent.futures.ThreadPoolExecutor]:
+        """The pool for independent host ops; None with one thread or on one of its own workers
+        (waiting on the pool from its own thread can deadlock it)."""
+        if self.threads <= 1 or getattr(_worker, "active", False):
+            return None
+        return self.pool
+
+    def new_event(self) -> CpuEvent:
+        return CpuEvent()
+
     def synchronize(self) -> None:
         """No-op: CPU dispatch is synchronous (exists for symmetry with GPU devices)."""
+
+    def close(self) -> None:
+        """Shut the thread pool down (a later use starts a new one); buffers and programs stay valid."""
+        with self._pool_lock:
+            old, self._pool = self._pool, None
+        if old is not None:
+            old.shutdown(wait=True)
 
     # --- memory ---
 
@@ -545,7 +475,7 @@ class CpuDevice:
 
     def compile_object(self, source: str, *, extra_flags: Sequence[str] = ()) -> bytes:
         """C (or LLVM IR for the LLVM backend) -> ELF object bytes, via the disk cache when present."""
-        from ..kernel_cache import compile_cached
+        from ..kernel_cache import compile_cached  # on first compile (see from_object)
 
         kind = "ir" if self.backend is CpuBackend.LLVM else "c"
         return compile_cached(source, kind=kind, extra_flags=tuple(extra_flags))
@@ -637,6 +567,8 @@ __all__ = [
     "CpuBackend",
     "CpuBuffer",
     "CpuDevice",
+    "CpuEvent",
+    "CpuLaunch",
     "CpuProgram",
     "CpuStorage",
     "INT32_MAX",

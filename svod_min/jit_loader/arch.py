@@ -3,13 +3,23 @@
 Each architecture module builds one :class:`Arch`: a table from relocation
 type number to :class:`RelocSpec` (field width, how the symbol is reached,
 and a small function that encodes the value), the types it refuses by name,
-and how to write a call stub.
+and how to write a call stub. :func:`host_arch` names the machine we run on.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict
+
+from ..error import FieldOverflow  # aarch64.py and layout.py import it from here
+
+
+def host_arch() -> str:
+    """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
+    machine = os.uname().machine.lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
 
 #: How a relocation reaches its symbol.
 DIRECT = "direct"  # S is the symbol's address
@@ -18,15 +28,6 @@ CALL = "call"  # S is the symbol, or a call stub when the symbol is external
 
 #: apply(image, offset, S, A, P) patches the field; raises FieldOverflow.
 ApplyFn = Callable[[bytearray, int, int, int, int], None]
-
-
-class FieldOverflow(Exception):
-    """Internal: a value does not fit its field; the relocator adds context."""
-
-    def __init__(self, value: int, detail: str) -> None:
-        super().__init__(detail)
-        self.value = value
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import platform
 import threading
 from typing import List, Optional
 
+from ..config import env_str
 from ..error import ExecMemoryError, LoaderError
 from .layout import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, Segment
 
@@ -74,7 +75,7 @@ def wx_mode() -> str:
     global _mode
     with _mode_lock:
         if _mode is None:
-            forced = os.environ.get("SVOD_WX_MODE", "auto").strip().lower()
+            forced = (env_str("SVOD_WX_MODE") or "auto").lower()
             _mode = forced if forced in MODES else "anon"
         return _mode
 

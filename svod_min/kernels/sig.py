@@ -4,22 +4,23 @@ A signature says everything a caller needs without reading C: the entry
 point, each buffer's dtype, role (``r``/``w``/``rw``) and element count as an
 expression of the integer variables, the variables in call order, launch
 dimensions and cost expressions. Expressions are a small integer language
-(``+ - * // %``, comparisons, ``and``/``or``, ``min max ceildiv``), parsed and
-checked with :mod:`ast` once and then evaluated without ``eval`` of
-untrusted text.
+(:mod:`svod_min.expr` with comparisons, ``and``/``or`` and conditionals),
+compiled once per text into closures.
 """
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import dataclasses
 import functools
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from .. import expr as size_expr
 from ..error import KernelParamError
+from ..expr import SizeExpr
+from .elementwise import elementwise_parts
 
 Dim = Union[int, str]
 ROLES = ("r", "w", "rw")
@@ -128,8 +129,6 @@ def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str,
                     out_dtype: object = None, input_dtypes: Optional[Mapping[str, object]] = None,
                     inputs: Optional[Tuple[str, ...]] = None, doc: str = "") -> KernelSig:
     """The signature of an elementwise kernel (library or fused): out, then the inputs, n."""
-    from .expr import elementwise_parts
-
     parsed, _c, out, ins, _v = elementwise_parts(expr, dtype=dtype, out_dtype=out_dtype,
                                                  input_dtypes=input_dtypes, inputs=inputs)  # fmt: skip
     bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, dt.name, "r", "n") for n, dt in ins)
@@ -180,48 +179,15 @@ def cuda_sig_from_row(row: Mapping[str, Any]) -> CudaKernelSig:
 
 # --- size expressions -------------------------------------------------------------
 
-_ALLOWED = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call, ast.Name, ast.Load,
-    ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd,
-    ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq, ast.And, ast.Or, ast.IfExp,
-)  # fmt: skip
-
-
-def _ceildiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-_FUNCS: Dict[str, Callable[..., int]] = {"min": min, "max": max, "ceildiv": _ceildiv}
-
 
 @functools.lru_cache(maxsize=None)
-def compile_expr(text: str) -> Callable[[Mapping[str, int]], int]:
-    """``text`` -> a function of a ``{var: int}`` mapping; raises KernelParamError when malformed."""
-    try:
-        tree = ast.parse(str(text), mode="eval")
-    except SyntaxError as exc:
-        raise KernelParamError("bad size expression %r: %s" % (text, exc.msg)) from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED):
-            raise KernelParamError("size expression %r may not contain %s" % (text, type(node).__name__))
-        if isinstance(node, ast.Constant) and type(node.value) is not int:
-            raise KernelParamError("size expression %r: only int constants" % (text,))
-        if isinstance(node, ast.Call) and (
-            not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords
-        ):
-            raise KernelParamError("size expression %r: unknown call" % (text,))
-    code = compile(tree, "<size %s>" % text, "eval")
-    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_FUNCS))
+def compile_expr(text: Union[str, int]) -> SizeExpr:
+    """``text`` -> a function of a ``{var: int}`` mapping; raises KernelParamError when malformed.
 
-    def evaluate(env: Mapping[str, int]) -> int:
-        scope: Dict[str, Any] = dict(_FUNCS)
-        try:
-            scope.update((n, env[n]) for n in names)
-        except KeyError as exc:
-            raise KernelParamError("size expression %r needs variable %s" % (text, exc)) from None
-        return eval(code, {"__builtins__": {}}, scope)  # noqa: S307 - AST checked above
-
-    return evaluate
+    The library's dialect of :mod:`svod_min.expr`: sizes plus comparisons,
+    ``and``/``or`` and conditionals (its argument checks use them).
+    """
+    return size_expr.compile_expr(text, conditions=True, error=KernelParamError)
 
 
 def var_value(var: VarArg, value: Any) -> int:

@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import Dict
 
-from .expr import KernelParamError
+from ..error import KernelParamError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C_DIR = os.path.join(HERE, "_generated", "c")

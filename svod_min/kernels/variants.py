@@ -14,7 +14,8 @@ import os
 import threading
 from typing import Any, Dict, FrozenSet, List, Optional
 
-from ..clang import host_arch
+from ..jit_loader.arch import host_arch
+from ..config import env_str
 from ..error import LoaderError
 from ..error import KernelParamError
 
@@ -55,7 +56,7 @@ def _variants() -> Dict[str, Dict[str, Any]]:
 
 def choose_variant(arch: Optional[str] = None, features: Optional[FrozenSet[str]] = None) -> Optional[str]:
     """The prebuilt variant for this host (None: no prebuilt objects fit; compile instead)."""
-    forced = os.environ.get(VARIANT_ENV, "").strip()
+    forced = env_str(VARIANT_ENV) or ""
     variants = _variants()
     if forced:
         if forced.lower() == "none":
@@ -111,7 +112,7 @@ def load_variant(variant: str) -> SharedObject:
     with _lock:
         obj = _objects.get(variant)
         if obj is None:
-            from ..jit_loader import load_object
+            from ..jit_loader import load_object  # on first map, so that importing the library stays cheap
 
             path = object_path(variant)
             try:

@@ -1,0 +1,168 @@
+"""Running the compiler on one source: C or LLVM IR text -> relocatable ELF object bytes.
+
+clang reads stdin and writes the object to stdout, so nothing touches the
+disk. gcc cannot write an object into a pipe (it silently writes 0 bytes),
+so for gcc the object goes through a private temporary directory that is
+always removed. The flags keep the object within what the loader handles.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..error import CompilationError, CompilerNotFoundError
+from .probe import CompilerInfo, find_compiler
+
+#: Seconds a single compiler run may take before we give up on it.
+COMPILE_TIMEOUT_S = 300.0
+
+# Flags shared by both compilers. Each one removes something the loader would
+# otherwise have to handle or that a hardened distro compiler adds by default.
+DEFAULT_FLAGS: Tuple[str, ...] = (
+    "-O2",
+    "-fPIC",  # position-independent: PC-relative data access, no 32S relocations
+    "-fno-plt",  # external calls go through the GOT (we build it inside the image)
+    "-fno-stack-protector",  # no __stack_chk_fail / TLS canary reads
+    "-fcf-protection=none",  # no endbr64 / CET notes
+    "-fno-asynchronous-unwind-tables",  # no .eh_frame to lay out and relocate
+    "-fno-unwind-tables",
+    "-fno-math-errno",  # sqrt becomes an instruction, not a libm call
+    "-fno-ident",
+)
+
+# "Freestanding" in effect but not in name: -ffreestanding also disables math
+# builtins (sqrtf becomes a libm call), so we only forbid the idioms that turn
+# loops into memcpy/memset calls. The spelling differs per compiler.
+FAMILY_FLAGS: Dict[str, Tuple[str, ...]] = {
+    "clang": ("-fno-builtin-memcpy", "-fno-builtin-memset", "-fno-builtin-memmove"),
+    "gcc": ("-fno-tree-loop-distribute-patterns",),
+}
+
+
+def compiler_flags(info: CompilerInfo, extra_flags: Sequence[str]) -> List[str]:
+    """The full flag list for ``info``'s compiler: the defaults, its family's, then ``extra_flags``."""
+    return [*DEFAULT_FLAGS, *FAMILY_FLAGS.get(info.family, ()), *extra_flags]
+
+
+# "<stdin>"/"-" for a piped source; "kernel N" for a source of a batch (see compile_many_c).
+DIAG_LINE = re.compile(r"^(?:<stdin>|-|kernel \d+):(\d+):(?:\d+:)?\s*(?:fatal )?error", re.MULTILINE)
+
+
+def offending_lines(source: str, diagnostics: str) -> List[Tuple[int, str]]:
+    """``(line number, text)`` of each source line the diagnostics report an error on (at most 20)."""
+    lines = source.splitlines()
+    numbers = sorted({int(m.group(1)) for m in DIAG_LINE.finditer(diagnostics)})
+    return [(n, lines[n - 1]) for n in numbers[:20] if 0 < n <= len(lines)]
+
+
+def _fail(info: CompilerInfo, source: str, stderr: str, what: str) -> CompilationError:
+    return CompilationError(
+        "%s failed to compile %s" % (os.path.basename(info.path), what),
+        diagnostics=stderr,
+        source_lines=offending_lines(source, stderr),
+        compiler=info.identity,
+    )
+
+
+def run_compiler(
+    cmd: List[str], source: str, info: CompilerInfo, cwd: Optional[str] = None
+) -> subprocess.CompletedProcess:
+    """Run ``cmd`` with ``source`` on stdin; a timeout or a missing binary is a svod error."""
+    try:
+        return subprocess.run(
+            cmd,
+            input=source_bytes(source, "the source"),
+            capture_output=True,
+            timeout=COMPILE_TIMEOUT_S,
+            check=False,
+            cwd=cwd,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise CompilationError(
+            "%s did not finish within %.0f s" % (info.path, COMPILE_TIMEOUT_S), compiler=info.identity
+        ) from exc
+    except OSError as exc:
+        raise CompilerNotFoundError("cannot run %s: %s" % (info.path, exc)) from exc
+
+
+def _compile_via_pipe(info: CompilerInfo, lang: str, source: str, flags: List[str]) -> bytes:
+    cmd = [info.path, "-c", "-x", lang, *flags, "-", "-o", "-"]
+    result = run_compiler(cmd, source, info)
+    if result.returncode != 0:
+        raise _fail(info, source, result.stderr.decode(errors="replace"), lang)
+    return result.stdout
+
+
+def _compile_via_tempdir(info: CompilerInfo, lang: str, source: str, flags: List[str]) -> bytes:
+    # A private directory (mode 0700) under TMPDIR, never the working
+    # directory; removed whatever happens. Only a .o is written: noexec is fine.
+    with tempfile.TemporaryDirectory(prefix="svod_min-cc-") as tmp:
+        out_path = os.path.join(tmp, "kernel.o")
+        cmd = [info.path, "-c", "-x", lang, *flags, "-", "-o", out_path]
+        result = run_compiler(cmd, source, info)
+        if result.returncode != 0:
+            raise _fail(info, source, result.stderr.decode(errors="replace"), lang)
+        try:
+            with open(out_path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:  # exited 0 without an object (-###, --help, a "compiler" that is not one)
+            return b""  # check_object reports it
+
+
+def check_object(data: bytes, info: CompilerInfo) -> bytes:
+    """``data`` when it is an ELF object; otherwise a CompilationError naming the compiler."""
+    if not data.startswith(b"\x7fELF"):
+        raise CompilationError(
+            "%s produced no ELF object (%d bytes of output)" % (info.path, len(data)),
+            compiler=info.identity,
+        )
+    return data
+
+
+def compile_c(
+    source: str, *, extra_flags: Sequence[str] = (), compiler: Optional[str] = None
+) -> bytes:
+    """Compile C source to relocatable ELF object bytes (clang via pipes, gcc via a temp dir)."""
+    info = find_compiler(compiler=compiler)
+    flags = compiler_flags(info, extra_flags)
+    if info.family == "clang":
+        data = _compile_via_pipe(info, "c", source, flags)
+    else:
+        data = _compile_via_tempdir(info, "c", source, flags)
+    return check_object(data, info)
+
+
+def compile_ir(ir_text: str, *, extra_flags: Sequence[str] = ()) -> bytes:
+    """Compile LLVM IR text (svod's ``Llvm`` CPU backend) to ELF object bytes; clang only."""
+    info = find_compiler(need_clang=True)
+    # IR carries its own semantics: C-language flags would only warn.
+    flags = ["-O2", "-fPIC", "-Wno-override-module", *extra_flags]
+    return check_object(_compile_via_pipe(info, "ir", ir_text, flags), info)
+
+
+def source_bytes(source: Any, what: str) -> bytes:
+    """C source text as UTF-8; a non-string or text with lone surrogates is a CompilationError."""
+    if not isinstance(source, str):
+        raise CompilationError("%s must be a str of C source, got %s" % (what, type(source).__name__))
+    try:
+        return source.encode("utf-8")
+    except UnicodeEncodeError as exc:  # e.g. "\udcff" from JSON: no encoding can hand it to a compiler
+        raise CompilationError("%s is not valid Unicode text (%s at position %d)" % (what, exc.reason, exc.start)) from None
+
+
+__all__ = [
+    "COMPILE_TIMEOUT_S",
+    "DEFAULT_FLAGS",
+    "FAMILY_FLAGS",
+    "check_object",
+    "compile_c",
+    "compile_ir",
+    "compiler_flags",
+    "offending_lines",
+    "run_compiler",
+    "source_bytes",
+]

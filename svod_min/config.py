@@ -1,0 +1,120 @@
+"""Environment settings: one parse rule for on/off variables and one cache root.
+
+A leaf module (stdlib and :mod:`svod_min.error` only), so the loader, the
+compiler driver and the caches can all read it without importing each other.
+
+On/off variables (``SVOD_OBJECT_CACHE``, ``SVOD_NATIVE_REPLAY`` ...) share
+one rule, :func:`env_flag`: ``0 false no off disable disabled`` turn a
+feature off, ``1 true yes on enable enabled`` turn it on (any case, spaces
+ignored), unset or empty keeps the default, and anything else is a
+:class:`~svod_min.error.ConfigError` naming the variable.
+
+Every on-disk store lives under :func:`cache_root`: the object cache in
+``<root>/objects``, compiler probes in ``<root>/compilers.json``.
+``SVOD_OBJECT_CACHE=0`` turns all of them off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from .error import ConfigError
+
+FALSE_WORDS = frozenset({"0", "false", "no", "off", "disable", "disabled"})
+TRUE_WORDS = frozenset({"1", "true", "yes", "on", "enable", "enabled"})
+
+#: On/off switch for every on-disk store (object cache, compiler probes).
+CACHE_FLAG_ENV = "SVOD_OBJECT_CACHE"
+#: The cache root; default ``$XDG_CACHE_HOME/svod_min``, else ``~/.cache/svod_min``.
+CACHE_DIR_ENV = "SVOD_OBJECT_CACHE_DIR"
+#: Environment variables :func:`cache_root` and :func:`disk_cache_enabled` read.
+CACHE_ENV_VARS = (CACHE_FLAG_ENV, CACHE_DIR_ENV, "XDG_CACHE_HOME", "HOME")
+
+
+def env_str(name: str) -> Optional[str]:
+    """The variable's value with surrounding spaces removed; None when unset or empty."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def parse_flag(name: str, raw: Optional[str], default: bool) -> bool:
+    """``raw`` (the value of variable ``name``) as on/off by the rule of :func:`env_flag`."""
+    word = (raw or "").strip().lower()
+    if not word:
+        return default
+    if word in FALSE_WORDS:
+        return False
+    if word in TRUE_WORDS:
+        return True
+    raise ConfigError(
+        "%s=%r is not an on/off value (use one of %s or %s)"
+        % (name, raw, ", ".join(sorted(TRUE_WORDS)), ", ".join(sorted(FALSE_WORDS)))
+    )
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """Whether the on/off variable ``name`` is on; ``default`` when unset or empty."""
+    return parse_flag(name, os.environ.get(name), default)
+
+
+def env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    """The integer variable ``name`` (at least ``minimum``); ``default`` when unset or empty."""
+    raw = env_str(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError("%s=%r is not an integer" % (name, raw)) from None
+    if value < minimum:
+        raise ConfigError("%s=%d is below its minimum %d" % (name, value, minimum))
+    return value
+
+
+def disk_cache_enabled() -> bool:
+    """False when ``SVOD_OBJECT_CACHE`` turns every on-disk store off."""
+    return env_flag(CACHE_FLAG_ENV, True)
+
+
+def cache_root() -> Optional[str]:
+    """The directory every on-disk store lives under (absolute); None when there is no home.
+
+    ``SVOD_OBJECT_CACHE_DIR`` (``~`` expanded), else ``$XDG_CACHE_HOME/svod_min``
+    when that is absolute (the XDG spec says a relative value is invalid and
+    must be ignored), else ``~/.cache/svod_min``.
+    """
+    explicit = env_str(CACHE_DIR_ENV)
+    if explicit is not None:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = env_str("XDG_CACHE_HOME")
+    if xdg is not None and os.path.isabs(xdg):
+        return os.path.join(xdg, "svod_min")
+    home_cache = os.path.expanduser(os.path.join("~", ".cache"))
+    if home_cache.startswith("~"):
+        return None
+    return os.path.join(home_cache, "svod_min")
+
+
+def cache_path(*parts: str) -> Optional[str]:
+    """``parts`` joined under :func:`cache_root`; None when the disk cache is off or has no root."""
+    if not disk_cache_enabled():
+        return None
+    root = cache_root()
+    return None if root is None else os.path.join(root, *parts)
+
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_ENV_VARS",
+    "CACHE_FLAG_ENV",
+    "FALSE_WORDS",
+    "TRUE_WORDS",
+    "cache_path",
+    "cache_root",
+    "disk_cache_enabled",
+    "env_flag",
+    "env_int",
+    "env_str",
+    "parse_flag",
+]

@@ -1,0 +1,194 @@
+"""The device interface: what plans, the executor and plan files may ask of a device.
+
+A device is a few fixed slots (tinygrad's ``Compiled(device, allocator, renderers, runtime,
+graph)`` is the model), so the code above never probes a device with ``hasattr``:
+
+* :class:`Device` — ``spec``, ``threads``, ``allocate``, ``load`` a kernel form, ``graph``
+  (a :class:`GraphRuntime` or ``None``), ``host_pool`` (a thread pool for independent host ops or
+  ``None``), ``new_event``, ``synchronize``, ``close``.
+* :class:`Program` — a loaded kernel: its slot counts, ``grid_in_blocks`` (GPU: ``global_size``
+  counts blocks), ``native_address`` (a C entry the native runner may call, else ``None``),
+  ``closed``, ``bind`` → a :class:`Launch`.
+* :class:`Launch` — a bound call that replays: ``__call__``, ``set_vals``/``set_dims`` (patched in
+  place so a graph holding it re-uploads one node), ``graphable``, ``timed``.
+* :class:`Buffer` — ``storage``, ``offset``, ``nbytes``, ``dtype``, ``shape``, ``on_host``, copies,
+  views.
+
+Both :mod:`svod_min.devices.cpu` and :mod:`svod_min.devices.cuda` implement these; the Protocols are
+structural (``typing.Protocol`` is 3.8+), so tests may pass their own doubles. :class:`ReleaseEpoch`
+is the one close/release counter: a plan remembers the value it saw and rescans its programs or
+buffers only when the counter moved (one int comparison per replay).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+try:
+    from typing import Protocol
+except ImportError:  # pragma: no cover - Python 3.7 is not supported; kept for type checkers only
+    Protocol = object  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:  # annotations only: plans import this module, and it must stay cheap (~10 ms otherwise)
+    from concurrent.futures import Executor
+
+    from ..device_spec import DeviceSpec
+    from ..dtypes import DType
+
+Dims = Tuple[int, int, int]
+
+#: :meth:`GraphRuntime.build`'s marker for an op that needs no graph node (a view).
+NO_NODE: Any = object()
+
+
+class Buffer(Protocol):
+    """Bytes on a device: a window ``[offset, offset + nbytes)`` of a ``storage`` allocation."""
+
+    storage: Any
+    offset: int
+    nbytes: int
+    dtype: DType
+    shape: Tuple[int, ...]
+    #: The window's first byte: a host pointer when ``on_host``, else a device address.
+    address: int
+    #: True when ``address`` is a host pointer (a plain memmove may read or write it).
+    on_host: bool
+
+    def view(self, byte_offset: int, nbytes: int, dtype: Any = None, shape: Optional[Sequence[int]] = None) -> "Buffer": ...
+
+    def copyin(self, data: Any) -> "Buffer": ...
+
+    def copyout(self) -> bytes: ...
+
+    def copyout_into(self, dst: Any) -> Any: ...
+
+    def numpy(self) -> Any: ...
+
+    def tolist(self) -> Any: ...
+
+
+class Launch(Protocol):
+    """A kernel bound to its buffers and values: one call replays it."""
+
+    #: True when the launch can become a node of the device's graph (:class:`GraphRuntime`).
+    graphable: bool
+
+    def __call__(self) -> None: ...
+
+    def set_vals(self, vals: Sequence[int]) -> None: ...
+
+    def set_dims(self, grid: Dims, block: Optional[Dims]) -> None: ...
+
+    #: Run once and return the device time in seconds, or ``None`` when the device has no timer.
+    timed: Optional[Callable[[], float]]
+
+
+class Program(Protocol):
+    """A loaded kernel entry point."""
+
+    name: str
+    buf_count: int
+    var_names: Sequence[str]
+    #: GPU convention: ``global_size`` counts blocks and ``local_size`` is the block.
+    grid_in_blocks: bool
+    #: The C entry a native runner may call directly (``void k(void **bufs..., int vals...)``), or None.
+    native_address: Optional[int]
+    closed: bool
+
+    def bind(
+        self,
+        bufs: Sequence[Any],
+        vals: Sequence[int],
+        global_size: Optional[Sequence[int]] = None,
+        local_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+        threads: Optional[int] = None,
+    ) -> Launch: ...
+
+    def close(self) -> None: ...
+
+
+class Event(Protocol):
+    """A point in a device's timeline: record it, wait for it, time between two."""
+
+    def record(self) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_since(self, start: "Event") -> float: ...
+
+
+class GraphRuntime(Protocol):
+    """A device's graph slot: runs of launches and copies submitted as one replayable unit."""
+
+    def copy_node(self, dst: Buffer, src: Buffer) -> Optional[Any]:
+        """A device-to-device copy as a graph node, or None when this copy cannot be one."""
+        ...
+
+    def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:
+        """Segments for ``groups`` (hazard-ordered op indices, level by level).
+
+        ``nodes[i]`` is op ``i``'s node: a graphable :class:`Launch`, a copy node, :data:`NO_NODE`
+        (nothing to run) or None (not graphable: it ends a run). A segment is either a list of op
+        indices (run one by one by the plan) or a callable that replays a whole graph.
+        """
+        ...
+
+
+class Device(Protocol):
+    """A device: the fixed slots plans and executors use."""
+
+    spec: DeviceSpec
+    #: Host threads the device may use for one kernel's invocations (1 on a GPU).
+    threads: int
+    #: CUDA-style graphs, or None when the device replays op by op.
+    graph: Optional[GraphRuntime]
+
+    def allocate(self, nbytes_or_shape: Any, dtype: Any = "uint8") -> Buffer: ...
+
+    def host_pool(self) -> Optional[Executor]:
+        """A pool for running independent host ops at once; None when there is none to use
+        (one thread, or the caller is one of the pool's own workers: waiting there can deadlock)."""
+        ...
+
+    def new_event(self) -> Event: ...
+
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReleaseEpoch:
+    """How many times something was closed or released, process-wide.
+
+    Holders remember :attr:`value` and rescan only when it moved: one int comparison per replay
+    instead of a scan of every program or buffer.
+    """
+
+    __slots__ = ("value", "_lock")
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+#: Bumped whenever a program is closed or a buffer's storage is released.
+RELEASE_EPOCH = ReleaseEpoch()
+
+__all__ = [
+    "Buffer",
+    "Device",
+    "Dims",
+    "Event",
+    "GraphRuntime",
+    "Launch",
+    "NO_NODE",
+    "Program",
+    "RELEASE_EPOCH",
+    "ReleaseEpoch",
+]

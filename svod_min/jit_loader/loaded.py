@@ -1,0 +1,124 @@
+"""A relocated object mapped into this process: :func:`load_object` and :class:`LoadedObject`."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional
+
+from ..error import LoaderError, SymbolNotFoundError
+from .arch import host_arch
+from .layout import Layout, Segment, apply_layout, plan_layout
+from .memory import map_image, unmap
+from .symbols import default_resolver
+
+Resolver = Callable[[str], int]
+HOST_ARCH = host_arch()
+
+
+class LoadedObject:
+    """A relocated object mapped into this process.
+
+    ``close()`` unmaps it; after that, functions obtained from it must not be
+    called. Objects that are simply dropped are unmapped by the garbage
+    collector once no function obtained from them is alive (each function
+    keeps its object alive).
+    """
+
+    def __init__(self, layout: Layout, base: int, mode: str) -> None:
+        self.base = base
+        self.size = layout.size
+        self.mode = mode
+        self.arch = layout.arch.name
+        self.segments: List[Segment] = list(layout.segments)
+        self._symbols = layout.symbols
+        self._code = layout.code
+        self._sections = layout.sections
+        self._lock = threading.Lock()
+        # atexit=False: at interpreter exit other threads may still be inside
+        # kernel code; the OS reclaims the pages anyway.
+        self._finalizer = weakref.finalize(self, unmap, base, layout.size)
+        self._finalizer.atexit = False
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    @property
+    def symbols(self) -> Dict[str, int]:
+        """Defined symbol -> absolute address."""
+        return {name: self.base + off for name, off in self._symbols.items()}
+
+    @property
+    def sections(self) -> Dict[str, int]:
+        """Loaded section name -> absolute address."""
+        return {name: self.base + off for name, off in self._sections.items()}
+
+    def address(self, name: str) -> int:
+        """Absolute address of a defined symbol (``name`` or ``_name``)."""
+        if self.closed:
+            raise LoaderError("object at 0x%x is closed" % self.base)
+        for candidate in (name, "_" + name):
+            off = self._symbols.get(candidate)
+            if off is not None:
+                return self.base + off
+        known = ", ".join(sorted(self._symbols)) or "none"
+        raise SymbolNotFoundError("symbol %r is not defined in this object (defined: %s)" % (name, known))
+
+    def function(self, name: str, restype: Any, *argtypes: Any) -> Any:
+        """A ctypes function for entry point ``name`` with the given prototype.
+
+        ``name`` must be code: a function (or untyped label) in an executable
+        section. Calling a data symbol would jump into a non-executable page.
+        """
+        address = self.address(name)
+        if name not in self._code and "_" + name not in self._code:
+            raise SymbolNotFoundError("symbol %r is defined but is not a function in an executable section "
+                                      "(data cannot be an entry point)" % name)  # fmt: skip
+        prototype = ctypes.CFUNCTYPE(restype, *argtypes)
+        fn = prototype(address)
+        fn._svod_owner = self  # keep the mapping alive as long as the function
+        return fn
+
+    def close(self) -> None:
+        """Unmap the object now (idempotent)."""
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> "LoadedObject":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "0x%x+0x%x" % (self.base, self.size)
+        return "<LoadedObject %s %s mode=%s>" % (self.arch, state, self.mode)
+
+
+def _check_host_arch(layout: Layout) -> None:
+    if layout.arch.name != HOST_ARCH:
+        raise LoaderError(
+            "object is for %s but this host is %s: it can be relocated (relocate()) but not run here"
+            % (layout.arch.name, HOST_ARCH)
+        )
+
+
+def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Optional[Dict[str, int]] = None) -> LoadedObject:
+    """Relocate ``obj`` into fresh W^X memory and return the mapped object.
+
+    ``resolve`` replaces the default dlsym resolver; ``symbols`` adds
+    name -> address overrides on top of it.
+    """
+    layout = plan_layout(obj)
+    _check_host_arch(layout)
+    resolver = resolve or default_resolver
+    if symbols:
+        base_resolver = resolver
+        resolver = lambda name: symbols[name] if name in symbols else base_resolver(name)  # noqa: E731
+    base, mode = map_image(layout.size, lambda b: bytes(apply_layout(layout, b, resolver)), layout.segments)
+    return LoadedObject(layout, base, mode)
+
+
+__all__ = ["HOST_ARCH", "LoadedObject", "Resolver", "load_object"]

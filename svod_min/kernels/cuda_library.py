@@ -1,0 +1,47 @@
+"""The shipped CUDA kernels: find a signature, read its PTX, load it on a CUDA device.
+
+The library hands the device a signature and the PTX text (``device.load_signature``); the
+device knows nothing of the library (the layer rule in ``.importlinter``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import dtype as to_dtype
+from ..error import NotSupportedError
+from .lookup import cuda_kernels, ptx_path
+from .sig import CudaKernelSig
+
+
+def find_cuda_sig(name: str, **params: Any) -> CudaKernelSig:
+    """The :class:`CudaKernelSig` named ``name`` whose params match ``params`` (dtype defaults to float32)."""
+    want = dict(params)
+    if "dtype" in want:  # aliases as on the CPU ("f32", "half", ...)
+        want["dtype"] = to_dtype(want["dtype"]).name
+    sigs = cuda_kernels()
+    candidates = [s for s in sigs if s.name == name]
+    if not candidates:
+        names = sorted({s.name for s in sigs})
+        raise NotSupportedError("library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names)))
+    for sig in candidates:
+        have = dict(sig.params)
+        if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
+            return sig
+    options = sorted(str(dict(s.params)) for s in candidates)
+    raise NotSupportedError("no CUDA library kernel %s%s; available: %s" % (name, want, ", ".join(options)))
+
+
+def library_ptx(sig: CudaKernelSig) -> str:
+    """The PTX text of ``sig``'s generated module."""
+    with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
+        return fh.read()
+
+
+def cuda_library_kernel(device: Any, name: str, **params: Any) -> Any:
+    """A kernel of the shipped PTX library loaded on the CUDA ``device``, grid and block included."""
+    sig = find_cuda_sig(name, **params)
+    return device.load_signature(sig, library_ptx(sig))
+
+
+__all__ = ["cuda_library_kernel", "find_cuda_sig", "library_ptx"]

@@ -1,0 +1,283 @@
+"""The library's front: :func:`get` a ready-to-run :class:`LibraryKernel`, :func:`fused` kernels.
+
+``get`` resolves the signature (:mod:`.lookup`; stored tuning params for a
+``shape``: :mod:`.tuning`), loads this host's prebuilt object or compiles the
+rendered source, and hands out one kernel object per instance and device.
+:meth:`LibraryKernel.run` / :meth:`~LibraryKernel.bind` check arguments
+(:mod:`.checks`) before dispatching.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import variants
+from .. import kernel_cache
+from ..device_spec import DeviceSpec
+from ..error import KernelArgumentError, KernelParamError, UnsupportedDeviceError
+from .lookup import find_sig, use_prebuilt
+from .checks import check_buffers, check_vars
+from .elementwise import c_dtype, fused_entry, render_elementwise
+from .sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, compile_expr, elementwise_sig, eval_dim
+from .sources import kernel_source, prelude
+from .tuning import tuned_params
+
+# --- the kernel object ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LibraryKernel:
+    """A ready-to-run kernel: its signature, its CpuProgram and where the code came from.
+
+    ``program.execute(addresses, vals, global_size=(T, 1, 1))`` is the raw,
+    unchecked dispatch (svod calling convention: buffers in ``buffers``
+    order, then ``var_names``); :meth:`run` / :meth:`bind` check first.
+    """
+
+    sig: KernelSig
+    program: Any  # svod_min.devices.cpu.CpuProgram
+    prebuilt: bool  # True: code from a prebuilt object (no compiler involved)
+    variant: Optional[str]  # prebuilt variant, or the ISA flags' variant it was compiled for
+    fused_source: Optional[str] = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.sig.name
+
+    @property
+    def entry_point(self) -> str:
+        return self.sig.entry
+
+    @property
+    def params(self) -> Dict[str, Any]:
+        return self.sig.param_dict
+
+    @property
+    def buffers(self) -> List[BufferArg]:
+        return list(self.sig.buffers)
+
+    @property
+    def var_names(self) -> List[str]:
+        return list(self.sig.var_names)
+
+    @property
+    def global_size(self) -> Tuple[Union[int, str], ...]:
+        """Launch size as ints or expressions over the variables: ``("core_id_count", 1, 1)``."""
+        return self.sig.global_size
+
+    @property
+    def core_id_count(self) -> Optional[str]:
+        """The variable holding the number of core ids (None: not threaded)."""
+        return CORE_COUNT if self.sig.threaded else None
+
+    @property
+    def core_id_index(self) -> Optional[int]:
+        """Index of ``core_id`` in ``var_names`` (for ``CpuProgram.execute(core_id_index=)``)."""
+        return self.sig.var_names.index(CORE_ID) if self.sig.threaded else None
+
+    @property
+    def flops(self) -> str:
+        return self.sig.flops
+
+    @property
+    def bytes(self) -> str:
+        return self.sig.bytes
+
+    @property
+    def source(self) -> str:
+        """The C translation unit of this kernel (what a compile would use)."""
+        if self.fused_source is not None:
+            return self.fused_source
+        return kernel_source(self.sig.family, self.sig.entry)
+
+    def __repr__(self) -> str:
+        origin = "prebuilt %s" % self.variant if self.prebuilt else "compiled"
+        return "<LibraryKernel %s %s %s (%s)>" % (self.name, self.params, self.entry_point, origin)
+
+    # --- arguments ---
+
+    def launch(self, *, threads: Optional[int] = None, **values: Any) -> Tuple[List[int], Tuple[int, int, int]]:
+        """Checked ``(vals, global_size)`` for ``program.execute`` / plan nodes (buffers not checked)."""
+        env = check_vars(self.sig, values)
+        n = self.threads_for(env, threads)
+        if self.sig.threaded:
+            env[CORE_COUNT], env[CORE_ID] = n, 0
+        vals = [env[v] for v in self.sig.var_names]
+        return vals, tuple(eval_dim(d, env) for d in self.sig.global_size)  # type: ignore[return-value]
+
+    def threads_for(self, env: Mapping[str, int], threads: Optional[int] = None) -> int:
+        """Core ids to use: ``threads`` or automatic (device threads, work / grain, parallelism)."""
+        if not self.sig.threaded:
+            return 1
+        limit = max(1, compile_expr(self.sig.parallelism)(env))
+        if threads is not None:
+            count = None if isinstance(threads, bool) else getattr(threads, "__index__", lambda: None)()
+            if count is None or count < 1:  # numpy integers are ints here too, as for variables
+                raise KernelArgumentError("threads must be a positive int, got %r" % (threads,))
+            return min(count, limit)
+        device = getattr(self.program, "device", None)
+        avail = device.threads if device is not None else 1
+        by_work = -(-compile_expr(self.sig.work)(env) // self.sig.grain)
+        return max(1, min(avail, by_work, limit))
+
+    def counts(self, **values: Any) -> Dict[str, int]:
+        """Element count each buffer needs for these variables."""
+        env = check_vars(self.sig, values)
+        return {b.name: compile_expr(b.count)(env) for b in self.sig.buffers}
+
+    # --- dispatch ---
+
+    def bind(self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None,
+             **values: Any) -> Callable[[], None]:
+        """Validate once; a zero-argument callable that dispatches (keeps the buffers alive)."""
+        vals, gsize = self.launch(threads=threads, **values)
+        env = dict(zip(self.sig.var_names, vals))
+        addrs = check_buffers(self.sig, buffers, env)
+        call = self.program.bind(addrs, vals, global_size=gsize if gsize[0] > 1 else None,
+                                 core_id_index=self.core_id_index)  # fmt: skip
+        keep = buffers
+        return functools.partial(_call_keeping, call, keep)
+
+    def run(self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None,
+            **values: Any) -> None:
+        """Check buffers (dtype, size, writability, overlap) and variables, then run."""
+        self.bind(buffers, threads=threads, **values)()
+
+    __call__ = run
+
+
+def _call_keeping(call: Callable[[], None], _buffers: Any) -> None:
+    call()
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+_cache_lock = threading.RLock()
+_kernels: Dict[Tuple[Any, ...], LibraryKernel] = {}
+_key_locks: Dict[Tuple[Any, ...], threading.Lock] = {}
+
+
+def resolve_device(device: Any) -> Any:
+    """The CPU device a kernel runs on: a device string, DeviceSpec or CpuDevice (CUDA: refused)."""
+    if not isinstance(device, (str, DeviceSpec)):
+        if hasattr(device, "compile") and hasattr(device, "threads"):
+            return device  # a CpuDevice instance
+        raise KernelParamError("device must be a device string, DeviceSpec or CpuDevice, got %r" % (device,))
+    spec = device if isinstance(device, DeviceSpec) else DeviceSpec.parse(device)
+    if spec.kind == "CUDA":
+        raise UnsupportedDeviceError(
+            "kernels.get() returns CPU kernels; for %s use svod_min.devices.cuda: "
+            "kernels.cuda_library_kernel(DEVICE_FACTORIES.device(%r), name, dtype=...) (shipped PTX, cuda_kernels() lists them), "
+            "or a plan file's library kernels with --device CUDA" % (spec, str(spec)))
+    if spec.kind != "CPU":
+        raise UnsupportedDeviceError("the kernel library supports CPU (and later CUDA), not %s" % spec)
+    from ..devices.cpu import create_cpu_device  # the device layer sits above the library: on demand
+
+    return create_cpu_device()
+
+
+def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
+        shape: Optional[Mapping[str, Any]] = None, **params: Any) -> LibraryKernel:
+    """The library kernel ``name`` for ``params`` (dtype, tuning), ready to run on ``device``.
+
+    ``prebuilt``: None (default) uses this host's prebuilt object when it has
+    the kernel and compiles the rendered source otherwise; True requires the
+    prebuilt object; False always compiles (needs a C compiler). ``shape``
+    (the variables, e.g. ``{"M": 256, "N": 256, "K": 256}``): use the tuning
+    params ``python -m svod_min tune`` stored for it, unless ``params`` name any.
+    """
+    if "variant" in params:
+        raise KernelParamError("%s: the prebuilt variant is chosen for this host (host_variant()); it is not a parameter"
+                               % (name,))  # fmt: skip
+    dev = resolve_device(device)
+    variant = variants.choose_variant()
+    if shape is not None:  # autotuned params for this shape, when stored (svod_min.autotune)
+        params = tuned_params(name, params, shape, prebuilt, variant)
+    sig = find_sig(name, variant, **params)
+    use = use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
+    if prebuilt and not use:
+        why = "no prebuilt object fits this host" if variant is None else "%s does not contain it" % variant
+        raise KernelParamError("%s %s: prebuilt=True but %s" % (name, dict(sig.params), why))
+    key = (sig.entry, sig.params, id(dev), variant if use else None, use)
+    return _memo(key, lambda: _make(sig, dev, variant, use))
+
+
+def _alive(kernel: LibraryKernel) -> bool:
+    # A caller may close() a program (a plan tearing down): hand out a fresh one then.
+    # CpuProgram.close() drops its function (the shared library mapping stays).
+    return getattr(kernel.program, "_fn", None) is not None
+
+
+def _memo(key: Tuple[Any, ...], make: Callable[[], LibraryKernel]) -> LibraryKernel:
+    """One LibraryKernel per key; concurrent first calls build it once, other keys are not blocked."""
+    with _cache_lock:
+        found = _kernels.get(key)
+        if found is not None and _alive(found):
+            return found
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:  # a compile holds only its own key's lock
+        with _cache_lock:
+            found = _kernels.get(key)
+        if found is None or not _alive(found):
+            found = make()
+            with _cache_lock:
+                _kernels[key] = found
+        return found
+
+
+def _make(sig: KernelSig, dev: Any, variant: Optional[str], prebuilt: bool) -> LibraryKernel:
+    from ..devices.cpu import CpuProgram  # the device layer sits above the library: on demand
+
+    if prebuilt:
+        assert variant is not None
+        shared = variants.load_variant(variant)
+        prog = CpuProgram(shared, sig.entry, buf_count=len(sig.buffers), var_names=sig.var_names, device=dev,
+                          name=sig.name)  # fmt: skip
+        return LibraryKernel(sig, prog, True, variant)
+    return LibraryKernel(sig, _compile(dev, kernel_source(sig.family, sig.entry), sig, variant), False, variant)
+
+
+def _compile(dev: Any, source: str, sig: KernelSig, variant: Optional[str]) -> Any:
+    """C source -> CpuProgram via the object cache (always C: SVOD_CPU_BACKEND=llvm is for IR plans)."""
+    obj = kernel_cache.compile_cached(source, kind="c", extra_flags=tuple(variants.compile_flags(variant)))
+    return dev.load(obj, sig.entry, buf_count=len(sig.buffers), var_names=sig.var_names)
+
+
+# --- fused elementwise kernels (rendered and compiled at run time) -------------------------------
+
+
+def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dtypes: Optional[Mapping[str, Any]] = None,
+          inputs: Optional[Sequence[str]] = None, device: Any = "CPU") -> LibraryKernel:
+    """One kernel for an elementwise expression, e.g. ``fused("relu(a*b+c)")``: one pass over memory.
+
+    Buffers: ``out`` then the inputs (``inputs`` order, default first
+    appearance); variable ``n``. Rendered here in pure Python from the same
+    skeleton and op table as the library, then compiled with the system C
+    compiler (CompilerNotFoundError when there is none) and cached.
+    """
+    dev = resolve_device(device)
+    if input_dtypes is not None and not isinstance(input_dtypes, Mapping):
+        raise KernelParamError("input_dtypes must map input names to dtypes, got %s" % type(input_dtypes).__name__)
+    if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)
+                               or not all(isinstance(n, str) for n in inputs)):  # fmt: skip
+        raise KernelParamError("inputs must be a sequence of input names, got %r" % (inputs,))
+    idt = {k: c_dtype(v).name for k, v in (input_dtypes or {}).items()}
+    order = tuple(inputs) if inputs is not None else None
+    entry = fused_entry(expr, dtype, out_dtype, idt, order)
+    variant = variants.choose_variant()
+
+    def make() -> LibraryKernel:
+        kern = render_elementwise(entry, expr, dtype=dtype, out_dtype=out_dtype, input_dtypes=idt, inputs=order)
+        sig = elementwise_sig("fused", {"expr": kern.expr, "dtype": kern.compute.name}, entry, expr, dtype=dtype,
+                              out_dtype=out_dtype, input_dtypes=idt, inputs=order,
+                              doc="fused: %s" % kern.expr)  # fmt: skip
+        source = prelude() + "\n" + kern.function
+        return LibraryKernel(sig, _compile(dev, source, sig, variant), False, variant, fused_source=source)
+
+    return _memo(("fused", entry, id(dev), variant), make)
+
+
+__all__ = ["LibraryKernel", "fused", "get", "resolve_device"]

@@ -1,0 +1,182 @@
+"""The package's structure: layer contracts (import-linter), no import cycles, no private
+cross-module imports, no oversized modules, no eval/exec, no device imports inside plan code."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+import svod_min
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACTS = REPO / ".importlinter"
+PACKAGE = Path(svod_min.__file__).resolve().parent  # the tested copy (an installed wheel under tox)
+MAX_LINES = 600
+# Modules above the device interface: they talk to devices only through svod_min.devices.base.
+INTERFACE_USERS = ("execution_plan", "executor", "plan_file")
+
+LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
+
+
+def _lint(package_parent: Path, cwd: Path) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter")
+    env = {"PYTHONPATH": str(package_parent), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run([sys.executable, "-c", LINT, str(CONTRACTS)], cwd=str(cwd), env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def _modules() -> Iterator[Tuple[str, Path]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_layer_contracts_are_kept(tmp_path: Path) -> None:
+    result = _lint(PACKAGE.parent, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "1 kept, 0 broken" in result.stdout
+
+
+def test_an_upward_import_breaks_the_contracts(tmp_path: Path) -> None:
+    """The check can fail: error.py (the bottom layer) importing the plan layer is reported."""
+    copy = tmp_path / "pkg" / "svod_min"
+    shutil.copytree(str(PACKAGE), str(copy), ignore=shutil.ignore_patterns("__pycache__", "*.o", "*.so"))
+    with open(str(copy / "error.py"), "a", encoding="utf-8") as fh:
+        fh.write("\nfrom . import execution_plan  # deliberate upward import\n")
+    result = _lint(copy.parent, tmp_path)
+    assert result.returncode != 0
+    assert "svod_min.error -> svod_min.execution_plan" in result.stdout
+
+
+def _import_graph() -> Dict[str, Set[str]]:
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("svod_min", cache_dir=None)
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+
+
+def _cycles(edges: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_import_graph()) == []
+
+
+def _private_imports(tree: ast.Module) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield "from %s%s import %s" % ("." * node.level, node.module or "", alias.name)
+
+
+def _private_attribute_uses(tree: ast.Module) -> Iterator[str]:
+    """``mod._name`` where ``mod`` is a svod_min module bound by an import in this file."""
+    modules: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("svod_min")):
+            modules.update(a.asname or a.name for a in node.names if not a.name[:1].isupper())
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name for a in node.names if a.name.startswith("svod_min"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                yield "%s.%s" % (node.value.id, node.attr)
+
+
+def test_no_private_cross_module_imports() -> None:
+    found = []
+    for module, path in _modules():
+        tree = _tree(path)
+        found += ["%s: %s" % (module, use) for use in _private_imports(tree)]
+        found += ["%s: %s" % (module, use) for use in _private_attribute_uses(tree)]
+    assert found == []
+
+
+def test_modules_stay_small() -> None:
+    big = {m: n for m, p in _modules() if "_generated" not in m for n in [len(p.read_text(encoding="utf-8").splitlines())] if n > MAX_LINES}
+    assert big == {}, "modules over %d lines: %s" % (MAX_LINES, big)
+
+
+def test_no_eval_or_exec() -> None:
+    calls = []
+    for module, path in _modules():
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec"):
+                calls.append("%s:%d %s()" % (module, node.lineno, node.func.id))
+    assert calls == []
+
+
+def _function_imports(tree: ast.Module) -> Iterator[Tuple[int, str]]:
+    for func in ast.walk(tree):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                if isinstance(node, ast.ImportFrom):
+                    yield node.lineno, "." * node.level + (node.module or "")
+                elif isinstance(node, ast.Import):
+                    yield from ((node.lineno, a.name) for a in node.names)
+
+
+def test_plan_code_imports_no_device_inside_functions() -> None:
+    """Plans, executor and plan files reach devices through the interface, not late imports."""
+    found = []
+    for module, path in _modules():
+        if module.split(".")[1:2] and module.split(".")[1].startswith(INTERFACE_USERS):
+            found += ["%s:%d %s" % (module, line, name) for line, name in _function_imports(_tree(path)) if "devices" in name]
+    assert found == []
