@@ -33,6 +33,7 @@ import pytest
 pytest.importorskip("elftools")
 
 import oracle_support as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
+from loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE  # noqa: E402  (shared with tests/aarch64/)
 
 from svod_min import clang as svod_clang  # noqa: E402
 from svod_min.jit_loader import load_object, relocate  # noqa: E402
@@ -100,46 +101,6 @@ __asm__(".pushsection .data.rel.ro.pcrel,\"aw\",@progbits\n"
         "  .long helper - .\n"
         "  .long near_data - . - 4\n"
         ".popsection\n");
-"""
-
-A64_GOT = r"""
-float expf(float);
-void *memcpy(void *, const void *, unsigned long);
-extern int ext_data;
-extern void ext_fn(void);
-int gvar[4] = {5, 6, 7, 8};
-__attribute__((noinline)) int helper(int i) { return gvar[i & 3] * 3; }
-float call_expf(float x) { return expf(x) + 1.0f; }
-float tail_expf(float x) { return expf(x); }
-int call_helper(int i) { return helper(i) + 1; }
-int read_ext(void) { return ext_data + gvar[1]; }
-void *addr_fn(void) { return (void *)&ext_fn; }
-void copy(char *d, const char *s) { memcpy(d, s, 4096); }
-void *const ptrs[3] = {(void *)&ext_fn, (void *)helper, (void *)&gvar[2]};
-"""
-
-A64_DIRECT = r"""
-typedef float v4f __attribute__((vector_size(16)));
-extern int near_data __attribute__((visibility("hidden")));
-/* Element 3 of each array: a non-zero, odd-multiple-of-the-size low part,
-   so a wrong LDST scale or a dropped addend changes the address. */
-signed char c8[8] = {1};
-short s16[8] = {2};
-int i32[8] = {3};
-long l64[8] = {4};
-v4f q128[8] = {{1, 2, 3, 4}};
-static int tab[64];
-int get_c(void) { return c8[3]; }
-int get_s(void) { return s16[3]; }
-int get_i(void) { return i32[3]; }
-long get_l(void) { return l64[3]; }
-v4f get_q(void) { return q128[3]; }
-void set_all(int v) { c8[3] = v; s16[3] = v; i32[3] = v; l64[3] = v; q128[3] = (v4f){v, v, v, v}; }
-int *addr_tab(void) { return &tab[5]; }
-int read_near(void) { return near_data; }
-__attribute__((noinline)) static int helper_s(int x) { return x * 7 + i32[1]; }
-int call_local(int x) { return helper_s(x) + 1; }
-int tail_local(int x) { return helper_s(x + 1); }
 """
 
 A64_ASM = r"""
@@ -451,20 +412,6 @@ def test_far_externals_are_reached_through_indirections(oracle: Oracle) -> None:
 
 # --- execution: the loaded code vs the same source as a ctypes.CDLL shared object ---------
 
-EXEC_SOURCE = r"""
-float expf(float);
-void *memcpy(void *, const void *, unsigned long);
-int table[8] = {3, 1, 4, 1, 5, 9, 2, 6};
-int counter;
-__attribute__((noinline)) float sq(float x) { return x * x; }
-static float cube(float x) { return x * x * x; }
-float (*const fns[3])(float) = {expf, sq, cube};
-float call_expf(float x) { return expf(x) + 1.0f; }
-float tail_expf(float x) { return expf(x); }
-float via_table(int i, float x) { return fns[i % 3](x); }
-int read_table(int i) { counter += i; return table[i & 7] * 100 + counter; }
-void copy(char *d, const char *s) { memcpy(d, s, 4096); }
-"""
 
 EXEC_VARIANTS = {
     "x86_64": [
