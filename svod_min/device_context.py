@@ -376,17 +376,15 @@ class _EventPool:
 def _event_pool_for(handle: Any) -> Optional[_EventPool]:
     """An event pool when ``handle`` queues its work (a CUDA device), else None (work completes on the host).
 
+    Events come from the device's ``new_event(timing=False)`` (sync-only: cheaper to record).
     TODO(base.py): the device interface has no slot saying "work is queued, completion is seen
-    through events", and ``Device.new_event()`` makes timing events without ``query()``. Until
-    it has both, this is the one place that probes a device (a driver ``lib`` and a ``stream``)
-    and imports the CUDA event class (only once such a device exists, i.e. CUDA is loaded).
+    through events", and its ``Event`` has no ``query()``; until it has both, this is the one
+    place that probes a device (a driver ``lib`` and a ``stream``).
     """
     lib = getattr(handle, "lib", None)
     if getattr(handle, "stream", None) is None or not callable(getattr(lib, "call", None)):
         return None
-    from .devices.cuda import CudaEvent  # TODO(base.py): handle.new_event(sync_only=True)
-
-    return _EventPool(handle, lambda: CudaEvent(handle, timing=False))
+    return _EventPool(handle, lambda: handle.new_event(timing=False))
 
 
 __all__ = ["U64_MAX", "DeviceContext", "TimelineSignal", "check_timeout"]
