@@ -376,13 +376,10 @@ class _EventPool:
 def _event_pool_for(handle: Any) -> Optional[_EventPool]:
     """An event pool when ``handle`` queues its work (a CUDA device), else None (work completes on the host).
 
-    Events come from the device's ``new_event(timing=False)`` (sync-only: cheaper to record).
-    TODO(base.py): the device interface has no slot saying "work is queued, completion is seen
-    through events", and its ``Event`` has no ``query()``; until it has both, this is the one
-    place that probes a device (a driver ``lib`` and a ``stream``).
+    Events come from the device's ``new_event(timing=False)`` (sync-only: cheaper to record); a
+    device that does not queue its work (``queues_work`` False) needs none.
     """
-    lib = getattr(handle, "lib", None)
-    if getattr(handle, "stream", None) is None or not callable(getattr(lib, "call", None)):
+    if handle is None or not handle.queues_work:
         return None
     return _EventPool(handle, lambda: handle.new_event(timing=False))
 

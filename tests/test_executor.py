@@ -18,6 +18,8 @@ from svod_min.executor import UnifiedExecutor, global_executor
 
 
 class FakeDevice:
+    queues_work = False  # device interface slot: its copies finish when the call returns
+
     def __init__(self, spec: DeviceSpec, peer: bool = False) -> None:
         self.spec = spec
         self.peer_copies: List[Tuple[Any, Any]] = []

@@ -3,7 +3,7 @@
 A device is a few fixed slots (tinygrad's ``Compiled(device, allocator, renderers, runtime,
 graph)`` is the model), so the code above never probes a device with ``hasattr``:
 
-* :class:`Device` — ``spec``, ``threads``, ``allocate``, ``load`` a kernel form, ``graph``
+* :class:`Device` — ``spec``, ``threads``, ``queues_work``, ``allocate``, ``load`` a kernel form, ``graph``
   (a :class:`GraphRuntime` or ``None``), ``host_pool`` (a thread pool for independent host ops or
   ``None``), ``new_event``, ``synchronize``, ``close``.
 * :class:`Program` — a loaded kernel: its slot counts, ``grid_in_blocks`` (GPU: ``global_size``
@@ -116,6 +116,10 @@ class Event(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def query(self) -> bool:
+        """Whether everything before :meth:`record` has finished (never waits)."""
+        ...
+
     def elapsed_since(self, start: "Event") -> float: ...
 
 
@@ -144,6 +148,9 @@ class Device(Protocol):
     threads: int
     #: CUDA-style graphs, or None when the device replays op by op.
     graph: Optional[GraphRuntime]
+    #: True when launches and copies are queued and return before the work is done (completion is
+    #: seen through events); False when work is done when the call returns (the CPU).
+    queues_work: bool
 
     def allocate(self, nbytes_or_shape: Any, dtype: Any = "uint8") -> Buffer: ...
 
@@ -152,7 +159,9 @@ class Device(Protocol):
         (one thread, or the caller is one of the pool's own workers: waiting there can deadlock)."""
         ...
 
-    def new_event(self) -> Event: ...
+    def new_event(self, timing: bool = True) -> Event:
+        """An event on this device's timeline (``timing=False``: for synchronisation only, cheaper)."""
+        ...
 
     def synchronize(self) -> None: ...
 

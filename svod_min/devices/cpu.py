@@ -387,6 +387,10 @@ class CpuEvent:
     def synchronize(self) -> None:
         """Nothing to wait for: everything before :meth:`record` already ran."""
 
+    def query(self) -> bool:
+        """Always finished: CPU work is done when its call returns."""
+        return True
+
     def elapsed_since(self, start: "CpuEvent") -> float:
         """Seconds between ``start`` and this event (both recorded)."""
         if self.ns is None or start.ns is None:
@@ -399,6 +403,8 @@ class CpuDevice:
 
     #: No graph runtime: plans replay CPU kernels one by one or through the native runner.
     graph: ClassVar[None] = None
+    #: Work is done when a call returns: nothing is queued.
+    queues_work: ClassVar[bool] = False
 
     def __init__(self, backend: Optional[CpuBackend] = None, *, threads: Optional[int] = None) -> None:
         self.spec = DeviceSpec("CPU")
@@ -445,7 +451,8 @@ class CpuDevice:
             return None
         return self.pool
 
-    def new_event(self) -> CpuEvent:
+    def new_event(self, timing: bool = True) -> CpuEvent:
+        """A host-clock event (``timing`` is accepted for the interface: reading the clock is cheap)."""
         return CpuEvent()
 
     def synchronize(self) -> None:

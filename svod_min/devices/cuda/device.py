@@ -36,11 +36,13 @@ class CudaDevice:
     """One GPU: its primary context, one stream, memory, modules, and launch limits.
 
     A ``Device`` of devices/base.py: ``spec``, ``threads`` (1: a kernel's threads are the GPU's),
-    ``graph`` (CUDA graphs), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
+    ``graph`` (CUDA graphs), ``queues_work`` (True), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
     """
 
     #: Host threads one kernel may use: none beyond the caller's (the GPU runs the kernel).
     threads = 1
+    #: Launches and copies are queued on the stream; completion is seen through events.
+    queues_work = True
 
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
