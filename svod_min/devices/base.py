@@ -3,9 +3,11 @@
 A device is a few fixed slots (tinygrad's ``Compiled(device, allocator, renderers, runtime,
 graph)`` is the model), so the code above never probes a device with ``hasattr``:
 
-* :class:`Device` — ``spec``, ``threads``, ``queues_work``, ``allocate``, ``load`` a kernel form, ``graph``
+* :class:`Device` — ``spec``, ``threads``, ``queues_work``, ``allocate``, ``graph``
   (a :class:`GraphRuntime` or ``None``), ``host_pool`` (a thread pool for independent host ops or
-  ``None``), ``new_event``, ``synchronize``, ``close``.
+  ``None``), ``new_event``, ``synchronize``, ``close``. Loading is per kernel form and so per device
+  (the CPU's ``load(object)``, CUDA's ``load_ptx``/``load_cubin``/``compile_cuda``/``load_signature``);
+  plan files choose the form by ``spec.kind``.
 * :class:`Program` — a loaded kernel: its slot counts, ``grid_in_blocks`` (GPU: ``global_size``
   counts blocks), ``native_address`` (a C entry the native runner may call, else ``None``),
   ``closed``, ``bind`` → a :class:`Launch`.
