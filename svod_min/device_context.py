@@ -334,14 +334,10 @@ _HOST_SLICE = 0.1  # longest sleep while a value is still being issued on the ho
 
 
 class _EventPool:
-    """Sync-only events of one device, reused: a retired value gives its event back.
+    """Sync-only events of one device, reused: a retired value gives its event back (an event makes
+    its device current itself: waiters and pollers run on threads that never launched on it)."""
 
-    Every event call first makes the device's context current in the calling thread
-    (``activate``): waiters and pollers run on threads that never launched on it.
-    """
-
-    def __init__(self, device: Any, make: Callable[[], Any]) -> None:
-        self._device = device
+    def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make
         self._free: List[Any] = []
         self._lock = threading.Lock()
@@ -354,17 +350,14 @@ class _EventPool:
 
     def record(self, event: Any) -> None:
         """Mark the current end of the device's queue."""
-        self._device.activate()
         event.record()
 
     def query(self, event: Any) -> bool:
         """Whether the queue reached the event; never blocks."""
-        self._device.activate()
         return bool(event.query())
 
     def synchronize(self, event: Any) -> None:
         """Block until the queue reached the event."""
-        self._device.activate()
         event.synchronize()
 
     def release(self, event: Any) -> None:
@@ -381,7 +374,7 @@ def _event_pool_for(handle: Any) -> Optional[_EventPool]:
     """
     if handle is None or not handle.queues_work:
         return None
-    return _EventPool(handle, lambda: handle.new_event(timing=False))
+    return _EventPool(lambda: handle.new_event(timing=False))
 
 
 __all__ = ["U64_MAX", "DeviceContext", "TimelineSignal", "check_timeout"]

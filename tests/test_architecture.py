@@ -19,7 +19,7 @@ CONTRACTS = REPO / ".importlinter"
 PACKAGE = Path(svod_min.__file__).resolve().parent  # the tested copy (an installed wheel under tox)
 MAX_LINES = 600
 # Modules above the device interface: they talk to devices only through svod_min.devices.base.
-INTERFACE_USERS = ("execution_plan", "executor", "plan_file")
+INTERFACE_USERS = ("execution_plan", "executor", "execution_graph", "device_context", "plan_")
 
 LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
 

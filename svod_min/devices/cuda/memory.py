@@ -228,13 +228,17 @@ class CudaEvent:
         self.recorded = False
         self._finalizer = device_finalize(self, device, "cuEventDestroy", handle.value)
 
+    # record/synchronize/query make the device current first: waiters and pollers (the executor's
+    # timelines) run on threads that never launched on it. A forked child or a closed device gets
+    # a clear error there, not a stale handle.
+
     def record(self, stream: Optional[HANDLE] = None) -> None:
-        self.device.check_open()  # a forked child or a closed device gets a clear error, not a stale handle
+        self.device.activate()
         self.device.lib.call("cuEventRecord", self.handle, self.device.stream if stream is None else stream)
         self.recorded = True
 
     def synchronize(self) -> None:
-        self.device.check_open()
+        self.device.activate()
         if self.recorded:
             self.device.lib.call("cuEventSynchronize", self.handle)
 
@@ -244,7 +248,7 @@ class CudaEvent:
         ``CUDA_ERROR_NOT_READY`` is the driver's "not yet", not an error;
         any other non-zero result raises :class:`CudaError`.
         """
-        self.device.check_open()
+        self.device.activate()
         if not self.recorded:
             return True
         code = self.device.lib.call_raw("cuEventQuery", self.handle)
