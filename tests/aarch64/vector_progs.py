@@ -65,6 +65,10 @@ class _Program:
         self.decls.append("static const double R[%d] = {%s};" % (
             self.nr, ", ".join("%d.%d" % (rng.randint(-9, 9), rng.randint(0, 9)) for _ in range(self.nr))))
         self.decls.append("static const v2d KD = {%d.5, %d.25};" % (rng.randint(-5, 5), rng.randint(-5, 5)))
+        # Globals: reached through the GOT under -fPIC (and interposable in the shared build).
+        self.ng = rng.choice([4, 32, 1500])
+        self.decls.append("float hunt_g[%d] __attribute__((aligned(%d)));" % (self.ng, rng.choice([16, 64])))
+        self.decls.append("v4f hunt_gv = {%s};" % ", ".join(_flt(rng) for _ in range(4)))
 
     def helper_functions(self) -> None:
         rng = self.rng
@@ -85,6 +89,14 @@ class _Program:
     return y[1] ^ y[2];
 }""" % ("static __attribute__((noinline, cold))", _int(rng), _int(rng), _int(rng), _int(rng), 0))
 
+        self.helpers.append("""__attribute__((noinline)) v4f hunt_scale(v4f a, float s) {
+    hunt_gv += a;
+    return a * s + K[%d];
+}""" % rng.randint(0, self.nk - 1))
+        self.helpers.append("""static v4f tw0(v4f a) { return a + K[0]; }
+static v4f tw1(v4f a) { return hunt_scale(a, 0.25f); }
+static v4f (*const TW[2])(v4f) = {tw0, tw1};""")
+
     def run_body(self) -> None:
         rng = self.rng
         b = self.body
@@ -97,7 +109,7 @@ class _Program:
         b.append("    v4i iacc = KI[0];")
         b.append("    for (int i = 0; i < n; i++) {")
         for _ in range(rng.randint(1, 4)):
-            kind = rng.randint(0, 5)
+            kind = rng.randint(0, 7)
             if kind == 0:
                 b.append("        acc = hv(acc, i) * 0.5f;")
             elif kind == 1:
@@ -109,16 +121,22 @@ class _Program:
                     rng.randint(0, 20), self.nki, rng.randint(1, 5), _int(rng), _int(rng), _int(rng), _int(rng)))
             elif kind == 4:
                 b.append("        if (__builtin_expect(i == %d, 0)) itmp[i %% 32] += cold_path(i);" % rng.randint(0, 30))
+            elif kind == 6:
+                b.append("        acc = TW[(i >> %d) & 1](acc); hunt_g[i %% %d] += acc[i & 3];" % (rng.randint(0, 2), self.ng))
+            elif kind == 7:
+                b.append("        acc = hunt_scale(acc, (float)(i & 3));")
             else:
                 b.append("        D[i %% %d] += i; DV[i & 1] += K[i %% %d];" % (self.nd, self.nk))
         b.append("    }")
-        b.append("    memcpy(B0 + %d, tmp, 16 * sizeof(float));" % (self.nb // 2 if self.nb > 32 else 0))
+        copied = min(64, self.nb)
+        b.append("    memcpy(B0 + %d, tmp, %d * sizeof(float));" % (rng.randint(0, self.nb - copied), copied))
         b.append("    v2d dd = KD * (double)n;")
         b.append("    for (int j = 0; j < 4; j++) { outf[j] = acc[j]; outi[j] = iacc[j]; }")
         b.append("    for (int j = 0; j < 16; j++) { outf[4 + j] = tmp[j]; outi[4 + j] = itmp[j] + D[j %% %d]; }" % self.nd)
         b.append("    outf[20] = (float)dd[0]; outf[21] = (float)dd[1];")
         b.append("    for (int j = 0; j < 16; j++) outf[22 + j] = B0[(j * 31) %% %d] + B1[j %% %d][j & 3];" % (self.nb, self.nb1))
         b.append("    for (int j = 0; j < 8; j++) outf[38 + j] = DV[j >> 2][j & 3];")
+        b.append("    for (int j = 0; j < 4; j++) outf[46 + j] = hunt_gv[j] + hunt_g[(j * 3) %% %d];" % self.ng)
         b.append("    outi[20] = counter; outi[21] = (int)R[%d];" % (self.nr - 1))
         b.append("    outi[22] = (int)(__UINTPTR_TYPE__)&B1[1] & 15; outi[23] = (int)(__UINTPTR_TYPE__)&B0[0] & 15;")
 
@@ -138,4 +156,6 @@ def program(seed: int) -> str:
 FLAG_SETS = (
     ("-O2",), ("-O2", "-fno-plt"), ("-O3",), ("-Os",), ("-O2", "-freorder-blocks-and-partition"),
     ("-O3", "-fno-plt", "-freorder-blocks-and-partition"), ("-O0",),
+    ("-O2", "-ffunction-sections", "-fdata-sections"), ("-O2", "-fno-section-anchors"),
+    ("-O3", "-march=armv8.2-a+sve"),
 )
