@@ -125,9 +125,11 @@ static v4f (*const TW[2])(v4f) = {tw0, tw1};""")
                 b.append("        if (n > %d) iacc += KI[i %% %d] * %d; else iacc -= (v4i){%s, %s, %s, %s};" % (
                     rng.randint(0, 20), self.nki, rng.randint(1, 5), _int(rng), _int(rng), _int(rng), _int(rng)))
             elif kind == 4:
-                b.append("        if (__builtin_expect(i == %d, 0)) itmp[i %% 32] += cold_path(i);" % rng.randint(0, 30))
+                b.append("        if (__builtin_expect(i == %d, 0)) itmp[i %% 32] += cold_path(i);"
+                         % rng.randint(0, 30))
             elif kind == 6:
-                b.append("        acc = TW[(i >> %d) & 1](acc); hunt_g[i %% %d] += acc[i & 3];" % (rng.randint(0, 2), self.ng))
+                b.append("        acc = TW[(i >> %d) & 1](acc); hunt_g[i %% %d] += acc[i & 3];"
+                         % (rng.randint(0, 2), self.ng))
             elif kind == 7:
                 b.append("        acc = hunt_scale(acc, (float)(i & 3));")
             else:
@@ -137,9 +139,11 @@ static v4f (*const TW[2])(v4f) = {tw0, tw1};""")
         b.append("    memcpy(B0 + %d, tmp, %d * sizeof(float));" % (rng.randint(0, self.nb - copied), copied))
         b.append("    v2d dd = KD * (double)n;")
         b.append("    for (int j = 0; j < 4; j++) { outf[j] = acc[j]; outi[j] = iacc[j]; }")
-        b.append("    for (int j = 0; j < 16; j++) { outf[4 + j] = tmp[j]; outi[4 + j] = itmp[j] + D[j %% %d]; }" % self.nd)
+        b.append("    for (int j = 0; j < 16; j++) { outf[4 + j] = tmp[j]; outi[4 + j] = itmp[j] + D[j %% %d]; }"
+                 % self.nd)
         b.append("    outf[20] = (float)dd[0]; outf[21] = (float)dd[1];")
-        b.append("    for (int j = 0; j < 16; j++) outf[22 + j] = B0[(j * 31) %% %d] + B1[j %% %d][j & 3];" % (self.nb, self.nb1))
+        b.append("    for (int j = 0; j < 16; j++) outf[22 + j] = B0[(j * 31) %% %d] + B1[j %% %d][j & 3];"
+                 % (self.nb, self.nb1))
         b.append("    for (int j = 0; j < 8; j++) outf[38 + j] = DV[j >> 2][j & 3];")
         b.append("    for (int j = 0; j < 4; j++) outf[46 + j] = hunt_gv[j] + hunt_g[(j * 3) %% %d];" % self.ng)
         b.append("    outi[20] = counter; outi[21] = (int)R[%d];" % (self.nr - 1))
