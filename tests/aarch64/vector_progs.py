@@ -75,7 +75,7 @@ class _Program:
     def helper_functions(self) -> None:
         # Every index is in bounds for any n and counter: an out-of-bounds read of a static
         # table reads whatever the layout puts next to it, and dlopen and load_object lay
-        # out differently (seed 121 once read R[-5] through a negative n + counter).
+        # out differently (seed 121 once read R at a negative n + counter).
         rng = self.rng
         attrs = ["static __attribute__((noinline))", "static __attribute__((noinline, cold))", "static"]
         self.helpers.append("""%s v4f hv(v4f a, int i) {
