@@ -163,6 +163,5 @@ AARCH64 = Arch(
     stub_size=16,
     write_stub=_write_veneer,
     addend_on_target=True,
-    needs_icache_flush=True,
     none_types=frozenset({0, 256}),
 )

@@ -49,7 +49,6 @@ class Arch:
     write_stub: Callable[[bytearray, int, int], None]  # (image, offset, target address)
     # x86_64 applies the addend to the GOT/stub address (PC bias); aarch64 to the target.
     addend_on_target: bool
-    needs_icache_flush: bool
     none_types: frozenset = field(default_factory=frozenset)
 
     def type_name(self, rtype: int) -> str:

@@ -93,6 +93,5 @@ X86_64 = Arch(
     stub_size=16,
     write_stub=_write_stub,
     addend_on_target=False,
-    needs_icache_flush=False,
     none_types=frozenset({0}),
 )
