@@ -22,19 +22,19 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import importlib.util
 import os
-import pytest
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import importlib.util
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Counter, Iterator, List, Tuple
 
+import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402

@@ -6,11 +6,13 @@ import ctypes
 import gc
 import io
 import math
-import pytest
 import shutil
 import subprocess
 import threading
 
+import pytest
+
+import loader_cases
 from conftest import needs_cc
 from maps_support import executable_at
 
@@ -19,33 +21,8 @@ from svod_min.error import RelocationRangeError, SymbolNotFoundError
 from svod_min.jit_loader import PAGE, load_object, plan_layout, relocate
 from svod_min.jit_loader.symbols import default_resolver
 
-KITCHEN_SINK = r"""
-#include <math.h>
-#include <string.h>
-static const float table[8] = {1, 2, 3, 5, 7, 11, 13, 17};
-static int counter;                       /* .bss */
-int global_state = 100;                   /* .data, reached through the GOT */
-static const char* const names[3] = {"zero", "one", "two"};  /* R_X86_64_64 pointer table */
-typedef float (*unop)(float);
-static float twice(float x) { return 2 * x; }
-static float halve(float x) { return x / 2; }
-static unop const ops[2] = {twice, halve};
-
-int bump(void) { counter += 1; global_state += 1; return counter * 1000 + global_state; }
-float lookup(int i) { return table[i & 7]; }
-float libm(float x) { return expf(x) + logf(x + 2.0f) + powf(x, 1.5f); }
-int jump(int x) {
-    switch (x) {
-    case 0: return 11; case 1: return 22; case 2: return 33; case 3: return 44;
-    case 4: return 55; case 5: return 66; case 6: return 77; case 7: return 88;
-    default: return -1;
-    }
-}
-int name_len(int i) { return (int)strlen(names[i % 3]); }
-float apply_op(int i, float x) { return ops[i & 1](x); }
-void big_copy(char* dst, const char* src) { memcpy(dst, src, 16384); memset(dst, 'z', 100); }
-float helper_user(float x) { return twice(x) + lookup(3); }
-"""
+# The shared kitchen sink (tests/loader_cases.py; also run on arm64) plus a caller of its static helpers.
+KITCHEN_SINK = loader_cases.KITCHEN_SINK + "float helper_user(float x) { return twice(x) + lookup(3); }\n"
 
 
 def _build_shared(src: str, cc: str, opt: str, tmp_path) -> ctypes.CDLL:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
 import random
 import shutil
 import struct
+
+import pytest
 
 from conftest import needs_cc
 
