@@ -75,6 +75,20 @@ def test_fake_finalizers_keep_the_threads_current_context(fake: Callable[..., Fa
     assert current.value == dev1.context_value  # freed under dev0's context, dev1's restored
 
 
+def test_close_keeps_the_other_devices_context_current(fake: Callable[..., Fake]) -> None:
+    """Closing GPU 0 synchronises it under its own context, then gives the thread's context back:
+    GPU 1, believed current, really is (on hardware its next call would fail or land on GPU 0)."""
+    f = fake(count=2)
+    dev0, dev1 = f.device(0), f.device(1)
+    dev0.allocate(64)
+    dev1.activate(force=True)
+    dev0.close()
+    current = ctypes.c_void_p()
+    dev1.lib.call("cuCtxGetCurrent", ctypes.byref(current))
+    assert current.value == dev1.context_value
+    assert dev1.allocate(16).copyin(bytes(range(16))).copyout() == bytes(range(16))
+
+
 def test_fake_interpreter_exit_with_live_objects_is_quiet(fake_so: str, tmp_path: Path) -> None:
     script = textwrap.dedent(
         """

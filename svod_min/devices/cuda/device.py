@@ -382,8 +382,12 @@ class CudaDevice:
         if self.closed:
             return
         if os.getpid() == self.driver.pid:  # let queued work finish before its stream goes
-            self.lib.call_raw("cuCtxSetCurrent", self.context)
-            self.lib.call_raw("cuStreamSynchronize", self.stream)
+            # Pushed and popped: the thread's current context (maybe another GPU's) stays current.
+            if self.lib.call_raw("cuCtxPushCurrent", self.context) == 0:
+                try:
+                    self.lib.call_raw("cuStreamSynchronize", self.stream)
+                finally:
+                    self.lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
         self.staging.release()
         with self._timers_lock:
             self._timers = []  # their events are destroyed now, while the context lives
