@@ -211,6 +211,24 @@ def test_fake_library_kernel_end_to_end(fake: Callable[..., Fake]) -> None:
         cuda_library_kernel(dev, "add", dtype="int8")
 
 
+@pytest.mark.parametrize("name, block", [("add", (512,)), ("add", (128,)), ("reduce_sum", (512,)), ("matmul", (8, 8))])
+def test_fake_library_kernels_refuse_other_blocks(fake: Callable[..., Fake], name: str, block: Any) -> None:
+    """Library kernels size shared arrays and reductions for their signature's block: any other block
+    is refused at bind and at set_dims (a wider one would overflow ``part[256]`` on the GPU)."""
+    f = fake()
+    dev = f.device()
+    prog = cuda_library_kernel(dev, name, dtype="float32")
+    bufs = [dev.allocate([64 * 64], "float32") for _ in range(len(prog.signature.buffers))]
+    vals = [1] * len(prog.var_names)
+    launches = f.counter("launches")
+    with pytest.raises(LaunchConfigError, match="written for block"):
+        prog.bind(bufs, vals, local_size=block)
+    bound = prog.bind(bufs, vals)  # its own block
+    with pytest.raises(LaunchConfigError, match="written for block"):
+        bound.set_dims((1, 1, 1), block)
+    assert bound.block == tuple(prog.local_size) and f.counter("launches") == launches
+
+
 @gpu_test
 @pytest.mark.parametrize("sig", cuda_sigs(), ids=sig_id)
 def test_gpu_library_kernel_matches_numpy(gpu: cuda.CudaDevice, sig: Any) -> None:

@@ -272,7 +272,19 @@ class CudaProgram:
         """(grid, block) for a launch: explicit sizes win over the program's defaults."""
         gs = global_size if global_size is not None else self.default_grid(vals)
         ls = local_size if local_size is not None else self.local_size
-        return launch_dims(gs, ls, self.limits)
+        grid, block = launch_dims(gs, ls, self.limits)
+        self.check_block(block)
+        return grid, block
+
+    def check_block(self, block: Dims3) -> None:
+        """A library kernel runs only with its signature's block: its code sizes shared arrays and
+        reduction trees for it (another block overflows them on the GPU or sums wrongly)."""
+        if self.signature is None:
+            return
+        want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
+        if tuple(block) != want:
+            raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
+                                    % (self.signature.name, list(want), list(block)))  # fmt: skip
 
     # --- dispatch ---
 
@@ -348,7 +360,9 @@ class BoundLaunch:
 
     def set_dims(self, grid: Any, block: Any = None) -> None:
         """New grid (and block), validated against the kernel's limits; the grid stays explicit from now on."""
-        self.grid, self.block = launch_dims(grid, self.block if block is None else block, self.program.limits)
+        new_grid, new_block = launch_dims(grid, self.block if block is None else block, self.program.limits)
+        self.program.check_block(new_block)
+        self.grid, self.block = new_grid, new_block
         self._auto_grid = False
         self._pack_call()
 
