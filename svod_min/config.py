@@ -10,8 +10,9 @@ ignored), unset or empty keeps the default, and anything else is a
 :class:`~svod_min.error.ConfigError` naming the variable.
 
 Every on-disk store lives under :func:`cache_root`: the object cache in
-``<root>/objects``, compiler probes in ``<root>/compilers.json``.
-``SVOD_OBJECT_CACHE=0`` turns all of them off.
+``<root>/objects``, compiler probes in ``<root>/compilers.json`` (both off with
+``SVOD_OBJECT_CACHE=0``), and the tuner's results in ``<root>/tuning.json``
+(user data written on request, so it stays on).
 """
 
 from __future__ import annotations

@@ -52,8 +52,6 @@ from .plan_ops import (
 from .plan_schedule import PARALLEL_MIN_FLOPS, PlanSchedule
 from .profiler import KernelProfile
 
-#: Old names kept while svod_min.plan_file and tests/test_plan_file.py still use them (the registry;
-#: the host memmove their spy patches, which now lives in devices.transfer).
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 
 

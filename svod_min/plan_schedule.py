@@ -146,9 +146,10 @@ class PlanSchedule:
         core_index = op.kernel.var_names.index("core_id") if "core_id" in op.kernel.var_names else None
         self._threaded[index] = launch[0] > 1
         gs = launch if launch[0] > 1 else None
-        threads = 1 if gs is not None and self._parallelism(op) == 1 else None
+        parallelism = self._parallelism(op)
+        threads = 1 if gs is not None and parallelism == 1 else None
         self._set_launch(index, program.bind(bufs, list(op.vals), global_size=gs, core_id_index=core_index, threads=threads))
-        self._record_native(index, op, bufs, launch[0], core_index)
+        self._record_native(index, op, bufs, launch[0], core_index, parallelism)
 
     def _bind_gpu_kernel(self, index: int, op: PreparedKernel, bufs: List[Any], grid: Tuple[int, int, int], env: Mapping[str, int]) -> None:
         """A GPU launch (svod: global_size counts blocks): bound once, then patched in place.
@@ -169,9 +170,9 @@ class PlanSchedule:
     def _set_launch(self, index: int, launch: Any) -> None:
         self._launches[index], self._calls[index] = launch, launch.__call__
 
-    def _record_native(self, index: int, op: PreparedKernel, bufs: List[Any], ncalls: int, core_index: Optional[int]) -> None:
+    def _record_native(self, index: int, op: PreparedKernel, bufs: List[Any], ncalls: int, core_index: Optional[int],
+                       parallelism: int) -> None:  # fmt: skip
         """Remember how the native runner would call this kernel (programs with a native entry only)."""
-        parallelism = self._parallelism(op)
         entry = native_entry(op.kernel.program.native_address, bufs, op.vals, ncalls, core_index, parallelism)
         if entry is None:
             self._native_entries.pop(index, None)
