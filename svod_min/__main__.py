@@ -247,9 +247,15 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
     result = export_tinygrad(load_target(args.target), args.out_dir, inputs=inputs, rtol=args.rtol, atol=args.atol,
                              flags=args.flag)
     print("wrote %s: %d kernels, %d ops, vars %s" % (result.plan_path, result.kernels, result.ops, result.variables or "-"))
+    if args.bundle:
+        from .bundle_build import build_bundle
+
+        report = build_bundle(result.plan_path, args.bundle, targets=args.target or None,
+                              progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        print("wrote %s: targets %s" % (report.path, ", ".join(report.built)))
     if args.no_verify:
         return EXIT_OK
-    loaded = load_plan(result.plan_path)
+    loaded = load_plan(args.bundle or result.plan_path)
     loaded.plan.execute()
     failed = []
     for buffer, ok, err in loaded.verify():
@@ -267,7 +273,31 @@ def _npy_to_numpy(parsed: Any) -> Any:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    if args.bundle is not None:
+        from .bundle import describe_bundle, open_bundle
+
+        print("\n".join(describe_bundle(open_bundle(args.bundle))))
+        return EXIT_OK
     print("\n".join(info_lines()))
+    return EXIT_OK
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .bundle_build import build_bundle
+
+    report = build_bundle(args.plan, args.output, targets=args.target or None, compiler=args.cc,
+                          progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    print("wrote %s: %d kernel(s) x %d target(s) = %d object(s); targets %s%s" % (
+        report.path, report.kernels, len(report.built), report.objects, ", ".join(report.built) or "-",
+        "; not built: %s" % ", ".join(report.skipped) if report.skipped else ""))
+    return EXIT_OK
+
+
+def _cmd_zipapp(args: argparse.Namespace) -> int:
+    from .pyz import build_pyz
+
+    size = build_pyz(args.output, python=args.python)
+    print("wrote %s (%d bytes): run it with python3 %s run [PLAN.json | MODEL.svod]" % (args.output, size, args.output))
     return EXIT_OK
 
 
@@ -276,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a plan file (default: the embedded MLP plan), verify and time it")
-    run.add_argument("plan", nargs="?", help="plan file (JSON); see docs/plan-format.md")
+    run.add_argument("plan", nargs="?", help="plan file (JSON, docs/plan-format.md) or model bundle (.svod)")
     run.add_argument("--device", default=None, help="device spec (CPU, CUDA:0, ...); overrides the plan's")
     run.add_argument("--var", action="append", default=[], metavar="NAME=INT", help="set a plan variable")
     run.add_argument("--repeat", type=int, default=1, help="timed runs after the first (default 1)")
@@ -313,7 +343,21 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel")
     export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
     export.set_defaults(func=_cmd_export_tinygrad)
-    info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
+    export.add_argument("--bundle", metavar="MODEL.svod", help="also build a model bundle of the written plan")
+    export.add_argument("--target", action="append", default=[], metavar="T", help="bundle target (default: all)")
+    build = sub.add_parser("build", help="compile a plan's kernels for every target into one bundle (MODEL.svod)")
+    build.add_argument("plan", nargs="?", help="plan file (default: the embedded MLP plan)")
+    build.add_argument("-o", "--output", required=True, metavar="MODEL.svod", help="the bundle to write")
+    build.add_argument("--target", action="append", default=[], metavar="T",
+                       help="x86_64, x86_64-v3, x86_64-v4, aarch64 (repeatable; default: all)")
+    build.add_argument("--cc", default=None, help="compiler to build with (default: SVOD_CC, clang, gcc)")
+    build.set_defaults(func=_cmd_build)
+    pyz = sub.add_parser("zipapp", help="write a one-file runtime (svod_min and pyelftools in one .pyz)")
+    pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")
+    pyz.add_argument("--python", default="/usr/bin/env python3", help="interpreter line (default: /usr/bin/env python3)")
+    pyz.set_defaults(func=_cmd_zipapp)
+    info = sub.add_parser("info", help="devices, compilers, W^X mode, cache; or what a bundle holds")
+    info.add_argument("bundle", nargs="?", help="a model bundle (.svod): its kernels, targets and this host's choice")
     info.set_defaults(func=_cmd_info)
     return parser
 

@@ -35,11 +35,13 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   │   └── KernelVariableError    2  a library kernel's variable below its minimum
     │   ├── KernelParamError           2  a library kernel request that cannot be served
     │   │   └── KernelNotFoundError    2  no kernel of that name
-    │   └── PlanFileError              2  with the JSON path of the offending value
+    │   ├── PlanFileError              2  with the JSON path of the offending value
+    │   └── BundleError                2  a bad model bundle (.svod), naming the entry
     ├── ExecutionError                 3  a dispatch failed
     │   ├── PlanPoisonedError          3  plan failed earlier and refuses to run
     │   └── KernelArgumentError        2  buffers / variables that do not match a kernel
     ├── NotSupportedError              3  feature deliberately not implemented
+    ├── NoUsableTargetError            3  no bundled object runs here, and no compiler
     └── ExportError                    2  a model that cannot be exported as a plan
 
 A class sits where its *stage* is; ``exit_code`` says what the failure means
@@ -269,6 +271,21 @@ class PlanFileError(PlanError):
         self.json_path = path
 
 
+# --- model bundles and targets ----------------------------------------------
+
+
+class BundleError(PlanError):
+    """A model bundle (``.svod``) that is refused before anything runs; the message names the entry."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class NoUsableTargetError(SvodError):
+    """No precompiled object fits this host and nothing here can compile the kernel's source."""
+
+    exit_code = EXIT_DEVICE
+
+
 # --- CUDA -----------------------------------------------------------------
 
 # CUresult codes a kernel leaves behind in its context: every later call in the process fails the same way
@@ -384,6 +401,8 @@ __all__ = [
     "KernelNotFoundError",
     "KernelArgumentError",
     "PlanFileError",
+    "BundleError",
+    "NoUsableTargetError",
     "CudaError",
     "CudaSymbolError",
     "PtxError",

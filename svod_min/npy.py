@@ -7,6 +7,7 @@ where numpy is not installed.
 from __future__ import annotations
 
 import ast
+import io
 import os
 import struct
 from typing import BinaryIO, Tuple
@@ -44,6 +45,16 @@ def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
     if len(payload) != count * dt.itemsize:  # the file shrank under us
         raise PlanError("%s: expected %d bytes of data, found %d" % (path, count * dt.itemsize, len(payload)))
     return dt, shape, payload
+
+
+def parse_npy(data: bytes, what: str) -> Tuple[DType, Tuple[int, ...], bytes]:
+    """(dtype, shape, payload) of ``.npy`` bytes already in memory (a bundle entry); ``what`` names them."""
+    header, start = _read_header(io.BytesIO(data), what)
+    dt, shape, count = _parse_header(header, what)
+    found = len(data) - start
+    if found != count * dt.itemsize:
+        raise PlanError("%s: expected %d bytes of data, found %d" % (what, count * dt.itemsize, found))
+    return dt, shape, data[start:]
 
 
 def _read_header(fh: BinaryIO, path: str) -> Tuple[str, int]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .dtypes import DType, dtype as to_dtype, pack_values, unpack_values
 from .error import BufferAllocationError, PlanError, PlanFileError, SvodError
-from .npy import read_npy
+from .npy import parse_npy
 from .plan_schema import (
     as_int,
     as_list,
@@ -43,12 +43,34 @@ class Expectation:
     atol: float = 1e-6
 
 
-class PlanData:
-    """Files beside the plan and the buffers it declares (allocated on ``device``)."""
+class DirectoryFiles:
+    """The files a plan names, read from the folder it lies in (a bundle reads them from its zip instead)."""
 
-    def __init__(self, base_dir: str, device: Any) -> None:
+    def __init__(self, base_dir: str) -> None:
+        self.base_dir = base_dir
+
+    def read_bytes(self, rel: str, path: str) -> bytes:
+        """The bytes of ``rel``; PlanFileError naming ``path`` (the JSON path that named it) when unreadable."""
+        full = os.path.normpath(os.path.join(self.base_dir, rel))
+        need(os.path.isfile(full), path, "file %r not found (relative to %s)" % (rel, self.base_dir))
+        try:
+            with open(full, "rb") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise PlanFileError(path, "cannot read %r: %s" % (rel, exc.strerror or exc)) from None
+
+
+class PlanData:
+    """Files the plan names and the buffers it declares (allocated on ``device``).
+
+    ``files`` reads what the plan names by relative path: a :class:`DirectoryFiles` of ``base_dir`` by
+    default, or a model bundle's entries (:class:`svod_min.bundle.BundleFiles`).
+    """
+
+    def __init__(self, base_dir: str, device: Any, files: Any = None) -> None:
         self.base_dir = base_dir
         self.device = device
+        self.files = files if files is not None else DirectoryFiles(base_dir)
 
     def shape(self, b: Dict[str, Any], path: str) -> Tuple[DType, Tuple[int, ...], int]:
         """A buffer declaration's dtype, shape and element count (within :data:`MAX_BUFFER_BYTES`)."""
@@ -119,28 +141,23 @@ class PlanData:
         return payload
 
     def read_npy_file(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
-        """A ``.npy`` file beside the plan: (dtype, shape, raw little-endian payload)."""
+        """A ``.npy`` file the plan names: (dtype, shape, raw little-endian payload)."""
+        data = self.files.read_bytes(rel, path)
         try:
-            return read_npy(self._path(rel, path))
-        except PlanFileError:
-            raise
+            return parse_npy(data, rel)
         except PlanError as exc:
             raise PlanFileError(path, str(exc)) from None
 
+    def read_bytes(self, rel: str, path: str) -> bytes:
+        """A file the plan names (a precompiled object), as bytes."""
+        return self.files.read_bytes(rel, path)
+
     def read_text(self, rel: str, path: str) -> str:
-        """A UTF-8 text file beside the plan (kernel source, IR, CUDA C, PTX)."""
+        """A UTF-8 text file the plan names (kernel source, IR, CUDA C, PTX)."""
         try:
-            with open(self._path(rel, path), encoding="utf-8") as fh:
-                return fh.read()
+            return self.files.read_bytes(rel, path).decode("utf-8")
         except UnicodeDecodeError:
             raise PlanFileError(path, "file %r is not UTF-8 text" % rel) from None
-        except OSError as exc:
-            raise PlanFileError(path, "cannot read %r: %s" % (rel, exc.strerror or exc)) from None
-
-    def _path(self, rel: str, path: str) -> str:
-        full = os.path.normpath(os.path.join(self.base_dir, rel))
-        need(os.path.isfile(full), path, "file %r not found (relative to %s)" % (rel, self.base_dir))
-        return full
 
     def expectations(self, spec: Dict[str, Any], buffers: Mapping[str, Any]) -> List[Expectation]:
         """The ``expect`` section, checked against the declared ``buffers``."""
@@ -185,4 +202,4 @@ def check_expectation(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     return e.buffer, ok, worst
 
 
-__all__ = ["INIT_CHUNK", "MAX_BUFFER_BYTES", "Expectation", "PlanData", "check_expectation", "packed_chunks"]
+__all__ = ["DirectoryFiles", "INIT_CHUNK", "MAX_BUFFER_BYTES", "Expectation", "PlanData", "check_expectation", "packed_chunks"]

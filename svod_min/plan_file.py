@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
+from .bundle import is_bundle, open_bundle
 from .device_registry import DEVICE_FACTORIES
 from .error import PlanError, PlanFileError, SvodError
 from .execution_plan import (
@@ -70,7 +71,10 @@ class LoadedPlan:
 def load_plan(
     source: Any, *, device: Any = None, base_dir: Optional[str] = None, var_values: Optional[Mapping[str, int]] = None
 ) -> LoadedPlan:
-    """Build a plan from a path or an already parsed document."""
+    """Build a plan from a path (a plan file, or a model bundle ``.svod``) or an already parsed document."""
+    if isinstance(source, str) and is_bundle(source):
+        bundle = open_bundle(source)  # checked whole before anything is built
+        return _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
     if isinstance(source, str):
         base_dir = base_dir or os.path.dirname(os.path.abspath(source))
         doc = read_plan_document(source)
@@ -82,8 +86,10 @@ def load_plan(
 class _PlanReader:
     """One document -> one plan: device, variables, buffers, kernels, ops, expectations, in that order."""
 
-    def __init__(self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int]) -> None:
+    def __init__(self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int],
+                 files: Any = None) -> None:  # fmt: skip
         self.doc = doc
+        self.files = files
         self.base_dir = base_dir
         self.device_override = device
         self.var_values = dict(var_values)
@@ -101,7 +107,7 @@ class _PlanReader:
         need("svod_plan" in doc, "svod_plan", "missing: a plan file starts with \"svod_plan\": %d" % FORMAT_VERSION)
         need(type(doc["svod_plan"]) is int and doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
         self._device()
-        self.data = PlanData(self.base_dir, self.device)
+        self.data = PlanData(self.base_dir, self.device, self.files)
         self._vars(as_object(doc.get("vars", {}), "vars"))
         builder = ExecutionPlanBuilder(self.device)
         builder.set_var_values(self.values)

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import kernels as library
-from .error import BufferAllocationError, NotSupportedError, PlanError, PlanFileError, PtxError, SvodError
+from .clang import find_compiler
+from .config import env_str
+from .error import (BufferAllocationError, CompilationError, NoUsableTargetError, NotSupportedError, PlanError,
+                    PlanFileError, PtxError, SvodError)
+from .jit_loader.arch import host_arch
 from .expr import compile_expr
 from .kernel_cache import CachedKernel, compile_many_cached
 from .plan_data import PlanData
 from .plan_schema import as_bool, as_int, as_list, as_object, as_text, known_keys, need, three
+from .targets import TARGET_ENV, TARGET_NAME, choose_target, host_target, object_target_mismatch
 
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
 CPU_ONLY_VARS = ("core_id", "core_id_count")
@@ -41,12 +47,15 @@ class KernelReader:
             path = "kernels.%s" % name
             k = as_object(k, path)
             allowed = {"source", "file", "llvm_ir", "ir_file", "library", "params", "entry", "buffers", "outputs",
-                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda"}
+                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda", "objects"}
             known_keys(k, allowed, path)
             forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
-            need(len(forms) == 1 or (not forms and "cuda" in k), path,
-                 "give exactly one of source, file, llvm_ir, ir_file, library (got %s), or only a cuda form" % (forms or "none"))
+            need(len(forms) == 1 or (not forms and ("cuda" in k or "objects" in k)), path,
+                 "give exactly one of source, file, llvm_ir, ir_file, library (got %s), or only objects or a cuda form"
+                 % (forms or "none"))
             cuda = self._cuda_form(k, path) if "cuda" in k else None  # checked on every device
+            objects = read_object_list(k["objects"], path + ".objects") if "objects" in k else None
+            need(objects is None or forms != ["library"], path + ".objects", "a library kernel brings its own objects")
             if forms == ["library"]:
                 self.kernels[name] = self._library(name, k, path)
             elif on_gpu:
@@ -54,12 +63,39 @@ class KernelReader:
                      "(CUDA C or PTX, docs/plan-format.md) or use a library kernel" % self.device.spec)
                 gpu[name] = cuda  # type: ignore[assignment]
             else:
-                need(bool(forms), path, "has only a CUDA form; run the plan on a GPU (--device CUDA)")
-                pending[name] = self._compiled(name, k, forms[0], path)
+                need(bool(forms) or objects is not None, path, "has only a CUDA form; run the plan on a GPU (--device CUDA)")
+                kernel = self._compiled(name, k, forms[0] if forms else None, path)
+                obj = self._precompiled(objects, kernel, path) if objects is not None else None
+                if obj is not None:
+                    self.kernels[name] = kernel.load(self.device, obj)
+                else:
+                    pending[name] = kernel
         self._compile_and_load(pending)
         for name, cuda in gpu.items():
             self.kernels[name] = cuda.load(self.device)
         return self.kernels
+
+    def _precompiled(self, objects: List[Dict[str, str]], kernel: "PendingKernel", path: str) -> Optional[bytes]:
+        """The object of the best target for this host; None: compile the source (PendingKernel has it)."""
+        targets = [o["target"] for o in objects]
+        chosen = choose_target(targets)
+        if chosen is None:
+            if kernel.text and have_compiler(kernel.kind):
+                return None
+            forced = env_str(TARGET_ENV)
+            raise NoUsableTargetError(
+                "%s: no precompiled object runs on this host (target %s%s; the kernel has objects for %s) and %s"
+                % (path, forced or host_target() or "unknown, %s" % host_arch(),
+                   " forced by %s" % TARGET_ENV if forced else "", ", ".join(targets) or "no target",
+                   "no compiler here can build its source" if kernel.text else "it carries no source to compile"))
+        i = targets.index(chosen)
+        where = "%s[%d]" % (path, i)
+        data = self.data.read_bytes(objects[i]["file"], where + ".file")
+        need(hashlib.sha256(data).hexdigest() == objects[i]["sha256"], where + ".sha256",
+             "object %r does not match its sha256" % objects[i]["file"])
+        problem = object_target_mismatch(data, chosen)
+        need(problem is None, where, "object %r: %s" % (objects[i]["file"], problem))
+        return data
 
     def _compile_and_load(self, pending: Dict[str, "PendingKernel"]) -> None:
         """Compile every source kernel in as few compiler runs as possible, then load them."""
@@ -72,12 +108,14 @@ class KernelReader:
             for name, obj in zip(names, objects):
                 self.kernels[name] = pending[name].load(self.device, obj)
 
-    def _compiled(self, name: str, k: Dict[str, Any], form: str, path: str) -> "PendingKernel":
-        """Validate a C or LLVM IR form (text or file); compiled later in a batch."""
-        text = k[form]
-        if form in ("file", "ir_file"):
-            text = self.data.read_text(as_text(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))
-        text = as_text(text, "%s.%s" % (path, form))
+    def _compiled(self, name: str, k: Dict[str, Any], form: Optional[str], path: str) -> "PendingKernel":
+        """Validate a C or LLVM IR form (text or file; None: objects only); compiled later in a batch."""
+        text = ""
+        if form is not None:
+            text = k[form]
+            if form in ("file", "ir_file"):
+                text = self.data.read_text(as_text(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))
+            text = as_text(text, "%s.%s" % (path, form))
         nbuf = as_int(k.get("buffers"), path + ".buffers", 1, 64)
         var_names = [as_text(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(as_list(k.get("vars", []), path + ".vars"))]
         outputs = [as_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(as_list(k.get("outputs", [0]), path + ".outputs"))]
@@ -200,6 +238,32 @@ class KernelReader:
         return out
 
 
+def read_object_list(value: Any, path: str) -> List[Dict[str, str]]:
+    """A kernel's ``objects``: ``[{"target", "file", "sha256"}, ...]``, one per target (read, not loaded)."""
+    out: List[Dict[str, str]] = []
+    for i, o in enumerate(as_list(value, path)):
+        where = "%s[%d]" % (path, i)
+        o = as_object(o, where)
+        known_keys(o, {"target", "file", "sha256"}, where)
+        target, rel, digest = (as_text(o.get(key), "%s.%s" % (where, key)) for key in ("target", "file", "sha256"))
+        need(TARGET_NAME.match(target) is not None, where + ".target", "%r is not a target name" % target)
+        need(all(t["target"] != target for t in out), where + ".target", "a second object for target %s" % target)
+        need(len(digest) == 64 and all(c in "0123456789abcdef" for c in digest), where + ".sha256",
+             "expected 64 lowercase hex digits")
+        out.append({"target": target, "file": rel, "sha256": digest})
+    need(bool(out), path, "lists no object")
+    return out
+
+
+def have_compiler(kind: str) -> bool:
+    """Whether a compiler for ``kind`` (``c``, or ``ir``: clang) is on this host."""
+    try:
+        find_compiler(need_clang=kind == "ir")
+    except CompilationError:
+        return False
+    return True
+
+
 def global_size_exprs(value: Any, path: str) -> Tuple[Any, ...]:
     """Three ints or size expressions (kept as their text; the plan evaluates them per run)."""
     dims = as_list(value, path)
@@ -302,4 +366,4 @@ def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKern
     return clone
 
 
-__all__ = ["CPU_ONLY_VARS", "KernelReader", "check_threading", "global_size_exprs", "is_gpu", "with_global_size"]
+__all__ = ["CPU_ONLY_VARS", "KernelReader", "have_compiler", "read_object_list", "check_threading", "global_size_exprs", "is_gpu", "with_global_size"]

@@ -110,16 +110,21 @@ def read_plan_document(path: str) -> Dict[str, Any]:
             raw = fh.read()
     except OSError as exc:
         raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
+    return parse_plan_bytes(raw, "plan file %s" % path)
+
+
+def parse_plan_bytes(raw: bytes, what: str) -> Dict[str, Any]:
+    """A plan document from bytes (a file's, or a bundle entry's); ``what`` names them in errors."""
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except UnicodeDecodeError:
-        raise PlanFileError("", "plan file %s is not UTF-8 text" % path) from None
+        raise PlanFileError("", "%s is not UTF-8 text" % what) from None
     except _DuplicateKey as exc:  # json keeps the last one silently: a second "expect" would hide the first
-        raise PlanFileError("", "plan file %s repeats the key %r in one object" % (path, exc.key)) from None
+        raise PlanFileError("", "%s repeats the key %r in one object" % (what, exc.key)) from None
     except ValueError as exc:
-        raise PlanFileError("", "plan file %s is not valid JSON: %s" % (path, exc)) from None
+        raise PlanFileError("", "%s is not valid JSON: %s" % (what, exc)) from None
     except RecursionError:
-        raise PlanFileError("", "plan file %s nests too deeply" % path) from None
+        raise PlanFileError("", "%s nests too deeply" % what) from None
     return as_object(doc, "$")
 
 
@@ -154,5 +159,5 @@ def flatten(values: List[Any], path: str) -> List[Any]:
 
 __all__ = [
     "FORMAT_VERSION", "MAX_PLAN_BYTES", "as_bool", "as_int", "as_list", "as_number", "as_object", "as_text",
-    "describe", "flatten", "float32_bits", "known_keys", "missing", "need", "product", "read_plan_document", "three",
+    "describe", "flatten", "float32_bits", "known_keys", "missing", "need", "parse_plan_bytes", "product", "read_plan_document", "three",
 ]  # fmt: skip

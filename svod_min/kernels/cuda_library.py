@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import resources
 from ..dtypes import dtype as to_dtype
 from ..error import NotSupportedError
 from .lookup import cuda_kernels, ptx_path
@@ -34,8 +35,8 @@ def find_cuda_sig(name: str, **params: Any) -> CudaKernelSig:
 
 def library_ptx(sig: CudaKernelSig) -> str:
     """The PTX text of ``sig``'s generated module."""
-    with open(ptx_path(sig.module), "r", encoding="utf-8") as fh:
-        return fh.read()
+    ptx_path(sig.module)  # a missing module is KernelNotFoundError, named
+    return resources.read_text("kernels/_generated/cuda/%s.ptx" % sig.module)
 
 
 def cuda_library_kernel(device: Any, name: str, **params: Any) -> Any:

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from . import variants
+from .. import resources
 from ..config import env_flag
 from ..error import KernelNotFoundError, KernelParamError
 from .elementwise import c_dtype
@@ -139,7 +140,7 @@ def ptx_path(module: str) -> str:
     if not isinstance(module, str) or not module.isidentifier():
         raise KernelNotFoundError("no PTX module %r (module names are identifiers)" % (module,))
     path = os.path.join(GEN_DIR, "cuda", module + ".ptx")
-    if not os.path.exists(path):
+    if not resources.exists("kernels/_generated/cuda/%s.ptx" % module):
         raise KernelNotFoundError("no PTX module %r (%s)" % (module, path))
     return path
 

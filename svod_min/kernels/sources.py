@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from typing import Dict
 
+from .. import resources
 from ..error import KernelParamError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,8 +36,7 @@ def _read(name: str) -> str:
         if text is None:
             path = os.path.join(C_DIR, name)
             try:
-                with open(path) as fh:
-                    text = fh.read()
+                text = resources.read_text("kernels/_generated/c/" + name)
             except OSError as exc:
                 raise KernelParamError("kernel source %s is missing (%s); regenerate with python -m codegen"
                                        % (path, exc)) from None  # fmt: skip

@@ -15,37 +15,17 @@ import threading
 from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..jit_loader.arch import host_arch
+from .. import resources
+from ..targets import cpu_features
 from ..config import env_str
 from ..error import LoaderError
 from ..error import KernelParamError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANT_ENV = "SVOD_KERNELS_VARIANT"
-CPUINFO = "/proc/cpuinfo"
 
 _lock = threading.Lock()
-_features: Optional[FrozenSet[str]] = None
 _objects: Dict[str, "SharedObject"] = {}
-
-
-def cpu_features(path: str = CPUINFO) -> FrozenSet[str]:
-    """The CPU's feature flags (x86 ``flags`` / arm ``Features``), read once; empty when unknown."""
-    global _features
-    if _features is None or path != CPUINFO:
-        found: FrozenSet[str] = frozenset()
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    key, sep, value = line.partition(":")
-                    if sep and key.strip().lower() in ("flags", "features"):
-                        found = frozenset(value.split())
-                        break
-        except OSError:
-            pass
-        if path != CPUINFO:
-            return found
-        _features = found
-    return _features
 
 
 def _variants() -> Dict[str, Dict[str, Any]]:
@@ -68,12 +48,17 @@ def choose_variant(arch: Optional[str] = None, features: Optional[FrozenSet[str]
     arch = arch or host_arch()
     have = cpu_features() if features is None else features
     fits = [(v["priority"], name) for name, v in variants.items()
-            if v["arch"] == arch and set(v["requires"]) <= have and os.path.exists(object_path(name))]  # fmt: skip
+            if v["arch"] == arch and set(v["requires"]) <= have and resources.exists(object_member(name))]  # fmt: skip
     return max(fits)[1] if fits else None
 
 
 def object_path(variant: str) -> str:
     return os.path.join(HERE, *_variants()[variant]["object"].split("/"))
+
+
+def object_member(variant: str) -> str:
+    """The variant's object as a package resource name (read from the archive in a one-file runtime)."""
+    return "kernels/" + _variants()[variant]["object"]
 
 
 def has_entry(variant: str, entry: str) -> bool:
@@ -116,8 +101,7 @@ def load_variant(variant: str) -> SharedObject:
 
             path = object_path(variant)
             try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
+                data = resources.read_bytes(object_member(variant))
             except OSError as exc:
                 raise LoaderError("prebuilt kernel object %s cannot be read: %s" % (path, exc)) from exc
             obj = _objects[variant] = SharedObject(load_object(data), variant)

@@ -1,0 +1,89 @@
+"""Package data (prebuilt objects, PTX, kernel C sources) read from wherever svod_min was imported.
+
+An installed or source-tree svod_min reads plain files; inside a one-file
+runtime (``svod_min.pyz``, see :mod:`svod_min.pyz`) there is no path on disk, so
+the bytes come through the import loader (``zipimporter.get_data``). Callers
+name data by its path relative to the package, with ``/`` separators.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import zipfile
+from typing import Any, FrozenSet, Optional
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_lock = threading.Lock()
+_archive_names: Optional[FrozenSet[str]] = None
+
+
+def _loader() -> Any:
+    return getattr(sys.modules[__package__ or "svod_min"], "__loader__", None)
+
+
+def _full_path(rel: str) -> str:
+    return os.path.join(PACKAGE_DIR, *rel.split("/"))
+
+
+def in_archive() -> bool:
+    """Whether svod_min was imported from a zip archive (the one-file runtime)."""
+    return _ARCHIVE is not None
+
+
+def archive_path() -> Optional[str]:
+    """The zip archive svod_min was imported from (absolute), or None."""
+    return _ARCHIVE
+
+
+def _find_archive() -> Optional[str]:
+    # read once, at import: zipimport may hold a relative path, and the working directory may change later
+    loader = _loader()
+    if os.path.isdir(PACKAGE_DIR) or not hasattr(loader, "archive"):
+        return None
+    return os.path.abspath(loader.archive)
+
+
+def read_bytes(rel: str) -> bytes:
+    """The package file ``rel`` (``kernels/prebuilt/x86_64-baseline/library.o``); OSError when absent."""
+    if _ARCHIVE is None:
+        with open(_full_path(rel), "rb") as fh:
+            return fh.read()
+    try:
+        with zipfile.ZipFile(_ARCHIVE) as zf:
+            return zf.read(_archive_member(rel))
+    except KeyError:
+        raise FileNotFoundError("%s has no member %s" % (_ARCHIVE, _archive_member(rel))) from None
+
+
+def read_text(rel: str) -> str:
+    return read_bytes(rel).decode("utf-8")
+
+
+def exists(rel: str) -> bool:
+    """Whether the package holds ``rel`` (checked without reading it)."""
+    if not in_archive():
+        return os.path.isfile(_full_path(rel))
+    return _archive_member(rel) in _names_in_archive()
+
+
+def _archive_member(rel: str) -> str:
+    inner = os.path.relpath(PACKAGE_DIR, str(_ARCHIVE)).replace(os.sep, "/")
+    return "%s/%s" % (inner, rel)
+
+
+def _names_in_archive() -> FrozenSet[str]:
+    global _archive_names
+    with _lock:
+        if _archive_names is None:
+            with zipfile.ZipFile(str(_ARCHIVE)) as zf:
+                _archive_names = frozenset(zf.namelist())
+        return _archive_names
+
+
+__all__ = ["PACKAGE_DIR", "archive_path", "exists", "in_archive", "read_bytes", "read_text"]
+
+
+_ARCHIVE = _find_archive()
