@@ -179,7 +179,7 @@ class PlanData:
                 len(values), "a count" if "count" in e else "a buffer", count))
             rtol = as_number(e.get("rtol", 1e-5), path + ".rtol")
             atol = as_number(e.get("atol", 1e-6), path + ".atol")
-            out.append(Expectation(name, [v if type(v) is int else float(v) for v in values], rtol, atol))
+            out.append(Expectation(name, [_number(v) for v in values], rtol, atol))
         return out
 
 
@@ -188,10 +188,24 @@ def packed_chunks(dt: DType, count: int, values: Callable[[int, int], Iterable[A
     return b"".join(pack_values(dt, list(values(lo, min(lo + INIT_CHUNK, count)))) for lo in range(0, count, INIT_CHUNK))
 
 
+def _number(value: Any) -> Any:
+    """A value to compare: integers (bools as 0/1) stay exact, anything else is a float."""
+    return int(value) if type(value) in (int, bool) else float(value)
+
+
+def _flat_values(got: Any) -> List[Any]:
+    """A buffer's nested ``tolist()`` as a flat list of numbers (bool buffers give 0/1)."""
+    if not isinstance(got, list):
+        return [_number(got)]
+    out: List[Any] = []
+    for item in got:
+        out.extend(_flat_values(item) if isinstance(item, list) else [_number(item)])
+    return out
+
+
 def check_expectation(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     """(buffer name, ok, max abs error) of ``buf`` against ``e``; NaN is never ok."""
-    got = buf.tolist()
-    flat = flatten(got, e.buffer) if isinstance(got, list) else [got]
+    flat = _flat_values(buf.tolist())
     worst, ok = 0.0, True
     for g, w in zip(flat, e.values):
         # ints against ints exactly: float() would round int64 values above 2**53 together

@@ -30,3 +30,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Tests that take a `cc` argument run once per installed compiler.
     if "cc" in metafunc.fixturenames:
         metafunc.parametrize("cc", COMPILERS or [pytest.param("none", marks=pytest.mark.skip("no compiler"))])
+
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The one-file runtime (``python -m svod_min zipapp``), built once per session from this svod_min."""
+    from svod_min.pyz import build_pyz
+
+    path = str(tmp_path_factory.mktemp("pyz") / "svod_min.pyz")
+    build_pyz(path)
+    return path

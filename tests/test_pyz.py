@@ -1,0 +1,71 @@
+"""The one-file runtime: ``python -m svod_min zipapp``, run by a bare interpreter, data read from the archive."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from typing import Any, List
+
+from svod_min.pyz import build_pyz
+
+
+def _bare(cmd: List[str], tmp_path: Any) -> subprocess.CompletedProcess:
+    env = {"PATH": str(tmp_path), "SVOD_OBJECT_CACHE": "0", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    return subprocess.run(cmd, env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+
+
+def test_the_archive_holds_svod_min_pyelftools_and_a_main(pyz: str) -> None:
+    with zipfile.ZipFile(pyz) as zf:
+        names = zf.namelist()
+    assert names[0] == "__main__.py"
+    assert "svod_min/__main__.py" in names and "elftools/elf/elffile.py" in names
+    assert "svod_min/kernels/prebuilt/x86_64-baseline/library.o" in names
+    assert any(n.startswith("svod_min/kernels/_generated/cuda/") and n.endswith(".ptx") for n in names)
+    assert not [n for n in names if n.endswith((".pyc", ".pyo")) or "__pycache__" in n]
+    with open(pyz, "rb") as fh:
+        assert fh.read(2) == b"#!"
+    assert os.access(pyz, os.X_OK)
+
+
+def test_the_same_sources_give_the_same_archive_and_a_pyz_rebuilds_itself(pyz: str, tmp_path: Any) -> None:
+    again = str(tmp_path / "again.pyz")
+    build_pyz(again)
+    from_itself = str(tmp_path / "self.pyz")
+    proc = _bare([sys.executable, "-I", pyz, "zipapp", "-o", from_itself], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with open(pyz, "rb") as a, open(again, "rb") as b, open(from_itself, "rb") as c:
+        first = a.read()
+        assert first == b.read() == c.read()
+
+
+def test_default_plan_runs_on_a_bare_interpreter(pyz: str, tmp_path: Any) -> None:
+    proc = _bare([sys.executable, "-I", pyz, "run", "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["plan"] == "<default MLP>" and report["verify"] and all(v["ok"] for v in report["verify"])
+
+
+def test_package_data_comes_from_inside_the_archive(pyz: str, tmp_path: Any) -> None:
+    probe = ("import sys; sys.path.insert(0, %r)\n"
+             "import os, svod_min.resources as r\n"
+             "from svod_min.kernels import variants\n"
+             "assert r.in_archive() and r.archive_path() == %r\n"
+             "v = variants.choose_variant()\n"
+             "path = variants.object_path(v)\n"
+             "assert not os.path.exists(path), path\n"
+             "obj = variants.load_variant(v)\n"
+             "from svod_min.kernels import library\n"
+             "print(v, library.get('add', dtype='float32') is not None)\n") % (pyz, pyz)  # fmt: skip
+    proc = _bare([sys.executable, "-I", "-c", probe], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("True")
+
+
+def test_info_and_help_run_from_the_archive(pyz: str, tmp_path: Any) -> None:
+    proc = _bare([sys.executable, "-I", pyz, "info"], tmp_path)
+    assert proc.returncode == 0 and "W^X mode" in proc.stdout, proc.stderr
+    proc = _bare([sys.executable, "-I", pyz, "--help"], tmp_path)
+    assert proc.returncode == 0 and "build" in proc.stdout and "zipapp" in proc.stdout
