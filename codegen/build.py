@@ -37,6 +37,9 @@ VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
     "aarch64-baseline": ("aarch64", ("--target=aarch64-linux-gnu", "-fno-unroll-loops"), (), 0),
 }
 OBJECT_NAME = "library.o"
+#: The runtime object (the native replay runner) of each architecture's baseline variant.
+RUNTIME_NAME = "runtime.o"
+RUNTIME_VARIANTS = ("x86_64-baseline", "aarch64-baseline")
 PTX_ARCH = "compute_75"
 PTX_TARGETS = ("sm_75", "sm_80", "sm_90")
 #: PTX ISA versions to try, lowest first (7.0 is the first that knows sm_80; sm_90 needs 7.8).
@@ -73,6 +76,15 @@ def compile_objects(sources: Dict[str, str], jobs: int) -> Dict[str, bytes]:
     """Variant -> object bytes (compiled in parallel; each is one clang process)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {name: pool.submit(compile_variant, name, sources[name]) for name in sorted(VARIANTS)}
+        return {name: fut.result() for name, fut in futures.items()}
+
+
+def compile_runtime(jobs: int) -> Dict[str, bytes]:
+    """Baseline variant -> the native replay runner's object for its architecture."""
+    from svod_min.native_replay import RUNNER_C
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {name: pool.submit(compile_variant, name, RUNNER_C) for name in RUNTIME_VARIANTS}
         return {name: fut.result() for name, fut in futures.items()}
 
 

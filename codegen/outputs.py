@@ -100,6 +100,7 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
     else:
         objs = {}
         manifest["compiler"] = committed.get("compiler", "unknown")
+    manifest["runtime"] = _runtime(out, committed, why, jobs)
     for name, (_arch, flags, req, _prio) in sorted(build.VARIANTS.items()):
         path = "%s/%s/%s" % (PREBUILT, name, build.OBJECT_NAME)
         mine = [e for e in entries if e not in set(excluded[name])]
@@ -115,6 +116,26 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
             desc.update(size=old.get("size", 0), sha256=old.get("sha256", ""))
         manifest["objects"][name] = desc
     return manifest
+
+
+def _runtime(out: Generated, committed: Dict[str, Any], why: Optional[str], jobs: int) -> Dict[str, Any]:
+    """The native replay runner, prebuilt per architecture (a cold start then needs no compiler)."""
+    from svod_min.native_replay import RUNNER_C
+
+    objs = build.compile_runtime(jobs) if why is None else {}
+    info: Dict[str, Any] = {}
+    for name in build.RUNTIME_VARIANTS:
+        path = "%s/%s/%s" % (PREBUILT, name, build.RUNTIME_NAME)
+        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": build.sha256(RUNNER_C.encode())}
+        if name in objs:
+            out.files[path] = objs[name]
+            desc.update(size=len(objs[name]), sha256=build.sha256(objs[name]))
+        else:
+            out.skipped[path] = why or "not built"
+            old = committed.get("runtime", {}).get(name, {})
+            desc.update(size=old.get("size", 0), sha256=old.get("sha256", ""))
+        info[name] = desc
+    return info
 
 
 def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs: int) -> Dict[str, Any]:

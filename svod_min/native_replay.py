@@ -1,7 +1,8 @@
 """Native batched replay: one foreign call runs a whole sequence of CPU kernels.
 
-A small C runner (compiled once per process through svod_min's own compiler,
-loader and object cache) walks a packed table of 64-bit words:
+A small C runner (shipped prebuilt per architecture, ``kernels/prebuilt/<arch>-baseline/runtime.o``
+from codegen, else compiled once per process through svod_min's own compiler, loader and object
+cache) walks a packed table of 64-bit words:
 
     [fn, nargs, ncalls, core_pos, threads, arg0 .. arg{nargs-1}]   per kernel
 
@@ -23,15 +24,18 @@ import functools
 import threading
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from .config import env_int
+from . import resources
+from .config import env_flag, env_int
 from .error import NotSupportedError, SvodError
 
 MAX_ARGS = 16
 HEADER_WORDS = 5
 #: How the runner calls one kernel op: ``(fn address, args, ncalls, core_pos, threads)``.
 NativeEntry = Tuple[int, List[int], int, int, int]
+#: The prebuilt runner of an architecture, as a package resource (see :func:`prebuilt_runtime`).
+RUNTIME_OBJECT = "kernels/prebuilt/%s-baseline/runtime.o"
 
-_RUNNER_C = r"""
+RUNNER_C = r"""
 typedef unsigned long long u64;
 typedef unsigned long pthread_t;
 extern int pthread_create(pthread_t*, const void*, void* (*)(void*), void*);
@@ -132,12 +136,30 @@ def _load_runner() -> object:
     from .jit_loader import load_object
     from .kernel_cache import compile_cached
 
-    obj = compile_cached(_RUNNER_C, kind="c")
+    obj = prebuilt_runtime()
+    if obj is None:
+        obj = compile_cached(RUNNER_C, kind="c")
     loaded = load_object(obj)
     fn = loaded.function(
         "svod_replay", ctypes.c_long, ctypes.POINTER(ctypes.c_uint64), ctypes.c_long, ctypes.c_int
     )
     return fn
+
+
+def prebuilt_runtime() -> Optional[bytes]:
+    """The runner object codegen built for this architecture (None: compile it; SVOD_KERNELS_PREBUILT=0 too).
+
+    Shipped with the package so that a cold start (a bundle, the one-file runtime) never waits on a
+    compiler: with a compiler and no object cache, building the runner cost ~0.3 s of every run.
+    """
+    from .jit_loader.arch import host_arch
+
+    if not env_flag("SVOD_KERNELS_PREBUILT", True):
+        return None
+    try:
+        return resources.read_bytes(RUNTIME_OBJECT % host_arch())
+    except OSError:
+        return None
 
 
 def runner() -> object:

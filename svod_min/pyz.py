@@ -11,7 +11,9 @@ running ``.pyz`` itself; the same inputs give the same bytes.
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import os
+import sys
 import zipfile
 from typing import Dict, List, Tuple
 
@@ -49,6 +51,7 @@ def _members_of_running_archive() -> List[Tuple[str, bytes]]:
     """svod_min and elftools as held by the ``.pyz`` this process runs from."""
     with zipfile.ZipFile(str(archive_path())) as zf:
         names = [n for n in zf.namelist() if n.split("/", 1)[0] in ("svod_min", "elftools") and not n.endswith("/")]
+        # bytecode of the interpreter that built it is kept as it is (this one may be another version)
         return [(n, zf.read(n)) for n in sorted(names)]
 
 
@@ -60,20 +63,39 @@ def _elftools_dir() -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-def pyz_members() -> List[Tuple[str, bytes]]:
-    """What the archive holds: ``__main__.py``, ``svod_min/...``, ``elftools/...`` (sorted, de-duplicated)."""
+def bytecode(name: str, source: bytes) -> bytes:
+    """An unchecked hash-based ``.pyc`` (PEP 552) of ``source`` for this interpreter.
+
+    zipimport compiles every ``.py`` afresh at each start (it cannot write a cache); it takes a
+    ``.pyc`` beside the ``.py`` instead, and falls back to the source when the magic number is
+    another interpreter version's. Unchecked: the archive is immutable, its sources cannot drift.
+    """
+    code = compile(source, name, "exec", dont_inherit=True)
+    flags = (0b01).to_bytes(4, "little")  # hash-based, source not checked
+    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
+def pyz_members(compiled: bool = True) -> List[Tuple[str, bytes]]:
+    """What the archive holds: ``__main__.py``, ``svod_min/...``, ``elftools/...`` (sorted, de-duplicated),
+    with this interpreter's bytecode beside each module when ``compiled``."""
     if in_archive():
         members = _members_of_running_archive()
     else:
         members = package_members(PACKAGE_DIR, "svod_min") + package_members(_elftools_dir(), "elftools")
     unique: Dict[str, bytes] = dict(members)
+    if compiled and not in_archive():
+        unique.update((n + "c", bytecode(n, unique[n])) for n in list(unique) if n.endswith(".py"))
     return [("__main__.py", MAIN)] + sorted(unique.items())
 
 
-def build_pyz(out: str, python: str = "/usr/bin/env python3") -> int:
-    """Write the one-file runtime to ``out`` (executable); returns its size in bytes."""
+def build_pyz(out: str, python: str = "/usr/bin/env python3", compiled: bool = True) -> int:
+    """Write the one-file runtime to ``out`` (executable); returns its size in bytes.
+
+    ``compiled`` adds bytecode for this interpreter (``sys.version_info``): faster starts there,
+    source everywhere else. A ``.pyz`` rebuilt from a running ``.pyz`` copies its members as they are.
+    """
     prefix = b"#!" + python.encode("utf-8") + b"\n" if python else b""
-    return write_fixed_zip(out, pyz_members(), prefix=prefix, mode=0o755)
+    return write_fixed_zip(out, pyz_members(compiled), prefix=prefix, mode=0o755)
 
 
 __all__ = ["MAIN", "build_pyz", "package_members", "pyz_members"]

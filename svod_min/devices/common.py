@@ -30,6 +30,12 @@ def numpy_module() -> Any:
     return _np_module
 
 
+def loaded_numpy() -> Any:
+    """numpy if something already imported it, else None: an ndarray argument implies it is imported,
+    and importing numpy (~0.1-0.3 s) just to learn that bytes are not an ndarray would slow every start."""
+    return sys.modules.get("numpy")
+
+
 def numpy_bytes(np: Any, arr: Any, dt: DType) -> Any:
     if arr.dtype.itemsize != dt.itemsize:
         raise BufferAllocationError(

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Optional, Sequence, Tuple
 
 from ..dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
 from ..error import BufferAllocationError, NotSupportedError
-from .common import check_index, dims_of, format_fits, nest, numpy_bytes, numpy_module, product, shape_for
+from .common import check_index, dims_of, format_fits, loaded_numpy, nest, numpy_bytes, numpy_module, product, shape_for
 
 Shape = Tuple[int, ...]
 
@@ -141,7 +141,7 @@ class CpuBuffer:
         return nest(flat, self.shape)
 
     def _source_bytes(self, data: Any) -> Any:
-        np = numpy_module()
+        np = loaded_numpy()
         if np is not None and isinstance(data, np.ndarray):
             return numpy_bytes(np, data, self.dtype)
         if isinstance(data, (list, tuple)):
