@@ -79,12 +79,18 @@ def compile_objects(sources: Dict[str, str], jobs: int) -> Dict[str, bytes]:
         return {name: fut.result() for name, fut in futures.items()}
 
 
-def compile_runtime(jobs: int) -> Dict[str, bytes]:
-    """Baseline variant -> the native replay runner's object for its architecture."""
+def runtime_source() -> str:
+    """The runtime object's C: the native replay runner and the compiler-runtime helpers."""
+    from svod_min.jit_loader.rt_helpers import HELPERS_C
     from svod_min.native_replay import RUNNER_C
 
+    return RUNNER_C + "\n" + HELPERS_C
+
+
+def compile_runtime(jobs: int) -> Dict[str, bytes]:
+    """Baseline variant -> the native replay runner's object for its architecture."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {name: pool.submit(compile_variant, name, RUNNER_C) for name in RUNTIME_VARIANTS}
+        futures = {name: pool.submit(compile_variant, name, runtime_source()) for name in RUNTIME_VARIANTS}
         return {name: fut.result() for name, fut in futures.items()}
 
 

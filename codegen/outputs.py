@@ -120,13 +120,11 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
 
 def _runtime(out: Generated, committed: Dict[str, Any], why: Optional[str], jobs: int) -> Dict[str, Any]:
     """The native replay runner, prebuilt per architecture (a cold start then needs no compiler)."""
-    from svod_min.native_replay import RUNNER_C
-
     objs = build.compile_runtime(jobs) if why is None else {}
     info: Dict[str, Any] = {}
     for name in build.RUNTIME_VARIANTS:
         path = "%s/%s/%s" % (PREBUILT, name, build.RUNTIME_NAME)
-        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": build.sha256(RUNNER_C.encode())}
+        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": build.sha256(build.runtime_source().encode())}
         if name in objs:
             out.files[path] = objs[name]
             desc.update(size=len(objs[name]), sha256=build.sha256(objs[name]))

@@ -250,7 +250,7 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
     if args.bundle:
         from .bundle_build import build_bundle
 
-        report = build_bundle(result.plan_path, args.bundle, targets=args.target or None,
+        report = build_bundle(result.plan_path, args.bundle, targets=args.bundle_targets or None,
                               progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
         print("wrote %s: targets %s" % (report.path, ", ".join(report.built)))
     if args.no_verify:
@@ -344,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
     export.set_defaults(func=_cmd_export_tinygrad)
     export.add_argument("--bundle", metavar="MODEL.svod", help="also build a model bundle of the written plan")
-    export.add_argument("--target", action="append", default=[], metavar="T", help="bundle target (default: all)")
+    export.add_argument("--target", dest="bundle_targets", action="append", default=[], metavar="T",
+                        help="bundle target (repeatable; default: all)")
     build = sub.add_parser("build", help="compile a plan's kernels for every target into one bundle (MODEL.svod)")
     build.add_argument("plan", nargs="?", help="plan file (default: the embedded MLP plan)")
     build.add_argument("-o", "--output", required=True, metavar="MODEL.svod", help="the bundle to write")

@@ -26,14 +26,13 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from . import resources
 from .config import env_flag, env_int
+from .jit_loader.rt_helpers import RUNTIME_OBJECT
 from .error import NotSupportedError, SvodError
 
 MAX_ARGS = 16
 HEADER_WORDS = 5
 #: How the runner calls one kernel op: ``(fn address, args, ncalls, core_pos, threads)``.
 NativeEntry = Tuple[int, List[int], int, int, int]
-#: The prebuilt runner of an architecture, as a package resource (see :func:`prebuilt_runtime`).
-RUNTIME_OBJECT = "kernels/prebuilt/%s-baseline/runtime.o"
 
 RUNNER_C = r"""
 typedef unsigned long long u64;

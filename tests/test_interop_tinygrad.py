@@ -303,3 +303,38 @@ def test_cli_export_then_verify(tmp_path: Any) -> None:
     assert "svod_min vs tinygrad, y: ok" in proc.stdout
     got = _run(str(tmp_path / "out" / "plan.json")).buffers["y"].numpy()
     np.testing.assert_allclose(got, np.maximum(x.reshape(3, 4) * 3 + 1, 0).sum(axis=1), rtol=1e-6)
+
+
+@needs_tinygrad
+@needs_cc
+def test_every_output_dtype_exports_verifies_and_bundles(tmp_path: Any) -> None:
+    """bool, large int32, float16 and uint8 outputs: exact where integral; the bundle verifies the same."""
+    script = tmp_path / "dt.py"
+    script.write_text("from tinygrad import Tensor, dtypes\n"
+                      "def model(x):\n"
+                      "    return {'mask': x > 0.25, 'idx': (x * 100).cast(dtypes.int32) + 70000,\n"
+                      "            'h': (x * 2).cast(dtypes.float16), 'u8': (x * 50 + 60).cast(dtypes.uint8)}\n")  # fmt: skip
+    from svod_min.dtypes import dtype
+    from svod_min.npy import write_npy
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32)
+    write_npy(str(tmp_path / "x.npy"), dtype("float32"), (3, 4), x.tobytes())
+    bundle = str(tmp_path / "dt.svod")
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "export-tinygrad", "%s:model" % script, str(tmp_path / "out"),
+                           "--input", "x=%s" % (tmp_path / "x.npy"), "--bundle", bundle, "--target", "x86_64",
+                           "--target", "x86_64-v3"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for out in ("mask", "idx", "h", "u8"):
+        assert "svod_min vs tinygrad, %s: ok" % out in proc.stdout, proc.stdout
+    doc = json.load(open(str(tmp_path / "out" / "plan.json")))
+    assert all(doc["expect"][o]["rtol"] == 0 and doc["expect"][o]["atol"] == 0 for o in ("mask", "idx", "u8"))
+    env = dict(os.environ, SVOD_TARGET="x86_64") if os.uname().machine == "x86_64" else dict(os.environ)
+    run = subprocess.run([sys.executable, "-m", "svod_min", "run", bundle, "--json"], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert {v["buffer"]: v["ok"] for v in json.loads(run.stdout)["verify"]} == {"mask": True, "idx": True, "h": True, "u8": True}
+    loaded = load_plan(bundle)
+    loaded.plan.execute()
+    assert loaded.buffers["mask"].numpy().ravel().tolist() == (x > 0.25).tolist()  # numpy as the reference
+    np.testing.assert_array_equal(loaded.buffers["idx"].numpy().ravel(), (x * np.float32(100)).astype(np.int32) + 70000)
+    np.testing.assert_array_equal(loaded.buffers["h"].numpy().ravel(), (x * 2).astype(np.float16))

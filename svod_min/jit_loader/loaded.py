@@ -11,7 +11,8 @@ from ..error import LoaderError, SymbolNotFoundError
 from .arch import host_arch
 from .layout import Layout, Segment, apply_layout, plan_layout
 from .memory import map_image, unmap
-from .symbols import default_resolver
+from .rt_helpers import helper_address
+from .symbols import default_resolver, lookup
 
 Resolver = Callable[[str], int]
 HOST_ARCH = host_arch()
@@ -105,6 +106,12 @@ def _check_host_arch(layout: Layout) -> None:
         )
 
 
+def resolve_with_helpers(name: str) -> int:
+    """The default resolver: the host libraries, then the runtime helpers svod_min ships (rt_helpers)."""
+    address = lookup(name) or helper_address(name, load_object)
+    return address if address else default_resolver(name)  # raises, naming the symbol
+
+
 def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Optional[Dict[str, int]] = None) -> LoadedObject:
     """Relocate ``obj`` into fresh W^X memory and return the mapped object.
 
@@ -113,7 +120,7 @@ def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Opti
     """
     layout = plan_layout(obj)
     _check_host_arch(layout)
-    resolver = resolve or default_resolver
+    resolver = resolve or resolve_with_helpers
     if symbols:
         base_resolver = resolver
         resolver = lambda name: symbols[name] if name in symbols else base_resolver(name)  # noqa: E731
