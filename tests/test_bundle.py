@@ -145,8 +145,8 @@ def test_bundle_runs_with_no_compiler_no_cache_and_read_only_home(bundles: Dict[
 def test_bundle_runs_from_the_one_file_runtime_on_bare_pythons(bundles: Dict[str, str], name: str, pyz: str,
                                                                tmp_path: Any) -> None:  # fmt: skip
     env, untouched = bare_env(tmp_path)
-    for python in _interpreters():
-        run_verified([python, "-I", pyz, "run", bundles[name]], env, untouched, str(tmp_path))
+    for python in _interpreters():  # -S: not even the interpreter's own site-packages (no numpy, no pyelftools)
+        run_verified([python, "-I", "-S", pyz, "run", bundles[name]], env, untouched, str(tmp_path))
 
 
 def test_the_matrix_ends_are_here_when_ci_runs() -> None:

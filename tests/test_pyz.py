@@ -44,7 +44,7 @@ def test_the_same_sources_give_the_same_archive_and_a_pyz_rebuilds_itself(pyz: s
 
 
 def test_default_plan_runs_on_a_bare_interpreter(pyz: str, tmp_path: Any) -> None:
-    proc = _bare([sys.executable, "-I", pyz, "run", "--json"], tmp_path)
+    proc = _bare([sys.executable, "-I", "-S", pyz, "run", "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["plan"] == "<default MLP>" and report["verify"] and all(v["ok"] for v in report["verify"])
@@ -52,7 +52,8 @@ def test_default_plan_runs_on_a_bare_interpreter(pyz: str, tmp_path: Any) -> Non
 
 def test_package_data_comes_from_inside_the_archive(pyz: str, tmp_path: Any) -> None:
     probe = ("import sys; sys.path.insert(0, %r)\n"
-             "import os, svod_min.resources as r\n"
+             "import importlib.util, os, svod_min.resources as r\n"
+             "assert importlib.util.find_spec('numpy') is None  # -S: no site-packages at all\n"
              "from svod_min.kernels import variants\n"
              "assert r.in_archive() and r.archive_path() == %r\n"
              "v = variants.choose_variant()\n"
@@ -61,7 +62,7 @@ def test_package_data_comes_from_inside_the_archive(pyz: str, tmp_path: Any) -> 
              "obj = variants.load_variant(v)\n"
              "from svod_min.kernels import library\n"
              "print(v, library.get('add', dtype='float32') is not None)\n") % (pyz, pyz)  # fmt: skip
-    proc = _bare([sys.executable, "-I", "-c", probe], tmp_path)
+    proc = _bare([sys.executable, "-I", "-S", "-c", probe], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("True")
 
