@@ -11,8 +11,9 @@ running ``.pyz`` itself; the same inputs give the same bytes.
 from __future__ import annotations
 
 import importlib.util
-import marshal
 import os
+import pickle
+import subprocess
 import sys
 import zipfile
 from typing import Dict, List, Tuple
@@ -63,16 +64,33 @@ def _elftools_dir() -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-def bytecode(name: str, source: bytes) -> bytes:
-    """An unchecked hash-based ``.pyc`` (PEP 552) of ``source`` for this interpreter.
+#: Compiles in a fresh interpreter with a fixed hash seed: marshal's output depends on the process's
+#: state (reference counts of interned strings, set order under hash randomisation), so bytecode made
+#: in a long-lived process would differ from build to build.
+_COMPILE_CHILD = r"""
+import importlib.util, marshal, pickle, sys
+out = []
+for name, source in pickle.load(sys.stdin.buffer):
+    code = compile(source, name, "exec", dont_inherit=True)
+    flags = (1).to_bytes(4, "little")  # PEP 552: hash-based, source not checked
+    out.append(importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code))
+pickle.dump(out, sys.stdout.buffer)
+"""
+
+
+def bytecode(sources: List[Tuple[str, bytes]]) -> List[bytes]:
+    """Unchecked hash-based ``.pyc`` files (PEP 552) of ``sources`` for this interpreter, in order.
 
     zipimport compiles every ``.py`` afresh at each start (it cannot write a cache); it takes a
     ``.pyc`` beside the ``.py`` instead, and falls back to the source when the magic number is
     another interpreter version's. Unchecked: the archive is immutable, its sources cannot drift.
     """
-    code = compile(source, name, "exec", dont_inherit=True)
-    flags = (0b01).to_bytes(4, "little")  # hash-based, source not checked
-    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
+    env = {"PYTHONHASHSEED": "0", "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _COMPILE_CHILD], input=pickle.dumps(sources), env=env,
+                          capture_output=True, timeout=600)  # fmt: skip
+    if proc.returncode != 0:
+        raise NotSupportedError("compiling the runtime's bytecode failed: %s" % proc.stderr.decode(errors="replace")[-400:])
+    return pickle.loads(proc.stdout)
 
 
 def pyz_members(compiled: bool = True) -> List[Tuple[str, bytes]]:
@@ -84,7 +102,8 @@ def pyz_members(compiled: bool = True) -> List[Tuple[str, bytes]]:
         members = package_members(PACKAGE_DIR, "svod_min") + package_members(_elftools_dir(), "elftools")
     unique: Dict[str, bytes] = dict(members)
     if compiled and not in_archive():
-        unique.update((n + "c", bytecode(n, unique[n])) for n in list(unique) if n.endswith(".py"))
+        sources = [(n, unique[n]) for n in sorted(unique) if n.endswith(".py")]
+        unique.update((n + "c", pyc) for (n, _), pyc in zip(sources, bytecode(sources)))
     return [("__main__.py", MAIN)] + sorted(unique.items())
 
 
