@@ -313,12 +313,19 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel")
     export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
     export.set_defaults(func=_cmd_export_tinygrad)
+    # `tinygrad` is dispatched in main() before parsing (its arguments are the script's); listed for --help
+    sub.add_parser("tinygrad", help="run SCRIPT [ARGS] or -m MODULE with svod_min loading tinygrad's CPU programs (W^X)")
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache")
     info.set_defaults(func=_cmd_info)
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tinygrad"]:
+        from .interop.tinygrad_launch import launch
+
+        return launch(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
