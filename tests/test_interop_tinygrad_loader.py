@@ -323,10 +323,17 @@ def test_mdwe_tinygrad_as_shipped_is_refused_and_the_launcher_runs_it(tmp_path: 
 
 
 def _test_tiny(tmp_path: Any) -> str:
-    """tinygrad 0.14.0's test/test_tiny.py from SVOD_TINYGRAD_TEST_TINY or the sdist .ci/run caches."""
+    """A copy of tinygrad 0.14.0's test/test_tiny.py (from SVOD_TINYGRAD_TEST_TINY or the sdist .ci/run caches).
+
+    Copied alone into ``tmp_path``: next to the sdist's tinygrad/ and pyproject.toml it would import
+    that tinygrad and take that pytest configuration.
+    """
+    path = tmp_path / "test_tiny.py"
     explicit = os.environ.get("SVOD_TINYGRAD_TEST_TINY")
     if explicit:
-        return explicit
+        with open(explicit, "rb") as fh:
+            path.write_bytes(fh.read())
+        return str(path)
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     sdist = os.path.join(cache, "svod-ci", "tinygrad-0.14.0", "tinygrad-0.14.0.tar.gz")
     if not os.path.isfile(sdist):
@@ -334,7 +341,6 @@ def _test_tiny(tmp_path: Any) -> str:
     with tarfile.open(sdist) as tar:
         member = tar.extractfile("tinygrad-0.14.0/test/test_tiny.py")
         assert member is not None
-        path = tmp_path / "test_tiny.py"
         path.write_bytes(member.read())
     return str(path)
 
