@@ -229,6 +229,16 @@ def test_refused_object_names_the_kernel_and_tinygrad_stays_usable(cpu: Any) -> 
     assert tinygrad_loader.loader_stats().refused == before.refused + 1
 
 
+def test_entry_is_the_named_function_else_the_one_at_the_start_of_text(cpu: Any) -> None:
+    lib = _compile(cpu, MARKED_KERNEL)
+    with tinygrad_loader.svod_loader():
+        renamed = cpu.runtime(_elf(cpu, lib, "not_in_the_object"))  # tinygrad runs image offset 0: k
+        assert _run_marked(renamed) == MARKER
+        data_only = _elf(cpu, _compile(cpu, "int table[4] = {1, 2, 3, 4};"), "table_kernel")
+        with pytest.raises(TinygradProgramError, match=r"'table_kernel'.*defines no function 'table_kernel'"):
+            cpu.runtime(data_only)
+
+
 @pytest.mark.skipif(host_arch() != "x86_64", reason="the raw program is x86 machine code")
 def test_non_elf_program_stays_with_tinygrad_unless_strict(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     raw = _elf(cpu, bytes.fromhex("c7072a000000c3"), "raw_x86")  # mov dword [rdi], 42; ret (X86 renderer style)

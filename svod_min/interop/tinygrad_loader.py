@@ -25,7 +25,8 @@ import weakref
 from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Tuple
 
 from ..config import env_flag
-from ..error import LoaderError, TinygradHookError, TinygradProgramError, TinygradVersionError
+from ..error import LoaderError, SymbolNotFoundError, TinygradHookError, TinygradProgramError, TinygradVersionError
+from ..jit_loader import load_object
 
 #: The tinygrad line this hook is written against (``0.14.x``).
 SUPPORTED_LINE = "0.14"
@@ -52,15 +53,21 @@ class LoaderStats(NamedTuple):
 class _Counters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Dict[str, int] = {name: 0 for name in LoaderStats._fields}
+        self._counts: Dict[str, int] = {name: 0 for name in LoaderStats._fields if name != "svod_live"}
+        self._live: "weakref.WeakSet[Any]" = weakref.WeakSet()  # cheaper than a finalizer per program
 
-    def add(self, name: str, delta: int = 1) -> None:
+    def add(self, name: str) -> None:
         with self._lock:
-            self._counts[name] += delta
+            self._counts[name] += 1
+
+    def add_loaded(self, loaded: Any) -> None:
+        with self._lock:
+            self._counts["svod_loaded"] += 1
+            self._live.add(loaded)
 
     def snapshot(self) -> LoaderStats:
         with self._lock:
-            return LoaderStats(**self._counts)
+            return LoaderStats(svod_live=len(self._live), **self._counts)
 
 
 class _Hook:
@@ -215,56 +222,49 @@ def _renderer(obj: Any) -> str:
 
 def _init_svod_program(program: Any, dev: Any, obj: Any) -> None:
     """Set what tinygrad's CPUProgram.__init__ sets, with the code mapped by svod_min."""
-    loaded, entry = _load_program(obj)
+    lvp = getattr(obj.target, "renderer", None) == "LVP"
+    loaded, fxn = _load_program(obj, (ctypes.c_void_p,) if lvp else ())
     program.dev, program.name, program.signature = dev, obj.name, obj.signature
     program.runtimevars = {name: slot for name, slot, *_ in obj.signature if name == "core_id"}
-    program.lvp = getattr(obj.target, "renderer", None) == "LVP"
-    program.addr = loaded.address(entry)
+    program.lvp = lvp
+    program.addr = ctypes.cast(fxn, ctypes.c_void_p).value
     # The function keeps the mapping alive; the program keeps the function. Once tinygrad drops
     # the program (and nobody holds its fxn) the collector unmaps the code.
-    program.fxn = loaded.function(entry, None, ctypes.c_void_p) if program.lvp else loaded.function(entry, None)
+    program.fxn = fxn
     program.svod_object = loaded
 
 
-def _load_program(obj: Any) -> Tuple[Any, str]:
-    """Map ``obj`` with svod_min; (the loaded object, the entry symbol). TinygradProgramError naming the kernel."""
-    from ..jit_loader import load_object
-
+def _load_program(obj: Any, argtypes: Tuple[Any, ...]) -> Tuple[Any, Any]:
+    """Map ``obj`` with svod_min; (the loaded object, its entry function). TinygradProgramError naming the kernel."""
     try:
         loaded = load_object(bytes(obj.lib))
+        fxn = _entry_function(loaded, obj.name, argtypes)
     except LoaderError as exc:
         _COUNTERS.add("refused")
         raise TinygradProgramError(
             "tinygrad kernel %r: svod_min's loader refused its object: %s (tinygrad is unchanged; the other "
             "programs still load)" % (obj.name, exc)
         ) from exc
+    _COUNTERS.add_loaded(loaded)
+    return loaded, fxn
+
+
+def _entry_function(loaded: Any, name: str, argtypes: Tuple[Any, ...]) -> Any:
+    """The kernel's function: its own name, else a function at the start of .text (what tinygrad runs)."""
     try:
-        entry = _entry_symbol(loaded, obj.name)
-    except TinygradProgramError:
-        loaded.close()
-        _COUNTERS.add("refused")
-        raise
-    _COUNTERS.add("svod_loaded")
-    _COUNTERS.add("svod_live")
-    weakref.finalize(loaded, _COUNTERS.add, "svod_live", -1)
-    return loaded, entry
-
-
-def _entry_symbol(loaded: Any, name: str) -> str:
-    """The kernel's function: its own name, else the function at the start of .text (what tinygrad runs)."""
-    symbols = loaded.symbols
+        return loaded.function(name, None, *argtypes)
+    except SymbolNotFoundError:
+        pass
     text = loaded.sections.get(".text")
-    candidates = [name] + sorted(s for s, addr in symbols.items() if addr == text and s != name)
-    for candidate in candidates:
-        if candidate in symbols:
-            try:
-                loaded.function(candidate, None)
-            except LoaderError:
-                continue
-            return candidate
-    raise TinygradProgramError(
-        "tinygrad kernel %r: its object defines no function %r nor one at the start of .text (defined: %s)"
-        % (name, name, ", ".join(sorted(symbols)) or "none")
+    for candidate in sorted(s for s, address in loaded.symbols.items() if address == text):
+        try:
+            return loaded.function(candidate, None, *argtypes)
+        except SymbolNotFoundError:
+            continue
+    loaded.close()
+    raise SymbolNotFoundError(
+        "the object defines no function %r nor one at the start of .text (defined: %s)"
+        % (name, ", ".join(sorted(loaded.symbols)) or "none")
     )
 
 
