@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import threading
 import weakref
 from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Tuple
@@ -118,6 +119,8 @@ def _version_error(version: Optional[str], problem: str) -> TinygradVersionError
 def _tinygrad_program_class() -> Any:
     """tinygrad's CPUProgram, after checking the version and the shape the hook relies on."""
     version = installed_tinygrad_version()
+    if version is None and importlib.util.find_spec("tinygrad") is None:
+        raise _version_error("none", "tinygrad is not importable")
     if not _supported(version):
         raise _version_error(version, "outside the supported line")
     try:
