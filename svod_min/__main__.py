@@ -357,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")
     pyz.add_argument("--python", default="/usr/bin/env python3", help="interpreter line (default: /usr/bin/env python3)")
     pyz.set_defaults(func=_cmd_zipapp)
+    # `tinygrad` is dispatched in main() before parsing (its arguments are the script's); listed for --help
+    sub.add_parser("tinygrad", help="run SCRIPT [ARGS] or -m MODULE with svod_min loading tinygrad's CPU programs (W^X)")
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache; or what a bundle holds")
     info.add_argument("bundle", nargs="?", help="a model bundle (.svod): its kernels, targets and this host's choice")
     info.set_defaults(func=_cmd_info)
@@ -364,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tinygrad"]:
+        from .interop.tinygrad_launch import launch
+
+        return launch(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

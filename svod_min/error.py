@@ -15,7 +15,8 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   ├── RelocationRangeError       3  a field would be truncated
     │   │   └── FieldOverflow          3  internal: an architecture's encoder refused a value
     │   ├── SymbolNotFoundError        3  undefined symbol / missing entry point
-    │   └── ExecMemoryError            3  host refuses executable memory (W^X)
+    │   ├── ExecMemoryError            3  host refuses executable memory (W^X)
+    │   └── TinygradProgramError       3  a tinygrad CPU program the hook cannot load
     ├── DeviceError                    3  device creation / use failed
     │   ├── InvalidDeviceError         2  unparsable device spec
     │   ├── UnsupportedDeviceError     3  no factory for this device type
@@ -42,7 +43,9 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   └── KernelArgumentError        2  buffers / variables that do not match a kernel
     ├── NotSupportedError              3  feature deliberately not implemented
     ├── NoUsableTargetError            3  no bundled object runs here, and no compiler
-    └── ExportError                    2  a model that cannot be exported as a plan
+    ├── ExportError                    2  a model that cannot be exported as a plan
+    └── TinygradHookError              2  tinygrad loader hook misused (installed twice, ...)
+        └── TinygradVersionError       2  tinygrad outside 0.14.x or of another shape
 
 A class sits where its *stage* is; ``exit_code`` says what the failure means
 to a user, so a bad-input leaf under a device branch (``PtxError``) still
@@ -237,6 +240,27 @@ class ExportError(SvodError):
     exit_code = EXIT_BAD_INPUT
 
 
+# --- tinygrad loader hook (interop/tinygrad_loader.py) ---------------------
+
+
+class TinygradHookError(SvodError):
+    """The tinygrad loader hook was misused: installed twice, restored without being installed."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class TinygradVersionError(TinygradHookError):
+    """The installed tinygrad is outside the supported line, or its CPU program class changed shape."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class TinygradProgramError(LoaderError):
+    """A tinygrad CPU program the hook cannot load (names the kernel and the loader's reason)."""
+
+    exit_code = EXIT_DEVICE
+
+
 # --- kernel library -------------------------------------------------------
 
 
@@ -376,6 +400,9 @@ class FreedBufferError(ReleasedError):
 
 __all__ = [
     "ExportError",
+    "TinygradHookError",
+    "TinygradProgramError",
+    "TinygradVersionError",
     "SvodError",
     "CompilationError",
     "CompilerNotFoundError",

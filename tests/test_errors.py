@@ -27,6 +27,7 @@ EXPECTED_EXIT_CODES: Dict[str, int] = {
     "KernelNotFoundError": 2, "KernelArgumentError": 2, "PlanFileError": 2, "BundleError": 2, "NoUsableTargetError": 3, "CudaError": 3, "CudaSymbolError": 3,
     "PtxError": 2, "LaunchConfigError": 2, "ArgumentRangeError": 2, "KernelVariableError": 2,
     "ForkedChildError": 3, "ReleasedError": 3, "FreedBufferError": 2,
+    "TinygradHookError": 2, "TinygradVersionError": 2, "TinygradProgramError": 3,
 }
 
 
