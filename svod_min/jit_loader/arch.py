@@ -64,6 +64,7 @@ class Arch:
     # x86_64 applies the addend to the GOT/stub address (PC bias); aarch64 to the target.
     addend_on_target: bool
     none_types: frozenset = field(default_factory=frozenset)
+    page_size: int = 4096  # smallest page of the target's usual kernels (segment alignment)
     toc_symbol: Optional[str] = None  # undefined name the layout resolves to its TOC base
     local_entry: Optional[Callable[[int], int]] = None  # st_other -> offset a direct call adds
     # (template, field offset, where): fix the code around a call that goes through a stub

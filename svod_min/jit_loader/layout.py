@@ -51,11 +51,12 @@ from .elf import (
     Symbol,
     parse_object,
 )
+from .loongarch64 import LOONGARCH64
 from .ppc64le import PPC64LE
 from .riscv64 import RISCV64
 from .x86_64 import X86_64
 
-ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE)}
+ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
 
 #: Where the TOC base lies past the start of the GOT (ppc64le), as linkers place it.
 TOC_BIAS = 0x8000
@@ -280,18 +281,19 @@ class _Builder:
         cursor = stub_base + self.arch.stub_size * len(self.stub_keys)
         segments.append(Segment("text", 0, cursor, PROT_READ | PROT_EXEC))
 
-        start = cursor = _align(cursor, PAGE)
+        page = max(PAGE, self.arch.page_size)  # segments must be protectable on the target too
+        start = cursor = _align(cursor, page)
         cursor = self._place(groups["rodata"], cursor)
         got_base = _align(cursor, 8)
         cursor = got_base + 8 * len(self.got_keys)
         self.toc = got_base + TOC_BIAS
         segments.append(Segment("rodata", start, cursor - start, PROT_READ))
 
-        start = cursor = _align(cursor, PAGE)
+        start = cursor = _align(cursor, page)
         cursor = self._place_common(self._place(groups["data"], cursor))
         segments.append(Segment("data", start, cursor - start, PROT_READ | PROT_WRITE))
 
-        size = max(_align(cursor, PAGE), PAGE)
+        size = max(_align(cursor, page), page)
         if size > MAX_IMAGE_BYTES:
             raise LoaderError(
                 "object needs a %d-byte image (largest section %s), over the %d-byte limit; "
@@ -496,8 +498,9 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
 
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
-    if base % PAGE:
-        raise LoaderError("load address 0x%x is not page-aligned" % base)
+    page = max(PAGE, layout.arch.page_size)
+    if base % page:
+        raise LoaderError("load address 0x%x is not page-aligned (%s pages: %d bytes)" % (base, layout.arch.name, page))
     resolved = _resolve_externals(layout, resolve)
     image = bytearray(layout.template)
     for off, ref, addend in layout.got:

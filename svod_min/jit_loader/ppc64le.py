@@ -246,6 +246,7 @@ PPC64LE = Arch(
     write_stub=_write_stub,
     addend_on_target=True,
     none_types=frozenset({0, 109, 118}),  # NONE, TOCSAVE and ENTRY (hints)
+    page_size=65536,  # ppc64el Linux kernels usually use 64 KiB pages
     toc_symbol=".TOC.",
     local_entry=local_entry_offset,
     after_stub_call=_after_stub_call,
