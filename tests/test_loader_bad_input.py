@@ -81,7 +81,7 @@ def _cases(obj: bytes) -> list:
         ("ELF32", obj[:4] + b"\x01" + obj[5:], ElfFormatError, "only 64-bit"),
         ("big endian", obj[:5] + b"\x02" + obj[6:], ElfFormatError, "little-endian"),
         ("shared object", _set_header(obj, 1, 3), ElfFormatError, "ET_DYN"),
-        ("wrong machine (RISC-V)", _set_header(obj, 2, 243), ElfFormatError, "unsupported machine.*RISCV"),
+        ("wrong machine (SPARC V9)", _set_header(obj, 2, 43), ElfFormatError, "unsupported machine.*SPARCV9"),
         ("section table past end", _set_header(obj, 6, len(obj) - 10), ElfFormatError, "past the end"),
         ("bad shentsize", _set_header(obj, 11, 40), ElfFormatError, "e_shentsize"),
         ("bad shstrndx", _set_header(obj, 13, 999), ElfFormatError, "out of range"),

@@ -4,13 +4,20 @@ Each architecture module builds one :class:`Arch`: a table from relocation
 type number to :class:`RelocSpec` (field width, how the symbol is reached,
 and a small function that encodes the value), the types it refuses by name,
 and how to write a call stub. :func:`host_arch` names the machine we run on.
+
+Three hooks serve the architectures whose fields are not plain ``S + A - P``:
+a spec's ``anchor`` says what P is (the field, the TOC base of ppc64le, or the
+riscv64 ``HI20`` a ``PCREL_LO12`` names through its label); ``toc_symbol``
+names the symbol the layout defines as that TOC base; ``local_entry`` and
+``after_stub_call`` give ppc64le's local entry points and the ``nop`` after a
+call through a stub that becomes the TOC restore.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from ..error import FieldOverflow  # aarch64.py and layout.py import it from here
 
@@ -18,13 +25,18 @@ from ..error import FieldOverflow  # aarch64.py and layout.py import it from her
 def host_arch() -> str:
     """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
     machine = os.uname().machine.lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    return {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}.get(machine, machine)
 
 
 #: How a relocation reaches its symbol.
 DIRECT = "direct"  # S is the symbol's address
 GOT = "got"  # S is the address of a GOT slot holding the symbol's address
 CALL = "call"  # S is the symbol, or a call stub when the symbol is external
+
+#: What P (the last argument of apply) is.
+PLACE = "place"  # the field's own address
+TOC_BASE = "toc"  # the TOC base (ppc64le TOC16/GOT16: S + A - .TOC.)
+HI20_LABEL = "hi20"  # riscv64 PCREL_LO12: S, A and P of the HI20 field at the symbol's address
 
 #: apply(image, offset, S, A, P) patches the field; raises FieldOverflow.
 ApplyFn = Callable[[bytearray, int, int, int, int], None]
@@ -36,6 +48,8 @@ class RelocSpec:
     width: int  # bytes patched, for the bounds check at parse time
     via: str  # DIRECT, GOT or CALL
     apply: ApplyFn
+    anchor: str = PLACE
+    is_hi20: bool = False  # a riscv64 PC-relative HI20 that PCREL_LO12 fields may name
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,11 @@ class Arch:
     # x86_64 applies the addend to the GOT/stub address (PC bias); aarch64 to the target.
     addend_on_target: bool
     none_types: frozenset = field(default_factory=frozenset)
+    page_size: int = 4096  # smallest page of the target's usual kernels (segment alignment)
+    toc_symbol: Optional[str] = None  # undefined name the layout resolves to its TOC base
+    local_entry: Optional[Callable[[int], int]] = None  # st_other -> offset a direct call adds
+    # (template, field offset, where): fix the code around a call that goes through a stub
+    after_stub_call: Optional[Callable[[bytearray, int, str], None]] = None
 
     def type_name(self, rtype: int) -> str:
         spec = self.relocs.get(rtype)
@@ -61,6 +80,12 @@ class Arch:
 def check_signed(value: int, bits: int, what: str) -> int:
     if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
         raise FieldOverflow(value, "%s does not fit in %d signed bits" % (what, bits))
+    return value
+
+
+def check_aligned(value: int, alignment: int, what: str) -> int:
+    if value % alignment:
+        raise FieldOverflow(value, "%s 0x%x is not a multiple of %d" % (what, value & ((1 << 64) - 1), alignment))
     return value
 
 

@@ -25,6 +25,9 @@ from ..error import ElfFormatError, UnsupportedRelocationError
 ET_REL = 1
 EM_X86_64 = 62
 EM_AARCH64 = 183
+EM_PPC64 = 21
+EM_RISCV = 243
+EM_LOONGARCH = 258
 
 SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA = 0, 1, 2, 3, 4
 SHT_NOBITS, SHT_REL = 8, 9
@@ -83,6 +86,7 @@ class Symbol:
     shndx: int
     value: int
     size: int
+    other: int = 0  # st_other: visibility, and ppc64le's local entry point (bits 5-7)
 
     @property
     def is_undefined(self) -> bool:
@@ -153,7 +157,8 @@ def _read_header(data: bytes, supported: Tuple[int, ...]) -> tuple:
         )
     if machine not in supported:
         raise ElfFormatError(
-            "unsupported machine %s: this loader handles x86_64 and aarch64" % describe_machine(machine)
+            "unsupported machine %s: this loader handles x86_64, aarch64, riscv64, ppc64le and loongarch64"
+            % describe_machine(machine)
         )
     return fields
 
@@ -222,13 +227,13 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
     nsec = len(sections)
     out = []
     chunk = data[symtab.offset : symtab.offset + symtab.size]
-    for i, (name, info, _other, shndx, value, size) in enumerate(_SYM.iter_unpack(chunk)):
+    for i, (name, info, other, shndx, value, size) in enumerate(_SYM.iter_unpack(chunk)):
         if shndx == SHN_XINDEX:
             raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
         if shndx >= nsec and shndx < SHN_LORESERVE:
             raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
         label = _cstring(data, strtab, name, "symbol") if name else ""
-        out.append(Symbol(i, label, info >> 4, info & 0xF, shndx, value, size))
+        out.append(Symbol(i, label, info >> 4, info & 0xF, shndx, value, size, other))
     return symtab.index, out
 
 

@@ -27,7 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
-from .arch import CALL, GOT, Arch, FieldOverflow, RelocSpec
+from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec
 from .elf import (
     MAX_ALIGN,
     SHF_EXECINSTR,
@@ -51,9 +51,15 @@ from .elf import (
     Symbol,
     parse_object,
 )
+from .loongarch64 import LOONGARCH64
+from .ppc64le import PPC64LE
+from .riscv64 import RISCV64
 from .x86_64 import X86_64
 
-ARCHES: Dict[int, Arch] = {X86_64.machine: X86_64, AARCH64.machine: AARCH64}
+ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
+
+#: Where the TOC base lies past the start of the GOT (ppc64le), as linkers place it.
+TOC_BIAS = 0x8000
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
@@ -87,6 +93,7 @@ class Patch:
     addend: int
     where: str  # "section+0xoff" for messages
     symbol: str
+    anchor: Optional[int] = None  # image offset P stands for, when not the field's own
 
 
 @dataclass
@@ -147,16 +154,23 @@ class _Builder:
         self.common: Dict[int, int] = {}  # symbol index -> image offset
         self.got_keys: Dict[tuple, int] = {}
         self.stub_keys: Dict[tuple, int] = {}
+        self.toc = 0  # image offset of the TOC base (architectures with a toc_symbol)
+        self.stub_calls: List[Tuple[int, str]] = []  # (image offset, where) of calls through stubs
 
     # -- symbols -------------------------------------------------------------
 
+    def _is_toc(self, sym: Symbol) -> bool:
+        return sym.shndx == SHN_UNDEF and bool(sym.name) and sym.name == self.arch.toc_symbol
+
     def _is_external(self, sym: Symbol) -> bool:
-        return sym.shndx in (SHN_UNDEF, SHN_ABS)
+        return sym.shndx in (SHN_UNDEF, SHN_ABS) and not self._is_toc(sym)
 
     def _ident(self, sym: Symbol) -> tuple:
         return ("ext", sym.name) if sym.shndx == SHN_UNDEF else ("sym", sym.index)
 
     def _ref(self, sym: Symbol, where: str) -> Ref:
+        if self._is_toc(sym):
+            return ("img", self.toc)
         if sym.shndx == SHN_UNDEF:
             if not sym.name:
                 raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % where)
@@ -267,22 +281,25 @@ class _Builder:
         cursor = stub_base + self.arch.stub_size * len(self.stub_keys)
         segments.append(Segment("text", 0, cursor, PROT_READ | PROT_EXEC))
 
-        start = cursor = _align(cursor, PAGE)
+        page = max(PAGE, self.arch.page_size)  # segments must be protectable on the target too
+        start = cursor = _align(cursor, page)
         cursor = self._place(groups["rodata"], cursor)
         got_base = _align(cursor, 8)
         cursor = got_base + 8 * len(self.got_keys)
+        self.toc = got_base + TOC_BIAS
         segments.append(Segment("rodata", start, cursor - start, PROT_READ))
 
-        start = cursor = _align(cursor, PAGE)
+        start = cursor = _align(cursor, page)
         cursor = self._place_common(self._place(groups["data"], cursor))
         segments.append(Segment("data", start, cursor - start, PROT_READ | PROT_WRITE))
 
-        size = max(_align(cursor, PAGE), PAGE)
+        size = max(_align(cursor, page), page)
         if size > MAX_IMAGE_BYTES:
             raise LoaderError(
                 "object needs a %d-byte image (largest section %s), over the %d-byte limit; "
                 "pass large arrays as buffers instead of static data" % (size, self._largest(), MAX_IMAGE_BYTES)
             )
+        patches = self._patches(got_base, stub_base)
         layout = Layout(
             arch=self.arch,
             size=size,
@@ -295,7 +312,7 @@ class _Builder:
         )
         layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
         layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
-        layout.patches = self._patches(got_base, stub_base)
+        layout.patches = patches
         return layout
 
     def _largest(self) -> str:
@@ -317,6 +334,10 @@ class _Builder:
             sec = self.obj.sections[index]
             if not sec.is_nobits:
                 image[off : off + sec.size] = data[sec.offset : sec.offset + sec.size]
+        fix = self.arch.after_stub_call
+        if fix is not None:
+            for off, where in self.stub_calls:
+                fix(image, off, where)
         return bytes(image)
 
     def _section_names(self) -> Dict[str, int]:
@@ -353,7 +374,7 @@ class _Builder:
         return {
             s.name: s.bind == STB_WEAK
             for s in self.obj.symbols
-            if s.shndx == SHN_UNDEF and s.index in needed and s.name
+            if s.shndx == SHN_UNDEF and s.index in needed and s.name and not self._is_toc(s)
         }
 
     def _patches(self, got_base: int, stub_base: int) -> List[Patch]:
@@ -370,8 +391,11 @@ class _Builder:
                     continue
                 sym = self.obj.symbols[rel.sym]
                 ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
-                patches.append(Patch(base + rel.offset, spec, ref, addend, where, sym.name))
-        return patches
+                anchor = self.toc if spec.anchor == TOC_BASE else None
+                patches.append(Patch(base + rel.offset, spec, ref, addend, where, sym.name, anchor))
+                if spec.via == CALL and self._is_external(sym):
+                    self.stub_calls.append((base + rel.offset, where))
+        return _pair_with_hi20(patches)
 
     def _patch_target(
         self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, where: str
@@ -382,7 +406,28 @@ class _Builder:
             return ("img", got_base + 8 * self.got_keys[key]), field_addend
         if spec.via == CALL and self._is_external(sym):
             return ("img", stub_base + self.arch.stub_size * self.stub_keys[key]), field_addend
+        if spec.via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
+            addend += self.arch.local_entry(sym.other)  # caller and callee share one TOC
         return self._ref(sym, where), addend
+
+
+def _pair_with_hi20(patches: List[Patch]) -> List[Patch]:
+    """Give each riscv64 PCREL_LO12 the target, addend and place of the HI20 at its label."""
+    his = {p.offset: p for p in patches if p.spec.is_hi20}
+    for p in patches:
+        if p.spec.anchor != HI20_LABEL:
+            continue
+        kind, label = p.ref
+        hi = his.get(label) if kind == "img" else None  # type: ignore[arg-type]
+        if hi is None:
+            raise ElfFormatError(
+                "%s at %s names %s, which is not the label of a PCREL_HI20 or GOT_HI20 instruction"
+                % (p.spec.name, p.where, p.symbol or "a section offset")
+            )
+        if p.addend:
+            raise ElfFormatError("%s at %s has a non-zero addend %d; its HI20 carries the addend" % (p.spec.name, p.where, p.addend))
+        p.ref, p.addend, p.anchor = hi.ref, hi.addend, hi.offset
+    return patches
 
 
 _cache_lock = threading.Lock()
@@ -453,8 +498,9 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
 
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
-    if base % PAGE:
-        raise LoaderError("load address 0x%x is not page-aligned" % base)
+    page = max(PAGE, layout.arch.page_size)
+    if base % page:
+        raise LoaderError("load address 0x%x is not page-aligned (%s pages: %d bytes)" % (base, layout.arch.name, page))
     resolved = _resolve_externals(layout, resolve)
     image = bytearray(layout.template)
     for off, ref, addend in layout.got:
@@ -464,7 +510,7 @@ def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     for p in layout.patches:
         s = _address(p.ref, base, resolved)
         try:
-            p.spec.apply(image, p.offset, s, p.addend, base + p.offset)
+            p.spec.apply(image, p.offset, s, p.addend, base + (p.offset if p.anchor is None else p.anchor))
         except FieldOverflow as exc:
             raise RelocationRangeError(
                 "%s against %r at %s: %s (value 0x%x); refusing to truncate"
