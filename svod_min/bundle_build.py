@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
-from .clang import CompilerInfo, compile_ir, compile_many_c, compiler_flags, find_compiler
+from .clang import CompilerInfo, compile_c, compile_ir, compile_many_c, compiler_flags, find_compiler
 
 from .error import BundleError, CompilationError, LoaderError, PlanError, SymbolNotFoundError
 from .jit_loader.layout import relocate
@@ -134,12 +134,26 @@ def _buildable(wanted: List[Target], info: Optional[CompilerInfo]) -> Tuple[List
     built, skipped = [], {}
     for target in wanted:
         flags = target.compile_flags(info.family, compiler_arch(info))
+        why = None
         if flags is None:
-            skipped[target.name] = "%s %s builds for %s only: target %s (%s) is not built" % (
-                info.family, info.version, compiler_arch(info), target.name, target.arch)
+            why = "%s %s builds for %s only" % (info.family, info.version, compiler_arch(info))
         else:
-            built.append((target, flags))
+            why = _cannot_target(info, flags)
+        if why is None:
+            built.append((target, flags))  # type: ignore[arg-type]
+        else:
+            skipped[target.name] = "%s: target %s (%s) is not built" % (why, target.name, target.arch)
     return built, skipped
+
+
+def _cannot_target(info: CompilerInfo, flags: List[str]) -> Optional[str]:
+    """Why the compiler cannot build for ``flags`` (e.g. clang 14 knows no loongarch64), or None: it can."""
+    try:
+        compile_c("int svod_probe(void) { return 0; }\n", extra_flags=flags, compiler=info.path)
+    except CompilationError as exc:
+        first = next((ln.strip() for ln in exc.diagnostics.splitlines() if "error" in ln), str(exc))
+        return "%s %s cannot target it (%s)" % (info.family, info.version, first[:120])
+    return None
 
 
 def _compile_for(sources: Dict[str, _Source], target: Target, flags: List[str],

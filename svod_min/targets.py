@@ -24,7 +24,7 @@ TARGET_ENV = "SVOD_TARGET"
 CPUINFO = "/proc/cpuinfo"
 
 #: ELF ``e_machine`` numbers of the architectures targets exist for.
-EM_X86_64, EM_AARCH64 = 62, 183
+EM_X86_64, EM_AARCH64, EM_PPC64, EM_RISCV, EM_LOONGARCH = 62, 183, 21, 243, 258
 
 _X86_V2 = ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")
 _X86_V3 = _X86_V2 + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
@@ -40,25 +40,29 @@ class Target:
     elf_machine: int
     requires: FrozenSet[str]
     priority: int  # among the targets of one arch, higher is more specific
-    march: str  # the -march value (both compilers spell these levels the same way)
+    isa_flags: Tuple[str, ...]  # the instruction set (gcc and clang spell these the same way)
     triple: str
 
     def compile_flags(self, compiler_family: str, compiler_arch: str) -> Optional[List[str]]:
         """Flags that make ``compiler_family`` (targeting ``compiler_arch``) build for this target; None: it cannot."""
         if compiler_family == "clang":
-            return ["--target=%s" % self.triple, "-march=%s" % self.march]
+            return ["--target=%s" % self.triple, *self.isa_flags]
         if compiler_arch == self.arch:  # gcc builds for its own architecture only
-            return ["-march=%s" % self.march]
+            return list(self.isa_flags)
         return None
 
 
 TARGETS: Dict[str, Target] = {
     t.name: t
     for t in (
-        Target("x86_64", "x86_64", EM_X86_64, frozenset(), 0, "x86-64", "x86_64-linux-gnu"),
-        Target("x86_64-v3", "x86_64", EM_X86_64, frozenset(_X86_V3), 3, "x86-64-v3", "x86_64-linux-gnu"),
-        Target("x86_64-v4", "x86_64", EM_X86_64, frozenset(_X86_V4), 4, "x86-64-v4", "x86_64-linux-gnu"),
-        Target("aarch64", "aarch64", EM_AARCH64, frozenset(), 0, "armv8-a", "aarch64-linux-gnu"),
+        Target("x86_64", "x86_64", EM_X86_64, frozenset(), 0, ("-march=x86-64",), "x86_64-linux-gnu"),
+        Target("x86_64-v3", "x86_64", EM_X86_64, frozenset(_X86_V3), 3, ("-march=x86-64-v3",), "x86_64-linux-gnu"),
+        Target("x86_64-v4", "x86_64", EM_X86_64, frozenset(_X86_V4), 4, ("-march=x86-64-v4",), "x86_64-linux-gnu"),
+        Target("aarch64", "aarch64", EM_AARCH64, frozenset(), 0, ("-march=armv8-a",), "aarch64-linux-gnu"),
+        Target("riscv64", "riscv64", EM_RISCV, frozenset(), 0, ("-march=rv64gc", "-mabi=lp64d"), "riscv64-linux-gnu"),
+        Target("ppc64le", "ppc64le", EM_PPC64, frozenset(), 0, ("-mcpu=power8",), "powerpc64le-linux-gnu"),
+        Target("loongarch64", "loongarch64", EM_LOONGARCH, frozenset(), 0, ("-march=loongarch64",),
+               "loongarch64-linux-gnu"),
     )
 }
 
