@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib.util
+import io
 import json
 import os
+import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -29,6 +32,7 @@ from maps_support import mapping_perms
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
+HAVE_LLD = shutil.which("ld.lld") is not None
 HAVE_TINYGRAD = sys.version_info >= (3, 11) and importlib.util.find_spec("tinygrad") is not None
 pytestmark = pytest.mark.skipif(not HAVE_TINYGRAD, reason="tinygrad 0.14 is not installed (tox -e tinygrad)")
 
@@ -254,6 +258,66 @@ def test_non_elf_program_stays_with_tinygrad_unless_strict(cpu: Any, monkeypatch
         with pytest.raises(TinygradProgramError, match=r"'raw_x86'.*not an ELF object.*SVOD_TINYGRAD_STRICT=1"):
             cpu.runtime(raw)
     assert tinygrad_loader.loader_stats().tinygrad_non_elf == before.tinygrad_non_elf + 1
+
+
+# --- tinygrad's arm64 objects (item 4, partly: relocation checked here, not run in the arm64 root) ----
+
+A64_BASE = 0x7F0000000000
+
+
+def _tinygrad_arm64_objects(cpu: Any) -> List[Any]:
+    """The CPU device's helper programs and the kernels of a few ops, rendered and compiled for arm64."""
+    from dataclasses import replace
+
+    from tinygrad import Tensor, dtypes
+    from tinygrad.codegen import do_to_program
+    from tinygrad.helpers import Context
+    from tinygrad.renderer.cstyle import ClangRenderer
+    from tinygrad.runtime import ops_cpu
+    from tinygrad.uop.ops import KernelInfo, Ops
+
+    renderer = ClangRenderer(replace(cpu.renderer.target, renderer="CLANG", arch="arm64,generic"))
+    with Context(EMULATED_DTYPES="", TRACK_MATCH_STATS=0):
+        helpers = [do_to_program(f().sink(arg=KernelInfo(f.__name__), tag=1), renderer).to_elf()
+                   for f in (ops_cpu.signal_prog, ops_cpu.wait_prog, ops_cpu.timestamp_prog, ops_cpu.worker_prog)]  # fmt: skip
+    a, b = Tensor.rand(33, 17, device="CPU"), Tensor.rand(17, 9, device="CPU")
+    outs = [a @ b, (a.exp() + a.sqrt()).sum(1), a.sin().half().float(), (a > 0.5).where(a, 3.0).max(0),
+            a.cast(dtypes.int).cumsum(1)]  # fmt: skip
+    calls = Tensor.schedule_linear(*outs).src
+    kernels = [do_to_program(c.src[0], renderer).to_elf() for c in calls if c.src[0].op is Ops.SINK]
+    return helpers + kernels
+
+
+def _without_merge_flags(obj: bytes) -> bytes:
+    """``obj`` with SHF_MERGE cleared: lld reorders the entries of mergeable constant sections, which
+    moves constants rather than checking relocations (svod_min keeps them in place either way)."""
+    from elftools.elf.elffile import ELFFile
+
+    elf, out = ELFFile(io.BytesIO(obj)), bytearray(obj)
+    for i, section in enumerate(elf.iter_sections()):
+        flags_at = elf["e_shoff"] + i * elf["e_shentsize"] + 8  # Elf64_Shdr.sh_flags
+        struct.pack_into("<Q", out, flags_at, section["sh_flags"] & ~0x10)
+    return bytes(out)
+
+
+@pytest.mark.skipif(not HAVE_LLD, reason="ld.lld is not installed")
+def test_tinygrads_arm64_objects_relocate_as_lld_links_them(cpu: Any, tmp_path: Any) -> None:
+    import oracle_support as osup
+
+    from svod_min.jit_loader import relocate
+
+    objects = _tinygrad_arm64_objects(cpu)
+    assert len(objects) >= 10
+    for obj in objects:
+        info = osup.parse_object(obj.lib)
+        assert info.arch == "aarch64" and not info.externals, obj.name
+        image = relocate(obj.lib, A64_BASE, lambda name: 0)
+        sec_addr = {name: image.sections[name] for name in info.sections}
+        ours = osup.Memory([(image.base, image.image)], "ours")
+        linked = osup.link_with_lld(_without_merge_flags(obj.lib), info, sec_addr, {}, str(tmp_path), obj.name)
+        comparison = osup.compare(info, ours, image.symbols, sec_addr, {}, linked, {})
+        assert comparison.failures() == [], obj.name
+        assert obj.name in image.symbols
 
 
 # --- the launcher ---------------------------------------------------------------------------------
