@@ -446,3 +446,10 @@ def test_tinygrads_test_tiny_passes_with_svod_loader(tmp_path: Any) -> None:
     assert not shipped["hooked"] and shipped["stats"]["svod_loaded"] == 0
     assert hooked["hooked"] and hooked["stats"]["svod_loaded"] > 0
     assert hooked["stats"]["tinygrad_elf"] == 0 and hooked["stats"]["refused"] == 0
+
+
+def test_the_hook_is_reachable_under_the_exporters_module_name() -> None:
+    from svod_min.interop import tinygrad, tinygrad_loader
+
+    for name in ("use_svod_loader", "restore_tinygrad_loader", "svod_loader", "loader_stats"):
+        assert getattr(tinygrad, name) is getattr(tinygrad_loader, name)
