@@ -219,6 +219,9 @@ def info_lines() -> List[str]:
         lines.append("compiler: none found (inline C cannot be compiled)")
     lines.append("cpu backend: %s" % clang.CpuBackend.from_env().value)
     lines.append("host arch: %s" % clang.host_arch())
+    from .targets import host_target
+
+    lines.append("host target: %s (the objects a model bundle loads here)" % (host_target() or "none known for this arch"))
     lines.append("W^X mode: %s (executable memory is never writable)" % wx_mode())
     cache = object_cache()
     if cache.enabled:

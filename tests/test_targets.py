@@ -89,3 +89,26 @@ def test_an_object_must_be_for_its_targets_machine() -> None:
     assert "64-bit little-endian" in str(object_target_mismatch(_elf(62, cls=1), "x86_64"))
     assert object_target_mismatch(b"MZ" + bytes(100), "x86_64") == "not an ELF file"
     assert object_target_mismatch(_elf(243), "riscv64-future") is None  # unknown here: never chosen anyway
+
+
+@pytest.mark.parametrize("arch", ["riscv64", "ppc64le", "loongarch64"])
+def test_a_host_of_each_new_arch_picks_its_own_target(arch: str) -> None:
+    every = list(TARGETS)
+    assert choose_target(every, arch=arch, features=frozenset()) == arch
+    assert choose_target([t for t in every if t != arch], arch=arch, features=frozenset()) is None
+
+
+def test_new_arch_objects_are_checked_by_machine() -> None:
+    assert object_target_mismatch(_elf(243), "riscv64") is None
+    assert object_target_mismatch(_elf(21), "ppc64le") is None
+    assert object_target_mismatch(_elf(258), "loongarch64") is None
+    assert "does not match target ppc64le" in str(object_target_mismatch(_elf(243), "ppc64le"))
+
+
+def test_info_names_this_hosts_target() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "host target: %s " % (host_target() or "none known for this arch") in proc.stdout
