@@ -89,6 +89,27 @@ def test_close_keeps_the_other_devices_context_current(fake: Callable[..., Fake]
     assert dev1.allocate(16).copyin(bytes(range(16))).copyout() == bytes(range(16))
 
 
+def test_close_in_a_forked_child_does_nothing(fake: Callable[..., Fake]) -> None:
+    """A child forked from a process using the GPU may close its copy of the device (cleanup code, atexit):
+    that must neither raise nor touch the parent's driver state."""
+    f = fake()
+    dev = f.device()
+    buf = dev.allocate(16).copyin(bytes(range(16)))
+    calls = f.counter("set_current") + f.counter("pushes") + f.counter("stream_syncs")
+
+    def close_in_child() -> str:
+        try:
+            dev.close()
+            dev.close()
+        except Exception as exc:  # noqa: B902 - the message is the test's result
+            return "%s: %s" % (type(exc).__name__, exc)
+        return "closed" if dev.closed else "still open"
+
+    assert in_forked_child(close_in_child) == "closed"
+    assert not dev.closed and buf.copyout() == bytes(range(16))  # the parent's device is untouched
+    assert f.counter("set_current") + f.counter("pushes") + f.counter("stream_syncs") > calls
+
+
 def test_fake_interpreter_exit_with_live_objects_is_quiet(fake_so: str, tmp_path: Path) -> None:
     script = textwrap.dedent(
         """

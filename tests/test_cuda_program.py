@@ -147,7 +147,7 @@ def test_fake_jit_error_carries_the_log(fake: Callable[..., Fake]) -> None:
     assert err.code == 218 and err.name == "CUDA_ERROR_INVALID_PTX"
     assert "Unknown symbol 'FAKE_JIT_ERROR'" in err.log
     message = str(err)
-    assert message.startswith("loading PTX module 'fake_iota' on CUDA:0 (sm_80, driver 12.4): cuModuleLoadDataEx failed")
+    assert message.startswith("loading PTX module 'fake_iota' on CUDA:0 (sm_90, driver 13.0): cuModuleLoadDataEx failed")
     assert "JIT log:\nptxas application ptx input, line 7" in message
 
 
@@ -167,7 +167,7 @@ def test_fake_jit_error_after_lowering_the_version_says_so(fake: Callable[..., F
 
 
 def test_fake_ptx_rules_are_checked_before_the_driver(fake: Callable[..., Fake]) -> None:
-    f = fake(version=12000)  # accepts PTX up to 8.0
+    f = fake(version=12000, cc=(8, 0))  # accepts PTX up to 8.0
     dev = f.device()
     with pytest.raises(PtxError, match="entry 'missing' not found"):
         dev.load_ptx(FAKE_PTX, "missing", 1, ["n"])
@@ -297,3 +297,36 @@ def test_gpu_nvrtc_compile_and_run(gpu: cuda.CudaDevice) -> None:
     x.copyin(np.arange(n, dtype=np.float32))
     prog.execute([out, x], [n])
     assert np.array_equal(out.numpy(), 2 * np.arange(n, dtype=np.float32))
+
+
+def test_fake_driver_refuses_a_library_entry_under_another_block(fake: Callable[..., Fake]) -> None:
+    """The library PTX's `.reqntid` reaches the driver: the same code loaded without its signature (so
+    svod_min's own block check is out of the way) still cannot run with a block it was not written for."""
+    from pathlib import Path
+
+    from svod_min.kernels import cuda_kernels, ptx_path
+
+    f = fake()
+    dev = f.device()
+    sig = next(s for s in cuda_kernels() if s.name == "reduce_sum" and dict(s.params)["dtype"] == "float32")
+    text = Path(ptx_path(sig.module)).read_text()
+    raw = dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names)
+    assert raw.max_threads == 256  # the driver's per-kernel limit, read from the PTX
+    out, x = dev.allocate([4], "float32"), dev.allocate([4 * 300], "float32")
+    vals = [4, 300, 1, 300, 1, 1]
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        raw.execute([out, x], vals, global_size=(4,), local_size=(128,))  # would sum only half of each row
+    raw.execute([out, x], vals, global_size=(4,), local_size=(256,))
+    assert f.counter("launches") == 1
+
+
+def test_fake_load_ptx_refuses_a_float_scalar(fake: Callable[..., Fake]) -> None:
+    """A `.f32` scalar has 4 bytes like svod's int32: only its type tells that it would get an int's bits."""
+    dev = fake().device()
+    text = FAKE_PTX.replace(".param .u32 fake_iota_param_1", ".param .f32 fake_iota_param_1")
+    with pytest.raises(PtxError, match=r"kernel fake_iota parameter 1 is \.f32; svod passes an int32 there"):
+        dev.load_ptx(text, "fake_iota", 1, ["n"])
+    signed = FAKE_PTX.replace(".param .u32 fake_iota_param_1", ".param .s32 fake_iota_param_1")
+    out = dev.allocate([4], "int32")
+    dev.load_ptx(signed, "fake_iota", 1, ["n"]).execute([out], [4])
+    assert int_values(out) == [0, 1, 2, 3]

@@ -381,13 +381,17 @@ class CudaDevice:
         """
         if self.closed:
             return
-        if os.getpid() == self.driver.pid:  # let queued work finish before its stream goes
-            # Pushed and popped: the thread's current context (maybe another GPU's) stays current.
-            if self.lib.call_raw("cuCtxPushCurrent", self.context) == 0:
-                try:
-                    self.lib.call_raw("cuStreamSynchronize", self.stream)
-                finally:
-                    self.lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
+        if os.getpid() != self.driver.pid:  # a forked child: the driver is the parent's; only forget it here
+            self.closed = True
+            self.alive[0] = False  # the finalizers skip forked children anyway
+            return
+        # Let queued work finish before its stream goes. Pushed and popped: the thread's current context
+        # (maybe another GPU's) stays current.
+        if self.lib.call_raw("cuCtxPushCurrent", self.context) == 0:
+            try:
+                self.lib.call_raw("cuStreamSynchronize", self.stream)
+            finally:
+                self.lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
         self.staging.release()
         with self._timers_lock:
             self._timers = []  # their events are destroyed now, while the context lives
