@@ -330,3 +330,27 @@ def test_fake_load_ptx_refuses_a_float_scalar(fake: Callable[..., Fake]) -> None
     out = dev.allocate([4], "int32")
     dev.load_ptx(signed, "fake_iota", 1, ["n"]).execute([out], [4])
     assert int_values(out) == [0, 1, 2, 3]
+
+
+_PARAMS_PTX = FAKE_PTX.replace(".param .u32 fake_axpb_param_4", ".param .align 8 .b8 fake_axpb_param_4[12]")
+
+
+@pytest.mark.skipif(cuda.find_ptxas() is None, reason="ptxas not found (CUDA toolkit not installed)")
+def test_cubin_parameter_sizes_are_read_and_checked(fake: Callable[..., Fake]) -> None:
+    """ptxas records each parameter's size in the CUBIN: read back, they equal the PTX's own declaration
+    (the reference), and load_cubin refuses a mismatch before the driver sees the image."""
+    for arch in ("sm_75", "sm_90"):
+        for entry, text in (("fake_axpb", FAKE_PTX), ("fake_iota", FAKE_PTX), ("fake_axpb", _PARAMS_PTX)):
+            cubin = cuda.ptxas_check(text, arch)
+            assert cuda.cubin_entry_params(cubin, entry) == cuda.ptx_entry_params(text, entry), (arch, entry)
+    cubin = cuda.ptxas_check(FAKE_PTX, "sm_90")
+    assert cuda.cubin_entry_params(cubin, "missing") is None
+    assert cuda.cubin_entry_params(cubin[:200], "fake_iota") is None  # truncated: not judged here
+    assert cuda.cubin_entry_params(b"\x50\xed\x55\xba fatbin", "fake_iota") is None
+    f = fake()
+    dev = f.device()
+    with pytest.raises(PtxError, match=r"CUBIN kernel fake_axpb declares parameters of \[8, 8, 4, 4, 4\] bytes; svod passes 1"):
+        dev.load_cubin(cubin, "fake_axpb", 1, ["n", "k", "c"])
+    assert f.counter("live_modules") == 0
+    with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND"):  # past the check; the stand-in cannot run SASS
+        dev.load_cubin(cubin, "fake_axpb", 2, ["n", "k", "c"])

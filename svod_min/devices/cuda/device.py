@@ -21,6 +21,7 @@ from .. import common
 from ..base import RELEASE_EPOCH
 from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+from .cubin import check_cubin_params
 from .graph import CudaGraphSlot, GraphCopy
 from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
@@ -340,7 +341,9 @@ class CudaDevice:
         )  # fmt: skip
 
     def load_cubin(self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any) -> CudaProgram:
-        """Wrap ``entry`` of a CUBIN image (no PTX checks: the driver validates the binary)."""
+        """Wrap ``entry`` of a CUBIN image: its parameter sizes are checked where the CUBIN records them
+        (``.nv.info``; types are not recorded, see :mod:`.cubin`); the driver validates the rest."""
+        check_cubin_params(bytes(cubin), entry, buf_count, len(var_names))
         mod = self.module(bytes(cubin), name=kwargs.pop("name", None) or entry)
         return CudaProgram(mod, entry, buf_count=buf_count, var_names=var_names, **kwargs)
 
