@@ -300,8 +300,9 @@ def test_gpu_nvrtc_compile_and_run(gpu: cuda.CudaDevice) -> None:
 
 
 def test_fake_driver_refuses_a_library_entry_under_another_block(fake: Callable[..., Fake]) -> None:
-    """The library PTX's `.reqntid` reaches the driver: the same code loaded without its signature (so
-    svod_min's own block check is out of the way) still cannot run with a block it was not written for."""
+    """The library PTX's `.reqntid` reaches the driver: the same code loaded without its signature cannot
+    run with a block it was not written for, whether svod_min launches it (refused first, from the PTX's
+    own directive, which is also the default block) or the driver is called directly."""
     from pathlib import Path
 
     from svod_min.kernels import cuda_kernels, ptx_path
@@ -311,12 +312,18 @@ def test_fake_driver_refuses_a_library_entry_under_another_block(fake: Callable[
     sig = next(s for s in cuda_kernels() if s.name == "reduce_sum" and dict(s.params)["dtype"] == "float32")
     text = Path(ptx_path(sig.module)).read_text()
     raw = dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names)
-    assert raw.max_threads == 256  # the driver's per-kernel limit, read from the PTX
+    assert raw.max_threads == 256 and raw.required_block == raw.local_size == (256, 1, 1)  # from the PTX
     out, x = dev.allocate([4], "float32"), dev.allocate([4 * 300], "float32")
     vals = [4, 300, 1, 300, 1, 1]
-    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(LaunchConfigError, match=r"requires block \[256, 1, 1\] \(.reqntid in its PTX\); got block \[128, 1, 1\]"):
         raw.execute([out, x], vals, global_size=(4,), local_size=(128,))  # would sum only half of each row
-    raw.execute([out, x], vals, global_size=(4,), local_size=(256,))
+    with pytest.raises(LaunchConfigError, match=r"local_size \[128, 1, 1\], but the PTX requires block \[256, 1, 1\]"):
+        dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names, local_size=(128,))
+    blob = cuda.pack_kernel_args([out.address, x.address], vals)
+    u = ctypes.c_uint
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        dev.lib.call("cuLaunchKernel", raw.function, u(4), u(1), u(1), u(128), u(1), u(1), u(0), dev.stream, None, blob.extra)
+    raw.execute([out, x], vals, global_size=(4,))
     assert f.counter("launches") == 1
 
 

@@ -256,3 +256,16 @@ def test_shipped_ptx_requires_each_signatures_block() -> None:
         match = re.search(r"\.entry %s\([^)]*\)\s*\.reqntid (\d+), (\d+), (\d+)\s*\{" % sig.entry, text)
         assert match, sig.entry
         assert tuple(int(v) for v in match.groups()) == tuple(sig.block) + (1,) * (3 - len(sig.block)), sig.entry
+
+
+def test_required_block_is_read_from_the_entry() -> None:
+    def entry(directives: str) -> str:
+        return ".visible .entry k(\n.param .u64 p\n)\n%s\n{\n ret;\n}\n.visible .entry j()\n.reqntid 7\n{\n ret;\n}\n" % directives
+
+    assert cuda.ptx_required_block(entry(".reqntid 64, 2, 1"), "k") == (64, 2, 1)
+    assert cuda.ptx_required_block(entry(".maxntid 256, 1, 1\n.reqntid 32"), "k") == (32, 1, 1)
+    assert cuda.ptx_required_block(entry(".maxntid 256, 1, 1"), "k") is None  # an upper bound only
+    assert cuda.ptx_required_block(entry("// .reqntid 64, 1, 1"), "k") is None  # a comment
+    assert cuda.ptx_required_block(entry(""), "j") == (7, 1, 1)  # each entry its own
+    with pytest.raises(PtxError, match="not found"):
+        cuda.ptx_required_block(entry(""), "nope")

@@ -50,7 +50,7 @@ from .nvrtc import (
 from .program import BoundLaunch, CudaModule, CudaProgram
 from .ptx import (
     PTX_FOR_CUDA, PTX_MIN_FOR_TARGET, PtxInfo, arch_name, check_entry_params, check_ptx_version, driver_version_tuple,
-    find_ptxas, format_version, parse_arch, ptx_entry_param_types, ptx_entry_params, ptx_version_of, ptxas_check, rewrite_ptx_version,
+    find_ptxas, format_version, parse_arch, ptx_entry_param_types, ptx_entry_params, ptx_required_block, ptx_version_of, ptxas_check, rewrite_ptx_version,
     select_ptx_version, validate_ptx,
 )
 
@@ -65,6 +65,6 @@ __all__ = [
     "check_shared_bytes", "compile_cuda", "dims_items", "driver_unavailable_reason", "driver_version_tuple",
     "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
     "check_cubin_params", "copy_rows", "cubin_entry_params", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
-    "plan_dims", "ptx_entry_param_types", "ptx_entry_params", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
+    "plan_dims", "ptx_entry_param_types", "ptx_entry_params", "ptx_required_block", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
     "rewrite_ptx_version", "select_ptx_version", "validate_ptx",
 ]  # fmt: skip

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
-from ...error import CudaError, ExecutionError, PtxError, ReleasedError
+from ...error import CudaError, ExecutionError, LaunchConfigError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
 from ..base import RELEASE_EPOCH
@@ -27,7 +27,9 @@ from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
-from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
+from .ptx import (
+    check_entry_params, check_ptx_version, format_version, ptx_required_block, rewrite_ptx_version, validate_ptx,
+)
 
 if TYPE_CHECKING:  # annotation only: concurrent.futures costs milliseconds at every registry probe
     from concurrent.futures import Executor
@@ -330,15 +332,21 @@ class CudaDevice:
         text = self.prepare_ptx(ptx, entry, lower_version=lower_version)
         check_entry_params(text, entry, buf_count, len(var_names))
         check_grid(grid, tuple(var_names), name or entry)  # before loading: bad launch defaults load nothing
-        check_block(local_size, self.limits, name or entry)
+        required = ptx_required_block(text, entry)
+        block = check_block(local_size, self.limits, name or entry)
+        if required is not None and block is not None and block != required:
+            raise LaunchConfigError("%s: local_size %s, but the PTX requires block %s (.reqntid)"
+                                    % (name or entry, list(block), list(required)))  # fmt: skip
         try:
             mod = self.module(text, name=name or entry)
         except CudaError as exc:
             raise self._explain_lowering(exc, ptx, text) from None
-        return CudaProgram(
-            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size, grid=grid,
+        program = CudaProgram(
+            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size or required, grid=grid,
             shared_bytes=shared_bytes, name=name,
         )  # fmt: skip
+        program.required_block = required  # its default block too, when the caller gave none
+        return program
 
     def load_cubin(self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any) -> CudaProgram:
         """Wrap ``entry`` of a CUBIN image: its parameter sizes are checked where the CUBIN records them

@@ -141,6 +141,8 @@ class CudaProgram:
     grid_in_blocks = True
     #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
     signature: Any = None
+    #: The block the PTX requires (``.reqntid``), set by ``CudaDevice.load_ptx``: no other block launches.
+    required_block: Optional[Dims3] = None
     #: No C entry for the native (CPU) runner: GPU launches go through the driver.
     native_address: Optional[int] = None
 
@@ -283,13 +285,16 @@ class CudaProgram:
 
     def check_block(self, block: Dims3) -> None:
         """A library kernel runs only with its signature's block: its code sizes shared arrays and
-        reduction trees for it (another block overflows them on the GPU or sums wrongly)."""
-        if self.signature is None:
-            return
-        want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
-        if tuple(block) != want:
-            raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
-                                    % (self.signature.name, list(want), list(block)))  # fmt: skip
+        reduction trees for it (another block overflows them on the GPU or sums wrongly). A kernel whose
+        PTX says ``.reqntid`` runs only with that block (the driver would refuse any other)."""
+        if self.signature is not None:
+            want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
+            if tuple(block) != want:
+                raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
+                                        % (self.signature.name, list(want), list(block)))  # fmt: skip
+        elif self.required_block is not None and tuple(block) != self.required_block:
+            raise LaunchConfigError("kernel %s requires block %s (.reqntid in its PTX); got block %s"
+                                    % (self.name, list(self.required_block), list(block)))  # fmt: skip
 
     # --- dispatch ---
 

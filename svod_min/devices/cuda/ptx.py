@@ -292,6 +292,18 @@ def ptx_entry_param_types(text: str, entry: str) -> List[str]:
     return [".%s%s%s" % (kind, bits, "[%s]" % count if count else "") for kind, bits, count in _PARAM_RE.findall(match.group(1))]
 
 
+def ptx_required_block(text: str, entry: str) -> Optional[Tuple[int, int, int]]:
+    """The block kernel ``entry`` requires (its ``.reqntid x[, y[, z]]`` directive), or None."""
+    code = blank_comments(text)
+    match = re.search(r"\.entry\s+%s\s*\([^)]*\)([^{]*)\{" % re.escape(entry), code)
+    if not match:
+        raise PtxError("entry %r not found in the PTX module" % entry)
+    req = re.search(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", match.group(1))
+    if not req:
+        return None
+    return int(req.group(1)), int(req.group(2) or 1), int(req.group(3) or 1)
+
+
 def _param_bytes(param_type: str) -> int:
     kind, _, count = param_type.partition("[")
     return int(kind[2:]) // 8 * (int(count[:-1]) if count else 1)
