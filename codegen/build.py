@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from svod_min import clang as svod_clang
 from svod_min.error import CompilationError
@@ -189,11 +189,12 @@ def lower_ptx_version(tools: CudaTools, ptx: str, name: str) -> Tuple[str, str]:
                            diagnostics="\n".join(errors))  # fmt: skip
 
 
-def build_ptx(tools: CudaTools, sources: Dict[str, str], banner: str, jobs: int) -> Dict[str, str]:
-    """family -> PTX text (first line: the GENERATED banner)."""
+def build_ptx(tools: CudaTools, sources: Dict[str, str], banner: str, jobs: int,
+              finish: Callable[[str], str] = lambda ptx: ptx) -> Dict[str, str]:
+    """family -> PTX text (first line: the GENERATED banner); ``finish`` edits nvcc's output before ptxas checks it."""
 
     def one(name: str) -> str:
-        ptx, original = lower_ptx_version(tools, nvcc_ptx(tools, sources[name], name), name)
+        ptx, original = lower_ptx_version(tools, finish(nvcc_ptx(tools, sources[name], name)), name)
         note = "// nvcc %s emitted .version %s; lowered to the lowest that ptxas accepts for %s\n" % (
             tools.version, original, ", ".join(PTX_TARGETS))
         return "// %s\n%s%s" % (banner % ("templates/cuda/%s.cu.j2" % name), note, ptx)

@@ -7,6 +7,7 @@ expressions of the kernel's int32 variables, like the CPU signatures.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
@@ -138,7 +139,42 @@ def _matmul() -> CudaFamily:
 
 def build_cuda_catalogue() -> Tuple[List[CudaFamily], List[CudaKernelSig]]:
     fams = [_elementwise(), _reduce(), _softmax(), _transpose(), _matmul()]
-    return fams, [s for f in fams for s in f.sigs]
+    sigs = [s for f in fams for s in f.sigs]
+    blocks = entry_blocks(sigs)
+    for fam in fams:
+        for ctx in fam.contexts:  # __launch_bounds__(threads): the compiler sizes registers for that block
+            x, y, z = blocks[ctx["entry"]]
+            ctx["threads"] = x * y * z
+    return fams, sigs
+
+
+def entry_blocks(sigs: List[CudaKernelSig]) -> Dict[str, Tuple[int, int, int]]:
+    """entry -> the one block its code is written for (every signature over an entry agrees)."""
+    blocks: Dict[str, Tuple[int, int, int]] = {}
+    for sig in sigs:
+        block = tuple(sig.block) + (1,) * (3 - len(sig.block))
+        if blocks.setdefault(sig.entry, block) != block:  # type: ignore[arg-type]
+            raise ValueError("%s: signatures disagree about its block (%s, %s)" % (sig.entry, blocks[sig.entry], block))
+    return blocks
+
+
+_MAXNTID_RE = re.compile(r"^(\.visible \.entry (\w+)\([^)]*\))\n\.maxntid \d+, \d+, \d+$", re.M)
+
+
+def require_blocks(ptx: str, blocks: Dict[str, Tuple[int, int, int]]) -> str:
+    """``ptx`` with each library entry's ``.maxntid`` (from ``__launch_bounds__``) made ``.reqntid`` of its
+    block: the driver then refuses a launch with any other block (CUDA C has no way to say it)."""
+    seen = []
+
+    def exact(match: "re.Match[str]") -> str:
+        seen.append(match.group(2))
+        return "%s\n.reqntid %d, %d, %d" % ((match.group(1),) + blocks[match.group(2)])
+
+    out = _MAXNTID_RE.sub(exact, ptx)
+    missing = sorted(set(re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)) - set(seen))
+    if missing:
+        raise ValueError("no .maxntid (__launch_bounds__) after the entries %s" % missing)
+    return out
 
 
 def render_cuda(env: jinja2.Environment, fam: CudaFamily) -> str:

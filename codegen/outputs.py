@@ -17,7 +17,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import build, cuda, docs, render
 from .catalogue import PREFERRED, build_catalogue, excluded_entries
@@ -60,7 +60,8 @@ def generate(root: str, *, objects: bool = True, ptx: bool = True, jobs: int = 2
     libraries = {v: render.library_source(v, prelude, ordered, excluded[v]) for v in sorted(build.VARIANTS)}
     entries = sorted({s.entry for f in families for s in f.sigs})
     manifest = _objects(root, out, libraries, entries, excluded, objects, jobs)
-    manifest["ptx"] = _ptx(root, out, cu_sources, ptx, jobs)
+    blocks = cuda.entry_blocks(cuda_sigs)
+    manifest["ptx"] = _ptx(root, out, cu_sources, ptx, jobs, lambda text: cuda.require_blocks(text, blocks))
     files[MANIFEST] = _json(manifest)
     files[DOCS] = docs.render_docs(root, families, cuda_sigs, variants).encode()
     return out
@@ -136,7 +137,8 @@ def _runtime(out: Generated, committed: Dict[str, Any], why: Optional[str], jobs
     return info
 
 
-def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs: int) -> Dict[str, Any]:
+def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs: int,
+         finish: Callable[[str], str]) -> Dict[str, Any]:
     tools = build.find_cuda() if enabled else None
     committed = _committed_manifest(root).get("ptx", {})
     missing = "nvcc/ptxas not found (CUDA_HOME, /usr/local/cuda, PATH)"
@@ -146,7 +148,7 @@ def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs
     nvcc = tools.version if why is None and tools else committed.get("nvcc", "unknown")
     info: Dict[str, Any] = {"nvcc": nvcc, "arch": build.PTX_ARCH, "checked_with_ptxas": list(build.PTX_TARGETS),
                             "modules": {}}  # fmt: skip
-    texts = build.build_ptx(tools, sources, render.BANNER, jobs) if why is None and tools else {}
+    texts = build.build_ptx(tools, sources, render.BANNER, jobs, finish) if why is None and tools else {}
     for name in sorted(sources):
         path = "%s/cuda/%s.ptx" % (GEN, name)
         if name in texts:

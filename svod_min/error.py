@@ -22,7 +22,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   ├── UnsupportedDeviceError     3  no factory for this device type
     │   ├── CudaError                  3  a driver call failed (CUresult)
     │   ├── CudaSymbolError            3  the driver lacks an entry point
-    │   ├── PtxError                   2  PTX that breaks the rules
+    │   ├── PtxError                   2  PTX (or a CUBIN's parameters) that breaks the rules
     │   ├── LaunchConfigError          2  grid / block / shared memory out of limits
     │   ├── ForkedChildError           3  CUDA used in a forked child
     │   └── ReleasedError              3  used after close() / unload()
@@ -357,7 +357,8 @@ class CudaSymbolError(DeviceError):
 
 
 class PtxError(DeviceError):
-    """PTX text that breaks svod's rules, or that this driver cannot load."""
+    """PTX text that breaks svod's rules, or that this driver cannot load; a CUBIN whose recorded kernel
+    parameters are not svod's convention."""
 
     exit_code = EXIT_BAD_INPUT
 

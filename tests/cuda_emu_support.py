@@ -25,7 +25,7 @@ from svod_min.kernels import GEN_DIR
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_SOURCES = os.path.join(GEN_DIR, "cuda")  # of the svod_min under test, beside the PTX it loads
-_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(')
 
 
 FAKE_SOURCE = os.path.join(HERE, "fake_libcuda.c")

@@ -28,6 +28,7 @@ extern "C" dim3 threadIdx, blockIdx, blockDim, gridDim;
 extern "C" void svod_emu_syncthreads(void);
 
 #define __global__
+#define __launch_bounds__(...)
 #define __device__
 #define __host__
 #define __forceinline__ inline

@@ -73,14 +73,16 @@ def fake_so(tmp_path_factory: pytest.TempPathFactory) -> str:
 class Fake:
     """One private copy of the fake library (its own global state) plus its test controls."""
 
-    def __init__(self, path: str, count: int, version: int, init_rc: int) -> None:
+    def __init__(self, path: str, count: int, version: int, init_rc: int, cc: Tuple[int, int] = (9, 0)) -> None:
         self.path = path
         self.cfg = ctypes.CDLL(path)
         self.cfg.fake_counter.restype = ctypes.c_long
         self.cfg.fake_counter.argtypes = [ctypes.c_char_p]
         self.cfg.fake_set_mem_limit.argtypes = [ctypes.c_size_t]
+        self.cfg.fake_set_max_pitch.argtypes = [ctypes.c_size_t]
         self.cfg.fake_last_launch.restype = ctypes.c_size_t
         self.cfg.fake_configure(init_rc, version, count)
+        self.cfg.fake_set_compute_capability(*cc)
 
     def driver(self) -> cuda.CudaDriver:
         driver = cuda.load_driver(self.path)
@@ -112,14 +114,18 @@ class Fake:
 
 _fake_ids = [0]
 
+#: The stand-in's defaults (an H100 under a CUDA 13.0 driver) and the older GPU and driver kept as a case.
+FAKE_DRIVER, FAKE_CC = 13000, (9, 0)
+FAKE_GENERATIONS = [pytest.param((13000, (9, 0)), id="cc9.0-driver13000"), pytest.param((12040, (8, 0)), id="cc8.0-driver12040")]
+
 
 @pytest.fixture
 def fake(fake_so: str, tmp_path: Path) -> Callable[..., Fake]:
-    def make(count: int = 1, version: int = 12040, init_rc: int = 0) -> Fake:
+    def make(count: int = 1, version: int = FAKE_DRIVER, init_rc: int = 0, cc: Tuple[int, int] = FAKE_CC) -> Fake:
         _fake_ids[0] += 1
         path = str(tmp_path / ("libfakecuda%d.so" % _fake_ids[0]))
         shutil.copyfile(fake_so, path)  # a new inode: dlopen gives it its own globals
-        return Fake(path, count, version, init_rc)
+        return Fake(path, count, version, init_rc, cc)
 
     return make
 

@@ -89,6 +89,65 @@ def test_close_keeps_the_other_devices_context_current(fake: Callable[..., Fake]
     assert dev1.allocate(16).copyin(bytes(range(16))).copyout() == bytes(range(16))
 
 
+def test_close_in_a_forked_child_does_nothing(fake: Callable[..., Fake]) -> None:
+    """A child forked from a process using the GPU may close its copy of the device (cleanup code, atexit):
+    that must neither raise nor touch the parent's driver state."""
+    f = fake()
+    dev = f.device()
+    buf = dev.allocate(16).copyin(bytes(range(16)))
+    calls = f.counter("set_current") + f.counter("pushes") + f.counter("stream_syncs")
+
+    def close_in_child() -> str:
+        try:
+            dev.close()
+            dev.close()
+        except Exception as exc:  # noqa: B902 - the message is the test's result
+            return "%s: %s" % (type(exc).__name__, exc)
+        return "closed" if dev.closed else "still open"
+
+    assert in_forked_child(close_in_child) == "closed"
+    assert not dev.closed and buf.copyout() == bytes(range(16))  # the parent's device is untouched
+    assert f.counter("set_current") + f.counter("pushes") + f.counter("stream_syncs") > calls
+
+
+def test_the_cuda_path_needs_no_pyelftools(fake_so: str) -> None:
+    """The GPU machine's image has no pyelftools: importing and running the CUDA path (driver, library
+    kernels, a graph, a plan file on the device) must work with every ``elftools`` import refused."""
+    script = textwrap.dedent(
+        """
+        import ctypes, sys
+
+        class NoElftools:
+            def find_spec(self, name, path=None, target=None):
+                if name == "elftools" or name.startswith("elftools."):
+                    raise ImportError("blocked: %s (the GPU image has no pyelftools)" % name)
+                return None
+
+        sys.meta_path.insert(0, NoElftools())
+        ctypes.CDLL(sys.argv[1]).fake_configure(0, 13000, 1)
+        from svod_min.devices import cuda
+        from svod_min.kernels import cuda_library_kernel
+        dev = cuda.load_driver(sys.argv[1]).device(0)
+        add = cuda_library_kernel(dev, "add", dtype="float32")
+        x, y, out = (dev.allocate([64], "float32") for _ in range(3))
+        x.copyin(list(range(64)))
+        y.copyin([1.0] * 64)
+        cuda.CudaGraph([add.bind([out, x, y], [64])]).launch()
+        assert out.tolist() == [i + 1.0 for i in range(64)], out.tolist()
+        import svod_min
+        plan = svod_min.load_plan(sys.argv[2], device=dev).plan  # its CUDA form: examples/saxpy.ptx
+        plan.execute()
+        assert plan.output_buffer().tolist() == [2.0 * i + 1.0 for i in range(1000)]
+        assert not any(m == "elftools" or m.startswith("elftools.") for m in sys.modules)
+        print("ok")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "saxpy_vars.json")
+    proc = subprocess.run([sys.executable, "-c", script, fake_so, example], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
 def test_fake_interpreter_exit_with_live_objects_is_quiet(fake_so: str, tmp_path: Path) -> None:
     script = textwrap.dedent(
         """

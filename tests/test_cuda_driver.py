@@ -162,7 +162,7 @@ def test_fake_cuinit_failure_means_no_driver_with_the_drivers_words(fake: Callab
 def test_fake_zero_devices_is_not_registered(fake: Callable[..., Fake]) -> None:
     f = fake(count=0)
     driver = f.driver()
-    assert driver.device_count == 0 and driver.version == 12040 and driver.version_string == "12.4"
+    assert driver.device_count == 0 and driver.version == 13000 and driver.version_string == "13.0"
     registry = DeviceRegistry()
     assert cuda.register_cuda(registry, path=f.path) is False
     assert "CUDA" not in registry.available_kinds()
@@ -189,11 +189,11 @@ def test_fake_devices_are_registered(fake: Callable[..., Fake]) -> None:
 def test_fake_discovery_and_info_lines(fake: Callable[..., Fake]) -> None:
     f = fake(count=2, version=12080)
     info = f.driver().device_info(1)
-    assert (info.name, info.compute_capability, info.arch, info.total_memory) == ("Fake GPU 1", (8, 0), "sm_80", 16 << 30)
+    assert (info.name, info.compute_capability, info.arch, info.total_memory) == ("Fake GPU 1", (9, 0), "sm_90", 16 << 30)
     assert info.limits == LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 49152, 232448)
     lines = cuda.info_lines(f.path)
     assert lines[0] == "cuda: driver 12.8 via %s, PTX ISA up to 8.7, 2 device(s)" % f.path
-    assert lines[1] == "cuda: CUDA:0 Fake GPU 0, sm_80, 16.0 GiB, 4 SMs"
+    assert lines[1] == "cuda: CUDA:0 Fake GPU 0, sm_90, 16.0 GiB, 132 SMs"
     assert lines[-1].startswith("nvrtc: ")
 
 

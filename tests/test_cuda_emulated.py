@@ -264,3 +264,22 @@ def test_reduce_rows_and_columns_of_one_matrix(device: cuda.CudaDevice) -> None:
     prog.execute([by_col, x], [cols, rows, 1, 1, cols, 1])
     assert np.frombuffer(by_row.copyout(), np.float32).tolist() == [sum(values[r * cols:(r + 1) * cols]) for r in range(rows)]
     assert np.frombuffer(by_col.copyout(), np.float32).tolist() == [sum(values[c::cols]) for c in range(cols)]
+
+
+def test_gpu_session_smoke_step_dry_run(fake_so: str, emulator_so: str, tmp_path: Path) -> None:
+    """`.ci/gpu-session smoke` against the stand-in driver running the library's real code: it passes, and
+    it fails when the kernels do not run (the stand-in without the emulator leaves mul_add's output unset)."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, SVOD_CUDA_LIBRARY=fake_so, FAKE_CUDA_DEVICES="1", FAKE_CUDA_EMULATOR=emulator_so)
+    out = tmp_path / "ok"
+    proc = subprocess.run(["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "match numpy" in (out / "smoke.txt").read_text()
+    assert (out / "summary.txt").read_text().splitlines()[-1] == "gpu-session smoke: PASSED; outputs in %s" % out
+    del env["FAKE_CUDA_EMULATOR"]
+    out = tmp_path / "broken"
+    proc = subprocess.run(["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1 and "smoke: FAILED" in (out / "summary.txt").read_text()
+    assert "AssertionError" in (out / "smoke.txt").read_text()  # numpy's comparison, not a crash

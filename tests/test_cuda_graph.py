@@ -110,3 +110,28 @@ def test_gpu_graph_replay_equals_eager(gpu: cuda.CudaDevice) -> None:
     assert graph.patched == 2
     host_t1 = np.frombuffer(t1.copyout(), np.float32)
     assert not host_t1[n // 2:].any() and host_t1[: n // 2].any()
+
+
+def test_fake_graph_copies_keep_rows_within_the_pitch_limit(fake: Callable[..., Fake]) -> None:
+    """A copy node wider than the device's CU_DEVICE_ATTRIBUTE_MAX_PITCH is refused by the driver: svod_min
+    splits it into rows within the limit, and copies eagerly what fits no such rows."""
+    f = fake()
+    f.cfg.fake_set_max_pitch(1024)
+    dev = f.device()
+    assert dev.info.max_pitch == 1024
+    src, dst = dev.allocate([4096], "float32"), dev.allocate([4096], "float32")
+    data = np.arange(4096, dtype=np.float32)
+    src.copyin(data)
+    node = dev.graph.copy_node(dst, src)
+    params = node.memcpy_params()
+    assert (params.WidthInBytes, params.Height, params.srcPitch, params.dstPitch) == (1024, 16, 1024, 1024)
+    relu = cuda_library_kernel(dev, "relu", dtype="float32")
+    out = dev.allocate([4096], "float32")
+    graph = CudaGraph([node, relu.bind([out, dst], [4096])])
+    graph.launch()
+    assert np.array_equal(out.numpy(), data) and f.counter("memcpy_nodes") == 1
+    odd_src, odd_dst = dev.allocate(70001), dev.allocate(70001)  # an odd size: 70001 rows of 1 byte, too many
+    assert dev.graph.copy_node(odd_dst, odd_src) is None
+    assert cuda.copy_rows(70001, 1024) is None and cuda.copy_rows(70001, 70001) == (70001, 1)
+    assert cuda.copy_rows(4099, 1024) == (1, 4099)
+    assert cuda.copy_rows(3 << 31, 2**31 - 1) == (1 << 30, 6)

@@ -217,3 +217,39 @@ def test_gpu_peer_copy() -> None:
     a.copyin(np.arange(1000, dtype=np.float32))
     b.copyin(a)
     assert np.array_equal(b.numpy(), np.arange(1000, dtype=np.float32))
+
+
+def test_fake_staging_blocks_grow_with_the_chunk(fake: Callable[..., Fake]) -> None:
+    """Enlarging ``StagingPool.chunk`` after the pool made its blocks must not push whole chunks through
+    the smaller blocks (a heap overflow in pinned memory): they are made again, large enough."""
+    f = fake()
+    dev = f.device()
+    dev.staging.chunk = 4096
+    data = np.arange(4096, dtype=np.uint8)
+    buf = dev.allocate(4096).copyin(data)
+    assert [b.nbytes for b in dev.staging.blocks()] == [4096, 4096]
+    dev.staging.chunk = 16384
+    big = np.arange(16384, dtype=np.uint32).view(np.uint8)[:16384]
+    wide = dev.allocate(16384).copyin(big)
+    assert all(b.nbytes >= 16384 for b in dev.staging.blocks())
+    assert np.array_equal(np.frombuffer(wide.copyout(), np.uint8), big)
+    assert np.array_equal(np.frombuffer(buf.copyout(), np.uint8), data)
+    assert f.counter("live_host") == 2  # the two small blocks were freed
+
+
+def test_fake_elapsed_time_makes_the_events_context_current(fake: Callable[..., Fake]) -> None:
+    """The driver wants an event's context current for cuEventElapsedTime as for the other event calls;
+    the thread may have used another GPU since the events were recorded."""
+    f = fake(count=2)
+    dev0, dev1 = f.device(0), f.device(1)
+    start, end = dev0.new_event(), dev0.new_event()
+    start.record()
+    end.record()
+    end.synchronize()
+    dev1.allocate(16)  # the thread's current context is GPU 1's now
+    assert end.elapsed_since(start) == pytest.approx(0.25e-3)  # the stand-in's clock: 0.25 ms per record
+    untimed = dev0.new_event(timing=False)
+    untimed.record()
+    untimed.synchronize()
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_HANDLE"):
+        untimed.elapsed_since(start)

@@ -147,7 +147,7 @@ def test_fake_jit_error_carries_the_log(fake: Callable[..., Fake]) -> None:
     assert err.code == 218 and err.name == "CUDA_ERROR_INVALID_PTX"
     assert "Unknown symbol 'FAKE_JIT_ERROR'" in err.log
     message = str(err)
-    assert message.startswith("loading PTX module 'fake_iota' on CUDA:0 (sm_80, driver 12.4): cuModuleLoadDataEx failed")
+    assert message.startswith("loading PTX module 'fake_iota' on CUDA:0 (sm_90, driver 13.0): cuModuleLoadDataEx failed")
     assert "JIT log:\nptxas application ptx input, line 7" in message
 
 
@@ -167,7 +167,7 @@ def test_fake_jit_error_after_lowering_the_version_says_so(fake: Callable[..., F
 
 
 def test_fake_ptx_rules_are_checked_before_the_driver(fake: Callable[..., Fake]) -> None:
-    f = fake(version=12000)  # accepts PTX up to 8.0
+    f = fake(version=12000, cc=(8, 0))  # accepts PTX up to 8.0
     dev = f.device()
     with pytest.raises(PtxError, match="entry 'missing' not found"):
         dev.load_ptx(FAKE_PTX, "missing", 1, ["n"])
@@ -297,3 +297,67 @@ def test_gpu_nvrtc_compile_and_run(gpu: cuda.CudaDevice) -> None:
     x.copyin(np.arange(n, dtype=np.float32))
     prog.execute([out, x], [n])
     assert np.array_equal(out.numpy(), 2 * np.arange(n, dtype=np.float32))
+
+
+def test_fake_driver_refuses_a_library_entry_under_another_block(fake: Callable[..., Fake]) -> None:
+    """The library PTX's `.reqntid` reaches the driver: the same code loaded without its signature cannot
+    run with a block it was not written for, whether svod_min launches it (refused first, from the PTX's
+    own directive, which is also the default block) or the driver is called directly."""
+    from pathlib import Path
+
+    from svod_min.kernels import cuda_kernels, ptx_path
+
+    f = fake()
+    dev = f.device()
+    sig = next(s for s in cuda_kernels() if s.name == "reduce_sum" and dict(s.params)["dtype"] == "float32")
+    text = Path(ptx_path(sig.module)).read_text()
+    raw = dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names)
+    assert raw.max_threads == 256 and raw.required_block == raw.local_size == (256, 1, 1)  # from the PTX
+    out, x = dev.allocate([4], "float32"), dev.allocate([4 * 300], "float32")
+    vals = [4, 300, 1, 300, 1, 1]
+    with pytest.raises(LaunchConfigError, match=r"requires block \[256, 1, 1\] \(.reqntid in its PTX\); got block \[128, 1, 1\]"):
+        raw.execute([out, x], vals, global_size=(4,), local_size=(128,))  # would sum only half of each row
+    with pytest.raises(LaunchConfigError, match=r"local_size \[128, 1, 1\], but the PTX requires block \[256, 1, 1\]"):
+        dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names, local_size=(128,))
+    blob = cuda.pack_kernel_args([out.address, x.address], vals)
+    u = ctypes.c_uint
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        dev.lib.call("cuLaunchKernel", raw.function, u(4), u(1), u(1), u(128), u(1), u(1), u(0), dev.stream, None, blob.extra)
+    raw.execute([out, x], vals, global_size=(4,))
+    assert f.counter("launches") == 1
+
+
+def test_fake_load_ptx_refuses_a_float_scalar(fake: Callable[..., Fake]) -> None:
+    """A `.f32` scalar has 4 bytes like svod's int32: only its type tells that it would get an int's bits."""
+    dev = fake().device()
+    text = FAKE_PTX.replace(".param .u32 fake_iota_param_1", ".param .f32 fake_iota_param_1")
+    with pytest.raises(PtxError, match=r"kernel fake_iota parameter 1 is \.f32; svod passes an int32 there"):
+        dev.load_ptx(text, "fake_iota", 1, ["n"])
+    signed = FAKE_PTX.replace(".param .u32 fake_iota_param_1", ".param .s32 fake_iota_param_1")
+    out = dev.allocate([4], "int32")
+    dev.load_ptx(signed, "fake_iota", 1, ["n"]).execute([out], [4])
+    assert int_values(out) == [0, 1, 2, 3]
+
+
+_PARAMS_PTX = FAKE_PTX.replace(".param .u32 fake_axpb_param_4", ".param .align 8 .b8 fake_axpb_param_4[12]")
+
+
+@pytest.mark.skipif(cuda.find_ptxas() is None, reason="ptxas not found (CUDA toolkit not installed)")
+def test_cubin_parameter_sizes_are_read_and_checked(fake: Callable[..., Fake]) -> None:
+    """ptxas records each parameter's size in the CUBIN: read back, they equal the PTX's own declaration
+    (the reference), and load_cubin refuses a mismatch before the driver sees the image."""
+    for arch in ("sm_75", "sm_90"):
+        for entry, text in (("fake_axpb", FAKE_PTX), ("fake_iota", FAKE_PTX), ("fake_axpb", _PARAMS_PTX)):
+            cubin = cuda.ptxas_check(text, arch)
+            assert cuda.cubin_entry_params(cubin, entry) == cuda.ptx_entry_params(text, entry), (arch, entry)
+    cubin = cuda.ptxas_check(FAKE_PTX, "sm_90")
+    assert cuda.cubin_entry_params(cubin, "missing") is None
+    assert cuda.cubin_entry_params(cubin[:200], "fake_iota") is None  # truncated: not judged here
+    assert cuda.cubin_entry_params(b"\x50\xed\x55\xba fatbin", "fake_iota") is None
+    f = fake()
+    dev = f.device()
+    with pytest.raises(PtxError, match=r"CUBIN kernel fake_axpb declares parameters of \[8, 8, 4, 4, 4\] bytes; svod passes 1"):
+        dev.load_cubin(cubin, "fake_axpb", 1, ["n", "k", "c"])
+    assert f.counter("live_modules") == 0
+    with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND"):  # past the check; the stand-in cannot run SASS
+        dev.load_cubin(cubin, "fake_axpb", 2, ["n", "k", "c"])

@@ -8,7 +8,7 @@ import glob
 import os
 import re
 import subprocess
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 from cuda_support import GOOD_PTX, cuda_sigs  # noqa: F401  (fixtures)
@@ -221,3 +221,51 @@ def test_ptxas_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cuda.find_ptxas() is None
     with pytest.raises(NotSupportedError, match="ptxas not found"):
         cuda.ptxas_check(GOOD_PTX, "sm_80")
+
+
+@pytest.mark.parametrize("params, buf_count, var_count, refused", [
+    (".param .u64 p, .param .u32 n", 1, 1, None),
+    (".param .s64 p, .param .s32 n", 1, 1, None),
+    (".param .b64 p, .param .b32 n", 1, 1, None),
+    (".param .u64 .ptr .global .align 4 p, .param .u32 n", 1, 1, None),
+    (".param .u64 p, .param .f32 eps", 1, 1, r"parameter 1 is \.f32; svod passes an int32 there"),
+    (".param .f64 p, .param .u32 n", 1, 1, r"parameter 0 is \.f64; svod passes a 64-bit buffer address"),
+    (".param .u64 p, .param .b8 n[4]", 1, 1, r"parameter 1 is \.b8\[4\]"),
+])  # fmt: skip
+def test_entry_param_types_must_receive_what_svod_packs(params: str, buf_count: int, var_count: int, refused: Any) -> None:
+    """Sizes alone let a .f32 scalar through (it would get an int32's bits): the PTX types are checked too."""
+    text = ".entry k(%s)" % params
+    assert cuda.ptx_entry_params(text, "k") == [8, 4]
+    if refused is None:
+        cuda.check_entry_params(text, "k", buf_count, var_count)
+    else:
+        with pytest.raises(PtxError, match=refused):
+            cuda.check_entry_params(text, "k", buf_count, var_count)
+    assert cuda.ptx_entry_param_types(".entry s(.param .align 8 .b8 s_p0[16], .param .f64 s_p1)", "s") == [".b8[16]", ".f64"]
+
+
+@needs_ptx_files
+def test_shipped_ptx_requires_each_signatures_block() -> None:
+    """Every library entry carries `.reqntid` of its signature's block (from `__launch_bounds__`), so the
+    driver itself refuses a launch with another block, whoever makes it."""
+    from svod_min.kernels import cuda_kernels, ptx_path
+
+    for sig in cuda_kernels():
+        with open(ptx_path(sig.module), encoding="utf-8") as fh:
+            text = fh.read()
+        match = re.search(r"\.entry %s\([^)]*\)\s*\.reqntid (\d+), (\d+), (\d+)\s*\{" % sig.entry, text)
+        assert match, sig.entry
+        assert tuple(int(v) for v in match.groups()) == tuple(sig.block) + (1,) * (3 - len(sig.block)), sig.entry
+
+
+def test_required_block_is_read_from_the_entry() -> None:
+    def entry(directives: str) -> str:
+        return ".visible .entry k(\n.param .u64 p\n)\n%s\n{\n ret;\n}\n.visible .entry j()\n.reqntid 7\n{\n ret;\n}\n" % directives
+
+    assert cuda.ptx_required_block(entry(".reqntid 64, 2, 1"), "k") == (64, 2, 1)
+    assert cuda.ptx_required_block(entry(".maxntid 256, 1, 1\n.reqntid 32"), "k") == (32, 1, 1)
+    assert cuda.ptx_required_block(entry(".maxntid 256, 1, 1"), "k") is None  # an upper bound only
+    assert cuda.ptx_required_block(entry("// .reqntid 64, 1, 1"), "k") is None  # a comment
+    assert cuda.ptx_required_block(entry(""), "j") == (7, 1, 1)  # each entry its own
+    with pytest.raises(PtxError, match="not found"):
+        cuda.ptx_required_block(entry(""), "nope")

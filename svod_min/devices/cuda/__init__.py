@@ -10,6 +10,7 @@ Modules, bottom up (each imports only those above it):
   (:func:`launch_dims`), default grids in :mod:`svod_min.expr`'s language, :func:`plan_dims`.
 * :mod:`.ptx` - PTX ISA versions per driver, :func:`validate_ptx`,
   :func:`rewrite_ptx_version`, kernel parameters, :func:`ptxas_check`.
+* :mod:`.cubin` - a CUBIN's kernel parameter sizes (:func:`cubin_entry_params`).
 * :mod:`.nvrtc` - CUDA C to PTX (:func:`compile_cuda`), optional.
 * :mod:`.memory` - :class:`CudaStorage`, :class:`CudaBuffer`, :class:`CudaEvent`, :class:`StagingPool`.
 * :mod:`.program` - :class:`CudaModule`, :class:`CudaProgram`, :class:`BoundLaunch`.
@@ -27,9 +28,10 @@ from ...error import (
     LaunchConfigError, PtxError, ReleasedError,
 )
 from .device import CudaDevice
+from .cubin import check_cubin_params, cubin_entry_params
 from .driver import (
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult,
-    Prototype, handle_array, memcpy_1d,
+    Prototype, copy_rows, handle_array, memcpy_1d,
 )
 from .graph import CudaGraph, GraphCopy
 from .launch import (
@@ -48,7 +50,7 @@ from .nvrtc import (
 from .program import BoundLaunch, CudaModule, CudaProgram
 from .ptx import (
     PTX_FOR_CUDA, PTX_MIN_FOR_TARGET, PtxInfo, arch_name, check_entry_params, check_ptx_version, driver_version_tuple,
-    find_ptxas, format_version, parse_arch, ptx_entry_params, ptx_version_of, ptxas_check, rewrite_ptx_version,
+    find_ptxas, format_version, parse_arch, ptx_entry_param_types, ptx_entry_params, ptx_required_block, ptx_version_of, ptxas_check, rewrite_ptx_version,
     select_ptx_version, validate_ptx,
 )
 
@@ -62,7 +64,7 @@ __all__ = [
     "PtxError", "PtxInfo", "ReleasedError", "StagingPool", "arch_name", "check_entry_params", "check_ptx_version",
     "check_shared_bytes", "compile_cuda", "dims_items", "driver_unavailable_reason", "driver_version_tuple",
     "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
-    "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
-    "plan_dims", "ptx_entry_params", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
+    "check_cubin_params", "copy_rows", "cubin_entry_params", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
+    "plan_dims", "ptx_entry_param_types", "ptx_entry_params", "ptx_required_block", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
     "rewrite_ptx_version", "select_ptx_version", "validate_ptx",
 ]  # fmt: skip

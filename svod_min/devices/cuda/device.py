@@ -15,18 +15,21 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 from ...device_spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
-from ...error import CudaError, ExecutionError, PtxError, ReleasedError
+from ...error import CudaError, ExecutionError, LaunchConfigError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
 from ..base import RELEASE_EPOCH
 from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+from .cubin import check_cubin_params
 from .graph import CudaGraphSlot, GraphCopy
 from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
-from .ptx import check_entry_params, check_ptx_version, format_version, rewrite_ptx_version, validate_ptx
+from .ptx import (
+    check_entry_params, check_ptx_version, format_version, ptx_required_block, rewrite_ptx_version, validate_ptx,
+)
 
 if TYPE_CHECKING:  # annotation only: concurrent.futures costs milliseconds at every registry probe
     from concurrent.futures import Executor
@@ -329,18 +332,26 @@ class CudaDevice:
         text = self.prepare_ptx(ptx, entry, lower_version=lower_version)
         check_entry_params(text, entry, buf_count, len(var_names))
         check_grid(grid, tuple(var_names), name or entry)  # before loading: bad launch defaults load nothing
-        check_block(local_size, self.limits, name or entry)
+        required = ptx_required_block(text, entry)
+        block = check_block(local_size, self.limits, name or entry)
+        if required is not None and block is not None and block != required:
+            raise LaunchConfigError("%s: local_size %s, but the PTX requires block %s (.reqntid)"
+                                    % (name or entry, list(block), list(required)))  # fmt: skip
         try:
             mod = self.module(text, name=name or entry)
         except CudaError as exc:
             raise self._explain_lowering(exc, ptx, text) from None
-        return CudaProgram(
-            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size, grid=grid,
+        program = CudaProgram(
+            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size or required, grid=grid,
             shared_bytes=shared_bytes, name=name,
         )  # fmt: skip
+        program.required_block = required  # its default block too, when the caller gave none
+        return program
 
     def load_cubin(self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any) -> CudaProgram:
-        """Wrap ``entry`` of a CUBIN image (no PTX checks: the driver validates the binary)."""
+        """Wrap ``entry`` of a CUBIN image: its parameter sizes are checked where the CUBIN records them
+        (``.nv.info``; types are not recorded, see :mod:`.cubin`); the driver validates the rest."""
+        check_cubin_params(bytes(cubin), entry, buf_count, len(var_names))
         mod = self.module(bytes(cubin), name=kwargs.pop("name", None) or entry)
         return CudaProgram(mod, entry, buf_count=buf_count, var_names=var_names, **kwargs)
 
@@ -381,13 +392,17 @@ class CudaDevice:
         """
         if self.closed:
             return
-        if os.getpid() == self.driver.pid:  # let queued work finish before its stream goes
-            # Pushed and popped: the thread's current context (maybe another GPU's) stays current.
-            if self.lib.call_raw("cuCtxPushCurrent", self.context) == 0:
-                try:
-                    self.lib.call_raw("cuStreamSynchronize", self.stream)
-                finally:
-                    self.lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
+        if os.getpid() != self.driver.pid:  # a forked child: the driver is the parent's; only forget it here
+            self.closed = True
+            self.alive[0] = False  # the finalizers skip forked children anyway
+            return
+        # Let queued work finish before its stream goes. Pushed and popped: the thread's current context
+        # (maybe another GPU's) stays current.
+        if self.lib.call_raw("cuCtxPushCurrent", self.context) == 0:
+            try:
+                self.lib.call_raw("cuStreamSynchronize", self.stream)
+            finally:
+                self.lib.call_raw("cuCtxPopCurrent", ctypes.byref(HANDLE()))
         self.staging.release()
         with self._timers_lock:
             self._timers = []  # their events are destroyed now, while the context lives

@@ -79,13 +79,33 @@ class CUDA_MEMCPY3D(ctypes.Structure):
     ]  # fmt: skip
 
 
-def memcpy_1d(dst: int, src: int, nbytes: int) -> CUDA_MEMCPY3D:
-    """Parameters of a device-to-device copy of ``nbytes`` (one row, one slice)."""
+#: The most rows a graph copy node is split into; a copy that needs more stays an eager copy.
+MAX_COPY_ROWS = 65535
+
+
+def copy_rows(nbytes: int, max_pitch: int) -> Optional[Tuple[int, int]]:
+    """``(width, rows)`` covering ``nbytes`` with rows no wider than ``max_pitch`` (the device's
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH): one row when it fits, else the widest power-of-two row dividing
+    ``nbytes``; None when that takes more than :data:`MAX_COPY_ROWS` rows."""
+    if nbytes <= max_pitch:
+        return nbytes, 1
+    width = 1 << (min(max_pitch, nbytes & -nbytes).bit_length() - 1)  # a power of two: divides nbytes
+    rows = nbytes // width
+    return (width, rows) if rows <= MAX_COPY_ROWS else None
+
+
+def memcpy_1d(dst: int, src: int, nbytes: int, max_pitch: int = 2**31 - 1) -> Optional[CUDA_MEMCPY3D]:
+    """Parameters of a device-to-device copy of ``nbytes`` as rows of at most ``max_pitch`` bytes, back to
+    back (pitch = width), or None when :func:`copy_rows` finds no such rows."""
+    shape = copy_rows(nbytes, max_pitch)
+    if shape is None:
+        return None
     p = CUDA_MEMCPY3D()
     p.srcMemoryType = p.dstMemoryType = CU_MEMORYTYPE_DEVICE
     p.srcDevice, p.dstDevice = src, dst
-    p.srcPitch = p.dstPitch = p.WidthInBytes = nbytes
-    p.srcHeight = p.dstHeight = p.Height = p.Depth = 1
+    p.srcPitch = p.dstPitch = p.WidthInBytes = shape[0]
+    p.srcHeight = p.dstHeight = p.Height = shape[1]
+    p.Depth = 1
     return p
 
 

@@ -15,7 +15,7 @@ from ...error import ExecutionError, ReleasedError
 from ...ordering import buffers_overlap
 from ..base import RELEASE_EPOCH
 from ..graph_segments import graph_segments
-from .driver import CUDA_MEMCPY3D, HANDLE, device_finalize, handle_array, memcpy_1d
+from .driver import CUDA_MEMCPY3D, HANDLE, copy_rows, device_finalize, handle_array, memcpy_1d
 from .launch import as_sequence
 from .memory import CudaBuffer, check_same_size
 from .program import BoundLaunch
@@ -27,12 +27,17 @@ class GraphCopy:
     def __init__(self, device: Any, dst: CudaBuffer, src: CudaBuffer) -> None:
         check_same_size(src.nbytes, dst.nbytes, "copy")
         self.device, self.dst, self.src = device, dst, src  # the buffers stay alive with the graph
+        if copy_rows(src.nbytes, device.info.max_pitch) is None:
+            raise ExecutionError("a %d-byte copy has no rows within the pitch limit %d; copy it eagerly"
+                                 % (src.nbytes, device.info.max_pitch))  # fmt: skip
 
     def __repr__(self) -> str:
         return "<GraphCopy %d B on %s>" % (self.src.nbytes, self.device.spec)
 
     def memcpy_params(self) -> CUDA_MEMCPY3D:
-        return memcpy_1d(self.dst.address, self.src.address, self.src.nbytes)
+        params = memcpy_1d(self.dst.address, self.src.address, self.src.nbytes, self.device.info.max_pitch)
+        assert params is not None  # checked in __init__
+        return params
 
 
 class CudaGraph:
@@ -174,13 +179,14 @@ class CudaGraphSlot:
         """``dst <- src`` as a graph node, or None when it is not a plain copy on this GPU.
 
         Overlapping ranges of one allocation are left to the caller (a memcpy
-        node, like ``cuMemcpy``, is undefined there).
+        node, like ``cuMemcpy``, is undefined there), and so is a copy that
+        fits no rows within the device's pitch limit (:func:`~.driver.copy_rows`).
         """
         device = self.device
         if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not device or src.device is not device:
             return None
-        if buffers_overlap(dst, src):
-            return None
+        if buffers_overlap(dst, src) or copy_rows(src.nbytes, device.info.max_pitch) is None:
+            return None  # the eager copy (cuMemcpyDtoDAsync) has no pitch limit
         return GraphCopy(device, dst, src) if src.nbytes else None
 
     def build(self, groups: Sequence[Sequence[int]], nodes: Mapping[int, Any]) -> List[Any]:

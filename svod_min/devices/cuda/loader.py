@@ -38,6 +38,8 @@ class CudaDeviceInfo:
     total_memory: int
     multiprocessors: int
     limits: LaunchLimits
+    #: CU_DEVICE_ATTRIBUTE_MAX_PITCH: graph copy nodes keep their rows within it.
+    max_pitch: int = 2**31 - 1
 
     @property
     def arch(self) -> str:
@@ -100,7 +102,8 @@ class CudaDriver:
         )
         capability = (attr(enums.ATTR_COMPUTE_CAPABILITY_MAJOR), attr(enums.ATTR_COMPUTE_CAPABILITY_MINOR))
         text = name.value.decode("utf-8", "replace")
-        return CudaDeviceInfo(ordinal, text, capability, memory.value, attr(enums.ATTR_MULTIPROCESSOR_COUNT), limits)
+        pitch = self._optional_attribute(handle, enums.ATTR_MAX_PITCH) or 2**31 - 1
+        return CudaDeviceInfo(ordinal, text, capability, memory.value, attr(enums.ATTR_MULTIPROCESSOR_COUNT), limits, pitch)
 
     def device_handle(self, ordinal: int) -> int:
         handle = CUdevice()

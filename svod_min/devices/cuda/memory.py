@@ -260,7 +260,7 @@ class CudaEvent:
 
     def elapsed_since(self, start: "CudaEvent") -> float:
         """Seconds of device time between ``start`` and this event (both recorded, this one completed)."""
-        self.device.check_open()
+        self.device.activate()  # the driver wants the events' context current, like record and query
         ms = ctypes.c_float()
         lib = self.device.lib
         lib.call("cuEventElapsedTime", ctypes.byref(ms), start.handle, self.handle)
@@ -323,6 +323,12 @@ class StagingPool:
             fut.result()
 
     def blocks(self) -> List[PinnedBlock]:
+        """The two pinned blocks, each at least :attr:`chunk` bytes (made again, after their last DMA, when
+        ``chunk`` grew since: a copy moves whole chunks through them)."""
+        if self._blocks and self._blocks[0].nbytes < self.chunk:
+            for block in self._blocks:
+                block.wait()
+            self._blocks = []  # their finalizers free them
         if not self._blocks:
             self._blocks = [PinnedBlock(self.device, self.chunk) for _ in range(2)]
         return self._blocks

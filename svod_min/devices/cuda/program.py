@@ -141,6 +141,8 @@ class CudaProgram:
     grid_in_blocks = True
     #: A library kernel's CudaKernelSig: buffers are checked against it before any launch.
     signature: Any = None
+    #: The block the PTX requires (``.reqntid``), set by ``CudaDevice.load_ptx``: no other block launches.
+    required_block: Optional[Dims3] = None
     #: No C entry for the native (CPU) runner: GPU launches go through the driver.
     native_address: Optional[int] = None
 
@@ -272,19 +274,27 @@ class CudaProgram:
         """(grid, block) for a launch: explicit sizes win over the program's defaults."""
         gs = global_size if global_size is not None else self.default_grid(vals)
         ls = local_size if local_size is not None else self.local_size
-        grid, block = launch_dims(gs, ls, self.limits)
+        return launch_dims(gs, self.checked_block(ls), self.limits)
+
+    def checked_block(self, local_size: Any) -> Dims3:
+        """``local_size`` as a block within the device's limits and, for a library kernel, its signature's
+        block (checked before the kernel's own thread limit: the signature says what is wrong)."""
+        block = launch_dims(1, local_size, self.device.limits)[1]
         self.check_block(block)
-        return grid, block
+        return block
 
     def check_block(self, block: Dims3) -> None:
         """A library kernel runs only with its signature's block: its code sizes shared arrays and
-        reduction trees for it (another block overflows them on the GPU or sums wrongly)."""
-        if self.signature is None:
-            return
-        want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
-        if tuple(block) != want:
-            raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
-                                    % (self.signature.name, list(want), list(block)))  # fmt: skip
+        reduction trees for it (another block overflows them on the GPU or sums wrongly). A kernel whose
+        PTX says ``.reqntid`` runs only with that block (the driver would refuse any other)."""
+        if self.signature is not None:
+            want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
+            if tuple(block) != want:
+                raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
+                                        % (self.signature.name, list(want), list(block)))  # fmt: skip
+        elif self.required_block is not None and tuple(block) != self.required_block:
+            raise LaunchConfigError("kernel %s requires block %s (.reqntid in its PTX); got block %s"
+                                    % (self.name, list(self.required_block), list(block)))  # fmt: skip
 
     # --- dispatch ---
 
@@ -360,8 +370,8 @@ class BoundLaunch:
 
     def set_dims(self, grid: Any, block: Any = None) -> None:
         """New grid (and block), validated against the kernel's limits; the grid stays explicit from now on."""
-        new_grid, new_block = launch_dims(grid, self.block if block is None else block, self.program.limits)
-        self.program.check_block(new_block)
+        new_block = self.program.checked_block(self.block if block is None else block)
+        new_grid, new_block = launch_dims(grid, new_block, self.program.limits)
         self.grid, self.block = new_grid, new_block
         self._auto_grid = False
         self._pack_call()

@@ -282,27 +282,59 @@ def rewrite_ptx_version(text: str, version: Union[str, Version]) -> str:
     return text[:start] + "%d.%d" % want + text[end:]
 
 
-def ptx_entry_params(text: str, entry: str) -> List[int]:
-    """Byte size of each ``.param`` of kernel ``entry`` in declaration order."""
+def ptx_entry_param_types(text: str, entry: str) -> List[str]:
+    """Each ``.param`` of kernel ``entry`` in declaration order as its PTX type: ``".u64"``, ``".f32"``,
+    ``".b8[16]"`` (an array)."""
     code = blank_comments(text)
     match = re.search(r"\.entry\s+%s\s*\(([^)]*)\)" % re.escape(entry), code)
     if not match:
         raise PtxError("entry %r not found in the PTX module" % entry)
-    sizes = []
-    for _kind, bits, count in _PARAM_RE.findall(match.group(1)):
-        sizes.append(int(bits) // 8 * (int(count) if count else 1))
-    return sizes
+    return [".%s%s%s" % (kind, bits, "[%s]" % count if count else "") for kind, bits, count in _PARAM_RE.findall(match.group(1))]
+
+
+def ptx_required_block(text: str, entry: str) -> Optional[Tuple[int, int, int]]:
+    """The block kernel ``entry`` requires (its ``.reqntid x[, y[, z]]`` directive), or None."""
+    code = blank_comments(text)
+    match = re.search(r"\.entry\s+%s\s*\([^)]*\)([^{]*)\{" % re.escape(entry), code)
+    if not match:
+        raise PtxError("entry %r not found in the PTX module" % entry)
+    req = re.search(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", match.group(1))
+    if not req:
+        return None
+    return int(req.group(1)), int(req.group(2) or 1), int(req.group(3) or 1)
+
+
+def _param_bytes(param_type: str) -> int:
+    kind, _, count = param_type.partition("[")
+    return int(kind[2:]) // 8 * (int(count[:-1]) if count else 1)
+
+
+def ptx_entry_params(text: str, entry: str) -> List[int]:
+    """Byte size of each ``.param`` of kernel ``entry`` in declaration order."""
+    return [_param_bytes(t) for t in ptx_entry_param_types(text, entry)]
+
+
+#: What svod packs, and the PTX types that receive it bit for bit: a 64-bit device address, an int32.
+_POINTER_TYPES = (".u64", ".s64", ".b64")
+_INT32_TYPES = (".u32", ".s32", ".b32")
 
 
 def check_entry_params(text: str, entry: str, buf_count: int, var_count: int) -> None:
-    """Raise :class:`PtxError` unless ``entry`` takes ``buf_count`` 8-byte then ``var_count`` 4-byte params."""
-    have = ptx_entry_params(text, entry)
+    """Raise :class:`PtxError` unless ``entry`` takes ``buf_count`` pointers (``.u64``/``.s64``/``.b64``) then
+    ``var_count`` int32 scalars (``.u32``/``.s32``/``.b32``): a ``.f32`` scalar would receive an int32's bits."""
+    types = ptx_entry_param_types(text, entry)
+    have = [_param_bytes(t) for t in types]
     want = [8] * buf_count + [4] * var_count
     if have != want:
         raise PtxError(
             "kernel %s declares parameters of %s bytes; svod passes %d pointers then %d int32 (%s bytes)"
             % (entry, have, buf_count, var_count, want)
         )
+    for index, param_type in enumerate(types):
+        allowed, what = (_POINTER_TYPES, "a 64-bit buffer address") if index < buf_count else (_INT32_TYPES, "an int32")
+        if param_type not in allowed:
+            raise PtxError("kernel %s parameter %d is %s; svod passes %s there (%s)"
+                           % (entry, index, param_type, what, "/".join(allowed)))  # fmt: skip
 
 
 # --- ptxas (offline validation) -------------------------------------------------------------------

@@ -83,7 +83,7 @@ static __device__ __forceinline__ double svod_gelu(double x) {
 }
 
 /* BEGIN svod_cuda_add_f32 */
-extern "C" __global__ void svod_cuda_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -94,7 +94,7 @@ extern "C" __global__ void svod_cuda_add_f32(float *__restrict__ out, const floa
 /* END svod_cuda_add_f32 */
 
 /* BEGIN svod_cuda_add_f64 */
-extern "C" __global__ void svod_cuda_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -105,7 +105,7 @@ extern "C" __global__ void svod_cuda_add_f64(double *__restrict__ out, const dou
 /* END svod_cuda_add_f64 */
 
 /* BEGIN svod_cuda_add_f16 */
-extern "C" __global__ void svod_cuda_add_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -116,7 +116,7 @@ extern "C" __global__ void svod_cuda_add_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_add_f16 */
 
 /* BEGIN svod_cuda_add_bf16 */
-extern "C" __global__ void svod_cuda_add_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -127,7 +127,7 @@ extern "C" __global__ void svod_cuda_add_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_add_bf16 */
 
 /* BEGIN svod_cuda_sub_f32 */
-extern "C" __global__ void svod_cuda_sub_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sub_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -138,7 +138,7 @@ extern "C" __global__ void svod_cuda_sub_f32(float *__restrict__ out, const floa
 /* END svod_cuda_sub_f32 */
 
 /* BEGIN svod_cuda_sub_f64 */
-extern "C" __global__ void svod_cuda_sub_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sub_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -149,7 +149,7 @@ extern "C" __global__ void svod_cuda_sub_f64(double *__restrict__ out, const dou
 /* END svod_cuda_sub_f64 */
 
 /* BEGIN svod_cuda_sub_f16 */
-extern "C" __global__ void svod_cuda_sub_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sub_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -160,7 +160,7 @@ extern "C" __global__ void svod_cuda_sub_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_sub_f16 */
 
 /* BEGIN svod_cuda_sub_bf16 */
-extern "C" __global__ void svod_cuda_sub_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sub_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -171,7 +171,7 @@ extern "C" __global__ void svod_cuda_sub_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_sub_bf16 */
 
 /* BEGIN svod_cuda_mul_f32 */
-extern "C" __global__ void svod_cuda_mul_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -182,7 +182,7 @@ extern "C" __global__ void svod_cuda_mul_f32(float *__restrict__ out, const floa
 /* END svod_cuda_mul_f32 */
 
 /* BEGIN svod_cuda_mul_f64 */
-extern "C" __global__ void svod_cuda_mul_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -193,7 +193,7 @@ extern "C" __global__ void svod_cuda_mul_f64(double *__restrict__ out, const dou
 /* END svod_cuda_mul_f64 */
 
 /* BEGIN svod_cuda_mul_f16 */
-extern "C" __global__ void svod_cuda_mul_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -204,7 +204,7 @@ extern "C" __global__ void svod_cuda_mul_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_mul_f16 */
 
 /* BEGIN svod_cuda_mul_bf16 */
-extern "C" __global__ void svod_cuda_mul_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -215,7 +215,7 @@ extern "C" __global__ void svod_cuda_mul_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_mul_bf16 */
 
 /* BEGIN svod_cuda_div_f32 */
-extern "C" __global__ void svod_cuda_div_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_div_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -226,7 +226,7 @@ extern "C" __global__ void svod_cuda_div_f32(float *__restrict__ out, const floa
 /* END svod_cuda_div_f32 */
 
 /* BEGIN svod_cuda_div_f64 */
-extern "C" __global__ void svod_cuda_div_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_div_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -237,7 +237,7 @@ extern "C" __global__ void svod_cuda_div_f64(double *__restrict__ out, const dou
 /* END svod_cuda_div_f64 */
 
 /* BEGIN svod_cuda_div_f16 */
-extern "C" __global__ void svod_cuda_div_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_div_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -248,7 +248,7 @@ extern "C" __global__ void svod_cuda_div_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_div_f16 */
 
 /* BEGIN svod_cuda_div_bf16 */
-extern "C" __global__ void svod_cuda_div_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_div_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -259,7 +259,7 @@ extern "C" __global__ void svod_cuda_div_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_div_bf16 */
 
 /* BEGIN svod_cuda_max_f32 */
-extern "C" __global__ void svod_cuda_max_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_max_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -270,7 +270,7 @@ extern "C" __global__ void svod_cuda_max_f32(float *__restrict__ out, const floa
 /* END svod_cuda_max_f32 */
 
 /* BEGIN svod_cuda_max_f64 */
-extern "C" __global__ void svod_cuda_max_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_max_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -281,7 +281,7 @@ extern "C" __global__ void svod_cuda_max_f64(double *__restrict__ out, const dou
 /* END svod_cuda_max_f64 */
 
 /* BEGIN svod_cuda_max_f16 */
-extern "C" __global__ void svod_cuda_max_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_max_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -292,7 +292,7 @@ extern "C" __global__ void svod_cuda_max_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_max_f16 */
 
 /* BEGIN svod_cuda_max_bf16 */
-extern "C" __global__ void svod_cuda_max_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_max_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -303,7 +303,7 @@ extern "C" __global__ void svod_cuda_max_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_max_bf16 */
 
 /* BEGIN svod_cuda_min_f32 */
-extern "C" __global__ void svod_cuda_min_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_min_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -314,7 +314,7 @@ extern "C" __global__ void svod_cuda_min_f32(float *__restrict__ out, const floa
 /* END svod_cuda_min_f32 */
 
 /* BEGIN svod_cuda_min_f64 */
-extern "C" __global__ void svod_cuda_min_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_min_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -325,7 +325,7 @@ extern "C" __global__ void svod_cuda_min_f64(double *__restrict__ out, const dou
 /* END svod_cuda_min_f64 */
 
 /* BEGIN svod_cuda_min_f16 */
-extern "C" __global__ void svod_cuda_min_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_min_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -336,7 +336,7 @@ extern "C" __global__ void svod_cuda_min_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_min_f16 */
 
 /* BEGIN svod_cuda_min_bf16 */
-extern "C" __global__ void svod_cuda_min_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_min_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -347,7 +347,7 @@ extern "C" __global__ void svod_cuda_min_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_min_bf16 */
 
 /* BEGIN svod_cuda_neg_f32 */
-extern "C" __global__ void svod_cuda_neg_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_neg_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -357,7 +357,7 @@ extern "C" __global__ void svod_cuda_neg_f32(float *__restrict__ out, const floa
 /* END svod_cuda_neg_f32 */
 
 /* BEGIN svod_cuda_neg_f64 */
-extern "C" __global__ void svod_cuda_neg_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_neg_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -367,7 +367,7 @@ extern "C" __global__ void svod_cuda_neg_f64(double *__restrict__ out, const dou
 /* END svod_cuda_neg_f64 */
 
 /* BEGIN svod_cuda_neg_f16 */
-extern "C" __global__ void svod_cuda_neg_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_neg_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -377,7 +377,7 @@ extern "C" __global__ void svod_cuda_neg_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_neg_f16 */
 
 /* BEGIN svod_cuda_neg_bf16 */
-extern "C" __global__ void svod_cuda_neg_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_neg_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -387,7 +387,7 @@ extern "C" __global__ void svod_cuda_neg_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_neg_bf16 */
 
 /* BEGIN svod_cuda_abs_f32 */
-extern "C" __global__ void svod_cuda_abs_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_abs_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -397,7 +397,7 @@ extern "C" __global__ void svod_cuda_abs_f32(float *__restrict__ out, const floa
 /* END svod_cuda_abs_f32 */
 
 /* BEGIN svod_cuda_abs_f64 */
-extern "C" __global__ void svod_cuda_abs_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_abs_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -407,7 +407,7 @@ extern "C" __global__ void svod_cuda_abs_f64(double *__restrict__ out, const dou
 /* END svod_cuda_abs_f64 */
 
 /* BEGIN svod_cuda_abs_f16 */
-extern "C" __global__ void svod_cuda_abs_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_abs_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -417,7 +417,7 @@ extern "C" __global__ void svod_cuda_abs_f16(svod_f16 *__restrict__ out, const s
 /* END svod_cuda_abs_f16 */
 
 /* BEGIN svod_cuda_abs_bf16 */
-extern "C" __global__ void svod_cuda_abs_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_abs_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -427,7 +427,7 @@ extern "C" __global__ void svod_cuda_abs_bf16(svod_bf16 *__restrict__ out, const
 /* END svod_cuda_abs_bf16 */
 
 /* BEGIN svod_cuda_exp_f32 */
-extern "C" __global__ void svod_cuda_exp_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_exp_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -437,7 +437,7 @@ extern "C" __global__ void svod_cuda_exp_f32(float *__restrict__ out, const floa
 /* END svod_cuda_exp_f32 */
 
 /* BEGIN svod_cuda_log_f32 */
-extern "C" __global__ void svod_cuda_log_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_log_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -447,7 +447,7 @@ extern "C" __global__ void svod_cuda_log_f32(float *__restrict__ out, const floa
 /* END svod_cuda_log_f32 */
 
 /* BEGIN svod_cuda_sqrt_f32 */
-extern "C" __global__ void svod_cuda_sqrt_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sqrt_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -457,7 +457,7 @@ extern "C" __global__ void svod_cuda_sqrt_f32(float *__restrict__ out, const flo
 /* END svod_cuda_sqrt_f32 */
 
 /* BEGIN svod_cuda_sqrt_f64 */
-extern "C" __global__ void svod_cuda_sqrt_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sqrt_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -467,7 +467,7 @@ extern "C" __global__ void svod_cuda_sqrt_f64(double *__restrict__ out, const do
 /* END svod_cuda_sqrt_f64 */
 
 /* BEGIN svod_cuda_sqrt_f16 */
-extern "C" __global__ void svod_cuda_sqrt_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sqrt_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -477,7 +477,7 @@ extern "C" __global__ void svod_cuda_sqrt_f16(svod_f16 *__restrict__ out, const 
 /* END svod_cuda_sqrt_f16 */
 
 /* BEGIN svod_cuda_sqrt_bf16 */
-extern "C" __global__ void svod_cuda_sqrt_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sqrt_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -487,7 +487,7 @@ extern "C" __global__ void svod_cuda_sqrt_bf16(svod_bf16 *__restrict__ out, cons
 /* END svod_cuda_sqrt_bf16 */
 
 /* BEGIN svod_cuda_rsqrt_f32 */
-extern "C" __global__ void svod_cuda_rsqrt_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_rsqrt_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -497,7 +497,7 @@ extern "C" __global__ void svod_cuda_rsqrt_f32(float *__restrict__ out, const fl
 /* END svod_cuda_rsqrt_f32 */
 
 /* BEGIN svod_cuda_relu_f32 */
-extern "C" __global__ void svod_cuda_relu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -507,7 +507,7 @@ extern "C" __global__ void svod_cuda_relu_f32(float *__restrict__ out, const flo
 /* END svod_cuda_relu_f32 */
 
 /* BEGIN svod_cuda_relu_f64 */
-extern "C" __global__ void svod_cuda_relu_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_f64(double *__restrict__ out, const double *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -517,7 +517,7 @@ extern "C" __global__ void svod_cuda_relu_f64(double *__restrict__ out, const do
 /* END svod_cuda_relu_f64 */
 
 /* BEGIN svod_cuda_relu_f16 */
-extern "C" __global__ void svod_cuda_relu_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_h2f(in_a[i]);
@@ -527,7 +527,7 @@ extern "C" __global__ void svod_cuda_relu_f16(svod_f16 *__restrict__ out, const 
 /* END svod_cuda_relu_f16 */
 
 /* BEGIN svod_cuda_relu_bf16 */
-extern "C" __global__ void svod_cuda_relu_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = svod_bf2f(in_a[i]);
@@ -537,7 +537,7 @@ extern "C" __global__ void svod_cuda_relu_bf16(svod_bf16 *__restrict__ out, cons
 /* END svod_cuda_relu_bf16 */
 
 /* BEGIN svod_cuda_gelu_f32 */
-extern "C" __global__ void svod_cuda_gelu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_gelu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -547,7 +547,7 @@ extern "C" __global__ void svod_cuda_gelu_f32(float *__restrict__ out, const flo
 /* END svod_cuda_gelu_f32 */
 
 /* BEGIN svod_cuda_sigmoid_f32 */
-extern "C" __global__ void svod_cuda_sigmoid_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_sigmoid_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -557,7 +557,7 @@ extern "C" __global__ void svod_cuda_sigmoid_f32(float *__restrict__ out, const 
 /* END svod_cuda_sigmoid_f32 */
 
 /* BEGIN svod_cuda_tanh_f32 */
-extern "C" __global__ void svod_cuda_tanh_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_tanh_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -567,7 +567,7 @@ extern "C" __global__ void svod_cuda_tanh_f32(float *__restrict__ out, const flo
 /* END svod_cuda_tanh_f32 */
 
 /* BEGIN svod_cuda_where_f32 */
-extern "C" __global__ void svod_cuda_where_f32(float *__restrict__ out, const svod_u8 *__restrict__ in_c, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_where_f32(float *__restrict__ out, const svod_u8 *__restrict__ in_c, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_c = (float)(in_c[i] != 0);
@@ -579,7 +579,7 @@ extern "C" __global__ void svod_cuda_where_f32(float *__restrict__ out, const sv
 /* END svod_cuda_where_f32 */
 
 /* BEGIN svod_cuda_where_f64 */
-extern "C" __global__ void svod_cuda_where_f64(double *__restrict__ out, const svod_u8 *__restrict__ in_c, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_where_f64(double *__restrict__ out, const svod_u8 *__restrict__ in_c, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_c = (double)(in_c[i] != 0);
@@ -591,7 +591,7 @@ extern "C" __global__ void svod_cuda_where_f64(double *__restrict__ out, const s
 /* END svod_cuda_where_f64 */
 
 /* BEGIN svod_cuda_where_f16 */
-extern "C" __global__ void svod_cuda_where_f16(svod_f16 *__restrict__ out, const svod_u8 *__restrict__ in_c, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_where_f16(svod_f16 *__restrict__ out, const svod_u8 *__restrict__ in_c, const svod_f16 *__restrict__ in_a, const svod_f16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_c = (float)(in_c[i] != 0);
@@ -603,7 +603,7 @@ extern "C" __global__ void svod_cuda_where_f16(svod_f16 *__restrict__ out, const
 /* END svod_cuda_where_f16 */
 
 /* BEGIN svod_cuda_where_bf16 */
-extern "C" __global__ void svod_cuda_where_bf16(svod_bf16 *__restrict__ out, const svod_u8 *__restrict__ in_c, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_where_bf16(svod_bf16 *__restrict__ out, const svod_u8 *__restrict__ in_c, const svod_bf16 *__restrict__ in_a, const svod_bf16 *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_c = (float)(in_c[i] != 0);
@@ -615,7 +615,7 @@ extern "C" __global__ void svod_cuda_where_bf16(svod_bf16 *__restrict__ out, con
 /* END svod_cuda_where_bf16 */
 
 /* BEGIN svod_cuda_add_relu_f32 */
-extern "C" __global__ void svod_cuda_add_relu_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_relu_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -626,7 +626,7 @@ extern "C" __global__ void svod_cuda_add_relu_f32(float *__restrict__ out, const
 /* END svod_cuda_add_relu_f32 */
 
 /* BEGIN svod_cuda_add_relu_f64 */
-extern "C" __global__ void svod_cuda_add_relu_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_add_relu_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -637,7 +637,7 @@ extern "C" __global__ void svod_cuda_add_relu_f64(double *__restrict__ out, cons
 /* END svod_cuda_add_relu_f64 */
 
 /* BEGIN svod_cuda_mul_add_f32 */
-extern "C" __global__ void svod_cuda_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -649,7 +649,7 @@ extern "C" __global__ void svod_cuda_mul_add_f32(float *__restrict__ out, const 
 /* END svod_cuda_mul_add_f32 */
 
 /* BEGIN svod_cuda_mul_add_f64 */
-extern "C" __global__ void svod_cuda_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -661,7 +661,7 @@ extern "C" __global__ void svod_cuda_mul_add_f64(double *__restrict__ out, const
 /* END svod_cuda_mul_add_f64 */
 
 /* BEGIN svod_cuda_relu_mul_add_f32 */
-extern "C" __global__ void svod_cuda_relu_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_mul_add_f32(float *__restrict__ out, const float *__restrict__ in_a, const float *__restrict__ in_b, const float *__restrict__ in_c, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];
@@ -673,7 +673,7 @@ extern "C" __global__ void svod_cuda_relu_mul_add_f32(float *__restrict__ out, c
 /* END svod_cuda_relu_mul_add_f32 */
 
 /* BEGIN svod_cuda_relu_mul_add_f64 */
-extern "C" __global__ void svod_cuda_relu_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_relu_mul_add_f64(double *__restrict__ out, const double *__restrict__ in_a, const double *__restrict__ in_b, const double *__restrict__ in_c, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const double v_a = in_a[i];
@@ -685,7 +685,7 @@ extern "C" __global__ void svod_cuda_relu_mul_add_f64(double *__restrict__ out, 
 /* END svod_cuda_relu_mul_add_f64 */
 
 /* BEGIN svod_cuda_silu_f32 */
-extern "C" __global__ void svod_cuda_silu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_silu_f32(float *__restrict__ out, const float *__restrict__ in_a, int n) {
     #pragma unroll 1
     for (svod_i64 i = (svod_i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (svod_i64)gridDim.x * blockDim.x) {
         const float v_a = in_a[i];

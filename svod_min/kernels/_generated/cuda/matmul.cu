@@ -83,7 +83,7 @@ static __device__ __forceinline__ double svod_gelu(double x) {
 }
 
 /* BEGIN svod_cuda_matmul_f32_t16 */
-extern "C" __global__ void svod_cuda_matmul_f32_t16(float *__restrict__ c, const float *__restrict__ a, const float *__restrict__ b, int M, int N, int K) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_matmul_f32_t16(float *__restrict__ c, const float *__restrict__ a, const float *__restrict__ b, int M, int N, int K) {
     __shared__ float as[16][16];
     __shared__ float bs[16][16];
     svod_i64 row = (svod_i64)blockIdx.y * 16 + threadIdx.y;
@@ -102,7 +102,7 @@ extern "C" __global__ void svod_cuda_matmul_f32_t16(float *__restrict__ c, const
 /* END svod_cuda_matmul_f32_t16 */
 
 /* BEGIN svod_cuda_matmul_f32_t32 */
-extern "C" __global__ void svod_cuda_matmul_f32_t32(float *__restrict__ c, const float *__restrict__ a, const float *__restrict__ b, int M, int N, int K) {
+extern "C" __global__ void __launch_bounds__(1024) svod_cuda_matmul_f32_t32(float *__restrict__ c, const float *__restrict__ a, const float *__restrict__ b, int M, int N, int K) {
     __shared__ float as[32][32];
     __shared__ float bs[32][32];
     svod_i64 row = (svod_i64)blockIdx.y * 32 + threadIdx.y;
@@ -121,7 +121,7 @@ extern "C" __global__ void svod_cuda_matmul_f32_t32(float *__restrict__ c, const
 /* END svod_cuda_matmul_f32_t32 */
 
 /* BEGIN svod_cuda_matmul_f64_t16 */
-extern "C" __global__ void svod_cuda_matmul_f64_t16(double *__restrict__ c, const double *__restrict__ a, const double *__restrict__ b, int M, int N, int K) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_matmul_f64_t16(double *__restrict__ c, const double *__restrict__ a, const double *__restrict__ b, int M, int N, int K) {
     __shared__ double as[16][16];
     __shared__ double bs[16][16];
     svod_i64 row = (svod_i64)blockIdx.y * 16 + threadIdx.y;

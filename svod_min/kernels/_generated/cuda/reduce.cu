@@ -83,7 +83,7 @@ static __device__ __forceinline__ double svod_gelu(double x) {
 }
 
 /* BEGIN svod_cuda_reduce_sum_f32 */
-extern "C" __global__ void svod_cuda_reduce_sum_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_sum_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {
@@ -105,7 +105,7 @@ extern "C" __global__ void svod_cuda_reduce_sum_f32(float *__restrict__ out, con
 /* END svod_cuda_reduce_sum_f32 */
 
 /* BEGIN svod_cuda_reduce_sum_f64 */
-extern "C" __global__ void svod_cuda_reduce_sum_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_sum_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ double part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {
@@ -127,7 +127,7 @@ extern "C" __global__ void svod_cuda_reduce_sum_f64(double *__restrict__ out, co
 /* END svod_cuda_reduce_sum_f64 */
 
 /* BEGIN svod_cuda_reduce_max_f32 */
-extern "C" __global__ void svod_cuda_reduce_max_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_max_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {
@@ -149,7 +149,7 @@ extern "C" __global__ void svod_cuda_reduce_max_f32(float *__restrict__ out, con
 /* END svod_cuda_reduce_max_f32 */
 
 /* BEGIN svod_cuda_reduce_max_f64 */
-extern "C" __global__ void svod_cuda_reduce_max_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_max_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ double part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {
@@ -171,7 +171,7 @@ extern "C" __global__ void svod_cuda_reduce_max_f64(double *__restrict__ out, co
 /* END svod_cuda_reduce_max_f64 */
 
 /* BEGIN svod_cuda_reduce_mean_f32 */
-extern "C" __global__ void svod_cuda_reduce_mean_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_mean_f32(float *__restrict__ out, const float *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {
@@ -193,7 +193,7 @@ extern "C" __global__ void svod_cuda_reduce_mean_f32(float *__restrict__ out, co
 /* END svod_cuda_reduce_mean_f32 */
 
 /* BEGIN svod_cuda_reduce_mean_f64 */
-extern "C" __global__ void svod_cuda_reduce_mean_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_reduce_mean_f64(double *__restrict__ out, const double *__restrict__ x, int outer, int red, int inner, int so, int sr, int si) {
     __shared__ double part[256];
     #pragma unroll 1
     for (svod_i64 idx = blockIdx.x; idx < (svod_i64)outer * inner; idx += gridDim.x) {

@@ -83,7 +83,7 @@ static __device__ __forceinline__ double svod_gelu(double x) {
 }
 
 /* BEGIN svod_cuda_softmax_f32 */
-extern "C" __global__ void svod_cuda_softmax_f32(float *__restrict__ out, const float *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_softmax_f32(float *__restrict__ out, const float *__restrict__ x, int rows, int cols) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -118,7 +118,7 @@ extern "C" __global__ void svod_cuda_softmax_f32(float *__restrict__ out, const 
 /* END svod_cuda_softmax_f32 */
 
 /* BEGIN svod_cuda_softmax_f16 */
-extern "C" __global__ void svod_cuda_softmax_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_softmax_f16(svod_f16 *__restrict__ out, const svod_f16 *__restrict__ x, int rows, int cols) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -153,7 +153,7 @@ extern "C" __global__ void svod_cuda_softmax_f16(svod_f16 *__restrict__ out, con
 /* END svod_cuda_softmax_f16 */
 
 /* BEGIN svod_cuda_softmax_bf16 */
-extern "C" __global__ void svod_cuda_softmax_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_softmax_bf16(svod_bf16 *__restrict__ out, const svod_bf16 *__restrict__ x, int rows, int cols) {
     __shared__ float part[256];
     #pragma unroll 1
     for (svod_i64 r = blockIdx.x; r < rows; r += gridDim.x) {

@@ -83,7 +83,7 @@ static __device__ __forceinline__ double svod_gelu(double x) {
 }
 
 /* BEGIN svod_cuda_transpose_x2 */
-extern "C" __global__ void svod_cuda_transpose_x2(svod_u16 *__restrict__ out, const svod_u16 *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_transpose_x2(svod_u16 *__restrict__ out, const svod_u16 *__restrict__ x, int rows, int cols) {
     __shared__ svod_u16 tile[32][33];
     svod_i64 c = (svod_i64)blockIdx.x * 32 + threadIdx.x;
     svod_i64 r0 = (svod_i64)blockIdx.y * 32;
@@ -98,7 +98,7 @@ extern "C" __global__ void svod_cuda_transpose_x2(svod_u16 *__restrict__ out, co
 /* END svod_cuda_transpose_x2 */
 
 /* BEGIN svod_cuda_transpose_x4 */
-extern "C" __global__ void svod_cuda_transpose_x4(svod_u32 *__restrict__ out, const svod_u32 *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_transpose_x4(svod_u32 *__restrict__ out, const svod_u32 *__restrict__ x, int rows, int cols) {
     __shared__ svod_u32 tile[32][33];
     svod_i64 c = (svod_i64)blockIdx.x * 32 + threadIdx.x;
     svod_i64 r0 = (svod_i64)blockIdx.y * 32;
@@ -113,7 +113,7 @@ extern "C" __global__ void svod_cuda_transpose_x4(svod_u32 *__restrict__ out, co
 /* END svod_cuda_transpose_x4 */
 
 /* BEGIN svod_cuda_transpose_x8 */
-extern "C" __global__ void svod_cuda_transpose_x8(svod_u64 *__restrict__ out, const svod_u64 *__restrict__ x, int rows, int cols) {
+extern "C" __global__ void __launch_bounds__(256) svod_cuda_transpose_x8(svod_u64 *__restrict__ out, const svod_u64 *__restrict__ x, int rows, int cols) {
     __shared__ svod_u64 tile[32][33];
     svod_i64 c = (svod_i64)blockIdx.x * 32 + threadIdx.x;
     svod_i64 r0 = (svod_i64)blockIdx.y * 32;
