@@ -14,7 +14,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import kernels as library
 from .clang import find_compiler
 from .config import env_str
 from .error import (BufferAllocationError, CompilationError, NoUsableTargetError, NotSupportedError, PlanError,
@@ -197,6 +196,8 @@ class KernelReader:
         need(not (set(k) - {"library", "params"}), path, "a library kernel takes only library and params")
         if is_gpu(self.device):
             return self._cuda_library(as_text(k["library"], path + ".library"), params, path)
+        from . import kernels as library  # on first use: the library costs ~50 ms to import, most plans need none
+
         try:
             lib = library.get(as_text(k["library"], path + ".library"), device=str(self.device.spec), **params)
         except (SvodError, TypeError) as exc:
@@ -205,6 +206,8 @@ class KernelReader:
 
     def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """The shipped PTX form of a library kernel, launched with its own grid and block."""
+        from . import kernels as library
+
         try:
             program = library.cuda_library_kernel(self.device, lib_name, **params)
         except (NotSupportedError, BufferAllocationError, TypeError) as exc:  # no such form, or a bad dtype
@@ -216,6 +219,8 @@ class KernelReader:
     def _library_kernel(self, program: Any, code: str, entry: str, sig: Any, global_size: Tuple[Any, ...],
                         local_size: Optional[Tuple[int, ...]]) -> Tuple[CachedKernel, Dict[str, Any]]:  # fmt: skip
         """A library kernel (CPU ``LibraryKernel`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work."""
+        from . import kernels as library
+
         roles = [arg.role for arg in sig.buffers]
         kernel = CachedKernel(program, str(self.device.spec), code, entry, list(sig.var_names), list(range(len(roles))),
                               [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],

@@ -10,7 +10,6 @@ through ``getauxval`` where ``/proc`` is not mounted. ``SVOD_TARGET`` forces one
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import re
 import threading
 from dataclasses import dataclass
@@ -106,6 +105,8 @@ def _hwcap_features() -> FrozenSet[str]:
     """arm64 features from ``getauxval(AT_HWCAP)`` (no /proc in a minimal container); empty elsewhere."""
     if host_arch() != "aarch64":
         return frozenset()
+    import ctypes.util  # only here: it pulls in subprocess and shutil (~15 ms of every start)
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         getauxval = libc.getauxval
