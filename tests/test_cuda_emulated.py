@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import pytest
 from cuda_emu_support import build_emulator, cuda_sources, entries, find_cxx
 from cuda_support import (  # noqa: F401  (fixtures)
-    GPU_REASON, HAVE_GPU, REAL_DRIVER, Fake, check_library_kernel, check_plan_equals_cpu, cuda_sigs, fake, fake_so,
+    FAKE_GENERATIONS, GPU_REASON, HAVE_GPU, REAL_DRIVER, Fake, check_library_kernel, check_plan_equals_cpu, cuda_sigs, fake, fake_so,
     library_env, sig_id,
 )
 
@@ -68,6 +68,20 @@ def device(request: Any) -> cuda.CudaDevice:
         assert REAL_DRIVER is not None
         return REAL_DRIVER.device(0)
     return request.getfixturevalue("emu").device()
+
+
+@pytest.mark.parametrize("generation", FAKE_GENERATIONS)
+def test_library_families_on_each_gpu_generation(fake: Callable[..., Fake], emulator_so: str, generation: Any) -> None:
+    """One kernel of each library family, its real code, on the default stand-in (cc 9.0, driver 13000) and
+    on the older GPU and driver (cc 8.0, driver 12040): the shipped PTX loads and launches on both."""
+    version, cc = generation
+    f = fake(version=version, cc=cc)
+    f.load_emulator(emulator_so)
+    dev = f.device()
+    for sig in SIGS:
+        if dict(sig.params).get("dtype") == "float32" and sig.name in ("add", "reduce_sum", "softmax", "transpose", "matmul"):
+            check_library_kernel(dev, sig, library_env(sig))
+    assert f.guard_breaches() == 0
 
 
 def test_every_library_entry_is_emulated() -> None:

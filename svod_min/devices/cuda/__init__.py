@@ -27,8 +27,8 @@ from ...error import (
     ArgumentRangeError, CudaError, CudaSymbolError, ForkedChildError, FreedBufferError, KernelVariableError,
     LaunchConfigError, PtxError, ReleasedError,
 )
-from .device import CudaDevice
 from .cubin import check_cubin_params, cubin_entry_params
+from .device import CudaDevice
 from .driver import (
     CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, HANDLE, PROTOTYPES, CudaLibrary, CUdevice, CUdeviceptr, CUresult,
     Prototype, copy_rows, handle_array, memcpy_1d,
@@ -50,8 +50,8 @@ from .nvrtc import (
 from .program import BoundLaunch, CudaModule, CudaProgram
 from .ptx import (
     PTX_FOR_CUDA, PTX_MIN_FOR_TARGET, PtxInfo, arch_name, check_entry_params, check_ptx_version, driver_version_tuple,
-    find_ptxas, format_version, parse_arch, ptx_entry_param_types, ptx_entry_params, ptx_required_block, ptx_version_of, ptxas_check, rewrite_ptx_version,
-    select_ptx_version, validate_ptx,
+    find_ptxas, format_version, parse_arch, ptx_entry_param_types, ptx_entry_params, ptx_required_block, ptx_version_of,
+    ptxas_check, rewrite_ptx_version, select_ptx_version, validate_ptx,
 )
 
 __all__ = [
@@ -61,10 +61,11 @@ __all__ = [
     "DEFAULT_LIMITS", "DRIVER_API", "Dims3", "ForkedChildError", "FreedBufferError", "GraphCopy", "HANDLE",
     "KernelVariableError", "LaunchConfigError", "LaunchLimits", "NO_DRIVER_REASON", "NVRTC_MISSING", "NVRTC_PROTOTYPES",
     "NVRTC_RESTYPES", "NVRTC_SUCCESS", "Nvrtc", "PROTOTYPES", "PTX_FOR_CUDA", "PTX_MIN_FOR_TARGET", "Prototype",
-    "PtxError", "PtxInfo", "ReleasedError", "StagingPool", "arch_name", "check_entry_params", "check_ptx_version",
-    "check_shared_bytes", "compile_cuda", "dims_items", "driver_unavailable_reason", "driver_version_tuple",
-    "find_nvrtc", "find_ptxas", "format_version", "handle_array", "info_lines", "int32_arg",
-    "check_cubin_params", "copy_rows", "cubin_entry_params", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult", "pack_kernel_args", "parse_arch",
-    "plan_dims", "ptx_entry_param_types", "ptx_entry_params", "ptx_required_block", "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache",
-    "rewrite_ptx_version", "select_ptx_version", "validate_ptx",
+    "PtxError", "PtxInfo", "ReleasedError", "StagingPool", "arch_name", "check_cubin_params", "check_entry_params",
+    "check_ptx_version", "check_shared_bytes", "compile_cuda", "copy_rows", "cubin_entry_params", "dims_items",
+    "driver_unavailable_reason", "driver_version_tuple", "find_nvrtc", "find_ptxas", "format_version", "handle_array",
+    "info_lines", "int32_arg", "launch_dims", "load_driver", "load_nvrtc", "memcpy_1d", "nvrtcResult",
+    "pack_kernel_args", "parse_arch", "plan_dims", "ptx_entry_param_types", "ptx_entry_params", "ptx_required_block",
+    "ptx_version_of", "ptxas_check", "register_cuda", "reset_driver_cache", "rewrite_ptx_version", "select_ptx_version",
+    "validate_ptx",
 ]  # fmt: skip

@@ -35,8 +35,8 @@ def check_cubin_params(image: bytes, entry: str, buf_count: int, var_count: int)
     have = cubin_entry_params(image, entry)
     want = [8] * buf_count + [4] * var_count
     if have is not None and have != want:
-        raise PtxError("CUBIN kernel %s declares parameters of %s bytes; svod passes %d pointers then %d int32 (%s bytes)"
-                       % (entry, have, buf_count, var_count, want))  # fmt: skip
+        raise PtxError("CUBIN kernel %s declares parameters of %s bytes; svod passes %d pointers then %d int32 "
+                       "(%s bytes)" % (entry, have, buf_count, var_count, want))  # fmt: skip
 
 
 def _section(data: bytes, wanted: str) -> Optional[bytes]:
