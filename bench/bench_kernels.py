@@ -10,7 +10,9 @@ a BLAS call never steal a core from an svod_min measurement. Times are
 medians of ``--reps`` runs after warm-up; rates are higher-is-better, so
 ``ratio = svod_min / peer_value``.
 
-Rows: add of 2^24 float32 vs ``numpy.add(out=)`` (1 thread); fused
+Rows: add of 2^24 float32 vs ``numpy.add(out=)`` (1 thread), and as a
+fraction of this machine's 1-thread memcpy bandwidth measured in the same
+round (outputs that large use streaming stores, see templates/c/prelude.h.j2); fused
 ``relu(a*b+c)`` vs the numpy expression ``np.maximum(a*b+c, 0)``; 1024x1024
 float32 matmul vs numpy's BLAS at 1 and at 2 threads; the speed-up of the
 ``core_id``-threaded matmul and gelu kernels from 1 to 2 cores; add with 2
@@ -80,7 +82,11 @@ def work_elementwise(reps: int) -> Dict[str, float]:
     run_fused()
     assert np.allclose(out, np.maximum(a * b + c, 0), rtol=1e-6, atol=1e-6)
     # two separate rounds: the numpy expression frees 64 MiB temporaries, which must not land on add's timing
-    res: Dict[str, Any] = _paired({"add": add, "np_add": lambda: np.add(a, b, out=ref)}, reps)
+    import ctypes
+
+    copy_dst = np.empty_like(a)  # memcpy of one 64 MiB array: this machine's 1-thread stream bandwidth
+    memcpy1 = lambda: ctypes.memmove(copy_dst.ctypes.data, a.ctypes.data, a.nbytes)  # noqa: E731
+    res: Dict[str, Any] = _paired({"add": add, "np_add": lambda: np.add(a, b, out=ref), "memcpy1": memcpy1}, reps)
     res.update(_paired({"fused": run_fused, "np_fused": lambda: np.maximum(a * b + c, 0)}, reps))
     res["fused_how"] = how
     return res
@@ -215,7 +221,9 @@ def collect(reps: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     lib = blas[1]["blas"]
     rows = [
         _row("add f32 2^24, 1 thread [GB/s]", gb(12 * N_ADD, ew["add"]), "numpy.add(out=)",
-             gb(12 * N_ADD, ew["np_add"]), 1.0),
+             gb(12 * N_ADD, ew["np_add"]), 1.25),
+        _row("add f32 2^24, 1 thread, fraction of memcpy bandwidth [GB/s]", gb(12 * N_ADD, ew["add"]),
+             "memcpy (memmove) 64 MiB, 1 thread", gb(8 * N_ADD, ew["memcpy1"]), 0.8),
         _row("relu(a*b+c) f32 2^24, 1 thread, %s [GB/s]" % ew["fused_how"], gb(16 * N_ADD, ew["fused"]),
              "numpy np.maximum(a*b+c, 0)", gb(16 * N_ADD, ew["np_fused"]), 2.0),
         _row("matmul f32 1024^2, 1 thread, tile %s [GFLOP/s]" % mm[1]["tile"], flops / mm[1]["matmul"] / 1e9,

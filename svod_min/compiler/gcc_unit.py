@@ -14,8 +14,9 @@ Keeping the sources apart inside one unit:
   the symbol names :func:`compile_c` would give it;
 * the sources' ``#include`` lines are hoisted to the top of the unit, so
   a header is read once and never under a renaming;
-* a source with any other preprocessor directive, or that spells the
-  suffix itself, is not eligible (the caller compiles it alone);
+* conditionals are allowed inside function bodies only; a source with any
+  other preprocessor directive, or that spells the suffix itself, is not
+  eligible (the caller compiles it alone);
 * the assembly is cut by owner: each entity belongs to the source whose
   suffix its symbol carries; gcc's shared constant pool (``.LC``) is copied
   into every piece that uses it; anything unowned, or a piece that refers to
@@ -62,11 +63,27 @@ def flags_allow_unit(flags: Sequence[str]) -> bool:
     return not any(f.startswith(_ALONE_FLAGS) and f != "-g0" for f in flags)
 
 
+_CONDITIONALS = frozenset(("if", "ifdef", "ifndef", "elif", "else", "endif"))
+
+
 def unit_ready(source: str) -> bool:
-    """True when ``source`` can share a unit: its only directives are ``#include`` lines."""
+    """True when ``source`` can share a unit.
+
+    Its directives are ``#include`` lines at file scope and conditionals
+    inside function bodies only (there every branch defines the same
+    file-scope names, so the renaming is right whichever branch is taken).
+    """
     if "__svu" in source or "\\\n" in source:
         return False
-    return all(m.group(1) == "include" for m in _DIRECTIVE.finditer(source))
+    depth, done = 0, 0
+    for match in _DIRECTIVE.finditer(source):
+        for tok in _TOKEN.findall(source, done, match.start()):
+            depth += (tok == "{") - (tok == "}")
+        done = match.end()
+        kind = match.group(1)
+        if not (kind == "include" and depth == 0 or kind in _CONDITIONALS and depth > 0):
+            return False
+    return True
 
 
 def _tokens(source: str) -> List[str]:
@@ -146,12 +163,12 @@ def build_unit(sources: Dict[int, str]) -> str:
     for index, source in sources.items():
         for match in _DIRECTIVE.finditer(source):
             line = match.group(0).strip()
-            if line not in includes:
+            if match.group(1) == "include" and line not in includes:
                 includes.append(line)
         names = sorted(defined_names(source))
         parts.extend("#define %s %s%s" % (n, n, SUFFIX % index) for n in names)
         parts.append('#line 1 "k%d.c"' % index)
-        parts.append(_DIRECTIVE.sub("", source))
+        parts.append(_DIRECTIVE.sub(lambda m: "" if m.group(1) == "include" else m.group(0), source))
         parts.extend("#undef %s" % n for n in names)
     return "\n".join(includes + parts) + "\n"
 
