@@ -71,6 +71,10 @@ def test_unit_ready_takes_only_include_directives() -> None:
     assert not gcc_unit.unit_ready("#define N 4\nvoid k(void) {}\n")
     assert not gcc_unit.unit_ready("#if 1\nvoid k(void) {}\n#endif\n")
     assert not gcc_unit.unit_ready("void k__svu1__(void) {}\n")
+    # conditionals inside a body (the prelude's streaming stores) are fine; at file scope they could hide definitions
+    assert gcc_unit.unit_ready("void k(int *o) {\n#if defined(__x86_64__)\n  o[0] = 1;\n#else\n  o[0] = 2;\n#endif\n}\n")
+    assert not gcc_unit.unit_ready("#if 1\nvoid k(void) {}\n#endif\n")
+    assert not gcc_unit.unit_ready("void k(void) {\n#define X 1\n}\n")
     assert gcc_unit.flags_allow_unit(["-O2", "-g0", "-DX=1"])
     assert not gcc_unit.flags_allow_unit(["-O2", "-g"]) and not gcc_unit.flags_allow_unit(["-flto"])
 
