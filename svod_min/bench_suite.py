@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .config import env_str
 from .error import NotSupportedError
 
 KEYS = ("measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met")
@@ -43,6 +45,13 @@ def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 
 #: benchmark put it on PYTHONPATH so that they import this same svod_min.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks")
+
+
+def bench_compilers() -> List[str]:
+    """The C compilers a benchmark compares: ``SVOD_CC`` alone when set (a gcc-only run), else clang and gcc."""
+    chosen = env_str("SVOD_CC")
+    names = [chosen] if chosen else ["clang", "gcc"]
+    return [cc for cc in names if shutil.which(cc)]
 
 
 def find_bench_dir(explicit: Optional[str] = None) -> Optional[str]:

@@ -60,3 +60,13 @@ def test_checkout_shim_runs_the_packaged_benchmark() -> None:
     shim = PACKAGE.parent / "bench" / "bench_loader.py"
     proc = subprocess.run([sys.executable, str(shim), "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--repeat" in proc.stdout, proc.stderr
+
+
+def test_svod_cc_makes_a_single_compiler_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name if name in ("gcc", "clang") else None)
+    monkeypatch.setenv("SVOD_CC", "gcc")
+    assert bench_suite.bench_compilers() == ["gcc"]
+    monkeypatch.delenv("SVOD_CC")
+    assert bench_suite.bench_compilers() == ["clang", "gcc"]
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/gcc" if name == "gcc" else None)
+    assert bench_suite.bench_compilers() == ["gcc"]  # a machine with gcc only

@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from svod_min import clang
 from svod_min import kernel_cache
+from svod_min.bench_suite import bench_compilers
 
 GOAL_MS = 5.0
 REFERENCE_TINYGRAD = "tinygrad 0.14 realize N new kernels: reference (not measured), 94-165 ms"
@@ -185,9 +185,8 @@ def rows(kernels: int = 100, repeat: int = 3, single: int = 20, peer: bool = Tru
         os.environ["SVOD_OBJECT_CACHE_DIR"] = cache_dir
         os.environ["SVOD_OBJECT_CACHE"] = "1"
         try:
-            for cc in ("clang", "gcc"):
-                if shutil.which(cc):
-                    out.extend(_compiler_rows(cc, kernels, repeat, single, tg))
+            for cc in bench_compilers():  # SVOD_CC=gcc: a gcc-only run
+                out.extend(_compiler_rows(cc, kernels, repeat, single, tg))
             out.extend(_cached_rows(kernels, repeat, tg))
         finally:
             for key, value in saved.items():

@@ -16,7 +16,6 @@ import ctypes
 import json
 import mmap
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from typing import Callable, List, Optional
 
 from svod_min import clang
 from svod_min.jit_loader import load_object
-from svod_min.bench_suite import PACKAGE_PARENT, format_table, make_row
+from svod_min.bench_suite import PACKAGE_PARENT, bench_compilers, format_table, make_row
 
 # A small kernel that every loader can take: a static table (PC32), a loop, no libcalls.
 KERNEL = r"""
@@ -152,9 +151,7 @@ def rows(repeat: int = 200, quick: bool = False) -> List[dict]:
     out.append(row("import svod_min (cache, clang, loader) µs", imp, None, "-", "info", None))
     n = max(5, repeat // 20)
     with tempfile.TemporaryDirectory() as tmp:
-        for cc in ("clang", "gcc"):
-            if not shutil.which(cc):
-                continue
+        for cc in bench_compilers():  # SVOD_CC=gcc: a gcc-only run
             ours = median_us(lambda: load_object(clang.compile_c(KERNEL, compiler=cc)).close(), n)
             peer = median_us(lambda: shared_cdll(KERNEL, cc, tmp), n)
             out.append(row("compile+load µs, %s" % cc, ours, peer, "%s -shared + ctypes.CDLL" % cc, "faster than peer", ours < peer))
