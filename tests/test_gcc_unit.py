@@ -70,10 +70,14 @@ def test_unit_ready_takes_only_include_directives() -> None:
     assert gcc_unit.unit_ready("#include <math.h>\nvoid k(void) {}\n")
     assert not gcc_unit.unit_ready("#define N 4\nvoid k(void) {}\n")
     assert not gcc_unit.unit_ready("#if 1\nvoid k(void) {}\n#endif\n")
+    assert gcc_unit.unit_ready("void k(int *o) {\n#pragma GCC unroll 4\n  for (int i = 0; i < 8; i++) o[i] = i;\n}\n")
+    assert not gcc_unit.unit_ready("#pragma GCC optimize(\"O0\")\nvoid k(void) {}\n")
     assert not gcc_unit.unit_ready("void k__svu1__(void) {}\n")
     # conditionals inside a body (the prelude's streaming stores) are fine; at file scope they could hide definitions
     assert gcc_unit.unit_ready("void k(int *o) {\n#if defined(__x86_64__)\n  o[0] = 1;\n#else\n  o[0] = 2;\n#endif\n}\n")
     assert not gcc_unit.unit_ready("#if 1\nvoid k(void) {}\n#endif\n")
+    assert gcc_unit.unit_ready("void k(int *o) {\n#pragma GCC unroll 4\n  for (int i = 0; i < 8; i++) o[i] = i;\n}\n")
+    assert not gcc_unit.unit_ready("#pragma GCC optimize(\"O0\")\nvoid k(void) {}\n")
     assert not gcc_unit.unit_ready("void k(void) {\n#define X 1\n}\n")
     assert gcc_unit.flags_allow_unit(["-O2", "-g0", "-DX=1"])
     assert not gcc_unit.flags_allow_unit(["-O2", "-g"]) and not gcc_unit.flags_allow_unit(["-flto"])
@@ -90,6 +94,26 @@ def test_a_batch_is_one_unit_and_objects_match_compile_c(monkeypatch) -> None:
     for c, obj in enumerate(objs):
         assert run(obj) == expect(c)
     assert run(clang.compile_c(kernel(7), compiler="gcc")) == run(objs[7])
+
+
+@needs_gcc
+def test_library_kernels_share_one_unit(monkeypatch) -> None:
+    from svod_min.kernels.sources import kernel_source
+
+    entries = [("elementwise", "svod_add_f32"), ("elementwise", "svod_gelu_f16"), ("matmul", "svod_matmul_f32_4x8"),
+               ("softmax", "svod_softmax_f32")]  # fmt: skip
+    sources = [kernel_source(family, entry) for family, entry in entries]
+    assert all(gcc_unit.unit_ready(s) for s in sources)  # the prelude's and matmul's directives sit in bodies
+    calls = Calls(batch.run_compiler)
+    monkeypatch.setattr(batch, "run_compiler", calls)
+    monkeypatch.setattr(gcc_unit, "run_compiler", calls)
+    objs = clang.compile_many_c(sources, compiler="gcc", jobs=1, extra_flags=["-mavx2", "-mfma", "-mf16c"])
+    assert [c[1] for c in calls.cmds] == ["-S", "-c"]
+    a, b = (ctypes.c_float * 100)(*range(100)), (ctypes.c_float * 100)(*range(100, 200))
+    out = (ctypes.c_float * 100)()
+    with load_object(objs[0]) as lo:
+        lo.function("svod_add_f32", None, *[ctypes.c_void_p] * 3, ctypes.c_int, ctypes.c_int, ctypes.c_int)(out, a, b, 100, 1, 0)
+    assert list(out) == [float(2 * i + 100) for i in range(100)]
 
 
 @needs_gcc

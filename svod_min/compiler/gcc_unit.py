@@ -14,9 +14,9 @@ Keeping the sources apart inside one unit:
   the symbol names :func:`compile_c` would give it;
 * the sources' ``#include`` lines are hoisted to the top of the unit, so
   a header is read once and never under a renaming;
-* conditionals are allowed inside function bodies only; a source with any
-  other preprocessor directive, or that spells the suffix itself, is not
-  eligible (the caller compiles it alone);
+* conditionals and pragmas are allowed inside function bodies only; a
+  source with any other preprocessor directive, or that spells the suffix
+  itself, is not eligible (the caller compiles it alone);
 * the assembly is cut by owner: each entity belongs to the source whose
   suffix its symbol carries; gcc's shared constant pool (``.LC``) is copied
   into every piece that uses it; anything unowned, or a piece that refers to
@@ -63,15 +63,18 @@ def flags_allow_unit(flags: Sequence[str]) -> bool:
     return not any(f.startswith(_ALONE_FLAGS) and f != "-g0" for f in flags)
 
 
-_CONDITIONALS = frozenset(("if", "ifdef", "ifndef", "elif", "else", "endif"))
+# Allowed inside function bodies only: a conditional there cannot hide a file-scope definition, and a
+# pragma there is loop-local (`#pragma clang loop ...`, `#pragma GCC unroll`) or refused by gcc.
+_IN_BODY = frozenset(("if", "ifdef", "ifndef", "elif", "else", "endif", "pragma"))
 
 
 def unit_ready(source: str) -> bool:
     """True when ``source`` can share a unit.
 
-    Its directives are ``#include`` lines at file scope and conditionals
-    inside function bodies only (there every branch defines the same
-    file-scope names, so the renaming is right whichever branch is taken).
+    Its directives are ``#include`` lines at file scope, and conditionals
+    and pragmas inside function bodies only (there every branch defines the
+    same file-scope names, so the renaming is right whichever branch is
+    taken, and a pragma applies to the next loop).
     """
     if "__svu" in source or "\\\n" in source:
         return False
@@ -81,7 +84,7 @@ def unit_ready(source: str) -> bool:
             depth += (tok == "{") - (tok == "}")
         done = match.end()
         kind = match.group(1)
-        if not (kind == "include" and depth == 0 or kind in _CONDITIONALS and depth > 0):
+        if not (kind == "include" and depth == 0 or kind in _IN_BODY and depth > 0):
             return False
     return True
 
@@ -206,20 +209,34 @@ def _owner(name: str) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
+def _full_sections(lines: List[str]) -> Dict[str, str]:
+    """Section name -> its directive with attributes: gcc names a section's flags only the first
+    time, which may be in another source's piece, and as refuses a piece that first sees it bare."""
+    full: Dict[str, str] = {}
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith(".section") and "," in stripped:
+            full.setdefault(stripped.split(",", 1)[0].split()[1], stripped)
+    return full
+
+
 def _cut(asm: str) -> Optional[_Pieces]:
     pieces = _Pieces()
+    lines = asm.splitlines()
+    full = _full_sections(lines)
     section = ".text"
     owner: Optional[int] = None
     pending: List[str] = []
     pool: Optional[List[str]] = None
-    for line in asm.splitlines():
+    for line in lines:
         stripped = line.strip()
         if not stripped or stripped.startswith(".file") or stripped.startswith('.section\t.note.GNU-stack'):
             continue
         if _UNSUPPORTED.match(line):
             return None
         if _SECTION.match(line):
-            section = stripped
+            words = stripped.split()
+            section = full.get(words[1], stripped) if words[0] == ".section" and len(words) == 2 else stripped
             pool = None
             continue
         label = _LABEL.match(line)
