@@ -1,7 +1,8 @@
 """``python -m svod_min bench``: every benchmark of the project, one table.
 
-Benchmarks live in the source checkout's ``bench/`` directory (they are not
-installed with the package). Each ``bench/bench_*.py`` exposes
+The benchmarks ship with the package (:mod:`svod_min.benchmarks`), so an
+installed svod_min measures its own machine; a source checkout's ``bench/``
+adds the few that need the checkout. Each ``bench_*.py`` exposes
 ``rows(...) -> list[dict]`` with the keys measure, svod_min, peer,
 peer_value, ratio, goal, met; peers are measured in the same run.
 """
@@ -12,13 +13,15 @@ import importlib.util
 import inspect
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .config import env_str
 from .error import NotSupportedError
 
 KEYS = ("measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met")
@@ -38,19 +41,32 @@ def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 
     return {k: statistics.median(v) / 1e9 for k, v in samples.items()}
 
 
-def find_bench_dir(explicit: Optional[str] = None) -> str:
-    """``explicit``, else ./bench, else the checkout next to this package."""
-    candidates = [explicit] if explicit else [
-        os.path.join(os.getcwd(), "bench"),
-        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"),
-    ]
-    for path in candidates:
-        if path and os.path.isdir(path):
+#: The directory holding the svod_min package (a checkout, or site-packages): child processes of a
+#: benchmark put it on PYTHONPATH so that they import this same svod_min.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks")
+
+
+def bench_compilers() -> List[str]:
+    """The C compilers a benchmark compares: ``SVOD_CC`` alone when set (a gcc-only run), else clang and gcc."""
+    chosen = env_str("SVOD_CC")
+    names = [chosen] if chosen else ["clang", "gcc"]
+    return [cc for cc in names if shutil.which(cc)]
+
+
+def find_bench_dir(explicit: Optional[str] = None) -> Optional[str]:
+    """The checkout's extra benchmarks: ``explicit``, else ./bench, else the checkout next to this package.
+
+    None when there is none (an installed package): the packaged benchmarks still run.
+    """
+    if explicit:
+        if not os.path.isdir(explicit):
+            raise NotSupportedError("--bench-dir %s is not a directory" % explicit)
+        return explicit
+    for path in (os.path.join(os.getcwd(), "bench"), os.path.join(PACKAGE_PARENT, "bench")):
+        if os.path.isdir(path):
             return path
-    raise NotSupportedError(
-        "benchmarks live in the source checkout's bench/ directory, which was not found "
-        "(run from the repository root or pass --bench-dir)"
-    )
+    return None
 
 
 def _load(path: str) -> Any:
@@ -62,6 +78,20 @@ def _load(path: str) -> Any:
     return module
 
 
+def _bench_files(directory: Optional[str]) -> List[Tuple[str, Callable[[], Any]]]:
+    """(file name, loader) of every benchmark: the packaged ones, then the checkout's others."""
+    found: List[Tuple[str, Callable[[], Any]]] = []
+    for name in sorted(os.listdir(PACKAGED)):
+        if name.startswith("bench_") and name.endswith(".py"):
+            module = "svod_min.benchmarks." + name[:-3]
+            found.append((name, lambda module=module: importlib.import_module(module)))
+    packaged = {name for name, _ in found}
+    for name in sorted(os.listdir(directory)) if directory else []:
+        if name.startswith("bench_") and name.endswith(".py") and name not in packaged:  # a shim of a packaged one
+            found.append((name, lambda path=os.path.join(directory, name): _load(path)))  # type: ignore[arg-type]
+    return found
+
+
 def _normalise(row: Dict[str, Any], source: str) -> Dict[str, Any]:
     out = {k: row.get(k) for k in KEYS}
     out["source"] = source
@@ -69,17 +99,17 @@ def _normalise(row: Dict[str, Any], source: str) -> Dict[str, Any]:
 
 
 def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
-    """Run every ``bench_*.py`` with a ``rows()`` function; a failing script becomes an error row."""
-    directory = find_bench_dir(bench_dir)
+    """Run every benchmark with a ``rows()`` function; a failing one becomes an error row.
+
+    The benchmarks installed with the package (:mod:`svod_min.benchmarks`) always run; a source
+    checkout's ``bench/`` adds the ones that need it (found as :func:`find_bench_dir` says).
+    """
     rows: List[Dict[str, Any]] = []
-    for name in sorted(os.listdir(directory)):
-        if not (name.startswith("bench_") and name.endswith(".py")):
-            continue
+    for name, load in _bench_files(find_bench_dir(bench_dir)):
         if only and not any(o in name for o in only):
             continue
         try:
-            module = _load(os.path.join(directory, name))
-            fn = getattr(module, "rows", None)
+            fn = getattr(load(), "rows", None)
             if fn is None:
                 continue
             kwargs = {"quick": True} if quick and "quick" in inspect.signature(fn).parameters else {}

@@ -35,6 +35,7 @@ from .expr import compile_expr
 from .kernel_cache import CachedKernel
 from .native_replay import NativeEntry
 from .ordering import kahn_levels
+from .plan_grain import GrainSplit
 from .plan_builder import INT32_MAX, INT32_MIN, PlanBuilder, PlanParts
 from .plan_ops import (
     PreparedBufferView,
@@ -95,6 +96,7 @@ class ExecutionPlan(PlanSchedule):
         self._groups: List[List[List[int]]] = []
         self._threaded: List[bool] = []
         self._tiny: List[bool] = []  # declared work too small to be worth a pool hand-off
+        self._grain = GrainSplit(0)  # measured: ops cheaper than a pool hand-off (set up per binding)
         # native replay: how the runner calls each kernel op, and the schedule as segments
         # (a bound table or graph replaying many ops, or a Python group of op indices)
         self._native_entries: Dict[int, NativeEntry] = {}
@@ -173,10 +175,17 @@ class ExecutionPlan(PlanSchedule):
             for index in group:
                 self._run_op(index)
             return
-        futures = [pool.submit(self._run_op, index) for index in group[1:]]
+        split = self._grain  # the first replays time each op; then ops below the pool's grain stay on this
+        measuring = split.measuring  # thread, a wake-up costing more than they do (svod_min.plan_grain)
+        run = self._run_timed if measuring else self._run_op
+        handed = group[1:] if measuring else [i for i in group if not (split.inline[i] or self._tiny[i])][1:]
+        futures = [pool.submit(run, index) for index in handed]
         errors = []
         try:
-            self._run_op(group[0])
+            skip = set(handed)
+            for index in group:
+                if index not in skip:
+                    run(index)
         except BaseException as exc:  # noqa: B902 - re-raised below after the others finish
             errors.append(exc)
         for fut in futures:
@@ -186,6 +195,11 @@ class ExecutionPlan(PlanSchedule):
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+    def _run_timed(self, index: int) -> None:
+        start = time.perf_counter_ns()
+        self._run_op(index)
+        self._grain.record(index, time.perf_counter_ns() - start)
 
     def _pool(self) -> Any:
         return self._device.host_pool()
@@ -246,10 +260,12 @@ class ExecutionPlan(PlanSchedule):
                     self._run_group(segment)
                 else:
                     segment()
-            return
-        for groups in self._groups:
-            for group in groups:
-                self._run_group(group)
+        else:
+            for groups in self._groups:
+                for group in groups:
+                    self._run_group(group)
+        if self._grain.measuring:
+            self._grain.replay_done(self._pool())
 
     def execute_profiled(self) -> List[KernelProfile]:
         """Run every op once, serially, timing each; returns a profile per op in execution order."""

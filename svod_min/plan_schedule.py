@@ -15,6 +15,7 @@ from .devices.base import NO_NODE, RELEASE_EPOCH
 from .error import BufferAllocationError, DeviceError, PlanError
 from .expr import compile_expr
 from .ordering import Access, access_span, group_level
+from .plan_grain import GrainSplit
 from .plan_ops import PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, PreparedOp
 
 #: A core_id kernel declaring less work than this runs its invocations on one
@@ -32,6 +33,7 @@ class PlanSchedule:
     _var_values: Dict[str, int]
     native: bool
     graphs: bool
+    _grain: GrainSplit
 
     def _prepare(self) -> None:
         """Evaluate launch sizes, check extents, bind calls, compute hazard groups."""
@@ -39,6 +41,7 @@ class PlanSchedule:
         self._calls: List[Any] = [None] * len(self._ops)  # its bound __call__: ~20 ns less per replayed op
         self._threaded = [False] * len(self._ops)
         self._tiny = [False] * len(self._ops)  # declared work too small to be worth a pool hand-off
+        self._grain = GrainSplit(len(self._ops))  # measured again: the new values change every op's cost
         for index, op in enumerate(self._ops):
             if isinstance(op, PreparedKernel):
                 self._bind_kernel(index, op)

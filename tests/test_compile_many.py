@@ -98,10 +98,10 @@ def test_one_compiler_run_for_a_batch(cc: str, monkeypatch) -> None:
     monkeypatch.setattr(subprocess, "run", counter)
     clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1, extra_flags=flags)
     runs = [call[0] for call in counter.calls]
-    assert len(runs) == (2 if cc == "clang" else 1), runs  # clang: `-###` once, then cc1
+    assert len(runs) == 2, runs  # clang: `-###` once, then cc1; gcc: the unit, then the assembler
     counter.calls.clear()
     clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1, extra_flags=flags)
-    assert len(counter.calls) == 1  # the cc1 command line is remembered
+    assert len(counter.calls) == (1 if cc == "clang" else 2)  # the cc1 command line is remembered
 
 
 def test_a_single_source_needs_no_cc1_probe(cc: str, monkeypatch) -> None:
@@ -117,8 +117,10 @@ def test_jobs_split_the_batch(cc: str, monkeypatch) -> None:
     clang.compile_many_c([kernel(0), kernel(1)], compiler=cc)  # probe outside the count
     counter = Counter(batch.run_compiler)
     monkeypatch.setattr(batch, "run_compiler", counter)
+    monkeypatch.setattr(batch.gcc_unit, "run_compiler", counter)  # gcc: a unit, then its pieces assembled
     objs = clang.compile_many_c([kernel(c) for c in range(20)], compiler=cc, jobs=2)
-    inputs = sorted(len([a for a in call[0] if a.endswith(".c")]) for call in counter.calls)
+    ext = ".c" if cc == "clang" else ".s"
+    inputs = sorted(len([a for a in call[0] if a.endswith(ext)]) for call in counter.calls if "-S" not in call[0])
     assert inputs == [10, 10]
     assert [run(o)[0] for o in objs] == [float(c) for c in range(20)]
 

@@ -9,8 +9,11 @@ clang: `clang -c a.c b.c` runs one cc1 *process* per file (the driver turns
 in-process cc1 off for more than one job), so it saves nothing. cc1 itself
 takes any number of inputs, so we ask the driver once (`-###`) for the cc1
 command line it would run for one file and hand cc1 every file at once.
-gcc: cc1 takes one file, so one `gcc -c` driver run compiles them all
-(one cc1 + as per file); `jobs` spreads the files over parallel drivers.
+gcc: cc1 takes one file, and starting one costs more than compiling a small
+kernel, so a job's sources go through gcc as one unit whose assembly is cut
+back per source (:mod:`.gcc_unit`); sources it cannot take, or a unit that
+fails, go through one `gcc -c` driver run (one cc1 + as per file). `jobs`
+spreads the sources over parallel jobs.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..config import env_str
 from ..error import CompilationError
+from . import gcc_unit
 from .probe import CompilerInfo, find_compiler
 from .run import check_object, compile_c, compiler_flags, offending_lines, run_compiler, source_bytes
 
@@ -239,11 +243,27 @@ def _read_object(tmp: str, i: int, info: CompilerInfo, label: _Labels) -> bytes:
     return check_object(data, info)
 
 
+def _unit_first(
+    info: CompilerInfo, flags: List[str], tmp: str, chunk: List[int], sources: Sequence[str]
+) -> List[int]:
+    """gcc: build what one unit can (see :mod:`.gcc_unit`); the indices still to compile."""
+    if info.family != "gcc" or not gcc_unit.flags_allow_unit(flags):
+        return chunk
+    ready = {i: sources[i] for i in chunk if gcc_unit.unit_ready(sources[i])}
+    if len(ready) < 2:
+        return chunk
+    built = gcc_unit.compile_unit(info, flags, tmp, ready)
+    return [i for i in chunk if i not in built]
+
+
 def _run_chunks(
-    info: CompilerInfo, flags: List[str], tmp: str, chunks: List[List[int]]
+    info: CompilerInfo, flags: List[str], tmp: str, chunks: List[List[int]], sources: Sequence[str]
 ) -> List[subprocess.CompletedProcess]:
     def run(chunk: List[int]) -> subprocess.CompletedProcess:
-        cmd = _batch_command(info, flags, ["k%d.c" % i for i in chunk], tmp)
+        rest = _unit_first(info, flags, tmp, chunk, sources)
+        if not rest:
+            return subprocess.CompletedProcess([], 0, b"", b"")
+        cmd = _batch_command(info, flags, ["k%d.c" % i for i in rest], tmp)
         return run_compiler(cmd, "", info, cwd=tmp)
 
     if len(chunks) == 1:
@@ -296,7 +316,7 @@ def compile_many_c(
     chunks = _split(len(sources), jobs or default_jobs())
     with tempfile.TemporaryDirectory(prefix="svod_min-cc-") as tmp:
         _write_sources(tmp, sources, label)
-        results = _run_chunks(info, flags, tmp, chunks)
+        results = _run_chunks(info, flags, tmp, chunks, sources)
         _raise_failures(info, sources, chunks, results, extra_flags, label)
         return [_read_object(tmp, i, info, label) for i in range(len(sources))]
 

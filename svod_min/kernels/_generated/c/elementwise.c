@@ -5,10 +5,34 @@
 void svod_add_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = (v_a + v_b);
+                block[j] = (v_a + v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = (v_a + v_b);
+        }
     }
 }
 /* END svod_add_f32 */
@@ -17,10 +41,34 @@ void svod_add_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_add_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = (v_a + v_b);
+                block[j] = (v_a + v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = (v_a + v_b);
+        }
     }
 }
 /* END svod_add_f64 */
@@ -29,10 +77,34 @@ void svod_add_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_add_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h((v_a + v_b));
+                block[j] = svod_f2h((v_a + v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h((v_a + v_b));
+        }
     }
 }
 /* END svod_add_f16 */
@@ -41,10 +113,34 @@ void svod_add_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_add_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf((v_a + v_b));
+                block[j] = svod_f2bf((v_a + v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf((v_a + v_b));
+        }
     }
 }
 /* END svod_add_bf16 */
@@ -53,10 +149,34 @@ void svod_add_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_add_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = (svod_i32)((svod_u32)(v_a) + (svod_u32)(v_b));
+                block[j] = (svod_i32)((svod_u32)(v_a) + (svod_u32)(v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = (svod_i32)((svod_u32)(v_a) + (svod_u32)(v_b));
+        }
     }
 }
 /* END svod_add_i32 */
@@ -65,10 +185,34 @@ void svod_add_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
 void svod_sub_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = (v_a - v_b);
+                block[j] = (v_a - v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = (v_a - v_b);
+        }
     }
 }
 /* END svod_sub_f32 */
@@ -77,10 +221,34 @@ void svod_sub_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_sub_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = (v_a - v_b);
+                block[j] = (v_a - v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = (v_a - v_b);
+        }
     }
 }
 /* END svod_sub_f64 */
@@ -89,10 +257,34 @@ void svod_sub_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_sub_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h((v_a - v_b));
+                block[j] = svod_f2h((v_a - v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h((v_a - v_b));
+        }
     }
 }
 /* END svod_sub_f16 */
@@ -101,10 +293,34 @@ void svod_sub_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_sub_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf((v_a - v_b));
+                block[j] = svod_f2bf((v_a - v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf((v_a - v_b));
+        }
     }
 }
 /* END svod_sub_bf16 */
@@ -113,10 +329,34 @@ void svod_sub_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_sub_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = (svod_i32)((svod_u32)(v_a) - (svod_u32)(v_b));
+                block[j] = (svod_i32)((svod_u32)(v_a) - (svod_u32)(v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = (svod_i32)((svod_u32)(v_a) - (svod_u32)(v_b));
+        }
     }
 }
 /* END svod_sub_i32 */
@@ -125,10 +365,34 @@ void svod_sub_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
 void svod_mul_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = (v_a * v_b);
+                block[j] = (v_a * v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = (v_a * v_b);
+        }
     }
 }
 /* END svod_mul_f32 */
@@ -137,10 +401,34 @@ void svod_mul_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_mul_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = (v_a * v_b);
+                block[j] = (v_a * v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = (v_a * v_b);
+        }
     }
 }
 /* END svod_mul_f64 */
@@ -149,10 +437,34 @@ void svod_mul_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_mul_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h((v_a * v_b));
+                block[j] = svod_f2h((v_a * v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h((v_a * v_b));
+        }
     }
 }
 /* END svod_mul_f16 */
@@ -161,10 +473,34 @@ void svod_mul_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_mul_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf((v_a * v_b));
+                block[j] = svod_f2bf((v_a * v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf((v_a * v_b));
+        }
     }
 }
 /* END svod_mul_bf16 */
@@ -173,10 +509,34 @@ void svod_mul_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_mul_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = (svod_i32)((svod_u32)(v_a) * (svod_u32)(v_b));
+                block[j] = (svod_i32)((svod_u32)(v_a) * (svod_u32)(v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = (svod_i32)((svod_u32)(v_a) * (svod_u32)(v_b));
+        }
     }
 }
 /* END svod_mul_i32 */
@@ -185,10 +545,34 @@ void svod_mul_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
 void svod_div_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = (v_a / v_b);
+                block[j] = (v_a / v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = (v_a / v_b);
+        }
     }
 }
 /* END svod_div_f32 */
@@ -197,10 +581,34 @@ void svod_div_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_div_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = (v_a / v_b);
+                block[j] = (v_a / v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = (v_a / v_b);
+        }
     }
 }
 /* END svod_div_f64 */
@@ -209,10 +617,34 @@ void svod_div_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_div_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h((v_a / v_b));
+                block[j] = svod_f2h((v_a / v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h((v_a / v_b));
+        }
     }
 }
 /* END svod_div_f16 */
@@ -221,10 +653,34 @@ void svod_div_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_div_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf((v_a / v_b));
+                block[j] = svod_f2bf((v_a / v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf((v_a / v_b));
+        }
     }
 }
 /* END svod_div_bf16 */
@@ -233,10 +689,34 @@ void svod_div_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_max_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = svod_maxf(v_a, v_b);
+                block[j] = svod_maxf(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = svod_maxf(v_a, v_b);
+        }
     }
 }
 /* END svod_max_f32 */
@@ -245,10 +725,34 @@ void svod_max_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_max_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = svod_max(v_a, v_b);
+                block[j] = svod_max(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = svod_max(v_a, v_b);
+        }
     }
 }
 /* END svod_max_f64 */
@@ -257,10 +761,34 @@ void svod_max_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_max_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h(svod_maxf(v_a, v_b));
+                block[j] = svod_f2h(svod_maxf(v_a, v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h(svod_maxf(v_a, v_b));
+        }
     }
 }
 /* END svod_max_f16 */
@@ -269,10 +797,34 @@ void svod_max_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_max_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf(svod_maxf(v_a, v_b));
+                block[j] = svod_f2bf(svod_maxf(v_a, v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf(svod_maxf(v_a, v_b));
+        }
     }
 }
 /* END svod_max_bf16 */
@@ -281,10 +833,34 @@ void svod_max_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_max_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = svod_maxi(v_a, v_b);
+                block[j] = svod_maxi(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = svod_maxi(v_a, v_b);
+        }
     }
 }
 /* END svod_max_i32 */
@@ -293,10 +869,34 @@ void svod_max_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
 void svod_min_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = svod_minf(v_a, v_b);
+                block[j] = svod_minf(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = svod_minf(v_a, v_b);
+        }
     }
 }
 /* END svod_min_f32 */
@@ -305,10 +905,34 @@ void svod_min_f32(float *restrict out, const float *restrict in_a, const float *
 void svod_min_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = svod_min(v_a, v_b);
+                block[j] = svod_min(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = svod_min(v_a, v_b);
+        }
     }
 }
 /* END svod_min_f64 */
@@ -317,10 +941,34 @@ void svod_min_f64(double *restrict out, const double *restrict in_a, const doubl
 void svod_min_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h(svod_minf(v_a, v_b));
+                block[j] = svod_f2h(svod_minf(v_a, v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h(svod_minf(v_a, v_b));
+        }
     }
 }
 /* END svod_min_f16 */
@@ -329,10 +977,34 @@ void svod_min_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
 void svod_min_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf(svod_minf(v_a, v_b));
+                block[j] = svod_f2bf(svod_minf(v_a, v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf(svod_minf(v_a, v_b));
+        }
     }
 }
 /* END svod_min_bf16 */
@@ -341,10 +1013,34 @@ void svod_min_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
 void svod_min_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = svod_mini(v_a, v_b);
+                block[j] = svod_mini(v_a, v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = svod_mini(v_a, v_b);
+        }
     }
 }
 /* END svod_min_i32 */
@@ -353,9 +1049,32 @@ void svod_min_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
 void svod_neg_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = (-v_a);
+                block[j] = (-v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = (-v_a);
+        }
     }
 }
 /* END svod_neg_f32 */
@@ -364,9 +1083,32 @@ void svod_neg_f32(float *restrict out, const float *restrict in_a, int n, int co
 void svod_neg_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = (-v_a);
+                block[j] = (-v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = (-v_a);
+        }
     }
 }
 /* END svod_neg_f64 */
@@ -375,9 +1117,32 @@ void svod_neg_f64(double *restrict out, const double *restrict in_a, int n, int 
 void svod_neg_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h((-v_a));
+                block[j] = svod_f2h((-v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h((-v_a));
+        }
     }
 }
 /* END svod_neg_f16 */
@@ -386,9 +1151,32 @@ void svod_neg_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
 void svod_neg_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf((-v_a));
+                block[j] = svod_f2bf((-v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf((-v_a));
+        }
     }
 }
 /* END svod_neg_bf16 */
@@ -397,9 +1185,32 @@ void svod_neg_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
 void svod_neg_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = (svod_i32)(0u - (svod_u32)(v_a));
+                block[j] = (svod_i32)(0u - (svod_u32)(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = (svod_i32)(0u - (svod_u32)(v_a));
+        }
     }
 }
 /* END svod_neg_i32 */
@@ -408,9 +1219,32 @@ void svod_neg_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, 
 void svod_abs_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_absf(v_a);
+                block[j] = svod_absf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_absf(v_a);
+        }
     }
 }
 /* END svod_abs_f32 */
@@ -419,9 +1253,32 @@ void svod_abs_f32(float *restrict out, const float *restrict in_a, int n, int co
 void svod_abs_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_abs(v_a);
+                block[j] = svod_abs(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_abs(v_a);
+        }
     }
 }
 /* END svod_abs_f64 */
@@ -430,9 +1287,32 @@ void svod_abs_f64(double *restrict out, const double *restrict in_a, int n, int 
 void svod_abs_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_absf(v_a));
+                block[j] = svod_f2h(svod_absf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_absf(v_a));
+        }
     }
 }
 /* END svod_abs_f16 */
@@ -441,9 +1321,32 @@ void svod_abs_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
 void svod_abs_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_absf(v_a));
+                block[j] = svod_f2bf(svod_absf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_absf(v_a));
+        }
     }
 }
 /* END svod_abs_bf16 */
@@ -452,9 +1355,32 @@ void svod_abs_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
 void svod_abs_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = svod_absi(v_a);
+                block[j] = svod_absi(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = svod_absi(v_a);
+        }
     }
 }
 /* END svod_abs_i32 */
@@ -463,9 +1389,32 @@ void svod_abs_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, 
 void svod_exp_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_expf(v_a);
+                block[j] = svod_expf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_expf(v_a);
+        }
     }
 }
 /* END svod_exp_f32 */
@@ -474,9 +1423,32 @@ void svod_exp_f32(float *restrict out, const float *restrict in_a, int n, int co
 void svod_exp_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_exp(v_a);
+                block[j] = svod_exp(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_exp(v_a);
+        }
     }
 }
 /* END svod_exp_f64 */
@@ -485,9 +1457,32 @@ void svod_exp_f64(double *restrict out, const double *restrict in_a, int n, int 
 void svod_exp_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_expf(v_a));
+                block[j] = svod_f2h(svod_expf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_expf(v_a));
+        }
     }
 }
 /* END svod_exp_f16 */
@@ -496,9 +1491,32 @@ void svod_exp_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
 void svod_exp_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_expf(v_a));
+                block[j] = svod_f2bf(svod_expf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_expf(v_a));
+        }
     }
 }
 /* END svod_exp_bf16 */
@@ -507,9 +1525,32 @@ void svod_exp_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
 void svod_log_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_logf(v_a);
+                block[j] = svod_logf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_logf(v_a);
+        }
     }
 }
 /* END svod_log_f32 */
@@ -518,9 +1559,32 @@ void svod_log_f32(float *restrict out, const float *restrict in_a, int n, int co
 void svod_log_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_log(v_a);
+                block[j] = svod_log(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_log(v_a);
+        }
     }
 }
 /* END svod_log_f64 */
@@ -529,9 +1593,32 @@ void svod_log_f64(double *restrict out, const double *restrict in_a, int n, int 
 void svod_log_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_logf(v_a));
+                block[j] = svod_f2h(svod_logf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_logf(v_a));
+        }
     }
 }
 /* END svod_log_f16 */
@@ -540,9 +1627,32 @@ void svod_log_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
 void svod_log_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_logf(v_a));
+                block[j] = svod_f2bf(svod_logf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_logf(v_a));
+        }
     }
 }
 /* END svod_log_bf16 */
@@ -551,9 +1661,32 @@ void svod_log_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
 void svod_sqrt_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_sqrtf(v_a);
+                block[j] = svod_sqrtf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_sqrtf(v_a);
+        }
     }
 }
 /* END svod_sqrt_f32 */
@@ -562,9 +1695,32 @@ void svod_sqrt_f32(float *restrict out, const float *restrict in_a, int n, int c
 void svod_sqrt_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_sqrt(v_a);
+                block[j] = svod_sqrt(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_sqrt(v_a);
+        }
     }
 }
 /* END svod_sqrt_f64 */
@@ -573,9 +1729,32 @@ void svod_sqrt_f64(double *restrict out, const double *restrict in_a, int n, int
 void svod_sqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_sqrtf(v_a));
+                block[j] = svod_f2h(svod_sqrtf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_sqrtf(v_a));
+        }
     }
 }
 /* END svod_sqrt_f16 */
@@ -584,9 +1763,32 @@ void svod_sqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
 void svod_sqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_sqrtf(v_a));
+                block[j] = svod_f2bf(svod_sqrtf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_sqrtf(v_a));
+        }
     }
 }
 /* END svod_sqrt_bf16 */
@@ -595,9 +1797,32 @@ void svod_sqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
 void svod_rsqrt_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_rsqrtf(v_a);
+                block[j] = svod_rsqrtf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_rsqrtf(v_a);
+        }
     }
 }
 /* END svod_rsqrt_f32 */
@@ -606,9 +1831,32 @@ void svod_rsqrt_f32(float *restrict out, const float *restrict in_a, int n, int 
 void svod_rsqrt_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_rsqrt(v_a);
+                block[j] = svod_rsqrt(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_rsqrt(v_a);
+        }
     }
 }
 /* END svod_rsqrt_f64 */
@@ -617,9 +1865,32 @@ void svod_rsqrt_f64(double *restrict out, const double *restrict in_a, int n, in
 void svod_rsqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_rsqrtf(v_a));
+                block[j] = svod_f2h(svod_rsqrtf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_rsqrtf(v_a));
+        }
     }
 }
 /* END svod_rsqrt_f16 */
@@ -628,9 +1899,32 @@ void svod_rsqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n
 void svod_rsqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_rsqrtf(v_a));
+                block[j] = svod_f2bf(svod_rsqrtf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_rsqrtf(v_a));
+        }
     }
 }
 /* END svod_rsqrt_bf16 */
@@ -639,9 +1933,32 @@ void svod_rsqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, in
 void svod_relu_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_reluf(v_a);
+                block[j] = svod_reluf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_reluf(v_a);
+        }
     }
 }
 /* END svod_relu_f32 */
@@ -650,9 +1967,32 @@ void svod_relu_f32(float *restrict out, const float *restrict in_a, int n, int c
 void svod_relu_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_relu(v_a);
+                block[j] = svod_relu(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_relu(v_a);
+        }
     }
 }
 /* END svod_relu_f64 */
@@ -661,9 +2001,32 @@ void svod_relu_f64(double *restrict out, const double *restrict in_a, int n, int
 void svod_relu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_reluf(v_a));
+                block[j] = svod_f2h(svod_reluf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_reluf(v_a));
+        }
     }
 }
 /* END svod_relu_f16 */
@@ -672,9 +2035,32 @@ void svod_relu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
 void svod_relu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_reluf(v_a));
+                block[j] = svod_f2bf(svod_reluf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_reluf(v_a));
+        }
     }
 }
 /* END svod_relu_bf16 */
@@ -683,9 +2069,32 @@ void svod_relu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
 void svod_relu_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = svod_relui(v_a);
+                block[j] = svod_relui(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = svod_relui(v_a);
+        }
     }
 }
 /* END svod_relu_i32 */
@@ -694,9 +2103,32 @@ void svod_relu_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n,
 void svod_gelu_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_geluf(v_a);
+                block[j] = svod_geluf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_geluf(v_a);
+        }
     }
 }
 /* END svod_gelu_f32 */
@@ -705,9 +2137,32 @@ void svod_gelu_f32(float *restrict out, const float *restrict in_a, int n, int c
 void svod_gelu_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_gelu(v_a);
+                block[j] = svod_gelu(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_gelu(v_a);
+        }
     }
 }
 /* END svod_gelu_f64 */
@@ -716,9 +2171,32 @@ void svod_gelu_f64(double *restrict out, const double *restrict in_a, int n, int
 void svod_gelu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_geluf(v_a));
+                block[j] = svod_f2h(svod_geluf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_geluf(v_a));
+        }
     }
 }
 /* END svod_gelu_f16 */
@@ -727,9 +2205,32 @@ void svod_gelu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
 void svod_gelu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_geluf(v_a));
+                block[j] = svod_f2bf(svod_geluf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_geluf(v_a));
+        }
     }
 }
 /* END svod_gelu_bf16 */
@@ -738,9 +2239,32 @@ void svod_gelu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
 void svod_sigmoid_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_sigmoidf(v_a);
+                block[j] = svod_sigmoidf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_sigmoidf(v_a);
+        }
     }
 }
 /* END svod_sigmoid_f32 */
@@ -749,9 +2273,32 @@ void svod_sigmoid_f32(float *restrict out, const float *restrict in_a, int n, in
 void svod_sigmoid_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_sigmoid(v_a);
+                block[j] = svod_sigmoid(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_sigmoid(v_a);
+        }
     }
 }
 /* END svod_sigmoid_f64 */
@@ -760,9 +2307,32 @@ void svod_sigmoid_f64(double *restrict out, const double *restrict in_a, int n, 
 void svod_sigmoid_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_sigmoidf(v_a));
+                block[j] = svod_f2h(svod_sigmoidf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_sigmoidf(v_a));
+        }
     }
 }
 /* END svod_sigmoid_f16 */
@@ -771,9 +2341,32 @@ void svod_sigmoid_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int
 void svod_sigmoid_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_sigmoidf(v_a));
+                block[j] = svod_f2bf(svod_sigmoidf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_sigmoidf(v_a));
+        }
     }
 }
 /* END svod_sigmoid_bf16 */
@@ -782,9 +2375,32 @@ void svod_sigmoid_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, 
 void svod_tanh_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_tanhf(v_a);
+                block[j] = svod_tanhf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_tanhf(v_a);
+        }
     }
 }
 /* END svod_tanh_f32 */
@@ -793,9 +2409,32 @@ void svod_tanh_f32(float *restrict out, const float *restrict in_a, int n, int c
 void svod_tanh_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_tanh(v_a);
+                block[j] = svod_tanh(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_tanh(v_a);
+        }
     }
 }
 /* END svod_tanh_f64 */
@@ -804,9 +2443,32 @@ void svod_tanh_f64(double *restrict out, const double *restrict in_a, int n, int
 void svod_tanh_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2h(svod_tanhf(v_a));
+                block[j] = svod_f2h(svod_tanhf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2h(svod_tanhf(v_a));
+        }
     }
 }
 /* END svod_tanh_f16 */
@@ -815,9 +2477,32 @@ void svod_tanh_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
 void svod_tanh_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2bf(svod_tanhf(v_a));
+                block[j] = svod_f2bf(svod_tanhf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2bf(svod_tanhf(v_a));
+        }
     }
 }
 /* END svod_tanh_bf16 */
@@ -826,11 +2511,36 @@ void svod_tanh_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
 void svod_where_f32(float *restrict out, const svod_u8 *restrict in_c, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = (v_c ? v_a : v_b);
+                block[j] = (v_c ? v_a : v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_c = (float)(in_c[i] != 0);
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = (v_c ? v_a : v_b);
+        }
     }
 }
 /* END svod_where_f32 */
@@ -839,11 +2549,36 @@ void svod_where_f32(float *restrict out, const svod_u8 *restrict in_c, const flo
 void svod_where_f64(double *restrict out, const svod_u8 *restrict in_c, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_c = (double)(in_c[i] != 0);
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = (v_c ? v_a : v_b);
+                block[j] = (v_c ? v_a : v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_c = (double)(in_c[i] != 0);
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = (v_c ? v_a : v_b);
+        }
     }
 }
 /* END svod_where_f64 */
@@ -852,11 +2587,36 @@ void svod_where_f64(double *restrict out, const svod_u8 *restrict in_c, const do
 void svod_where_f16(svod_f16 *restrict out, const svod_u8 *restrict in_c, const svod_f16 *restrict in_a, const svod_f16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
         const float v_a = svod_h2f(in_a[i]);
         const float v_b = svod_h2f(in_b[i]);
-        out[i] = svod_f2h((v_c ? v_a : v_b));
+                block[j] = svod_f2h((v_c ? v_a : v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_c = (float)(in_c[i] != 0);
+        const float v_a = svod_h2f(in_a[i]);
+        const float v_b = svod_h2f(in_b[i]);
+            out[i] = svod_f2h((v_c ? v_a : v_b));
+        }
     }
 }
 /* END svod_where_f16 */
@@ -865,11 +2625,36 @@ void svod_where_f16(svod_f16 *restrict out, const svod_u8 *restrict in_c, const 
 void svod_where_bf16(svod_bf16 *restrict out, const svod_u8 *restrict in_c, const svod_bf16 *restrict in_a, const svod_bf16 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
         const float v_a = svod_bf2f(in_a[i]);
         const float v_b = svod_bf2f(in_b[i]);
-        out[i] = svod_f2bf((v_c ? v_a : v_b));
+                block[j] = svod_f2bf((v_c ? v_a : v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_c = (float)(in_c[i] != 0);
+        const float v_a = svod_bf2f(in_a[i]);
+        const float v_b = svod_bf2f(in_b[i]);
+            out[i] = svod_f2bf((v_c ? v_a : v_b));
+        }
     }
 }
 /* END svod_where_bf16 */
@@ -878,11 +2663,36 @@ void svod_where_bf16(svod_bf16 *restrict out, const svod_u8 *restrict in_c, cons
 void svod_where_i32(svod_i32 *restrict out, const svod_u8 *restrict in_c, const svod_i32 *restrict in_a, const svod_i32 *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_c = (in_c[i] != 0);
         const svod_i32 v_a = in_a[i];
         const svod_i32 v_b = in_b[i];
-        out[i] = (v_c ? v_a : v_b);
+                block[j] = (v_c ? v_a : v_b);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_c = (in_c[i] != 0);
+        const svod_i32 v_a = in_a[i];
+        const svod_i32 v_b = in_b[i];
+            out[i] = (v_c ? v_a : v_b);
+        }
     }
 }
 /* END svod_where_i32 */
@@ -891,9 +2701,32 @@ void svod_where_i32(svod_i32 *restrict out, const svod_u8 *restrict in_c, const 
 void svod_cast_f32_f64(double *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = (double)(v_a);
+                block[j] = (double)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = (double)(v_a);
+        }
     }
 }
 /* END svod_cast_f32_f64 */
@@ -902,9 +2735,32 @@ void svod_cast_f32_f64(double *restrict out, const float *restrict in_a, int n, 
 void svod_cast_f32_f16(svod_f16 *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_f2h(v_a);
+                block[j] = svod_f2h(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_f2h(v_a);
+        }
     }
 }
 /* END svod_cast_f32_f16 */
@@ -913,9 +2769,32 @@ void svod_cast_f32_f16(svod_f16 *restrict out, const float *restrict in_a, int n
 void svod_cast_f32_bf16(svod_bf16 *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = svod_f2bf(v_a);
+                block[j] = svod_f2bf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = svod_f2bf(v_a);
+        }
     }
 }
 /* END svod_cast_f32_bf16 */
@@ -924,9 +2803,32 @@ void svod_cast_f32_bf16(svod_bf16 *restrict out, const float *restrict in_a, int
 void svod_cast_f32_i32(svod_i32 *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = (svod_i32)(v_a);
+                block[j] = (svod_i32)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = (svod_i32)(v_a);
+        }
     }
 }
 /* END svod_cast_f32_i32 */
@@ -935,9 +2837,32 @@ void svod_cast_f32_i32(svod_i32 *restrict out, const float *restrict in_a, int n
 void svod_cast_f64_f32(float *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = (float)(v_a);
+                block[j] = (float)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = (float)(v_a);
+        }
     }
 }
 /* END svod_cast_f64_f32 */
@@ -946,9 +2871,32 @@ void svod_cast_f64_f32(float *restrict out, const double *restrict in_a, int n, 
 void svod_cast_f64_f16(svod_f16 *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_f2h((float)(v_a));
+                block[j] = svod_f2h((float)(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_f2h((float)(v_a));
+        }
     }
 }
 /* END svod_cast_f64_f16 */
@@ -957,9 +2905,32 @@ void svod_cast_f64_f16(svod_f16 *restrict out, const double *restrict in_a, int 
 void svod_cast_f64_bf16(svod_bf16 *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = svod_f2bf((float)(v_a));
+                block[j] = svod_f2bf((float)(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = svod_f2bf((float)(v_a));
+        }
     }
 }
 /* END svod_cast_f64_bf16 */
@@ -968,9 +2939,32 @@ void svod_cast_f64_bf16(svod_bf16 *restrict out, const double *restrict in_a, in
 void svod_cast_f64_i32(svod_i32 *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = (svod_i32)(v_a);
+                block[j] = (svod_i32)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = (svod_i32)(v_a);
+        }
     }
 }
 /* END svod_cast_f64_i32 */
@@ -979,9 +2973,32 @@ void svod_cast_f64_i32(svod_i32 *restrict out, const double *restrict in_a, int 
 void svod_cast_f16_f32(float *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = v_a;
+                block[j] = v_a;
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = v_a;
+        }
     }
 }
 /* END svod_cast_f16_f32 */
@@ -990,9 +3007,32 @@ void svod_cast_f16_f32(float *restrict out, const svod_f16 *restrict in_a, int n
 void svod_cast_f16_f64(double *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = (double)(v_a);
+                block[j] = (double)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = (double)(v_a);
+        }
     }
 }
 /* END svod_cast_f16_f64 */
@@ -1001,9 +3041,32 @@ void svod_cast_f16_f64(double *restrict out, const svod_f16 *restrict in_a, int 
 void svod_cast_f16_bf16(svod_bf16 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = svod_f2bf(v_a);
+                block[j] = svod_f2bf(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = svod_f2bf(v_a);
+        }
     }
 }
 /* END svod_cast_f16_bf16 */
@@ -1012,9 +3075,32 @@ void svod_cast_f16_bf16(svod_bf16 *restrict out, const svod_f16 *restrict in_a, 
 void svod_cast_f16_i32(svod_i32 *restrict out, const svod_f16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
-        out[i] = (svod_i32)(v_a);
+                block[j] = (svod_i32)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_h2f(in_a[i]);
+            out[i] = (svod_i32)(v_a);
+        }
     }
 }
 /* END svod_cast_f16_i32 */
@@ -1023,9 +3109,32 @@ void svod_cast_f16_i32(svod_i32 *restrict out, const svod_f16 *restrict in_a, in
 void svod_cast_bf16_f32(float *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = v_a;
+                block[j] = v_a;
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = v_a;
+        }
     }
 }
 /* END svod_cast_bf16_f32 */
@@ -1034,9 +3143,32 @@ void svod_cast_bf16_f32(float *restrict out, const svod_bf16 *restrict in_a, int
 void svod_cast_bf16_f64(double *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = (double)(v_a);
+                block[j] = (double)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = (double)(v_a);
+        }
     }
 }
 /* END svod_cast_bf16_f64 */
@@ -1045,9 +3177,32 @@ void svod_cast_bf16_f64(double *restrict out, const svod_bf16 *restrict in_a, in
 void svod_cast_bf16_f16(svod_f16 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = svod_f2h(v_a);
+                block[j] = svod_f2h(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = svod_f2h(v_a);
+        }
     }
 }
 /* END svod_cast_bf16_f16 */
@@ -1056,9 +3211,32 @@ void svod_cast_bf16_f16(svod_f16 *restrict out, const svod_bf16 *restrict in_a, 
 void svod_cast_bf16_i32(svod_i32 *restrict out, const svod_bf16 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
-        out[i] = (svod_i32)(v_a);
+                block[j] = (svod_i32)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = svod_bf2f(in_a[i]);
+            out[i] = (svod_i32)(v_a);
+        }
     }
 }
 /* END svod_cast_bf16_i32 */
@@ -1067,9 +3245,32 @@ void svod_cast_bf16_i32(svod_i32 *restrict out, const svod_bf16 *restrict in_a, 
 void svod_cast_i32_f32(float *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = (float)(v_a);
+                block[j] = (float)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = (float)(v_a);
+        }
     }
 }
 /* END svod_cast_i32_f32 */
@@ -1078,9 +3279,32 @@ void svod_cast_i32_f32(float *restrict out, const svod_i32 *restrict in_a, int n
 void svod_cast_i32_f64(double *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = (double)(v_a);
+                block[j] = (double)(v_a);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = (double)(v_a);
+        }
     }
 }
 /* END svod_cast_i32_f64 */
@@ -1089,9 +3313,32 @@ void svod_cast_i32_f64(double *restrict out, const svod_i32 *restrict in_a, int 
 void svod_cast_i32_f16(svod_f16 *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = svod_f2h((float)(v_a));
+                block[j] = svod_f2h((float)(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = svod_f2h((float)(v_a));
+        }
     }
 }
 /* END svod_cast_i32_f16 */
@@ -1100,9 +3347,32 @@ void svod_cast_i32_f16(svod_f16 *restrict out, const svod_i32 *restrict in_a, in
 void svod_cast_i32_bf16(svod_bf16 *restrict out, const svod_i32 *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
-        out[i] = svod_f2bf((float)(v_a));
+                block[j] = svod_f2bf((float)(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const svod_i32 v_a = in_a[i];
+            out[i] = svod_f2bf((float)(v_a));
+        }
     }
 }
 /* END svod_cast_i32_bf16 */
@@ -1111,10 +3381,34 @@ void svod_cast_i32_bf16(svod_bf16 *restrict out, const svod_i32 *restrict in_a, 
 void svod_add_relu_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
-        out[i] = svod_reluf((v_a + v_b));
+                block[j] = svod_reluf((v_a + v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+            out[i] = svod_reluf((v_a + v_b));
+        }
     }
 }
 /* END svod_add_relu_f32 */
@@ -1123,10 +3417,34 @@ void svod_add_relu_f32(float *restrict out, const float *restrict in_a, const fl
 void svod_add_relu_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
-        out[i] = svod_relu((v_a + v_b));
+                block[j] = svod_relu((v_a + v_b));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+            out[i] = svod_relu((v_a + v_b));
+        }
     }
 }
 /* END svod_add_relu_f64 */
@@ -1135,11 +3453,36 @@ void svod_add_relu_f64(double *restrict out, const double *restrict in_a, const 
 void svod_mul_add_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, const float *restrict in_c, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
         const float v_c = in_c[i];
-        out[i] = ((v_a * v_b) + v_c);
+                block[j] = ((v_a * v_b) + v_c);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+        const float v_c = in_c[i];
+            out[i] = ((v_a * v_b) + v_c);
+        }
     }
 }
 /* END svod_mul_add_f32 */
@@ -1148,11 +3491,36 @@ void svod_mul_add_f32(float *restrict out, const float *restrict in_a, const flo
 void svod_mul_add_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, const double *restrict in_c, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
         const double v_c = in_c[i];
-        out[i] = ((v_a * v_b) + v_c);
+                block[j] = ((v_a * v_b) + v_c);
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+        const double v_c = in_c[i];
+            out[i] = ((v_a * v_b) + v_c);
+        }
     }
 }
 /* END svod_mul_add_f64 */
@@ -1161,11 +3529,36 @@ void svod_mul_add_f64(double *restrict out, const double *restrict in_a, const d
 void svod_relu_mul_add_f32(float *restrict out, const float *restrict in_a, const float *restrict in_b, const float *restrict in_c, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
         const float v_b = in_b[i];
         const float v_c = in_c[i];
-        out[i] = svod_reluf(((v_a * v_b) + v_c));
+                block[j] = svod_reluf(((v_a * v_b) + v_c));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+        const float v_b = in_b[i];
+        const float v_c = in_c[i];
+            out[i] = svod_reluf(((v_a * v_b) + v_c));
+        }
     }
 }
 /* END svod_relu_mul_add_f32 */
@@ -1174,11 +3567,36 @@ void svod_relu_mul_add_f32(float *restrict out, const float *restrict in_a, cons
 void svod_relu_mul_add_f64(double *restrict out, const double *restrict in_a, const double *restrict in_b, const double *restrict in_c, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
         const double v_b = in_b[i];
         const double v_c = in_c[i];
-        out[i] = svod_relu(((v_a * v_b) + v_c));
+                block[j] = svod_relu(((v_a * v_b) + v_c));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+        const double v_b = in_b[i];
+        const double v_c = in_c[i];
+            out[i] = svod_relu(((v_a * v_b) + v_c));
+        }
     }
 }
 /* END svod_relu_mul_add_f64 */
@@ -1187,9 +3605,32 @@ void svod_relu_mul_add_f64(double *restrict out, const double *restrict in_a, co
 void svod_silu_f32(float *restrict out, const float *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const float v_a = in_a[i];
-        out[i] = (v_a * svod_sigmoidf(v_a));
+                block[j] = (v_a * svod_sigmoidf(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const float v_a = in_a[i];
+            out[i] = (v_a * svod_sigmoidf(v_a));
+        }
     }
 }
 /* END svod_silu_f32 */
@@ -1198,9 +3639,32 @@ void svod_silu_f32(float *restrict out, const float *restrict in_a, int n, int c
 void svod_silu_f64(double *restrict out, const double *restrict in_a, int n, int core_id_count, int core_id) {
     svod_i64 lo, hi;
     svod_chunk(n, core_id_count, core_id, 64, &lo, &hi);
-    for (svod_i64 i = lo; i < hi; ++i) {
+    /* [s, e): whole 64-byte lines of output written with streaming stores when
+       the output is large (svod_stream_worth); the rest with regular stores. */
+    const svod_i64 per_line = (svod_i64)(64 / sizeof(out[0]));
+    svod_i64 s = hi, e = hi;
+    const svod_u64 off = (svod_u64)(out + lo) & 63u;
+    if (svod_stream_worth((svod_i64)sizeof(out[0]) * n) && off % sizeof(out[0]) == 0) {
+        s = lo + (svod_i64)(((64u - off) & 63u) / sizeof(out[0]));
+        s = s < hi ? s : hi;
+        e = s + (hi - s) / per_line * per_line;
+        for (svod_i64 line = s; line < e; line += per_line) {
+            __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+            for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
+                const svod_i64 i = line + j;
         const double v_a = in_a[i];
-        out[i] = (v_a * svod_sigmoid(v_a));
+                block[j] = (v_a * svod_sigmoid(v_a));
+            }
+            svod_stream64(out + line, block);
+        }
+        svod_stream_fence();
+    }
+    for (int part = 0; part < 2; ++part) {
+        const svod_i64 from = part ? e : lo, to = part ? hi : s;
+        for (svod_i64 i = from; i < to; ++i) {
+        const double v_a = in_a[i];
+            out[i] = (v_a * svod_sigmoid(v_a));
+        }
     }
 }
 /* END svod_silu_f64 */
