@@ -1,0 +1,172 @@
+"""A real linker as the oracle for the relocator on riscv64, ppc64le and loongarch64.
+
+Every object below (the loader's C cases of tests/loader_cases.py and the
+kernel library's C families, from two compilers per architecture, at
+``-O0`` and ``-O2``/``-O3`` with ``-fPIC``, and without) is relocated by
+``relocate()`` at a fixed base and linked by ``ld.lld`` (16 for riscv64 and
+ppc64le, zig's for loongarch64, which Debian's lld 16 cannot link) with every
+input section at the address ``relocate()`` chose, every external at the same
+address, and relaxation off (also ppc64le's TOC optimisation). Then, field by
+field (oracle_foreign_support.py): directly reached fields must be identical
+bytes, GOT loads, external calls and TOC-relative fields must reach the same
+final address, every defined symbol must sit where ``relocate()`` put it, and
+no byte outside a relocated field may change.
+
+A coverage test fails when a relocation type the loader supports is produced
+by no object here, unless the type is listed in ``NOT_PRODUCED`` with the
+reason (assembler-only forms, non-PIC forms no compiler here emits).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+pytest.importorskip("elftools")
+
+import oracle_foreign_support as ofs  # noqa: E402
+import oracle_support as osup  # noqa: E402
+from loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE, KITCHEN_SINK, PROVIDER, VECTOR_SOURCE, big_function_source  # noqa: E402
+
+from svod_min.jit_loader import relocate  # noqa: E402
+from svod_min.jit_loader.layout import ARCHES  # noqa: E402
+from svod_min.kernels.sources import C_DIR  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+BASE = 0x40000000
+EXTERNAL = BASE + 0x00C00000  # within every branch's reach (ppc64le's 32 MiB), so lld links directly
+SOURCES = {
+    "calls": EXEC_SOURCE, "got": A64_GOT, "direct": A64_DIRECT, "vector": VECTOR_SOURCE, "kitchen": KITCHEN_SINK,
+    "big": big_function_source(200), "provider": PROVIDER,
+}
+LIBRARY = sorted(f[:-2] for f in os.listdir(C_DIR) if f.endswith(".c")) if os.path.isdir(C_DIR) else []
+FLAGS = {"O0": ("-O0",), "O2pic": ("-O2", "-fPIC"), "O3pic": ("-O3", "-fPIC"), "O2": ("-O2",)}
+COMMON = ("-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
+
+
+def _zig() -> Optional[Tuple[str, ...]]:
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        return None
+    return (sys.executable, "-m", "ziglang")
+
+
+def compilers(arch: str) -> Dict[str, Tuple[str, ...]]:
+    """label -> command prefix producing an object for ``arch``, for those installed."""
+    out: Dict[str, Tuple[str, ...]] = {}
+    if arch == "loongarch64":
+        if shutil.which("clang-16"):
+            out["clang16"] = ("clang-16", "--target=loongarch64-linux-gnu")
+        zig = _zig()
+        if zig:
+            out["zig"] = zig + ("cc", "-target", "loongarch64-linux-musl", "-mcpu=la464-lsx-lasx", "-fno-sanitize=undefined")
+        return out
+    gnu = {"riscv64": "riscv64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}[arch]
+    if shutil.which("clang"):
+        out["clang"] = ("clang", "--target=" + gnu)
+    if shutil.which(gnu + "-gcc"):
+        out["gcc"] = (gnu + "-gcc",)
+    return out
+
+
+def linker(arch: str) -> Optional[Tuple[str, ...]]:
+    if arch == "loongarch64":
+        zig = _zig()
+        return zig + ("ld.lld",) if zig else None
+    found = shutil.which("ld.lld-16")  # lld 14 cannot link riscv64 objects that carry R_RISCV_ALIGN
+    return (found,) if found else None
+
+
+ARCH_NAMES = ("riscv64", "ppc64le", "loongarch64")
+COMPILER_LABELS = {"riscv64": ("clang", "gcc"), "ppc64le": ("clang", "gcc"), "loongarch64": ("clang16", "zig")}
+OBJECTS = [(arch, cc, src, opt) for arch in ARCH_NAMES for cc in COMPILER_LABELS[arch]
+           for src in list(SOURCES) + ["lib-" + f for f in LIBRARY] for opt in FLAGS]
+
+_objects: Dict[Tuple[str, str, str, str], bytes] = {}
+
+
+def build(arch: str, cc: str, src: str, opt: str, workdir: str) -> bytes:
+    key = (arch, cc, src, opt)
+    if key not in _objects:
+        command = compilers(arch).get(cc)
+        if command is None:
+            pytest.skip("%s: compiler %s is not installed" % (arch, cc))
+        if src.startswith("lib-"):
+            inputs = ["-I", C_DIR, os.path.join(C_DIR, src[4:] + ".c")]
+        else:
+            path = os.path.join(workdir, "%s.c" % src)
+            with open(path, "w") as fh:
+                fh.write(SOURCES[src])
+            inputs = [path]
+        out = os.path.join(workdir, "%s-%s-%s-%s.o" % key)
+        proc = subprocess.run(list(command) + ["-c", *FLAGS[opt], *COMMON, *inputs, "-o", out],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise RuntimeError("compiling %s failed: %s" % (key, proc.stderr[-2000:]))
+        with open(out, "rb") as fh:
+            _objects[key] = fh.read()
+    return _objects[key]
+
+
+def check(arch: str, obj: bytes, workdir: str, tag: str) -> ofs.Comparison:
+    lld = linker(arch)
+    if lld is None:
+        pytest.skip("%s: no linker oracle (ld.lld-16, or the ziglang package for loongarch64)" % arch)
+    info = osup.parse_object(obj)
+    assert info.arch == arch
+    externals = {name: EXTERNAL + 0x1000 * i + 0x7F0 for i, name in enumerate(sorted(info.externals)) if name}
+    externals.pop(".TOC.", None)  # defined by the linker (and by the loader's layout)
+    image = relocate(obj, BASE, lambda name: externals[name])
+    sec_addr = {name: image.sections[name] for name in info.sections}
+    extra = ["-O0"] + (["--no-toc-optimize"] if arch == "ppc64le" else [])  # -O0: no merging of SHF_MERGE constants
+    linked = osup.link_with_lld(obj, info, sec_addr, externals, workdir, tag, relax=False, lld=lld, extra=extra)
+    ours = osup.Memory([(image.base, image.image)], "ours")
+    return ofs.compare(info, obj, sec_addr, ours, linked.memory, linked.symbols, image.symbols)
+
+
+_types_seen: Dict[str, set] = {a: set() for a in ARCH_NAMES}
+
+
+@pytest.mark.parametrize("arch, compiler, src, opt", OBJECTS, ids=["-".join(o) for o in OBJECTS])
+def test_object_agrees_with_lld(arch: str, compiler: str, src: str, opt: str, tmp_path) -> None:
+    obj = build(arch, compiler, src, opt, str(tmp_path))
+    comparison = check(arch, obj, str(tmp_path), "oracle")
+    _types_seen[arch].update(r.reloc.type for r in comparison.results)
+    failures = comparison.failures()
+    assert not failures, "%d disagreement(s) with lld:\n%s" % (len(failures), "\n".join(failures[:20]))
+
+
+#: Types the loader supports that no compiler here emits for C, with the reason.
+NOT_PRODUCED = {
+    "riscv64": {"R_RISCV_32", "R_RISCV_JAL", "R_RISCV_CALL", "R_RISCV_LO12_S", "R_RISCV_ADD8", "R_RISCV_ADD16", "R_RISCV_ADD64",
+                "R_RISCV_SUB8", "R_RISCV_SUB16", "R_RISCV_SUB64", "R_RISCV_SUB6", "R_RISCV_SET6", "R_RISCV_SET8", "R_RISCV_SET16",
+                "R_RISCV_SET32", "R_RISCV_32_PCREL", "R_RISCV_RVC_BRANCH", "R_RISCV_RVC_JUMP", "R_RISCV_BRANCH"},
+    "ppc64le": set(),
+    "loongarch64": set(),
+}
+
+
+def test_supported_types_are_produced() -> None:
+    """Run after the objects above (same module): every supported type met in some object, or listed."""
+    ran = {a for a in ARCH_NAMES if _types_seen[a]}
+    if not ran:
+        pytest.skip("no object was compared (tools missing, or run alone)")
+    missing: List[str] = []
+    for arch in sorted(ran):
+        spec = next(a for a in ARCHES.values() if a.name == arch)
+        seen = {spec.relocs[t].name for t in _types_seen[arch] if t in spec.relocs}
+        missing += sorted(set(s.name for s in spec.relocs.values()) - seen - NOT_PRODUCED[arch])
+    assert not missing, "supported but never compared against lld: %s" % missing
+
+
+def test_print_types_seen() -> None:
+    for arch in ARCH_NAMES:
+        spec = next(a for a in ARCHES.values() if a.name == arch)
+        print(arch, sorted(spec.relocs[t].name for t in _types_seen[arch] if t in spec.relocs))
