@@ -205,6 +205,19 @@ class Decoder:
             return self.toc + (_sext(self.half(ha), 16) << 16) + _sext(self.half(r), 16)
         return self.toc + _sext(self.half(r), 16)
 
+    def ppc_hi_ok(self, r: osup.Reloc) -> bool:
+        """A TOC16_HI/GOT16_HI field holds the high half of (target - .TOC.) in this image."""
+        if type_name("ppc64le", r.type).startswith("R_PPC64_TOC16"):
+            sec, value = self.sym_at[r.sym_index]
+            target = self.sec_addr[sec] + value + r.addend
+        else:  # the slot, as another GOT16 field of the same symbol reaches it
+            other = next((q for q in self.info.relocs if q.sym_index == r.sym_index and q.addend == r.addend
+                          and q.type in (PPC["GOT16"], PPC["GOT16_DS"], PPC["GOT16_LO"], PPC["GOT16_LO_DS"])), None)
+            if other is None:
+                raise osup.DecodeError("GOT16_HI without another GOT16 field for the same symbol")
+            target = self.ppc_toc_address(other)
+        return self.half(r) == ((target - self.toc) >> 16) & 0xFFFF
+
     def ppc_branch(self, r: osup.Reloc) -> int:
         p = self.at(r)
         target = p + _sext(self.u32(p) & 0x03FFFFFC, 26)
@@ -259,6 +272,8 @@ def _indirect(arch: str, dec: Decoder, r: osup.Reloc) -> Optional[Tuple[str, Tup
             return "call target", (dec.ppc_branch(r),)
         if name in ("TOC16_HA", "GOT16_HA"):
             return "via its _LO partners", ()
+        if name in ("TOC16_HI", "GOT16_HI"):
+            return "high half of the offset from the image's .TOC.", (int(dec.ppc_hi_ok(r)),)
         if name.startswith(("TOC16", "GOT16")):
             addr = dec.ppc_toc_address(r)
             return ("GOT slot contents", (dec.u64(addr),)) if name.startswith("GOT16") else ("TOC-relative address", (addr,))

@@ -255,13 +255,12 @@ def _elf_memory(data: bytes, name: str) -> Tuple[Memory, Dict[str, int], Dict[st
 
 
 def linker_script(section_addrs: Dict[str, int], got_addr: int) -> str:
-    lines = ["SECTIONS {"]
-    for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1])):
-        lines.append("  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
-    # lld's synthetic sections, out of the way (but within +-2 GiB of the code).
-    lines.append("  .got 0x%x : { *(.got) }" % got_addr)
-    lines.append("  .got.plt : { *(.got.plt) }")
-    lines.append("}")
+    entries = [(addr, "  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
+               for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1]))]
+    # lld's synthetic sections, out of the way (but within +-2 GiB of the code), in address
+    # order with the rest (lld assigns file offsets in script order).
+    entries.append((got_addr, "  .got 0x%x : { *(.got) }\n  .got.plt : { *(.got.plt) }" % got_addr))
+    lines = ["SECTIONS {"] + [line for _addr, line in sorted(entries)] + ["}"]
     return "\n".join(lines) + "\n"
 
 

@@ -6,8 +6,9 @@ as 64 bits), TOC16 and TOC16_LO/HI/HA/DS/LO_DS (``S + A - .TOC.``), GOT16 and
 GOT16_LO/HI/HA/DS/LO_DS (a GOT slot inside the image, relative to the TOC),
 and the absolute ADDR16 family (non-PIC, range-checked).
 
-The layout puts the TOC base (``.TOC.``) 0x8000 past the start of its GOT, as
-linkers do. A direct call enters the callee at its local entry point (from
+The layout puts the GOT at the end of the read-only segment and the TOC base
+(``.TOC.``) where the writable data begins, so small-model (16-bit) offsets
+reach the whole GOT and the first 32 KiB of ``.toc``/``.data``. A direct call enters the callee at its local entry point (from
 ``st_other``), which skips the TOC set-up since caller and callee share a TOC.
 A call to an external goes through a 32-byte stub inside the image that saves
 r2 in the ABI's TOC save slot and jumps with r12 holding the target (the
