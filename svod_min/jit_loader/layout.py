@@ -163,7 +163,7 @@ class _Builder:
         return sym.shndx in (SHN_UNDEF, SHN_ABS) and not self._is_toc(sym)
 
     def _ident(self, sym: Symbol) -> tuple:
-        return ("ext", sym.name) if sym.shndx == SHN_UNDEF else ("sym", sym.index)
+        return ("ext", sym.name) if sym.shndx == SHN_UNDEF and not self._is_toc(sym) else ("sym", sym.index)
 
     def _ref(self, sym: Symbol, where: str) -> Ref:
         if self._is_toc(sym):
