@@ -34,7 +34,8 @@ RV = {"32": 1, "64": 2, "BRANCH": 16, "JAL": 17, "CALL": 18, "CALL_PLT": 19, "GO
       "ADD32": 35, "ADD64": 36, "SUB8": 37, "SUB16": 38, "SUB32": 39, "SUB64": 40, "ALIGN": 43, "RVC_BRANCH": 44,
       "RVC_JUMP": 45, "RELAX": 51, "SUB6": 52, "SET6": 53, "SET8": 54, "SET16": 55, "SET32": 56, "32_PCREL": 57}
 PPC = {"ADDR32": 1, "ADDR16": 3, "ADDR16_LO": 4, "ADDR16_HI": 5, "ADDR16_HA": 6, "REL24": 10, "REL14": 11,
-       "REL14_BRTAKEN": 12, "REL14_BRNTAKEN": 13, "GOT16": 14, "GOT16_LO": 15, "GOT16_HI": 16, "GOT16_HA": 17,
+       "REL14_BRTAKEN": 12, "REL14_BRNTAKEN": 13, "PLT16_LO": 29, "PLT16_HI": 30, "PLT16_HA": 31, "PLT16_LO_DS": 60,
+       "GOT16": 14, "GOT16_LO": 15, "GOT16_HI": 16, "GOT16_HA": 17,
        "REL32": 26, "ADDR64": 38, "ADDR16_HIGHER": 39, "ADDR16_HIGHERA": 40, "ADDR16_HIGHEST": 41,
        "ADDR16_HIGHESTA": 42, "REL64": 44, "TOC16": 47, "TOC16_LO": 48, "TOC16_HI": 49, "TOC16_HA": 50, "TOC": 51,
        "ADDR16_DS": 56, "ADDR16_LO_DS": 57, "GOT16_DS": 58, "GOT16_LO_DS": 59, "TOC16_DS": 63, "TOC16_LO_DS": 64,
@@ -45,7 +46,7 @@ LA = {"32": 1, "64": 2, "ADD8": 47, "ADD16": 48, "ADD24": 49, "ADD32": 50, "ADD6
       "32_PCREL": 99, "RELAX": 100, "ALIGN": 102, "PCREL20_S2": 103, "ADD6": 105, "SUB6": 106, "64_PCREL": 109,
       "CALL36": 110}
 PREFIX = {"riscv64": ("R_RISCV_", RV), "ppc64le": ("R_PPC64_", PPC), "loongarch64": ("R_LARCH_", LA)}
-HINTS = {"riscv64": {0, RV["ALIGN"], RV["RELAX"]}, "ppc64le": {0, 109, 118}, "loongarch64": {0, LA["RELAX"], LA["ALIGN"]}}
+HINTS = {"riscv64": {0, RV["ALIGN"], RV["RELAX"]}, "ppc64le": {0, 109, 118, 119, 120}, "loongarch64": {0, LA["RELAX"], LA["ALIGN"]}}
 
 
 def type_name(arch: str, rtype: int) -> str:
@@ -196,7 +197,7 @@ class Decoder:
         """The address a TOC16/GOT16 field forms with .TOC. (HA with its LO partner, or alone)."""
         name = type_name("ppc64le", r.type)
         if name.endswith(("_LO", "_LO_DS")):
-            ha_type = PPC["TOC16_HA"] if "TOC16" in name else PPC["GOT16_HA"]
+            ha_type = PPC[name[len("R_PPC64_"):].split("_")[0] + "_HA"]  # TOC16_HA, GOT16_HA or PLT16_HA
             has = [q for q in self.info.relocs if q.type == ha_type and q.section == r.section
                    and q.sym_index == r.sym_index and q.addend == r.addend and q.offset < r.offset]
             if not has:
@@ -270,13 +271,15 @@ def _indirect(arch: str, dec: Decoder, r: osup.Reloc) -> Optional[Tuple[str, Tup
         name = type_name(arch, r.type)[len("R_PPC64_"):]
         if r.type == PPC["REL24"] and r.external:
             return "call target", (dec.ppc_branch(r),)
-        if name in ("TOC16_HA", "GOT16_HA"):
+        if name in ("TOC16_HA", "GOT16_HA", "PLT16_HA"):
             return "via its _LO partners", ()
         if name in ("TOC16_HI", "GOT16_HI"):
             return "high half of the offset from the image's .TOC.", (int(dec.ppc_hi_ok(r)),)
-        if name.startswith(("TOC16", "GOT16")):
+        if name.startswith(("TOC16", "GOT16", "PLT16")):
             addr = dec.ppc_toc_address(r)
-            return ("GOT slot contents", (dec.u64(addr),)) if name.startswith("GOT16") else ("TOC-relative address", (addr,))
+            if name.startswith("TOC16"):
+                return "TOC-relative address", (addr,)
+            return "GOT/PLT slot contents", (dec.u64(addr),)
         if r.type in (PPC["REL16_HA"], PPC["REL16_LO"]) and r.sym == ".TOC.":
             toc = dec.ppc_entry_toc(r) if r.type == PPC["REL16_HA"] else dec.toc
             return "global entry's .TOC. is the image's", (int(toc == dec.toc),)
