@@ -2,8 +2,8 @@
 
 Every object below (the loader's C cases of tests/loader_cases.py and the
 kernel library's C families, from two compilers per architecture, at
-``-O0`` and svod's own flags (``-O2 -fPIC -fno-plt`` ...), and with
-``SVOD_FOREIGN=1`` also ``-O2 -fPIC``, ``-O3 -fPIC`` and ``-O2``; plus assembly for the types compilers do not emit) is relocated by
+svod's own flags (``-O2 -fPIC -fno-plt`` ...), and with ``SVOD_FOREIGN=1``
+also ``-O0``, ``-O2 -fPIC``, ``-O3 -fPIC`` and ``-O2``; plus assembly for the types compilers do not emit) is relocated by
 ``relocate()`` at a fixed base and linked by ``ld.lld`` (16 for riscv64 and
 ppc64le, zig's for loongarch64, which Debian's lld 16 cannot link) with every
 input section at the address ``relocate()`` chose, every external at the same
@@ -151,8 +151,8 @@ _types_seen: Dict[str, set] = {a: set() for a in ARCH_NAMES}
 
 
 FULL = os.environ.get("SVOD_FOREIGN", "") == "1"  # the CI stage (.ci/foreign-arch-stage) runs every flag set
-_LATER = pytest.mark.skip(reason="-O2/-O3 -fPIC and -O2: full matrix only (SVOD_FOREIGN=1)")
-PARAMS = [pytest.param(*o, id="-".join(o), marks=[] if FULL or o[3] in ("O0", "svod") or o[2] == "asm" else [_LATER])
+_LATER = pytest.mark.skip(reason="-O0, -O2/-O3 -fPIC and -O2: full matrix only (SVOD_FOREIGN=1)")
+PARAMS = [pytest.param(*o, id="-".join(o), marks=[] if FULL or o[3] == "svod" or o[2] == "asm" else [_LATER])
           for o in OBJECTS]
 
 
