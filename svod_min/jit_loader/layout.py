@@ -27,7 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
-from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec
+from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec, host_arch
 from .elf import (
     MAX_ALIGN,
     SHF_EXECINSTR,
@@ -507,7 +507,9 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
 
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
-    page = max(PAGE, layout.arch.page_size)
+    # Natively, mmap's page is the one that counts (qemu-user runs ppc64le with 4 KiB pages); an
+    # image relocated for another machine must also suit that machine's usual page.
+    page = PAGE if layout.arch.name == host_arch() else max(PAGE, layout.arch.page_size)
     if base % page:
         raise LoaderError("load address 0x%x is not page-aligned (%s pages: %d bytes)" % (base, layout.arch.name, page))
     resolved = _resolve_externals(layout, resolve)
