@@ -50,7 +50,7 @@ if __name__ == "__main__":  # run from a checkout: use its svod_min (imported by
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from svod_min import clang  # noqa: E402
-from svod_min.error import CompilationError, LoaderError, SymbolNotFoundError  # noqa: E402
+from svod_min.error import LoaderError, SymbolNotFoundError  # noqa: E402
 from svod_min.jit_loader import layout as _layout  # noqa: E402
 from svod_min.jit_loader import load_object, plan_layout, relocate  # noqa: E402
 from svod_min.jit_loader.layout import PAGE, PROT_EXEC, PROT_WRITE  # noqa: E402
@@ -122,7 +122,18 @@ void k_matmul(float* restrict c, const float* restrict a, const float* restrict 
     ),
 }
 
-_CROSS_TARGET = {"x86_64": "aarch64-linux-gnu", "aarch64": "x86_64-linux-gnu"}
+#: Other architectures clang builds seeds for (every one the loader relocates); loongarch64
+#: needs a newer clang than Debian 12's default (clang-16), used when installed.
+_CROSS_TARGETS = ("x86_64-linux-gnu", "aarch64-linux-gnu", "riscv64-linux-gnu", "powerpc64le-linux-gnu")
+_LOONGARCH_CLANG = ("clang-16", "--target=loongarch64-linux-gnu")
+
+
+def _cross_object(command: List[str], src: str, flags: Tuple[str, ...]) -> Optional[bytes]:
+    import subprocess
+
+    proc = subprocess.run(command + ["-c", "-O2", "-fPIC", *flags, "-x", "c", "-", "-o", "-"], input=src.encode(),
+                          capture_output=True, timeout=300)
+    return proc.stdout if proc.returncode == 0 else None
 
 
 def compile_seeds(cross: bool = True) -> List[Tuple[str, bytes]]:
@@ -131,16 +142,20 @@ def compile_seeds(cross: bool = True) -> List[Tuple[str, bytes]]:
 
     seeds: List[Tuple[str, bytes]] = []
     compilers = [cc for cc in ("clang", "gcc") if shutil.which(cc)]
+    host = clang.host_arch()
     for name, (src, flags) in SOURCES.items():
         for cc in compilers:
             seeds.append(("%s-%s" % (name, cc), clang.compile_c(src, compiler=cc, extra_flags=list(flags))))
-        target = _CROSS_TARGET.get(clang.host_arch())
-        if cross and "clang" in compilers and target:
-            try:
-                obj = clang.compile_c(src, compiler="clang", extra_flags=["--target=" + target, *flags])
-            except CompilationError:
-                continue  # this clang cannot target the other architecture
-            seeds.append(("%s-clang-%s" % (name, target.split("-")[0]), obj))
+        if not cross:
+            continue
+        commands = [["clang", "--target=" + t] for t in _CROSS_TARGETS if "clang" in compilers and not t.startswith(host)]
+        if shutil.which(_LOONGARCH_CLANG[0]) and host != "loongarch64":
+            commands.append(list(_LOONGARCH_CLANG))
+        for command in commands:
+            obj = _cross_object(command, src, flags)
+            if obj is not None:  # this clang cannot target that architecture: no seed
+                arch = command[-1].split("=")[1].split("-")[0].replace("powerpc64le", "ppc64le")
+                seeds.append(("%s-clang-%s" % (name, arch), obj))
     return seeds
 
 

@@ -135,7 +135,8 @@ class ObjectInfo:
 def parse_object(obj: bytes) -> ObjectInfo:
     elf = ELFFile(io.BytesIO(obj))
     machine = elf["e_machine"]
-    arch = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}[machine]
+    arch = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_RISCV": "riscv64", "EM_PPC64": "ppc64le",
+            "EM_LOONGARCH": "loongarch64"}[machine]
     sections: Dict[str, Tuple[int, bool, bool]] = {}
     contents: Dict[str, bytes] = {}
     names: Dict[int, str] = {}
@@ -254,13 +255,12 @@ def _elf_memory(data: bytes, name: str) -> Tuple[Memory, Dict[str, int], Dict[st
 
 
 def linker_script(section_addrs: Dict[str, int], got_addr: int) -> str:
-    lines = ["SECTIONS {"]
-    for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1])):
-        lines.append("  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
-    # lld's synthetic sections, out of the way (but within +-2 GiB of the code).
-    lines.append("  .got 0x%x : { *(.got) }" % got_addr)
-    lines.append("  .got.plt : { *(.got.plt) }")
-    lines.append("}")
+    entries = [(addr, "  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
+               for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1]))]
+    # lld's synthetic sections, out of the way (but within +-2 GiB of the code), in address
+    # order with the rest (lld assigns file offsets in script order).
+    entries.append((got_addr, "  .got 0x%x : { *(.got) }\n  .got.plt : { *(.got.plt) }" % got_addr))
+    lines = ["SECTIONS {"] + [line for _addr, line in sorted(entries)] + ["}"]
     return "\n".join(lines) + "\n"
 
 
@@ -273,10 +273,12 @@ def link_with_lld(
     tag: str,
     relax: bool = True,
     got_addr: Optional[int] = None,
-    lld: str = "ld.lld",
+    lld: Sequence[str] = ("ld.lld",),
+    extra: Sequence[str] = (),
 ) -> LinkedImage:
     """Link ``obj`` statically with every input section at ``section_addrs[name]``."""
-    emulation = {"x86_64": "elf_x86_64", "aarch64": "aarch64linux"}[info.arch]
+    emulation = {"x86_64": "elf_x86_64", "aarch64": "aarch64linux", "riscv64": "elf64lriscv",
+                 "ppc64le": "elf64lppc", "loongarch64": "elf64loongarch"}[info.arch]
     if got_addr is None:
         got_addr = min(section_addrs.values()) + 0x01000000
     script = linker_script(section_addrs, got_addr)
@@ -287,10 +289,11 @@ def link_with_lld(
         fh.write(obj)
     with open(script_path, "w") as fh:
         fh.write(script)
-    cmd = [lld, "-m", emulation, "-static", "-e", "0", "-z", "norelro", "-z", "max-page-size=4096",
+    cmd = [*([lld] if isinstance(lld, str) else lld), "-m", emulation, "-static", "-e", "0", "-z", "norelro", "-z", "max-page-size=4096",
            "--no-dynamic-linker", "-T", script_path, "-o", out_path]
     if not relax:
         cmd.append("--no-relax")
+    cmd += list(extra)
     cmd += ["--defsym=%s=0x%x" % (name, addr) for name, addr in sorted(externals.items())]
     cmd.append(obj_path)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)

@@ -432,3 +432,29 @@ def test_resolver_may_answer_none_for_weak_symbols() -> None:
     known = {"expf": 0x10900000, "logf": 0x10900010}
     result = _relocate(obj, lambda name: known.get(name))
     assert len(result.image) == result.size
+
+
+def test_got_and_call_relocations_against_the_toc_symbol_reach_the_toc() -> None:
+    """Found by the fuzzer (issue 22): a GOT or call relocation naming ppc64le's ``.TOC.`` looked the
+    symbol up as an external (KeyError) instead of the TOC base the layout defines."""
+    from io import BytesIO
+
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.relocation import RelocationSection
+
+    obj = next((o for label, o in SEEDS if label == "state-clang-ppc64le"), None)
+    if obj is None:
+        pytest.skip("clang cannot build the ppc64le seed here")
+    elf = ELFFile(BytesIO(obj))
+    entries = [(sec["sh_offset"] + RELA.size * i, rel) for sec in elf.iter_sections() if isinstance(sec, RelocationSection)
+               for i, rel in enumerate(sec.iter_relocations())
+               if elf.get_section_by_name(".symtab").get_symbol(rel["r_info_sym"]).name == ".TOC."]
+    assert entries, "the seed's global entry points name .TOC."
+    for rtype in (58, 10):  # R_PPC64_GOT16_DS (a GOT slot holding .TOC.), R_PPC64_REL24 (a call to it)
+        data = bytearray(obj)
+        at, rel = entries[0]
+        RELA.pack_into(data, at, rel["r_offset"], (rel["r_info_sym"] << 32) | rtype, rel["r_addend"])
+        try:
+            relocate(bytes(data), 0x40000000, lambda name: 0x7F0000001000)
+        except LoaderError:
+            pass  # a range error is fine; any other exception is the bug

@@ -27,7 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
-from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec
+from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec, host_arch
 from .elf import (
     MAX_ALIGN,
     SHF_EXECINSTR,
@@ -57,9 +57,6 @@ from .riscv64 import RISCV64
 from .x86_64 import X86_64
 
 ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
-
-#: Where the TOC base lies past the start of the GOT (ppc64le), as linkers place it.
-TOC_BIAS = 0x8000
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
@@ -166,7 +163,7 @@ class _Builder:
         return sym.shndx in (SHN_UNDEF, SHN_ABS) and not self._is_toc(sym)
 
     def _ident(self, sym: Symbol) -> tuple:
-        return ("ext", sym.name) if sym.shndx == SHN_UNDEF else ("sym", sym.index)
+        return ("ext", sym.name) if sym.shndx == SHN_UNDEF and not self._is_toc(sym) else ("sym", sym.index)
 
     def _ref(self, sym: Symbol, where: str) -> Ref:
         if self._is_toc(sym):
@@ -235,7 +232,7 @@ class _Builder:
                 if sec.is_nobits:
                     raise ElfFormatError("relocation at %s patches a section with no contents" % where)
                 sym = self.obj.symbols[rel.sym]
-                if sym.shndx == SHN_UNDEF and not sym.name:
+                if sym.shndx == SHN_UNDEF and not sym.name and not _toc_only(spec, rel.sym):
                     raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % where)
                 key = self._indirection_key(sym, rel.addend)
                 if spec.via == GOT:
@@ -286,7 +283,12 @@ class _Builder:
         cursor = self._place(groups["rodata"], cursor)
         got_base = _align(cursor, 8)
         cursor = got_base + 8 * len(self.got_keys)
-        self.toc = got_base + TOC_BIAS
+        if self.arch.toc_symbol:
+            # The GOT ends where the data segment begins, and the TOC base sits there: small-model
+            # (16-bit) TOC offsets reach the whole GOT and the first 32 KiB of .toc/.data.
+            cursor = _align(cursor, page)
+            got_base = cursor - 8 * len(self.got_keys)
+            self.toc = cursor
         segments.append(Segment("rodata", start, cursor - start, PROT_READ))
 
         start = cursor = _align(cursor, page)
@@ -390,7 +392,10 @@ class _Builder:
                 if spec is None:
                     continue
                 sym = self.obj.symbols[rel.sym]
-                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
+                if _toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
+                    ref, addend = ("abs", 0), rel.addend
+                else:
+                    ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
                 anchor = self.toc if spec.anchor == TOC_BASE else None
                 patches.append(Patch(base + rel.offset, spec, ref, addend, where, sym.name, anchor))
                 if spec.via == CALL and self._is_external(sym):
@@ -409,6 +414,10 @@ class _Builder:
         if spec.via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
             addend += self.arch.local_entry(sym.other)  # caller and callee share one TOC
         return self._ref(sym, where), addend
+
+
+def _toc_only(spec: RelocSpec, sym_index: int) -> bool:
+    return sym_index == 0 and spec.anchor == TOC_BASE and spec.via != GOT
 
 
 def _pair_with_hi20(patches: List[Patch]) -> List[Patch]:
@@ -498,7 +507,9 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
 
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
-    page = max(PAGE, layout.arch.page_size)
+    # Natively, mmap's page is the one that counts (qemu-user runs ppc64le with 4 KiB pages); an
+    # image relocated for another machine must also suit that machine's usual page.
+    page = PAGE if layout.arch.name == host_arch() else max(PAGE, layout.arch.page_size)
     if base % page:
         raise LoaderError("load address 0x%x is not page-aligned (%s pages: %d bytes)" % (base, layout.arch.name, page))
     resolved = _resolve_externals(layout, resolve)

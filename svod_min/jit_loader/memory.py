@@ -156,13 +156,16 @@ def commit(base: int, image: bytes, segments: List[Segment]) -> str:
 
 
 def flush_icache(base: int, size: int) -> None:
-    """Make freshly written code visible to instruction fetch (no-op on x86)."""
-    if platform.machine().lower() not in ("aarch64", "arm64"):
+    """Make freshly written code visible to instruction fetch (no-op on x86, whose caches are coherent).
+
+    Elsewhere (aarch64, riscv64, ppc64le, loongarch64) libgcc's ``__clear_cache`` does it.
+    """
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
         return
     try:
         libgcc = ctypes.CDLL("libgcc_s.so.1")
         clear = libgcc.__clear_cache
-    except (OSError, AttributeError) as exc:  # pragma: no cover - aarch64 only
+    except (OSError, AttributeError) as exc:  # pragma: no cover - not on x86
         raise LoaderError("cannot flush the instruction cache: __clear_cache not found (%s)" % exc) from exc
     clear.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     clear.restype = None

@@ -4,10 +4,12 @@ Supported: ADDR64/ADDR32, REL64/REL32, REL24 and REL14 (branches), REL16 and
 REL16_LO/HI/HA (a global entry point computing ``.TOC.``), TOC (the TOC base
 as 64 bits), TOC16 and TOC16_LO/HI/HA/DS/LO_DS (``S + A - .TOC.``), GOT16 and
 GOT16_LO/HI/HA/DS/LO_DS (a GOT slot inside the image, relative to the TOC),
-and the absolute ADDR16 family (non-PIC, range-checked).
+the absolute ADDR16 family (non-PIC, range-checked), and gcc's ``-fno-plt`` inline
+call sequences (PLT16_HA/HI/LO/LO_DS against a GOT slot; PLTSEQ and PLTCALL are markers).
 
-The layout puts the TOC base (``.TOC.``) 0x8000 past the start of its GOT, as
-linkers do. A direct call enters the callee at its local entry point (from
+The layout puts the GOT at the end of the read-only segment and the TOC base
+(``.TOC.``) where the writable data begins, so small-model (16-bit) offsets
+reach the whole GOT and the first 32 KiB of ``.toc``/``.data``. A direct call enters the callee at its local entry point (from
 ``st_other``), which skips the TOC set-up since caller and callee share a TOC.
 A call to an external goes through a 32-byte stub inside the image that saves
 r2 in the ABI's TOC save slot and jumps with r12 holding the target (the
@@ -201,6 +203,11 @@ _RELOCS = {
     59: RelocSpec("R_PPC64_GOT16_LO_DS", 2, GOT, _half(_lo, 0, True, "GOT offset"), anchor=TOC_BASE),
     63: RelocSpec("R_PPC64_TOC16_DS", 2, DIRECT, _half(_ident, 16, True, "offset from the TOC"), anchor=TOC_BASE),
     64: RelocSpec("R_PPC64_TOC16_LO_DS", 2, DIRECT, _half(_lo, 0, True, "offset from the TOC"), anchor=TOC_BASE),
+    # gcc -fno-plt (svod's default flags) calls through inline PLT sequences: the slot is a GOT slot.
+    29: RelocSpec("R_PPC64_PLT16_LO", 2, GOT, _half(_lo, 0, False, "PLT slot offset"), anchor=TOC_BASE),
+    30: RelocSpec("R_PPC64_PLT16_HI", 2, GOT, _half(_hi, 32, False, "PLT slot offset from the TOC"), anchor=TOC_BASE),
+    31: RelocSpec("R_PPC64_PLT16_HA", 2, GOT, _half(_ha, 32, False, "PLT slot offset from the TOC"), anchor=TOC_BASE),
+    60: RelocSpec("R_PPC64_PLT16_LO_DS", 2, GOT, _half(_lo, 0, True, "PLT slot offset"), anchor=TOC_BASE),
     249: RelocSpec("R_PPC64_REL16", 2, DIRECT, _half(_ident, 16, False, "PC-relative offset")),
     250: RelocSpec("R_PPC64_REL16_LO", 2, DIRECT, _half(_lo, 0, False, "PC-relative offset")),
     251: RelocSpec("R_PPC64_REL16_HI", 2, DIRECT, _half(_hi, 32, False, "PC-relative offset")),
@@ -209,7 +216,7 @@ _RELOCS = {
 
 _TLS = "thread-local storage is not supported in kernels"
 _DYN = "dynamic relocation in a relocatable object"
-_PLT = "PLT sequences (-fno-plt inline calls) are not supported; build without -fno-plt"
+_PLT = "POWER10 inline PLT sequences are not supported; build for power8/power9 (-mcpu=power9)"
 _P10 = "POWER10 PC-relative code is not supported; build for power8/power9 (-mcpu=power9)"
 _REFUSED = {
     2: ("R_PPC64_ADDR24", "absolute branches are not supported"),
@@ -223,8 +230,6 @@ _REFUSED = {
     37: ("R_PPC64_ADDR30", "absolute branches are not supported"),
     116: ("R_PPC64_REL24_NOTOC", _P10),
     117: ("R_PPC64_ADDR64_LOCAL", "local-entry addresses in data are not supported"),
-    119: ("R_PPC64_PLTSEQ", _PLT),
-    120: ("R_PPC64_PLTCALL", _PLT),
     121: ("R_PPC64_PLTSEQ_NOTOC", _PLT),
     122: ("R_PPC64_PLTCALL_NOTOC", _PLT),
     132: ("R_PPC64_PCREL34", _P10),
@@ -245,7 +250,9 @@ PPC64LE = Arch(
     stub_size=32,
     write_stub=_write_stub,
     addend_on_target=True,
-    none_types=frozenset({0, 109, 118}),  # NONE, TOCSAVE and ENTRY (hints)
+    # NONE; TOCSAVE, ENTRY, PLTSEQ and PLTCALL mark instructions (the inline PLT sequence saves and
+    # restores r2 and sets r12 itself), nothing to patch.
+    none_types=frozenset({0, 109, 118, 119, 120}),
     page_size=65536,  # ppc64el Linux kernels usually use 64 KiB pages
     toc_symbol=".TOC.",
     local_entry=local_entry_offset,

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Tuple
 
 from foreign_cases import ForeignCase
 
+from svod_min.compiler.run import DEFAULT_FLAGS, FAMILY_FLAGS
 from svod_min.jit_loader.layout import Layout, apply_layout, plan_layout
 
 BASE = 0x40000000  # below 2 GiB, so non-PIC objects (absolute HI20/LO12) relocate too
@@ -117,11 +118,19 @@ class Outcome:
     externals: Dict[str, int]
 
 
+def object_flags(compiler: str, opt: str) -> List[str]:
+    """``-O0``; ``-O2`` with ``-fPIC``; or ``svod``: the runtime's own flags (``-fno-plt`` among them)."""
+    if opt == "svod":
+        family = "gcc" if compiler == "gcc" else "clang"
+        return list(DEFAULT_FLAGS) + list(FAMILY_FLAGS[family])
+    return [opt] + (["-fPIC"] if opt != "-O0" else [])
+
+
 def compile_object(tc: Toolchain, compiler: str, opt: str, source: str, workdir: str) -> bytes:
     with open(os.path.join(workdir, "kernel.c"), "w") as fh:
         fh.write(source)
-    pic = ["-fPIC"] if opt != "-O0" else []
-    _run(list(tc.compilers[compiler]) + ["-c", opt, *pic, "kernel.c", "-o", "kernel.o"], workdir, "compiling the kernel")
+    _run(list(tc.compilers[compiler]) + ["-c", *object_flags(compiler, opt), "kernel.c", "-o", "kernel.o"], workdir,
+         "compiling the kernel")
     with open(os.path.join(workdir, "kernel.o"), "rb") as fh:
         return fh.read()
 

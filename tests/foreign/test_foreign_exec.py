@@ -4,8 +4,8 @@ Each case's object is linked statically by a real linker (the reference) and,
 separately, relocated by ``svod_min.jit_loader`` on this host and mapped by a
 static harness at a fixed base; both run under qemu and must print the same
 results (see foreign_support.py). The full matrix (every case, each compiler,
-``-O0`` and ``-O2 -fPIC``) runs with ``SVOD_FOREIGN=1`` (the CI stage
-``.ci/foreign-arch-stage``); by default two cases per compiler at ``-O2`` run.
+``-O0``, ``-O2 -fPIC`` and svod's own flags) runs with ``SVOD_FOREIGN=1`` (the CI
+stage ``.ci/foreign-arch-stage``); by default two cases per compiler with svod's flags.
 A deliberately bent relocation per architecture must be caught.
 """
 
@@ -30,11 +30,11 @@ def _params() -> List[object]:
     out = []
     for arch, compilers in COMPILERS.items():
         for compiler in compilers:
-            for opt in ("-O0", "-O2"):
+            for opt in ("-O0", "-O2", "svod"):
                 for case in CASES:
-                    quick = opt == "-O2" and case.name in QUICK_CASES
+                    quick = opt == "svod" and case.name in QUICK_CASES
                     marks = [] if FULL or quick else [pytest.mark.skip(reason="full matrix only (SVOD_FOREIGN=1)")]
-                    out.append(pytest.param(arch, compiler, opt, case, id="%s-%s%s-%s" % (arch, compiler, opt, case.name), marks=marks))
+                    out.append(pytest.param(arch, compiler, opt, case, id="%s-%s-%s-%s" % (arch, compiler, opt.lstrip("-"), case.name), marks=marks))
     return out
 
 
