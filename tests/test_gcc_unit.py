@@ -96,6 +96,20 @@ def test_a_batch_is_one_unit_and_objects_match_compile_c(monkeypatch) -> None:
     assert run(clang.compile_c(kernel(7), compiler="gcc")) == run(objs[7])
 
 
+def test_command_line_macros_are_never_renamed() -> None:
+    assert gcc_unit.flag_macros(["-O2", "-DK=k7", "-D", "N=4", "-UX", "-DF(a)=a", "-I", "inc"]) == {"K", "N", "X", "F"}
+    unit = gcc_unit.build_unit({0: "void K(void) {}\nint other;\n"}, {"K"})
+    assert "#define K " not in unit and "#define other other__svu0__" in unit
+
+
+@needs_gcc
+def test_a_name_set_by_a_flag_keeps_its_meaning() -> None:
+    # K expands to k: renaming K in the unit would name the symbol K
+    objs = clang.compile_many_c([kernel(3).replace("void k(", "void K("), kernel(1)], compiler="gcc", jobs=1,
+                                extra_flags=["-DK=k"])  # fmt: skip
+    assert run(objs[0]) == expect(3) and run(objs[1]) == expect(1)
+
+
 @needs_gcc
 def test_library_kernels_share_one_unit(monkeypatch) -> None:
     from svod_min.kernels.sources import kernel_source

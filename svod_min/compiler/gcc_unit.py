@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import AbstractSet, Dict, List, Optional, Sequence, Set, Tuple
 
 from .probe import CompilerInfo
 from .run import run_compiler, source_bytes
@@ -159,8 +159,23 @@ def _skip_to_brace(tokens: List[str], i: int) -> int:
     return j - i
 
 
-def build_unit(sources: Dict[int, str]) -> str:
-    """One C unit holding every source, each with its defined names suffixed by its index."""
+def flag_macros(flags: Sequence[str]) -> Set[str]:
+    """Names the command line defines or undefines (``-DNAME=...``, ``-D NAME``, ``-UNAME``)."""
+    names: Set[str] = set()
+    for flag, nxt in zip(flags, [*flags[1:], ""]):
+        if flag in ("-D", "-U"):
+            flag = flag + nxt
+        if flag.startswith(("-D", "-U")) and len(flag) > 2:
+            names.add(re.split(r"[=(]", flag[2:], 1)[0])
+    return names
+
+
+def build_unit(sources: Dict[int, str], macros: AbstractSet[str] = frozenset()) -> str:
+    """One C unit holding every source, each with its defined names suffixed by its index.
+
+    ``macros`` (the command line's, see :func:`flag_macros`) are never renamed: a ``#define``
+    of ours would replace them.
+    """
     includes: List[str] = []
     parts: List[str] = []
     for index, source in sources.items():
@@ -168,7 +183,7 @@ def build_unit(sources: Dict[int, str]) -> str:
             line = match.group(0).strip()
             if match.group(1) == "include" and line not in includes:
                 includes.append(line)
-        names = sorted(defined_names(source))
+        names = sorted(defined_names(source) - macros)
         parts.extend("#define %s %s%s" % (n, n, SUFFIX % index) for n in names)
         parts.append('#line 1 "k%d.c"' % index)
         parts.append(_DIRECTIVE.sub(lambda m: "" if m.group(1) == "include" else m.group(0), source))
@@ -311,7 +326,7 @@ def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[i
     """
     unit_path = os.path.join(tmp, "unit%d.c" % min(sources))
     with open(unit_path, "wb") as fh:
-        fh.write(source_bytes(build_unit(sources), "the batch unit"))
+        fh.write(source_bytes(build_unit(sources, flag_macros(flags)), "the batch unit"))
     cmd = [info.path, "-S", "-pipe", *flags, *UNIT_FLAGS, "-x", "c", unit_path, "-o", "-"]
     result = run_compiler(cmd, "", info, cwd=tmp)
     if result.returncode != 0:
@@ -327,5 +342,5 @@ def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[i
     return set(split) if assembled.returncode == 0 else set()
 
 
-__all__ = ["SUFFIX", "UNIT_FLAGS", "build_unit", "compile_unit", "defined_names", "flags_allow_unit", "split_assembly",
-           "unit_ready"]
+__all__ = ["SUFFIX", "UNIT_FLAGS", "build_unit", "compile_unit", "defined_names", "flag_macros", "flags_allow_unit",
+           "split_assembly", "unit_ready"]
