@@ -166,7 +166,7 @@ def flag_macros(flags: Sequence[str]) -> Set[str]:
         if flag in ("-D", "-U"):
             flag = flag + nxt
         if flag.startswith(("-D", "-U")) and len(flag) > 2:
-            names.add(re.split(r"[=(]", flag[2:], 1)[0])
+            names.add(re.split(r"[=(]", flag[2:], maxsplit=1)[0])
     return names
 
 
