@@ -109,31 +109,31 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
                 "source_sha256": build.sha256(libraries[name].encode())}  # fmt: skip
         if name in objs:
             build.check_object(name, objs[name], mine)
-            out.files[path] = objs[name]
-            desc.update(size=len(objs[name]), sha256=build.sha256(objs[name]))
-        else:
-            out.skipped[path] = why or "not built"
-            old = committed.get("objects", {}).get(name, {})
-            desc.update(size=old.get("size", 0), sha256=old.get("sha256", ""))
-        manifest["objects"][name] = desc
+        manifest["objects"][name] = _record(out, path, objs.get(name), why, committed.get("objects", {}).get(name, {}), desc)
     return manifest
+
+
+def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str], old: Dict[str, Any],
+            desc: Dict[str, Any]) -> Dict[str, Any]:  # fmt: skip
+    """``desc`` with the object's size and hash: the new object's, or the committed one's when not built here."""
+    if data is not None:
+        out.files[path] = data
+        desc.update(size=len(data), sha256=build.sha256(data))
+    else:
+        out.skipped[path] = why or "not built"
+        desc.update(size=old.get("size", 0), sha256=old.get("sha256", ""))
+    return desc
 
 
 def _runtime(out: Generated, committed: Dict[str, Any], why: Optional[str], jobs: int) -> Dict[str, Any]:
     """The native replay runner, prebuilt per architecture (a cold start then needs no compiler)."""
     objs = build.compile_runtime(jobs) if why is None else {}
+    source_sha256 = build.sha256(build.runtime_source().encode())
     info: Dict[str, Any] = {}
     for name in build.RUNTIME_VARIANTS:
         path = "%s/%s/%s" % (PREBUILT, name, build.RUNTIME_NAME)
-        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": build.sha256(build.runtime_source().encode())}
-        if name in objs:
-            out.files[path] = objs[name]
-            desc.update(size=len(objs[name]), sha256=build.sha256(objs[name]))
-        else:
-            out.skipped[path] = why or "not built"
-            old = committed.get("runtime", {}).get(name, {})
-            desc.update(size=old.get("size", 0), sha256=old.get("sha256", ""))
-        info[name] = desc
+        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": source_sha256}
+        info[name] = _record(out, path, objs.get(name), why, committed.get("runtime", {}).get(name, {}), desc)
     return info
 
 

@@ -22,6 +22,7 @@ from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
 from .clang import CompilerInfo, compile_c, compile_ir, compile_many_c, compiler_flags, find_compiler
 
 from .error import BundleError, CompilationError, LoaderError, PlanError, SymbolNotFoundError
+from .jit_loader.arch import arch_name
 from .jit_loader.layout import relocate
 from .jit_loader.rt_helpers import HELPER_NAMES
 from .jit_loader.symbols import lookup
@@ -123,8 +124,7 @@ def _utf8(data: bytes, where: str) -> str:
 
 def compiler_arch(info: CompilerInfo) -> str:
     """The architecture a compiler builds for by default (the first part of its target triple)."""
-    arch = info.target.split("-", 1)[0]
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    return arch_name(info.target.split("-", 1)[0])
 
 
 def _buildable(wanted: List[Target], info: Optional[CompilerInfo]) -> Tuple[List[Tuple[Target, List[str]]], Dict[str, str]]:

@@ -24,9 +24,8 @@ import functools
 import threading
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from . import resources
 from .config import env_flag, env_int
-from .jit_loader.rt_helpers import RUNTIME_OBJECT
+from .jit_loader.rt_helpers import loaded_runtime
 from .error import NotSupportedError, SvodError
 
 MAX_ARGS = 16
@@ -135,30 +134,25 @@ def _load_runner() -> object:
     from .jit_loader import load_object
     from .kernel_cache import compile_cached
 
-    obj = prebuilt_runtime()
-    if obj is None:
-        obj = compile_cached(RUNNER_C, kind="c")
-    loaded = load_object(obj)
+    loaded = prebuilt_runtime(load_object)
+    if loaded is None:
+        loaded = load_object(compile_cached(RUNNER_C, kind="c"))
     fn = loaded.function(
         "svod_replay", ctypes.c_long, ctypes.POINTER(ctypes.c_uint64), ctypes.c_long, ctypes.c_int
     )
     return fn
 
 
-def prebuilt_runtime() -> Optional[bytes]:
-    """The runner object codegen built for this architecture (None: compile it; SVOD_KERNELS_PREBUILT=0 too).
+def prebuilt_runtime(load: Any) -> Any:
+    """The runner codegen built for this architecture, mapped once and shared with the loader's runtime
+    helpers (None: compile it; SVOD_KERNELS_PREBUILT=0 too).
 
     Shipped with the package so that a cold start (a bundle, the one-file runtime) never waits on a
     compiler: with a compiler and no object cache, building the runner cost ~0.3 s of every run.
     """
-    from .jit_loader.arch import host_arch
-
     if not env_flag("SVOD_KERNELS_PREBUILT", True):
         return None
-    try:
-        return resources.read_bytes(RUNTIME_OBJECT % host_arch())
-    except OSError:
-        return None
+    return loaded_runtime(load)
 
 
 def runner() -> object:

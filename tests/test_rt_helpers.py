@@ -68,3 +68,14 @@ def test_floats_narrow_to_nearest_even_as_numpy_does(half_kernels) -> None:  # t
     got = np.empty(2, dtype=np.uint16)
     to_half(got.ctypes.data, nans.ctypes.data, 2)
     assert np.isnan(got.view(np.float16)).all()
+
+
+def test_the_runner_and_the_helpers_share_one_runtime_mapping() -> None:
+    from svod_min import native_replay
+    from svod_min.jit_loader.rt_helpers import loaded_runtime
+
+    runtime = loaded_runtime(load_object)
+    if runtime is None:
+        pytest.skip("no prebuilt runtime object for this architecture")
+    assert native_replay.prebuilt_runtime(load_object) is runtime
+    assert runtime.address("svod_replay") and runtime.address("__gnu_f2h_ieee")

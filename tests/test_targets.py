@@ -112,3 +112,12 @@ def test_info_names_this_hosts_target() -> None:
     proc = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "host target: %s " % (host_target() or "none known for this arch") in proc.stdout
+
+
+def test_compiler_triples_name_the_loaders_architectures() -> None:
+    from svod_min.bundle_build import compiler_arch
+    from svod_min.clang import CompilerInfo
+
+    for triple, arch in (("x86_64-linux-gnu", "x86_64"), ("powerpc64le-linux-gnu", "ppc64le"),
+                         ("aarch64-unknown-linux-gnu", "aarch64"), ("riscv64-linux-gnu", "riscv64")):  # fmt: skip
+        assert compiler_arch(CompilerInfo("/usr/bin/gcc", "gcc", "12", triple)) == arch

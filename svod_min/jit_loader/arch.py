@@ -24,8 +24,13 @@ from ..error import FieldOverflow  # aarch64.py and layout.py import it from her
 
 def host_arch() -> str:
     """The loader's name for this machine's architecture (``x86_64``, ``aarch64``)."""
-    machine = os.uname().machine.lower()
-    return {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}.get(machine, machine)
+    return arch_name(os.uname().machine)
+
+
+def arch_name(machine: str) -> str:
+    """The loader's name for a machine or triple architecture as the OS or a compiler spells it."""
+    machine = machine.lower()
+    return {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le", "powerpc64le": "ppc64le"}.get(machine, machine)
 
 
 #: How a relocation reaches its symbol.

@@ -66,18 +66,23 @@ _runtime: Any = None
 _tried = False
 
 
-def helper_address(name: str, load: Callable[[bytes], Any]) -> int:
-    """Address of helper ``name`` from this architecture's prebuilt runtime object (mapped once by
-    ``load``, the loader's ``load_object``); 0 when ``name`` is not a helper or no object ships."""
+def loaded_runtime(load: Callable[[bytes], Any]) -> Any:
+    """This architecture's prebuilt runtime object, mapped once per process by ``load`` (the loader's
+    ``load_object``) and shared by its users (these helpers, the native replay runner); None: none ships."""
     global _runtime, _tried
-    if name not in HELPER_NAMES:
-        return 0
     with _lock:
         if not _tried:
             _tried = True
             data = _runtime_bytes()
             _runtime = load(data) if data is not None else None
-        runtime = _runtime
+        return _runtime
+
+
+def helper_address(name: str, load: Callable[[bytes], Any]) -> int:
+    """Address of helper ``name`` in the runtime object; 0 when ``name`` is not a helper or no object ships."""
+    if name not in HELPER_NAMES:
+        return 0
+    runtime = loaded_runtime(load)
     return runtime.address(name) if runtime is not None else 0
 
 
@@ -88,4 +93,4 @@ def _runtime_bytes() -> Optional[bytes]:
         return None
 
 
-__all__ = ["HELPERS_C", "HELPER_NAMES", "RUNTIME_OBJECT", "helper_address"]
+__all__ = ["HELPERS_C", "HELPER_NAMES", "RUNTIME_OBJECT", "helper_address", "loaded_runtime"]
