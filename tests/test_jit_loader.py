@@ -187,10 +187,15 @@ def test_relocate_is_pure_and_base_dependent_only_where_expected() -> None:
     assert one.image != other.image  # the pointer table and GOT hold absolute addresses
 
 
+# Over a page of constants: the rodata of this object cannot share the code's page.
+BIG_TABLE = "static const float big_table[2048] = {%s};\nfloat big_lookup(int i) { return big_table[i & 2047]; }\n" % ", ".join(
+    "%d.5f" % i for i in range(2048)
+)
+
+
 @needs_cc
 def test_sections_are_placed_by_flags_with_the_right_protection() -> None:
-    obj = clang.compile_c(KITCHEN_SINK)
-    layout = plan_layout(obj)
+    layout = plan_layout(clang.compile_c(KITCHEN_SINK + BIG_TABLE))
     segs = {s.name: s for s in layout.segments}
     assert segs["text"].prot == 5 and segs["rodata"].prot == 1 and segs["data"].prot == 3
     for name, off in layout.sections.items():
@@ -198,6 +203,26 @@ def test_sections_are_placed_by_flags_with_the_right_protection() -> None:
         expected = {".text": "text", ".rodata": "rodata", ".data": "data", ".bss": "data"}.get(name)
         if expected:
             assert seg.name == expected, name
+
+
+@needs_cc
+def test_a_small_image_keeps_its_constants_on_its_one_read_execute_page() -> None:
+    layout = plan_layout(clang.compile_c(KITCHEN_SINK))
+    segs = {s.name: s for s in layout.segments}
+    assert set(segs) == {"text", "data"}, segs  # no rodata page of its own
+    text = segs["text"]
+    assert text.prot == 5 and text.offset == 0 and text.size <= PAGE  # read+execute, never writable
+    assert text.offset <= layout.sections[".rodata"] < text.offset + text.size
+    assert segs["data"].offset >= PAGE and segs["data"].prot == 3
+    # (test_kitchen_sink_matches_cdll runs this layout against the same source as a shared library)
+
+
+@needs_cc
+def test_constants_on_their_own_read_only_page_are_read_correctly() -> None:
+    with load_object(clang.compile_c(BIG_TABLE)) as lo:
+        assert [s.name for s in lo.segments] == ["text", "rodata"]
+        big_lookup = lo.function("big_lookup", ctypes.c_float, ctypes.c_int)
+        assert [big_lookup(i) for i in (0, 7, 2047, 2048 + 5)] == [0.5, 7.5, 2047.5, 5.5]
 
 
 def _maps_with_wx() -> list:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..error import ElfFormatError, UnsupportedRelocationError
 
@@ -54,48 +54,42 @@ _ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (s
 MAX_ALIGN = 4096
 
 
-@dataclass
 class Section:
-    index: int
-    name: str
-    type: int
-    flags: int
-    offset: int
-    size: int
-    link: int
-    info: int
-    align: int
-    entsize: int
+    """One section header. Plain slots: a cold load builds a dozen of these, so no dataclass machinery."""
 
-    @property
-    def is_alloc(self) -> bool:
+    __slots__ = ("index", "name", "type", "flags", "offset", "size", "link", "info", "align", "entsize", "is_alloc", "is_nobits")
+
+    def __init__(self, index: int, name: str, type: int, flags: int, offset: int, size: int,
+                 link: int, info: int, align: int, entsize: int) -> None:  # fmt: skip
+        self.index, self.name, self.type, self.flags = index, name, type, flags
+        self.offset, self.size, self.link, self.info, self.align, self.entsize = offset, size, link, info, align, entsize
         # An SHT_NULL header is inactive whatever its other fields say (gABI).
-        return bool(self.flags & SHF_ALLOC) and self.type != SHT_NULL
+        self.is_alloc = bool(flags & SHF_ALLOC) and type != SHT_NULL
+        self.is_nobits = type == SHT_NOBITS
 
-    @property
-    def is_nobits(self) -> bool:
-        return self.type == SHT_NOBITS
+    def __repr__(self) -> str:
+        return "Section(%d, %r, type=%d, flags=0x%x, size=%d)" % (self.index, self.name, self.type, self.flags, self.size)
 
 
-@dataclass
 class Symbol:
-    index: int
-    name: str
-    bind: int
-    type: int
-    shndx: int
-    value: int
-    size: int
-    other: int = 0  # st_other: visibility, and ppc64le's local entry point (bits 5-7)
+    """One symbol table entry (``other`` is st_other: visibility, and ppc64le's local entry point in bits 5-7)."""
+
+    __slots__ = ("index", "name", "bind", "type", "shndx", "value", "size", "other")
+
+    def __init__(self, index: int, name: str, bind: int, type: int, shndx: int, value: int, size: int, other: int = 0) -> None:
+        self.index, self.name, self.bind, self.type = index, name, bind, type
+        self.shndx, self.value, self.size, self.other = shndx, value, size, other
 
     @property
     def is_undefined(self) -> bool:
         return self.shndx == SHN_UNDEF
 
+    def __repr__(self) -> str:
+        return "Symbol(%d, %r, shndx=%d, value=0x%x)" % (self.index, self.name, self.shndx, self.value)
 
-@dataclass
-class Relocation:
-    """One RELA entry: patch ``target`` section at ``offset`` using symbol ``sym``."""
+
+class Relocation(NamedTuple):
+    """One RELA entry: patch the target section at ``offset`` using symbol ``sym``."""
 
     offset: int
     type: int
@@ -129,14 +123,21 @@ def _fail(msg: str) -> ElfFormatError:
     return ElfFormatError("malformed ELF object: " + msg)
 
 
-def _cstring(data: bytes, table: Section, offset: int, what: str) -> str:
-    if offset >= table.size:
-        raise _fail("%s name offset %d is outside %s (%d bytes)" % (what, offset, table.name or "string table", table.size))
-    start = table.offset + offset
-    end = data.find(b"\0", start, table.offset + table.size)
-    if end < 0:
-        raise _fail("%s name at offset %d is not NUL-terminated" % (what, offset))
-    return data[start:end].decode("utf-8", errors="replace")
+def _names(data: bytes, table: Section, offsets: List[int], what: str) -> List[str]:
+    """The NUL-terminated strings at ``offsets`` in string table ``table`` (offset 0 is the empty name)."""
+    strings = data[table.offset : table.offset + table.size]
+    out = []
+    for offset in offsets:
+        if not offset:
+            out.append("")
+            continue
+        end = strings.find(b"\0", offset)
+        if end < 0:
+            if offset >= table.size:
+                raise _fail("%s name offset %d is outside %s (%d bytes)" % (what, offset, table.name or "string table", table.size))
+            raise _fail("%s name at offset %d is not NUL-terminated" % (what, offset))
+        out.append(strings[offset:end].decode("utf-8", errors="replace"))
+    return out
 
 
 def _read_header(data: bytes, supported: Tuple[int, ...]) -> tuple:
@@ -177,27 +178,26 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
             "section header table (%d entries at offset %d) runs past the end of the %d-byte object"
             % (shnum, shoff, len(data))
         )
-    raw = [_SHDR.unpack_from(data, shoff + i * _SHDR.size) for i in range(shnum)]
+    raw = list(_SHDR.iter_unpack(data[shoff : shoff + shnum * _SHDR.size]))
     if shstrndx == SHN_XINDEX:
         if not raw:
             raise _fail("extended section name table index, but no section headers")
         shstrndx = raw[0][6]
     if not 0 < shstrndx < shnum:
         raise _fail("section name table index %d out of range (%d sections)" % (shstrndx, shnum))
-    sections = [Section(i, "", *_shdr_fields(r)) for i, r in enumerate(raw)]
+    sections = [Section(i, "", r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9]) for i, r in enumerate(raw)]
+    length = len(data)
     for sec in sections:
-        _check_section_bounds(sec, len(data))
+        if sec.offset + sec.size > length or sec.align & (sec.align - 1) or sec.align > MAX_ALIGN:
+            _check_section_bounds(sec, length)  # the slow path names what is wrong (or passes NOBITS)
     names = sections[shstrndx]
     if names.type != SHT_STRTAB:
         raise _fail("section name table (index %d) is not a string table" % shstrndx)
-    for sec, r in zip(sections, raw):
-        sec.name = _cstring(data, names, r[0], "section")
+    if names.size == 0:
+        raise _fail("section name table (index %d) is empty" % shstrndx)
+    for sec, name in zip(sections, _names(data, names, [r[0] for r in raw], "section")):
+        sec.name = name
     return sections
-
-
-def _shdr_fields(r: tuple) -> tuple:
-    # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
-    return (r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9])
 
 
 def _check_section_bounds(sec: Section, length: int) -> None:
@@ -225,15 +225,15 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
         raise _fail("symbol table's string table index %d is invalid" % symtab.link)
     strtab = sections[symtab.link]
     nsec = len(sections)
+    entries = list(_SYM.iter_unpack(data[symtab.offset : symtab.offset + symtab.size]))
+    labels = _names(data, strtab, [e[0] for e in entries], "symbol")
     out = []
-    chunk = data[symtab.offset : symtab.offset + symtab.size]
-    for i, (name, info, other, shndx, value, size) in enumerate(_SYM.iter_unpack(chunk)):
-        if shndx == SHN_XINDEX:
-            raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
-        if shndx >= nsec and shndx < SHN_LORESERVE:
+    for i, (_name, info, other, shndx, value, size) in enumerate(entries):
+        if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:
+            if shndx == SHN_XINDEX:
+                raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
             raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
-        label = _cstring(data, strtab, name, "symbol") if name else ""
-        out.append(Symbol(i, label, info >> 4, info & 0xF, shndx, value, size, other))
+        out.append(Symbol(i, labels[i], info >> 4, info & 0xF, shndx, value, size, other))
     return symtab.index, out
 
 
@@ -262,9 +262,9 @@ def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> No
         relocs = obj.relocations.setdefault(target.index, [])
         for r_offset, r_info, addend in _RELA.iter_unpack(chunk):
             sym = r_info >> 32
-            if sym >= nsym:
-                raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, sym, nsym))
-            if r_offset >= target.size:
+            if sym >= nsym or r_offset >= target.size:
+                if sym >= nsym:
+                    raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, sym, nsym))
                 raise _fail(
                     "relocation in %s at offset %d is outside %s (%d bytes)"
                     % (sec.name, r_offset, target.name, target.size)

@@ -23,7 +23,7 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
@@ -47,6 +47,7 @@ from .elf import (
     STT_NOTYPE,
     STT_SECTION,
     ElfObject,
+    Relocation,
     Section,
     Symbol,
     parse_object,
@@ -60,6 +61,7 @@ ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC6
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
+_HOST_ARCH = host_arch()
 
 #: Largest image (code + data + zero-fill) an object may ask for. ``.bss`` and
 #: COMMON sizes are not bounded by the file size, so without a limit a 64-byte
@@ -74,23 +76,27 @@ Ref = Tuple[str, object]
 _Q = struct.Struct("<Q")
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     name: str  # "text", "rodata" or "data"
     offset: int
     size: int
     prot: int
 
 
-@dataclass
 class Patch:
-    offset: int  # image offset of the field (P - base)
-    spec: RelocSpec
-    ref: Ref  # what S is
-    addend: int
-    where: str  # "section+0xoff" for messages
-    symbol: str
-    anchor: Optional[int] = None  # image offset P stands for, when not the field's own
+    """One field to patch. Plain slots: a cold load makes one per relocation."""
+
+    __slots__ = ("offset", "spec", "ref", "addend", "where", "symbol", "anchor")
+
+    def __init__(self, offset: int, spec: RelocSpec, ref: Ref, addend: int, where: str, symbol: str,
+                 anchor: Optional[int] = None) -> None:  # fmt: skip
+        self.offset = offset  # image offset of the field (P - base)
+        self.spec = spec
+        self.ref = ref  # what S is
+        self.addend = addend
+        self.where = where  # "section+0xoff" for messages
+        self.symbol = symbol
+        self.anchor = anchor  # image offset P stands for, when not the field's own
 
 
 @dataclass
@@ -153,6 +159,7 @@ class _Builder:
         self.stub_keys: Dict[tuple, int] = {}
         self.toc = 0  # image offset of the TOC base (architectures with a toc_symbol)
         self.stub_calls: List[Tuple[int, str]] = []  # (image offset, where) of calls through stubs
+        self.checked: List[Tuple[Section, Relocation, RelocSpec, Symbol]] = []  # relocations that patch something
 
     # -- symbols -------------------------------------------------------------
 
@@ -187,15 +194,17 @@ class _Builder:
                 "relocation at %s refers to %s in section %s, which is not loaded (not SHF_ALLOC)"
                 % (where, sym.name or "a symbol", sec.name)
             )
-        return ("img", self._placed(sym, "relocation at %s" % where))
+        return ("img", self._placed(sym, where))
 
-    def _placed(self, sym: Symbol, what: str) -> int:
-        """Image offset of a symbol defined in a placed section; it must lie inside that section."""
+    def _placed(self, sym: Symbol, where: Optional[str]) -> int:
+        """Image offset of a symbol defined in a placed section (for the relocation at ``where``, or
+        the symbol table when None); it must lie inside that section."""
         sec = self.obj.sections[sym.shndx]
         if sym.value > sec.size:
             raise ElfFormatError(
                 "%s: symbol %s at offset 0x%x is outside section %s (%d bytes)"
-                % (what, sym.name or "#%d" % sym.index, sym.value, sec.name, sec.size)
+                % ("relocation at %s" % where if where else "symbol table", sym.name or "#%d" % sym.index,
+                   sym.value, sec.name, sec.size)
             )
         return self.offsets[sym.shndx] + sym.value
 
@@ -220,25 +229,28 @@ class _Builder:
         return (self._ident(sym), addend if self.arch.addend_on_target else 0)
 
     def _collect_indirections(self) -> None:
+        """Validate every relocation once, keep it with its spec, and number the GOT slots and stubs it needs."""
+        symbols, sections, arch = self.obj.symbols, self.obj.sections, self.arch
         for sec_index, relocs in self.obj.relocations.items():
-            sec = self.obj.sections[sec_index]
+            sec = sections[sec_index]
             for rel in relocs:
-                where = "%s+0x%x" % (sec.name, rel.offset)
-                spec = self._spec(rel.type, where)
+                spec = arch.relocs.get(rel.type)
                 if spec is None:
-                    continue
+                    spec = self._spec(rel.type, _where(sec, rel.offset))
+                    if spec is None:
+                        continue
                 if rel.offset + spec.width > sec.size:
-                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, where, sec.name))
+                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, _where(sec, rel.offset), sec.name))
                 if sec.is_nobits:
-                    raise ElfFormatError("relocation at %s patches a section with no contents" % where)
-                sym = self.obj.symbols[rel.sym]
+                    raise ElfFormatError("relocation at %s patches a section with no contents" % _where(sec, rel.offset))
+                sym = symbols[rel.sym]
                 if sym.shndx == SHN_UNDEF and not sym.name and not _toc_only(spec, rel.sym):
-                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % where)
-                key = self._indirection_key(sym, rel.addend)
+                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % _where(sec, rel.offset))
+                self.checked.append((sec, rel, spec, sym))
                 if spec.via == GOT:
-                    self.got_keys.setdefault(key, len(self.got_keys))
+                    self.got_keys.setdefault(self._indirection_key(sym, rel.addend), len(self.got_keys))
                 elif spec.via == CALL and self._is_external(sym):
-                    self.stub_keys.setdefault(key, len(self.stub_keys))
+                    self.stub_keys.setdefault(self._indirection_key(sym, rel.addend), len(self.stub_keys))
 
     # -- placement -----------------------------------------------------------
 
@@ -275,11 +287,20 @@ class _Builder:
         segments: List[Segment] = []
         cursor = self._place(groups["text"], 0)
         stub_base = _align(cursor, 16)
-        cursor = stub_base + self.arch.stub_size * len(self.stub_keys)
-        segments.append(Segment("text", 0, cursor, PROT_READ | PROT_EXEC))
-
+        text_end = cursor = stub_base + self.arch.stub_size * len(self.stub_keys)
         page = max(PAGE, self.arch.page_size)  # segments must be protectable on the target too
-        start = cursor = _align(cursor, page)
+
+        # A small image keeps its constants and GOT on the code's one read+execute page (still never
+        # writable and executable): one page and one mprotect per kernel instead of two. Anything
+        # larger, or with a TOC, gets a read-only rodata segment of its own.
+        cursor = self._place(groups["rodata"], text_end)
+        got_base = _align(cursor, 8)
+        cursor = got_base + 8 * len(self.got_keys)
+        if cursor <= page and not self.arch.toc_symbol:
+            segments.append(Segment("text", 0, cursor, PROT_READ | PROT_EXEC))
+            return self._finish(segments, cursor, page, groups, got_base, stub_base)
+        segments.append(Segment("text", 0, text_end, PROT_READ | PROT_EXEC))
+        start = cursor = _align(text_end, page)
         cursor = self._place(groups["rodata"], cursor)
         got_base = _align(cursor, 8)
         cursor = got_base + 8 * len(self.got_keys)
@@ -290,7 +311,11 @@ class _Builder:
             got_base = cursor - 8 * len(self.got_keys)
             self.toc = cursor
         segments.append(Segment("rodata", start, cursor - start, PROT_READ))
+        return self._finish(segments, cursor, page, groups, got_base, stub_base)
 
+    def _finish(self, segments: List[Segment], cursor: int, page: int, groups: Dict[str, List[Section]],
+                got_base: int, stub_base: int) -> Layout:  # fmt: skip
+        """Place the data segment after ``cursor``, then patches, template and names."""
         start = cursor = _align(cursor, page)
         cursor = self._place_common(self._place(groups["data"], cursor))
         segments.append(Segment("data", start, cursor - start, PROT_READ | PROT_WRITE))
@@ -351,13 +376,14 @@ class _Builder:
     def _symbol_names(self) -> Dict[str, int]:
         out: Dict[str, int] = {}
         # Locals first so a global of the same name overrides them.
-        for sym in sorted(self.obj.symbols, key=lambda s: s.bind != STB_LOCAL):
+        symbols = self.obj.symbols
+        for sym in [s for s in symbols if s.bind == STB_LOCAL] + [s for s in symbols if s.bind != STB_LOCAL]:
             if not sym.name or sym.type in (STT_SECTION, STT_FILE):
                 continue
             if sym.type == STT_GNU_IFUNC and sym.shndx != SHN_UNDEF:  # calling it would run its resolver
                 raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % sym.name)
             if sym.shndx in self.offsets:
-                out[sym.name] = self._placed(sym, "symbol table")
+                out[sym.name] = self._placed(sym, None)
             elif sym.shndx == SHN_COMMON:
                 out[sym.name] = self.common[sym.index]
         return out
@@ -381,25 +407,18 @@ class _Builder:
 
     def _patches(self, got_base: int, stub_base: int) -> List[Patch]:
         patches = []
-        for sec_index, relocs in self.obj.relocations.items():
-            if not relocs:
-                continue  # an empty RELA section for a section that may not even be placed
-            sec = self.obj.sections[sec_index]
-            base = self.offsets[sec_index]
-            for rel in relocs:
-                where = "%s+0x%x" % (sec.name, rel.offset)
-                spec = self._spec(rel.type, where)
-                if spec is None:
-                    continue
-                sym = self.obj.symbols[rel.sym]
-                if _toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
-                    ref, addend = ("abs", 0), rel.addend
-                else:
-                    ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
-                anchor = self.toc if spec.anchor == TOC_BASE else None
-                patches.append(Patch(base + rel.offset, spec, ref, addend, where, sym.name, anchor))
-                if spec.via == CALL and self._is_external(sym):
-                    self.stub_calls.append((base + rel.offset, where))
+        offsets = self.offsets
+        for sec, rel, spec, sym in self.checked:
+            where = _where(sec, rel.offset)
+            offset = offsets[sec.index] + rel.offset
+            if _toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
+                ref, addend = ("abs", 0), rel.addend
+            else:
+                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
+            anchor = self.toc if spec.anchor == TOC_BASE else None
+            patches.append(Patch(offset, spec, ref, addend, where, sym.name, anchor))
+            if spec.via == CALL and self._is_external(sym):
+                self.stub_calls.append((offset, where))
         return _pair_with_hi20(patches)
 
     def _patch_target(
@@ -414,6 +433,10 @@ class _Builder:
         if spec.via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
             addend += self.arch.local_entry(sym.other)  # caller and callee share one TOC
         return self._ref(sym, where), addend
+
+
+def _where(sec: Section, offset: int) -> str:
+    return "%s+0x%x" % (sec.name, offset)
 
 
 def _toc_only(spec: RelocSpec, sym_index: int) -> bool:
@@ -509,7 +532,7 @@ def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
     # Natively, mmap's page is the one that counts (qemu-user runs ppc64le with 4 KiB pages); an
     # image relocated for another machine must also suit that machine's usual page.
-    page = PAGE if layout.arch.name == host_arch() else max(PAGE, layout.arch.page_size)
+    page = PAGE if layout.arch.name == _HOST_ARCH else max(PAGE, layout.arch.page_size)
     if base % page:
         raise LoaderError("load address 0x%x is not page-aligned (%s pages: %d bytes)" % (base, layout.arch.name, page))
     resolved = _resolve_externals(layout, resolve)

@@ -155,12 +155,15 @@ def commit(base: int, image: bytes, segments: List[Segment]) -> str:
     return "memfd"
 
 
+_COHERENT_ICACHE = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
 def flush_icache(base: int, size: int) -> None:
     """Make freshly written code visible to instruction fetch (no-op on x86, whose caches are coherent).
 
     Elsewhere (aarch64, riscv64, ppc64le, loongarch64) libgcc's ``__clear_cache`` does it.
     """
-    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+    if _COHERENT_ICACHE:
         return
     try:
         libgcc = ctypes.CDLL("libgcc_s.so.1")
