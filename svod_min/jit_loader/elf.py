@@ -54,38 +54,34 @@ _ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (s
 MAX_ALIGN = 4096
 
 
-class Section:
-    """One section header. Plain slots: a cold load builds a dozen of these, so no dataclass machinery."""
+class Section(NamedTuple):
+    """One section header (tuples: a cold load makes a dozen of these, and tuples cost least)."""
 
-    __slots__ = ("index", "name", "type", "flags", "offset", "size", "link", "info", "align", "entsize", "is_alloc", "is_nobits")
+    index: int
+    name: str
+    type: int
+    flags: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    align: int
+    entsize: int
+    is_alloc: bool  # SHF_ALLOC, and not an SHT_NULL header (inactive whatever its other fields say, gABI)
+    is_nobits: bool
 
-    def __init__(self, index: int, name: str, type: int, flags: int, offset: int, size: int,
-                 link: int, info: int, align: int, entsize: int) -> None:  # fmt: skip
-        self.index, self.name, self.type, self.flags = index, name, type, flags
-        self.offset, self.size, self.link, self.info, self.align, self.entsize = offset, size, link, info, align, entsize
-        # An SHT_NULL header is inactive whatever its other fields say (gABI).
-        self.is_alloc = bool(flags & SHF_ALLOC) and type != SHT_NULL
-        self.is_nobits = type == SHT_NOBITS
 
-    def __repr__(self) -> str:
-        return "Section(%d, %r, type=%d, flags=0x%x, size=%d)" % (self.index, self.name, self.type, self.flags, self.size)
-
-
-class Symbol:
+class Symbol(NamedTuple):
     """One symbol table entry (``other`` is st_other: visibility, and ppc64le's local entry point in bits 5-7)."""
 
-    __slots__ = ("index", "name", "bind", "type", "shndx", "value", "size", "other")
-
-    def __init__(self, index: int, name: str, bind: int, type: int, shndx: int, value: int, size: int, other: int = 0) -> None:
-        self.index, self.name, self.bind, self.type = index, name, bind, type
-        self.shndx, self.value, self.size, self.other = shndx, value, size, other
-
-    @property
-    def is_undefined(self) -> bool:
-        return self.shndx == SHN_UNDEF
-
-    def __repr__(self) -> str:
-        return "Symbol(%d, %r, shndx=%d, value=0x%x)" % (self.index, self.name, self.shndx, self.value)
+    index: int
+    name: str
+    bind: int
+    type: int
+    shndx: int
+    value: int
+    size: int
+    other: int = 0
 
 
 class Relocation(NamedTuple):
@@ -185,18 +181,21 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
         shstrndx = raw[0][6]
     if not 0 < shstrndx < shnum:
         raise _fail("section name table index %d out of range (%d sections)" % (shstrndx, shnum))
-    sections = [Section(i, "", r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9]) for i, r in enumerate(raw)]
+    names = raw[shstrndx]  # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
     length = len(data)
+    if names[1] != SHT_STRTAB:
+        raise _fail("section name table (index %d) is not a string table" % shstrndx)
+    if names[5] == 0 or names[4] + names[5] > length:
+        raise _fail("section name table (index %d) is empty or past the end of the object" % shstrndx)
+    table = Section(shstrndx, "", *names[1:3], *names[4:10], True, False)
+    labels = _names(data, table, [r[0] for r in raw], "section")
+    sections = [
+        Section(i, labels[i], r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[2] & SHF_ALLOC) and r[1] != SHT_NULL, r[1] == SHT_NOBITS)
+        for i, r in enumerate(raw)
+    ]  # fmt: skip
     for sec in sections:
         if sec.offset + sec.size > length or sec.align & (sec.align - 1) or sec.align > MAX_ALIGN:
             _check_section_bounds(sec, length)  # the slow path names what is wrong (or passes NOBITS)
-    names = sections[shstrndx]
-    if names.type != SHT_STRTAB:
-        raise _fail("section name table (index %d) is not a string table" % shstrndx)
-    if names.size == 0:
-        raise _fail("section name table (index %d) is empty" % shstrndx)
-    for sec, name in zip(sections, _names(data, names, [r[0] for r in raw], "section")):
-        sec.name = name
     return sections
 
 

@@ -35,6 +35,7 @@ from .elf import (
     SHF_WRITE,
     SHN_ABS,
     SHN_COMMON,
+    SHN_LORESERVE,
     SHN_UNDEF,
     SHT_FINI_ARRAY,
     SHT_INIT_ARRAY,
@@ -173,6 +174,9 @@ class _Builder:
         return ("ext", sym.name) if sym.shndx == SHN_UNDEF and not self._is_toc(sym) else ("sym", sym.index)
 
     def _ref(self, sym: Symbol, where: str) -> Ref:
+        offset = self.offsets.get(sym.shndx)
+        if offset is not None and sym.shndx < SHN_LORESERVE:  # the common case: a placed section
+            return ("img", self._placed(sym, where))
         if self._is_toc(sym):
             return ("img", self.toc)
         if sym.shndx == SHN_UNDEF:
@@ -327,15 +331,16 @@ class _Builder:
                 "pass large arrays as buffers instead of static data" % (size, self._largest(), MAX_IMAGE_BYTES)
             )
         patches = self._patches(got_base, stub_base)
+        symbols, code = self._named_symbols()
         layout = Layout(
             arch=self.arch,
             size=size,
             template=self._template(size),
             segments=[s for s in segments if s.size > 0],
             sections=self._section_names(),
-            symbols=self._symbol_names(),
+            symbols=symbols,
             externals=self._externals(),
-            code=self._code_names(),
+            code=code,
         )
         layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
         layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
@@ -373,8 +378,12 @@ class _Builder:
             names.setdefault(self.obj.sections[index].name, off)
         return names
 
-    def _symbol_names(self) -> Dict[str, int]:
+    def _named_symbols(self) -> Tuple[Dict[str, int], FrozenSet[str]]:
+        """Defined name -> image offset, and the names an entry point may have: functions (or
+        untyped labels) inside placed executable sections."""
         out: Dict[str, int] = {}
+        code = []
+        offsets, sections = self.offsets, self.obj.sections
         # Locals first so a global of the same name overrides them.
         symbols = self.obj.symbols
         for sym in [s for s in symbols if s.bind == STB_LOCAL] + [s for s in symbols if s.bind != STB_LOCAL]:
@@ -382,23 +391,16 @@ class _Builder:
                 continue
             if sym.type == STT_GNU_IFUNC and sym.shndx != SHN_UNDEF:  # calling it would run its resolver
                 raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % sym.name)
-            if sym.shndx in self.offsets:
+            if sym.shndx in offsets:
                 out[sym.name] = self._placed(sym, None)
+                if sym.type in (STT_FUNC, STT_NOTYPE) and sections[sym.shndx].flags & SHF_EXECINSTR:
+                    code.append(sym.name)
             elif sym.shndx == SHN_COMMON:
                 out[sym.name] = self.common[sym.index]
-        return out
-
-    def _code_names(self) -> FrozenSet[str]:
-        """Names an entry point may have: functions (or untyped labels) inside placed executable sections."""
-        return frozenset(
-            sym.name
-            for sym in self.obj.symbols
-            if sym.name and sym.type in (STT_FUNC, STT_NOTYPE) and sym.shndx in self.offsets
-            and self.obj.sections[sym.shndx].flags & SHF_EXECINSTR
-        )  # fmt: skip
+        return out, frozenset(code)
 
     def _externals(self) -> Dict[str, bool]:
-        needed = {self.obj.symbols[r.sym].index for rels in self.obj.relocations.values() for r in rels}
+        needed = {r.sym for rels in self.obj.relocations.values() for r in rels}
         return {
             s.name: s.bind == STB_WEAK
             for s in self.obj.symbols

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
-import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from ..error import LoaderError, SymbolNotFoundError
@@ -37,14 +37,11 @@ class LoadedObject:
         self._code = layout.code
         self._sections = layout.sections
         self._lock = threading.Lock()
-        # atexit=False: at interpreter exit other threads may still be inside
-        # kernel code; the OS reclaims the pages anyway.
-        self._finalizer = weakref.finalize(self, unmap, base, layout.size)
-        self._finalizer.atexit = False
+        self._mapped = True  # unmapped once, by close() or when the object is collected
 
     @property
     def closed(self) -> bool:
-        return not self._finalizer.alive
+        return not self._mapped
 
     @property
     def symbols(self) -> Dict[str, int]:
@@ -85,7 +82,17 @@ class LoadedObject:
     def close(self) -> None:
         """Unmap the object now (idempotent)."""
         with self._lock:
-            self._finalizer()
+            if self._mapped:
+                self._mapped = False
+                unmap(self.base, self.size)
+
+    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing, _unmap: Callable[[int, int], None] = unmap) -> None:
+        # (A __del__ rather than weakref.finalize: a finalizer costs more than the rest of a warm load.)
+        # At interpreter exit other threads may still be inside kernel code, and module globals may
+        # already be gone (hence the defaults); the OS reclaims the pages anyway.
+        if getattr(self, "_mapped", False) and not _finalizing():
+            self._mapped = False
+            _unmap(self.base, self.size)
 
     def __enter__(self) -> "LoadedObject":
         return self

@@ -73,6 +73,9 @@ def unmap(base: int, size: int) -> None:
 def wx_mode() -> str:
     """How executable memory will be obtained: ``"anon"`` or ``"memfd"``."""
     global _mode
+    mode = _mode
+    if mode is not None:  # decided once per process (or pinned by the memfd fall-back)
+        return mode
     with _mode_lock:
         if _mode is None:
             forced = (env_str("SVOD_WX_MODE") or "auto").lower()
