@@ -117,11 +117,15 @@ def test_jobs_split_the_batch(cc: str, monkeypatch) -> None:
     clang.compile_many_c([kernel(0), kernel(1)], compiler=cc)  # probe outside the count
     counter = Counter(batch.run_compiler)
     monkeypatch.setattr(batch, "run_compiler", counter)
-    monkeypatch.setattr(batch.gcc_unit, "run_compiler", counter)  # gcc: a unit, then its pieces assembled
+    monkeypatch.setattr(batch.gcc_unit, "run_compiler", counter)  # gcc: a unit, then its one assembly
     objs = clang.compile_many_c([kernel(c) for c in range(20)], compiler=cc, jobs=2)
-    ext = ".c" if cc == "clang" else ".s"
-    inputs = sorted(len([a for a in call[0] if a.endswith(ext)]) for call in counter.calls if "-S" not in call[0])
-    assert inputs == [10, 10]
+    if cc == "clang":
+        inputs = sorted(len([a for a in call[0] if a.endswith(".c")]) for call in counter.calls)
+        assert inputs == [10, 10]
+    else:  # one unit per job, named after its first source, each assembled once
+        units = sorted(os.path.basename(a) for call in counter.calls if "-S" in call[0] for a in call[0] if a.endswith(".c"))
+        assert units == ["unit0.c", "unit10.c"]
+        assert sorted(len([a for a in call[0] if a.endswith(".s")]) for call in counter.calls if "-S" not in call[0]) == [1, 1]
     assert [run(o)[0] for o in objs] == [float(c) for c in range(20)]
 
 

@@ -32,12 +32,14 @@ import os
 import re
 from typing import AbstractSet, Dict, List, Optional, Sequence, Set, Tuple
 
+from .object_split import split_object
 from .probe import CompilerInfo
 from .run import run_compiler, source_bytes
 
 # Identical functions of two sources must not be folded into one (it would
 # make one piece call into another); the rest are gcc's defaults.
-UNIT_FLAGS: Tuple[str, ...] = ("-fno-ipa-icf",)
+# Each function and datum in a section of its own, so the unit's object can be cut per source (object_split).
+UNIT_FLAGS: Tuple[str, ...] = ("-fno-ipa-icf", "-ffunction-sections", "-fdata-sections")
 SUFFIX = "__svu%d__"
 _SUFFIX_RE = re.compile(r"__svu(\d+)__")
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.MULTILINE)
@@ -317,6 +319,25 @@ def split_assembly(asm: str, indices: Sequence[int]) -> Optional[Dict[int, str]]
     return out
 
 
+def _assemble_once(info: CompilerInfo, flags: List[str], tmp: str, asm: bytes, indices: List[int]) -> bool:
+    """Assemble the whole unit with one ``as`` and cut the object per source (``k<i>.o``); False if it
+    cannot be cut, and the assembly is then cut per source instead."""
+    first = indices[0]
+    asm_path, obj_path = os.path.join(tmp, "unit%d.s" % first), os.path.join(tmp, "unit%d.o" % first)
+    with open(asm_path, "wb") as fh:
+        fh.write(asm)
+    if run_compiler([info.path, "-c", *flags, "-x", "assembler", asm_path, "-o", obj_path], "", info, cwd=tmp).returncode:
+        return False
+    with open(obj_path, "rb") as fh:
+        pieces = split_object(fh.read(), SUFFIX, indices)
+    if pieces is None:
+        return False
+    for index, data in pieces.items():
+        with open(os.path.join(tmp, "k%d.o" % index), "wb") as fh:
+            fh.write(data)
+    return True
+
+
 def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[int, str]) -> Set[int]:
     """Compile ``sources`` (index -> text) as one unit into ``k<i>.o`` in ``tmp``; the indices built.
 
@@ -331,6 +352,8 @@ def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[i
     result = run_compiler(cmd, "", info, cwd=tmp)
     if result.returncode != 0:
         return set()
+    if _assemble_once(info, flags, tmp, result.stdout, sorted(sources)):
+        return set(sources)
     split = split_assembly(result.stdout.decode(errors="replace"), sorted(sources))
     if split is None:
         return set()
