@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Tuple
 from foreign_cases import ForeignCase
 
 from svod_min.compiler.run import DEFAULT_FLAGS, FAMILY_FLAGS
-from svod_min.jit_loader.layout import Layout, apply_layout, plan_layout
+from svod_min.jit_loader.layout import Layout, Patch, apply_layout, plan_layout
 
 BASE = 0x40000000  # below 2 GiB, so non-PIC objects (absolute HI20/LO12) relocate too
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -183,9 +183,10 @@ def bent(layout: Layout, arch: str) -> Layout:
         return lambda image, off, s, a, p: apply(image, off, s + ds, a, p + dp)  # type: ignore[operator]
 
     patches = [
-        replace(p, spec=replace(p.spec, apply=bend(p.spec.apply))) if p.spec.name in names else p
+        Patch(p.offset, replace(p.spec, apply=bend(p.spec.apply)), p.ref, p.addend, p.where, p.symbol, p.anchor)
+        if p.spec.name in names else p
         for p in layout.patches
-    ]
+    ]  # fmt: skip
     return replace(layout, patches=patches)
 
 
