@@ -40,7 +40,7 @@ from svod_min.jit_loader import relocate  # noqa: E402
 from svod_min.jit_loader.layout import ARCHES  # noqa: E402
 from svod_min.kernels.sources import C_DIR  # noqa: E402
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.matrix_ends]
 
 BASE = 0x40000000
 EXTERNAL = BASE + 0x00C00000  # within every branch's reach (ppc64le's 32 MiB), so lld links directly
