@@ -432,7 +432,8 @@ class Decoder:
             if before is None:
                 raise DecodeError("%s: no opcode bytes before 0x%x" % (self.mem.name, p))
             op, modrm = before[0], before[1]
-            if op == 0x8B or (op == 0xFF and modrm in (0x15, 0x25)) or (op in _X86_BINOPS and modrm & 0xC7 == 0x05):
+            if op == 0x8B or (op == 0xFF and modrm in (0x15, 0x25)) or (op in _X86_BINOPS and modrm & 0xC7 == 0x05) \
+                    or (op in (0x80, 0x81, 0x83) and modrm & 0xC7 == 0x05):  # group-1 op with an immediate: cmp $0, slot
                 return Target((self.u64(g, "GOT slot"),), "got load (%02x %02x)" % (op, modrm))
             if op == 0x8D:
                 return Target((g,), "relaxed to lea")

@@ -1,9 +1,9 @@
 """Streaming stores for large elementwise outputs (templates/c/elementwise.c.j2, prelude svod_stream64).
 
-Outputs of at least STREAM_BYTES are written in 64-byte blocks with
-non-temporal stores; the values must be exactly those of the regular path
-(checked against numpy, and against the same kernel run in pieces below the
-threshold).
+Outputs of at least the machine's threshold (``svod_stream_bytes``, set per process by
+jit_loader/rt_helpers.py) are written in 64-byte blocks with non-temporal stores; the values must
+be exactly those of the regular path (checked against numpy, and against the same kernel run in
+pieces below the threshold). The tests lower the threshold to STREAM_BYTES so arrays stay small.
 """
 
 from __future__ import annotations
@@ -13,19 +13,28 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
 import pytest
 
 from svod_min import clang, kernels
-from svod_min.jit_loader import load_object
+from svod_min.jit_loader import load_object, rt_helpers
 from svod_min.kernels import variants
 from svod_min.kernels.elementwise import render_elementwise
 from svod_min.kernels.sources import prelude
 
-STREAM_BYTES = 16 << 20  # svod_stream_worth() in templates/c/prelude.h.j2
+STREAM_BYTES = 1 << 20  # the threshold these tests set (the machine's is about half its last-level cache)
 X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+@pytest.fixture(autouse=True)
+def _small_threshold():
+    before = rt_helpers.stream_bytes()
+    rt_helpers.set_stream_bytes(STREAM_BYTES)
+    yield
+    rt_helpers.set_stream_bytes(before)
 
 
 def past_threshold(dtype: str) -> int:
@@ -72,7 +81,7 @@ def test_streamed_values_are_those_of_regular_stores(cc: str) -> None:
     a, b, c = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     whole, pieces = np.empty_like(a), np.empty_like(a)
     fn(whole.ctypes.data, a.ctypes.data, b.ctypes.data, c.ctypes.data, n, 1, 0)
-    step = 1 << 18
+    step = STREAM_BYTES // 4 // 4  # float32 pieces a quarter of the threshold: regular stores
     for lo in range(0, n, step):
         m = min(step, n - lo)
         fn(*(x[lo:].ctypes.data for x in (pieces, a, b, c)), m, 1, 0)
@@ -91,3 +100,70 @@ def test_prebuilt_add_has_streaming_stores(variant: str) -> None:
         text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], capture_output=True, text=True).stdout
     body = text.split("<svod_add_f32>:", 1)[1].split("\n\n", 1)[0]
     assert "movnt" in body and "sfence" in body
+
+
+WORTH = "int worth(long long n) { return svod_stream_worth(n); }\n"
+
+
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+def test_kernels_read_the_threshold_this_process_sets(cc: str) -> None:
+    with load_object(clang.compile_c(prelude() + WORTH, compiler=cc)) as lo:
+        worth = lo.function("worth", ctypes.c_int, ctypes.c_longlong)
+        assert (worth(STREAM_BYTES - 1), worth(STREAM_BYTES)) == (0, 1)
+        rt_helpers.set_stream_bytes(5000)  # read at every call: no reload needed
+        assert (worth(4999), worth(5000)) == (0, 1)
+
+
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+def test_without_svod_min_the_weak_threshold_falls_back_to_16_mib(cc: str, tmp_path) -> None:
+    src, lib = tmp_path / "w.c", tmp_path / "w.so"
+    src.write_text(prelude() + WORTH)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", str(src), "-o", str(lib)], check=True, capture_output=True)
+    worth = ctypes.CDLL(str(lib)).worth
+    worth.argtypes, worth.restype = [ctypes.c_longlong], ctypes.c_int
+    assert (worth((16 << 20) - 1), worth(16 << 20)) == (0, 1)
+
+
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+@pytest.mark.parametrize("variant", ["x86_64-avx2", "x86_64-baseline"])
+def test_prebuilt_objects_ask_the_loader_for_the_threshold(variant: str) -> None:
+    from svod_min.jit_loader import relocate
+
+    asked = []
+
+    def resolve(name: str) -> int:
+        asked.append(name)
+        return 0x1000
+
+    with open(variants.object_path(variant), "rb") as fh:
+        relocate(fh.read(), 0x10000000, resolve)
+    assert "svod_stream_bytes" in asked
+
+
+def _cache_dir(root, index: int, kind: str, size: str) -> None:
+    d = root / ("index%d" % index)
+    d.mkdir()
+    (d / "type").write_text(kind + "\n")
+    (d / "size").write_text(size + "\n")
+
+
+def test_the_default_threshold_is_half_the_last_level_cache(tmp_path, monkeypatch) -> None:
+    _cache_dir(tmp_path, 0, "Data", "32K")
+    _cache_dir(tmp_path, 1, "Instruction", "32K")
+    _cache_dir(tmp_path, 2, "Unified", "1024K")
+    _cache_dir(tmp_path, 3, "Unified", "32768K")
+    monkeypatch.setattr(rt_helpers.glob, "glob", lambda pattern: sorted(str(p) for p in tmp_path.iterdir()))
+    assert rt_helpers.default_stream_bytes() == 16 << 20
+    monkeypatch.setattr(rt_helpers.glob, "glob", lambda pattern: [])
+    assert rt_helpers.default_stream_bytes() == rt_helpers.DEFAULT_STREAM_BYTES  # unknown: the measured 16 MiB
+
+
+def test_the_threshold_comes_from_the_environment_and_bad_values_are_named() -> None:
+    code = "from svod_min.jit_loader import rt_helpers; print(rt_helpers.stream_bytes())"
+    env = dict(os.environ, SVOD_STREAM_BYTES="123456")
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "123456"
+    env["SVOD_STREAM_BYTES"] = "lots"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "SVOD_STREAM_BYTES='lots' is not an integer" in proc.stderr
+    with pytest.raises(ValueError, match=">= 0"):
+        rt_helpers.set_stream_bytes(-1)

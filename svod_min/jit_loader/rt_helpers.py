@@ -1,4 +1,5 @@
-"""Compiler-runtime helpers no system library exports, shipped prebuilt with the package.
+"""Compiler-runtime helpers no system library exports, shipped prebuilt with the package, and the
+per-machine values kernels read (:data:`TUNABLE_NAMES`).
 
 clang 14 lowers ``__fp16`` conversions on x86-64 without F16C (the baseline target) to calls of
 compiler-rt's ``__gnu_h2f_ieee`` and ``__gnu_f2h_ieee``; glibc, libm and libgcc_s define neither,
@@ -6,17 +7,34 @@ so such an object (tinygrad's half kernels) would not load. :data:`HELPERS_C` de
 (IEEE binary16, round to nearest even, NaN kept quiet); codegen compiles it into each
 architecture's ``runtime.o`` beside the native replay runner, and :func:`helper_address` maps that
 object once and answers for these names only after the host libraries had no answer.
+
+``svod_stream_bytes`` (weak in the kernels' prelude) is the output size from which elementwise
+kernels write with streaming stores on x86-64: half the last-level cache (an add's two inputs and
+its output then no longer fit in it; measured on a 32 MiB-L3 EPYC: streaming lost below 8 MiB,
+won from 16 MiB), ``SVOD_STREAM_BYTES`` to set it, 16 MiB when the cache size is unknown. Kernels
+read it at every call, so :func:`set_stream_bytes` applies at once.
 """
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 import threading
 from typing import Any, Callable, Optional
 
 from .. import resources
+from ..config import env_int
 from .arch import host_arch
 
-HELPER_NAMES = frozenset({"__gnu_h2f_ieee", "__gnu_f2h_ieee"})
+#: Functions of the prebuilt runtime object.
+RUNTIME_NAMES = frozenset({"__gnu_h2f_ieee", "__gnu_f2h_ieee"})
+#: Variables svod_min defines per process for the kernels it loads.
+TUNABLE_NAMES = frozenset({"svod_stream_bytes"})
+#: Every undefined name a kernel may use besides the host libraries'.
+HELPER_NAMES = RUNTIME_NAMES | TUNABLE_NAMES
+STREAM_BYTES_ENV = "SVOD_STREAM_BYTES"
+DEFAULT_STREAM_BYTES = 16 << 20
 RUNTIME_OBJECT = "kernels/prebuilt/%s-baseline/runtime.o"
 
 HELPERS_C = r"""
@@ -79,11 +97,59 @@ def loaded_runtime(load: Callable[[bytes], Any]) -> Any:
 
 
 def helper_address(name: str, load: Callable[[bytes], Any]) -> int:
-    """Address of helper ``name`` in the runtime object; 0 when ``name`` is not a helper or no object ships."""
-    if name not in HELPER_NAMES:
+    """Address of helper ``name`` (in the runtime object, or a tunable); 0 when ``name`` is no helper
+    or no runtime object ships."""
+    if name in TUNABLE_NAMES:
+        return ctypes.addressof(_stream_bytes())
+    if name not in RUNTIME_NAMES:
         return 0
     runtime = loaded_runtime(load)
     return runtime.address(name) if runtime is not None else 0
+
+
+_stream_limit: Optional[ctypes.c_int64] = None
+_stream_lock = threading.Lock()  # not _lock: resolving runtime.o's own symbols happens under that one
+
+
+def _stream_bytes() -> ctypes.c_int64:
+    global _stream_limit
+    with _stream_lock:
+        if _stream_limit is None:
+            _stream_limit = ctypes.c_int64(env_int(STREAM_BYTES_ENV, default_stream_bytes(), minimum=0))
+        return _stream_limit
+
+
+def default_stream_bytes() -> int:
+    """Half this machine's last-level cache (sysfs), or 16 MiB when it cannot be read."""
+    sizes = [_cache_bytes(d) for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")]
+    largest = max([s for s in sizes if s], default=0)
+    return largest // 2 if largest else DEFAULT_STREAM_BYTES
+
+
+def _cache_bytes(index_dir: str) -> int:
+    try:
+        with open(os.path.join(index_dir, "type")) as fh:
+            if fh.read().strip() not in ("Unified", "Data"):
+                return 0
+        with open(os.path.join(index_dir, "size")) as fh:
+            text = fh.read().strip().upper()
+    except OSError:
+        return 0
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    digits = text.rstrip("KMG")
+    return int(digits) * scale if digits.isdigit() else 0
+
+
+def stream_bytes() -> int:
+    """The output size (bytes) from which elementwise kernels use streaming stores in this process."""
+    return _stream_bytes().value
+
+
+def set_stream_bytes(nbytes: int) -> None:
+    """Change the streaming threshold for every kernel of this process (they read it at each call)."""
+    if nbytes < 0:
+        raise ValueError("the streaming threshold must be >= 0 bytes, got %d" % nbytes)
+    _stream_bytes().value = nbytes
 
 
 def _runtime_bytes() -> Optional[bytes]:
@@ -93,4 +159,5 @@ def _runtime_bytes() -> Optional[bytes]:
         return None
 
 
-__all__ = ["HELPERS_C", "HELPER_NAMES", "RUNTIME_OBJECT", "helper_address", "loaded_runtime"]
+__all__ = ["HELPERS_C", "HELPER_NAMES", "RUNTIME_NAMES", "RUNTIME_OBJECT", "STREAM_BYTES_ENV", "TUNABLE_NAMES",
+           "default_stream_bytes", "helper_address", "loaded_runtime", "set_stream_bytes", "stream_bytes"]

@@ -76,14 +76,19 @@ static inline void svod_chunk(svod_i64 n, int count, int id, svod_i64 align, svo
    skips the read and the cache. Below the threshold the output is likely read
    again from the cache, and regular stores win (an add of 2^18..2^25 floats timed with
    streaming vs regular stores on a 2-vCPU EPYC with 32 MiB L3: streaming lost below
-   8 MiB of output, won from 16 MiB). x86-64 only; the #if lines sit inside functions, so every
-   branch defines the same names. */
+   8 MiB of output, won from 16 MiB, i.e. half the last-level cache). The threshold is this
+   machine's: svod_stream_bytes, which svod_min's loader resolves to a value it sets per process
+   (jit_loader/rt_helpers.py: half the last-level cache, or SVOD_STREAM_BYTES); weak, so where
+   nothing defines it (a shared library, another loader) the 16 MiB measured above applies.
+   x86-64 only; the #if lines sit inside functions, so every branch defines the same names. */
 typedef long long svod_v32 __attribute__((vector_size(32), may_alias));
 typedef long long svod_v16 __attribute__((vector_size(16), may_alias));
 
 static inline int svod_stream_worth(svod_i64 out_bytes) {
 #if defined(__x86_64__)
-    return out_bytes >= ((svod_i64)16 << 20);
+    extern const svod_i64 svod_stream_bytes __attribute__((weak));
+    const svod_i64 *limit = &svod_stream_bytes;
+    return out_bytes >= (limit ? *limit : ((svod_i64)16 << 20));
 #else
     (void)out_bytes;
     return 0; /* never: not measured on this architecture (the streaming path folds away) */
