@@ -47,6 +47,9 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _RELA = struct.Struct("<QQq")
+# Tuples straight from their fields (a NamedTuple's own __new__ is a Python call per row): a cold
+# load builds a few dozen rows, and this is most of what parsing costs.
+_new = tuple.__new__
 
 _ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (shared object)", 4: "ET_CORE"}
 
@@ -190,7 +193,7 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
     table = Section(shstrndx, "", *names[1:3], *names[4:10], True, False)
     labels = _names(data, table, [r[0] for r in raw], "section")
     sections = [
-        Section(i, labels[i], r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[2] & SHF_ALLOC) and r[1] != SHT_NULL, r[1] == SHT_NOBITS)
+        _new(Section, (i, labels[i], r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[2] & SHF_ALLOC) and r[1] != SHT_NULL, r[1] == SHT_NOBITS))
         for i, r in enumerate(raw)
     ]  # fmt: skip
     for sec in sections:
@@ -226,14 +229,14 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
     nsec = len(sections)
     entries = list(_SYM.iter_unpack(data[symtab.offset : symtab.offset + symtab.size]))
     labels = _names(data, strtab, [e[0] for e in entries], "symbol")
-    out = []
-    for i, (_name, info, other, shndx, value, size) in enumerate(entries):
+    for i, e in enumerate(entries):
+        shndx = e[3]
         if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:
             if shndx == SHN_XINDEX:
                 raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
             raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
-        out.append(Symbol(i, labels[i], info >> 4, info & 0xF, shndx, value, size, other))
-    return symtab.index, out
+    # (name, info, other, shndx, value, size) -> Symbol(index, name, bind, type, shndx, value, size, other)
+    return symtab.index, [_new(Symbol, (i, labels[i], e[1] >> 4, e[1] & 0xF, e[3], e[4], e[5], e[2])) for i, e in enumerate(entries)]
 
 
 def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> None:
@@ -257,18 +260,21 @@ def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> No
             raise _fail("relocation section %s does not use the symbol table" % sec.name)
         if sec.entsize not in (0, _RELA.size) or sec.size % _RELA.size:
             raise _fail("relocation section %s has entry size %d / size %d" % (sec.name, sec.entsize, sec.size))
-        chunk = data[sec.offset : sec.offset + sec.size]
-        relocs = obj.relocations.setdefault(target.index, [])
-        for r_offset, r_info, addend in _RELA.iter_unpack(chunk):
-            sym = r_info >> 32
-            if sym >= nsym or r_offset >= target.size:
-                if sym >= nsym:
-                    raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, sym, nsym))
-                raise _fail(
-                    "relocation in %s at offset %d is outside %s (%d bytes)"
-                    % (sec.name, r_offset, target.name, target.size)
-                )
-            relocs.append(Relocation(r_offset, r_info & 0xFFFFFFFF, sym, addend))
+        entries = list(_RELA.iter_unpack(data[sec.offset : sec.offset + sec.size]))
+        if entries and (max(e[1] for e in entries) >> 32 >= nsym or max(e[0] for e in entries) >= target.size):
+            _refuse_relocation(sec, target, entries, nsym)
+        # (offset, info, addend) -> Relocation(offset, type, sym, addend)
+        obj.relocations.setdefault(target.index, []).extend(
+            [_new(Relocation, (e[0], e[1] & 0xFFFFFFFF, e[1] >> 32, e[2])) for e in entries])
+
+
+def _refuse_relocation(sec: Section, target: Section, entries: List[tuple], nsym: int) -> None:
+    """Name the first relocation of ``sec`` that refers past the symbol table or past its section."""
+    for r_offset, r_info, _addend in entries:
+        if r_info >> 32 >= nsym:
+            raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, r_info >> 32, nsym))
+        if r_offset >= target.size:
+            raise _fail("relocation in %s at offset %d is outside %s (%d bytes)" % (sec.name, r_offset, target.name, target.size))
 
 
 def parse_object(data: bytes, supported_machines: Tuple[int, ...] = (EM_X86_64, EM_AARCH64)) -> ElfObject:
