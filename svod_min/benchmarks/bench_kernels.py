@@ -13,8 +13,9 @@ medians of ``--reps`` runs after warm-up; rates are higher-is-better, so
 Rows: add of 2^24 float32 vs ``numpy.add(out=)`` (1 thread), and as a
 fraction of this machine's 1-thread memcpy bandwidth measured in the same
 round (outputs that large use streaming stores, see templates/c/prelude.h.j2); fused
-``relu(a*b+c)`` vs the numpy expression ``np.maximum(a*b+c, 0)``; 1024x1024
-float32 matmul vs numpy's BLAS at 1 and at 2 threads; the speed-up of the
+``relu(a*b+c)`` vs the numpy expression ``np.maximum(a*b+c, 0)``; float32
+matmul vs numpy's BLAS at 1 and at 2 threads (goal at 1024^2; 256^2, 512^2,
+2048^2 and an MLP layer 64x512x784 reported); the speed-up of the
 ``core_id``-threaded matmul and gelu kernels from 1 to 2 cores; add with 2
 threads vs this machine's memcpy bandwidth with 2 threads.
 """
@@ -35,6 +36,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 N_ADD = 1 << 24
 N_GELU = 1 << 22
 N_MM = 1024
+# (M, N, K): the goal's square, smaller and larger squares, and an MLP layer (batch 64, 784 -> 512).
+MM_SHAPES: Tuple[Tuple[int, int, int], ...] = ((1024, 1024, 1024), (256, 256, 256), (512, 512, 512),
+                                               (2048, 2048, 2048), (64, 512, 784))
+MM_GOAL = 0.9  # of numpy's BLAS at 1024^2, at 1 and at 2 threads
 
 
 def _paired(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 2) -> Dict[str, float]:
@@ -93,36 +98,53 @@ def work_elementwise(reps: int) -> Dict[str, float]:
     return res
 
 
-def work_svod_matmul(reps: int, threads: int) -> Dict[str, float]:
+def _matmul_operands(np: Any, shape: Tuple[int, int, int]) -> Tuple[Any, Any, Any]:
+    m, n, k = shape
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    return a, b, np.empty((m, n), np.float32)
+
+
+def work_svod_matmul(reps: int, threads: int) -> Dict[str, Any]:
     import numpy as np
 
     from svod_min import kernels
 
-    rng = np.random.default_rng(1)
-    a, b = (rng.standard_normal((N_MM, N_MM)).astype(np.float32) for _ in range(2))
-    c = np.empty_like(a)
     k = kernels.get("matmul", dtype="float32")
-    call = k.bind([c, a, b], M=N_MM, N=N_MM, K=N_MM, threads=threads)
-    call()
-    want = a[:64].astype(np.float64) @ b.astype(np.float64)  # a slice: no BLAS threads, float64 path
-    assert np.allclose(c[:64], want, rtol=1e-3, atol=1e-3)
-    return {"matmul": _median(call, reps), "tile": "%dx%d" % (k.params["mr"], k.params["nr"]),
-            "variant": str(k.variant)}  # fmt: skip
+    out: Dict[str, Any] = {"tile": "%dx%d" % (k.params["mr"], k.params["nr"]), "variant": str(k.variant)}
+    for shape in MM_SHAPES:
+        a, b, c = _matmul_operands(np, shape)
+        call = k.bind([c, a, b], M=shape[0], N=shape[1], K=shape[2], threads=threads)
+        call()
+        want = a[:64].astype(np.float64) @ b.astype(np.float64)  # a slice: no BLAS threads, float64 path
+        assert np.allclose(c[:64], want, rtol=1e-3, atol=1e-3), shape
+        out[_shape_key(shape)] = _median(call, _reps_for(shape, reps))
+    return out
 
 
 def work_blas_matmul(reps: int, threads: int) -> Dict[str, Any]:
     import numpy as np
 
-    rng = np.random.default_rng(1)
-    a, b = (rng.standard_normal((N_MM, N_MM)).astype(np.float32) for _ in range(2))
-    c = np.empty_like(a)
     blas = "BLAS"
     try:
         cfg = np.show_config(mode="dicts")  # numpy >= 2
         blas = cfg["Build Dependencies"]["blas"]["name"]
     except Exception:
         pass
-    return {"matmul": _median(lambda: np.matmul(a, b, out=c), reps), "blas": blas, "numpy": np.__version__}
+    out: Dict[str, Any] = {"blas": blas, "numpy": np.__version__}
+    for shape in MM_SHAPES:
+        a, b, c = _matmul_operands(np, shape)
+        out[_shape_key(shape)] = _median(lambda: np.matmul(a, b, out=c), _reps_for(shape, reps))
+    return out
+
+
+def _shape_key(shape: Tuple[int, int, int]) -> str:
+    return "%dx%dx%d" % shape
+
+
+def _reps_for(shape: Tuple[int, int, int], reps: int) -> int:
+    """Fewer runs of the big shapes (a 2048^2 float32 matmul is ~0.3 s on one core)."""
+    return max(3, reps * (N_MM ** 3) // max(N_MM ** 3, shape[0] * shape[1] * shape[2]))
 
 
 def work_speedup(reps: int) -> Dict[str, float]:
@@ -219,7 +241,6 @@ def collect(reps: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     sp = run_worker("speedup", 2, max(3, reps // 2))
     bw = run_worker("bandwidth", 2, reps)
     gb = lambda nbytes, s: nbytes / s / 1e9  # noqa: E731
-    flops = 2.0 * N_MM**3
     lib = blas[1]["blas"]
     rows = [
         _row("add f32 2^24, 1 thread [GB/s]", gb(12 * N_ADD, ew["add"]), "numpy.add(out=)",
@@ -228,10 +249,7 @@ def collect(reps: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
              "memcpy (memmove) 64 MiB, 1 thread", gb(8 * N_ADD, ew["memcpy1"]), 0.8),
         _row("relu(a*b+c) f32 2^24, 1 thread, %s [GB/s]" % ew["fused_how"], gb(16 * N_ADD, ew["fused"]),
              "numpy np.maximum(a*b+c, 0)", gb(16 * N_ADD, ew["np_fused"]), 2.0),
-        _row("matmul f32 1024^2, 1 thread, tile %s [GFLOP/s]" % mm[1]["tile"], flops / mm[1]["matmul"] / 1e9,
-             "numpy %s, 1 thread" % lib, flops / blas[1]["matmul"] / 1e9, 0.5),
-        _row("matmul f32 1024^2, 2 threads [GFLOP/s]", flops / mm[2]["matmul"] / 1e9,
-             "numpy %s, 2 threads" % lib, flops / blas[2]["matmul"] / 1e9, 0.5),
+        *_matmul_rows(mm, blas, lib),
         _row("matmul core_id speed-up, 2 cores vs 1 [x]", sp["mm1"] / sp["mm2"], "svod_min on 1 core", 1.0, 1.8),
         _row("gelu f32 2^22 core_id speed-up, 2 cores vs 1 [x]", sp["gelu1"] / sp["gelu2"], "svod_min on 1 core",
              1.0, 1.8),
@@ -243,15 +261,33 @@ def collect(reps: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     return rows, info
 
 
+def _matmul_rows(mm: Dict[int, Dict[str, Any]], blas: Dict[int, Dict[str, Any]], lib: str) -> List[Dict[str, Any]]:
+    """One row per shape and thread count; the goal applies to 1024^2, the other shapes are reported."""
+    out = []
+    for shape in MM_SHAPES:
+        key, flops = _shape_key(shape), 2.0 * shape[0] * shape[1] * shape[2]
+        name = "%d^2" % shape[0] if shape[0] == shape[1] == shape[2] else "%dx%dx%d (M,N,K)" % shape
+        for t in (1, 2):
+            tile = ", tile %s" % mm[t]["tile"] if t == 1 and shape[0] == N_MM else ""
+            row = _row("matmul f32 %s, %d thread%s%s [GFLOP/s]" % (name, t, "s" if t > 1 else "", tile),
+                       flops / mm[t][key] / 1e9, "numpy %s, %d thread%s" % (lib, t, "s" if t > 1 else ""),
+                       flops / blas[t][key] / 1e9, MM_GOAL)  # fmt: skip
+            if shape[0] != N_MM:
+                row["goal"], row["met"] = 0.0, None  # reported, no goal
+            out.append(row)
+    return out
+
+
 def rows(quick: bool = False) -> List[Dict[str, Any]]:
     """The suite's entry point (``python -m svod_min bench``): goals as text, like the other benches."""
     table, _ = collect(5 if quick else 15)
-    return [{**r, "goal": ">= %gx peer" % r["goal"]} for r in table]
+    return [{**r, "goal": ">= %gx peer" % r["goal"] if r["met"] is not None else "info"} for r in table]
 
 
 def print_table(rows: List[Dict[str, Any]], info: Dict[str, Any]) -> None:
     cols = ["measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met"]
-    cells = [[str(r[c]) if c != "goal" else ">= %g" % r[c] for c in cols] for r in rows]
+    cells = [[str(r[c]) if c != "goal" else (">= %g" % r[c] if r["met"] is not None else "info") for c in cols]
+             for r in rows]  # fmt: skip
     width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     print("svod_min kernel library benchmark | %s, %d CPUs | Python %s | numpy %s (%s) | prebuilt %s | median of %d"
           % (platform.machine(), os.cpu_count() or 0, platform.python_version(), info["numpy"], info["blas"],
