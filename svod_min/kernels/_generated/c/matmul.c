@@ -63,14 +63,14 @@ static inline void svod_matmul_f32_4x8_tile(svod_i64 kc, const float *restrict a
 }
 
 void svod_matmul_f32_4x8(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    float ap[12288] __attribute__((aligned(64)));
-    float bp[32768] __attribute__((aligned(64)));
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 4, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 256) {
-            svod_i64 kc = K - pc < 256 ? K - pc : 256;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 384) {
+            svod_i64 kc = K - pc < 384 ? K - pc : 384;
             if (m0 < m1) svod_matmul_f32_4x8_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
@@ -147,14 +147,14 @@ static inline void svod_matmul_f32_6x16_tile(svod_i64 kc, const float *restrict 
 }
 
 void svod_matmul_f32_6x16(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    float ap[12288] __attribute__((aligned(64)));
-    float bp[32768] __attribute__((aligned(64)));
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 6, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 256) {
-            svod_i64 kc = K - pc < 256 ? K - pc : 256;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 384) {
+            svod_i64 kc = K - pc < 384 ? K - pc : 384;
             if (m0 < m1) svod_matmul_f32_6x16_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
@@ -231,14 +231,14 @@ static inline void svod_matmul_f32_8x8_tile(svod_i64 kc, const float *restrict a
 }
 
 void svod_matmul_f32_8x8(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    float ap[12288] __attribute__((aligned(64)));
-    float bp[32768] __attribute__((aligned(64)));
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 8, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 256) {
-            svod_i64 kc = K - pc < 256 ? K - pc : 256;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 384) {
+            svod_i64 kc = K - pc < 384 ? K - pc : 384;
             if (m0 < m1) svod_matmul_f32_8x8_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
@@ -315,14 +315,14 @@ static inline void svod_matmul_f64_4x4_tile(svod_i64 kc, const double *restrict 
 }
 
 void svod_matmul_f64_4x4(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    double ap[6144] __attribute__((aligned(64)));
-    double bp[16384] __attribute__((aligned(64)));
+    double ap[9216] __attribute__((aligned(64)));
+    double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 4, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 128) {
-            svod_i64 kc = K - pc < 128 ? K - pc : 128;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 192) {
+            svod_i64 kc = K - pc < 192 ? K - pc : 192;
             if (m0 < m1) svod_matmul_f64_4x4_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
@@ -399,14 +399,14 @@ static inline void svod_matmul_f64_6x8_tile(svod_i64 kc, const double *restrict 
 }
 
 void svod_matmul_f64_6x8(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    double ap[6144] __attribute__((aligned(64)));
-    double bp[16384] __attribute__((aligned(64)));
+    double ap[9216] __attribute__((aligned(64)));
+    double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 6, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 128) {
-            svod_i64 kc = K - pc < 128 ? K - pc : 128;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 192) {
+            svod_i64 kc = K - pc < 192 ? K - pc : 192;
             if (m0 < m1) svod_matmul_f64_6x8_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
@@ -483,14 +483,14 @@ static inline void svod_matmul_f64_4x8_tile(svod_i64 kc, const double *restrict 
 }
 
 void svod_matmul_f64_4x8(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
-    double ap[6144] __attribute__((aligned(64)));
-    double bp[16384] __attribute__((aligned(64)));
+    double ap[9216] __attribute__((aligned(64)));
+    double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
     svod_chunk(M, core_id_count, core_id, 4, &m0, &m1);
-    for (svod_i64 jc = 0; jc < N; jc += 128) {
-        svod_i64 nc = N - jc < 128 ? N - jc : 128;
-        for (svod_i64 pc = 0; pc < K; pc += 128) {
-            svod_i64 kc = K - pc < 128 ? K - pc : 128;
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 192) {
+            svod_i64 kc = K - pc < 192 ? K - pc : 192;
             if (m0 < m1) svod_matmul_f64_4x8_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
