@@ -534,6 +534,32 @@ def test_matmul_default_tile(dt: str) -> None:
     _check_matmul(k, dt, 5, 9, 11, threads=2)  # fewer rows than core ids x tile
 
 
+_SMALL_STACK = """
+import sys, threading
+import numpy as np
+from svod_min import kernels
+ok = []
+def run():
+    for dt in ("float32", "float64"):
+        a, b = np.ones((70, 900), dt), np.full((900, 90), 0.5, dt)
+        c = np.empty((70, 90), dt)
+        kernels.get("matmul", dtype=dt).bind([c, a, b], M=70, N=90, K=900, threads=1)()
+        ok.append(bool(np.all(c == 450.0)))
+threading.stack_size(1 << 20)  # what runtimes that make 1 MiB threads give a kernel
+t = threading.Thread(target=run)
+t.start()
+t.join()
+print(ok)
+"""
+
+
+def test_matmul_fits_a_one_mib_thread_stack() -> None:
+    # The pack buffers live on the stack (docs/kernels.md): an overflow would kill the process.
+    proc = subprocess.run([sys.executable, "-c", _SMALL_STACK], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "[True, True]", (proc.returncode, proc.stderr[-2000:])
+
+
 @needs_cc
 @pytest.mark.parametrize("inst", instances("matmul"), ids=lambda p: "%s-%dx%d" % (p["dtype"], p["mr"], p["nr"]))
 def test_matmul_every_tile(inst: Dict[str, Any]) -> None:
