@@ -1189,3 +1189,10 @@ def test_threads_takes_numpy_integers_as_variables_do() -> None:
     for bad in (True, 0, 1.5, "2"):
         with pytest.raises(KernelArgumentError, match="threads must be a positive int"):
             kernels.get("add").run([out, a, a], n=a.size, threads=bad)
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_matmul_default_tile_exists_without_a_variant(dt: str) -> None:
+    """No prebuilt variant (an arch without objects, SVOD_KERNELS_VARIANT=none): the default tile has an instance."""
+    sig = kernels.find_sig("matmul", None, dtype=dt)
+    assert (sig.param_dict["mr"], sig.param_dict["nr"]) == ((4, 8) if dt == "float32" else (4, 4))

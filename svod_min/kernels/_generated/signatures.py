@@ -9,7 +9,7 @@ KERNELS       every CPU instance, one dict each (the fields of
               prototype is ``sig_from_row(row).prototype``: void(c_void_p per
               buffer, c_int32 per variable).
 CATALOGUE     catalogue name -> family, parameters (default, allowed), doc, tolerance
-PREFERRED     prebuilt variant -> name -> dtype -> tuning parameters used by default there
+PREFERRED     prebuilt variant ('': none fits) -> name -> dtype -> tuning parameters used by default there
 VARIANTS      prebuilt object variants: architecture, CPU features required, object path, priority
 CUDA_KERNELS  the CUDA instances, fields of CudaKernelSig (PTX modules under _generated/cuda/)
 
@@ -3048,6 +3048,7 @@ PREFERRED = {
     'ppc64le-baseline': {'matmul': {'float32': {'mr': 6, 'nr': 16}, 'float64': {'mr': 6, 'nr': 8}}},
     'riscv64-baseline': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
     'loongarch64-baseline': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
+    '': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
 }
 
 VARIANTS = {
