@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from svod_min import clang as svod_clang
 from svod_min.error import CompilationError
 from svod_min.jit_loader.elf import parse_object
+from svod_min.jit_loader.layout import ARCHES
 
 #: (arch, variant) -> (extra clang flags, /proc/cpuinfo flags required, priority: higher wins)
 VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
@@ -35,11 +36,26 @@ VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
         1,
     ),
     "aarch64-baseline": ("aarch64", ("--target=aarch64-linux-gnu", "-fno-unroll-loops"), (), 0),
+    "riscv64-baseline": ("riscv64", ("--target=riscv64-linux-gnu", "-march=rv64gc", "-mabi=lp64d", "-fno-unroll-loops"),
+                         (), 0),
+    "ppc64le-baseline": ("ppc64le", ("--target=powerpc64le-linux-gnu", "-mcpu=power8", "-fno-unroll-loops"), (), 0),
+    "loongarch64-baseline": (
+        "loongarch64",
+        ("--target=loongarch64-linux-gnu", "-march=loongarch64", "-mabi=lp64d", "-fno-unroll-loops"),
+        (),
+        0,
+    ),
 }
+#: The compiler of each variant (clang on PATH unless named): clang 14 cannot target loongarch64.
+COMPILERS: Dict[str, str] = {"loongarch64-baseline": "clang-16"}
+DEFAULT_COMPILER = "clang"
+#: Symbols a linker defines and the loader's layout provides (so an object may leave them undefined).
+LINKER_DEFINED = frozenset({".TOC."})
 OBJECT_NAME = "library.o"
 #: The runtime object (the native replay runner) of each architecture's baseline variant.
 RUNTIME_NAME = "runtime.o"
-RUNTIME_VARIANTS = ("x86_64-baseline", "aarch64-baseline")
+RUNTIME_VARIANTS = ("x86_64-baseline", "aarch64-baseline", "riscv64-baseline", "ppc64le-baseline",
+                    "loongarch64-baseline")
 PTX_ARCH = "compute_75"
 PTX_TARGETS = ("sm_75", "sm_80", "sm_90")
 #: PTX ISA versions to try, lowest first (7.0 is the first that knows sm_80; sm_90 needs 7.8).
@@ -59,23 +75,28 @@ def variants_table(excluded: Dict[str, List[str]]) -> Dict[str, Dict[str, object
 # --- objects ------------------------------------------------------------------------
 
 
-def clang_version() -> Optional[str]:
-    """``clang <version>`` of the clang on PATH, or None."""
-    if shutil.which("clang") is None:
+def variant_compiler(name: str) -> str:
+    """The compiler program that builds variant ``name``."""
+    return COMPILERS.get(name, DEFAULT_COMPILER)
+
+
+def clang_version(program: str = DEFAULT_COMPILER) -> Optional[str]:
+    """``clang <version>`` of ``program`` on PATH, or None."""
+    if shutil.which(program) is None:
         return None
-    info = svod_clang.find_compiler(compiler="clang")
+    info = svod_clang.find_compiler(compiler=program)
     return "%s %s" % (info.family, info.version) if info.family == "clang" else None
 
 
 def compile_variant(name: str, source: str) -> bytes:
     _arch, flags, _req, _prio = VARIANTS[name]
-    return svod_clang.compile_c(source, extra_flags=flags, compiler="clang")
+    return svod_clang.compile_c(source, extra_flags=flags, compiler=variant_compiler(name))
 
 
-def compile_objects(sources: Dict[str, str], jobs: int) -> Dict[str, bytes]:
-    """Variant -> object bytes (compiled in parallel; each is one clang process)."""
+def compile_objects(sources: Dict[str, str], names: Sequence[str], jobs: int) -> Dict[str, bytes]:
+    """Variant -> object bytes for ``names`` (compiled in parallel; each is one clang process)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {name: pool.submit(compile_variant, name, sources[name]) for name in sorted(VARIANTS)}
+        futures = {name: pool.submit(compile_variant, name, sources[name]) for name in sorted(names)}
         return {name: fut.result() for name, fut in futures.items()}
 
 
@@ -87,21 +108,22 @@ def runtime_source() -> str:
     return RUNNER_C + "\n" + HELPERS_C
 
 
-def compile_runtime(jobs: int) -> Dict[str, bytes]:
-    """Baseline variant -> the native replay runner's object for its architecture."""
+def compile_runtime(names: Sequence[str], jobs: int) -> Dict[str, bytes]:
+    """Baseline variant -> the native replay runner's object for its architecture (for ``names``)."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {name: pool.submit(compile_variant, name, runtime_source()) for name in RUNTIME_VARIANTS}
+        futures = {name: pool.submit(compile_variant, name, runtime_source()) for name in names}
         return {name: fut.result() for name, fut in futures.items()}
 
 
 def check_object(name: str, obj: bytes, entries: Sequence[str]) -> None:
-    """Every entry point defined and global; nothing undefined (no libm, no compiler-rt) but the weak
-    per-machine values svod_min's loader supplies (rt_helpers.TUNABLE_NAMES)."""
+    """Every entry point defined and global; nothing undefined (no libm, no compiler-rt) but names the
+    linker defines (ppc64le's .TOC.) and the weak per-machine values svod_min's loader supplies
+    (rt_helpers.TUNABLE_NAMES)."""
     from svod_min.jit_loader.elf import STB_WEAK
     from svod_min.jit_loader.rt_helpers import TUNABLE_NAMES
 
-    elf = parse_object(obj)
-    undefined = sorted(s.name for s in elf.symbols if s.name and s.shndx == 0
+    elf = parse_object(obj, tuple(ARCHES))
+    undefined = sorted(s.name for s in elf.symbols if s.name and s.shndx == 0 and s.name not in LINKER_DEFINED
                        and not (s.bind == STB_WEAK and s.name in TUNABLE_NAMES))  # fmt: skip
     if undefined:
         raise CompilationError("prebuilt %s references external symbols %s: kernels must be self-contained"

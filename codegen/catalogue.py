@@ -28,6 +28,13 @@ PREFERRED: Dict[str, Dict[str, Dict[str, Dict[str, int]]]] = {
     "x86_64-baseline": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
     "x86_64-avx2": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
     "aarch64-baseline": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
+    # POWER8 VSX has 64 vector registers; rv64gc and la64 generic have no vectors (32 FP registers).
+    "ppc64le-baseline": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
+    "riscv64-baseline": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
+    "loongarch64-baseline": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
+    # No variant (an architecture without objects, SVOD_KERNELS_VARIANT=none): the small tiles, which
+    # exist for both dtypes (the catalogue's default 6x16 has no float64 instance).
+    "": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
 }
 MATMUL_TILES = {"float32": ((4, 8), (6, 16), (8, 8)), "float64": ((4, 4), (6, 8), (4, 8))}
 

@@ -91,26 +91,53 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
              excluded: Dict[str, List[str]], enabled: bool, jobs: int) -> Dict[str, Any]:
     manifest: Dict[str, Any] = {"objects": {}}
     committed = _committed_manifest(root)
-    compiler = build.clang_version() if enabled else None
-    why = None if compiler else ("disabled (--no-objects)" if not enabled else "clang not found")
-    if compiler and committed.get("compiler") not in (None, "unknown", compiler):
-        why = "built with %s, this machine has %s" % (committed.get("compiler"), compiler)
-    if why is None:
-        objs = build.compile_objects(libraries, jobs)
-        manifest["compiler"] = compiler
-    else:
-        objs = {}
-        manifest["compiler"] = committed.get("compiler", "unknown")
-    manifest["runtime"] = _runtime(out, committed, why, jobs)
+    built = built_with(committed, enabled)
+    why = {name: reason for name, (_version, reason) in built.items()}
+    objs = build.compile_objects(libraries, [n for n in sorted(built) if why[n] is None], jobs)
+    default = build.clang_version() if enabled else None
+    ok_default = default is not None and committed.get("compiler") in (None, "unknown", default)
+    manifest["compiler"] = default if ok_default else committed.get("compiler", "unknown")
+    manifest["runtime"] = _runtime(out, committed, built, jobs)
     for name, (_arch, flags, req, _prio) in sorted(build.VARIANTS.items()):
         path = "%s/%s/%s" % (PREBUILT, name, build.OBJECT_NAME)
         mine = [e for e in entries if e not in set(excluded[name])]
-        desc = {"file": path[len(PREBUILT) + 1:], "flags": list(flags), "requires": list(req), "entries": len(mine),
+        desc = {"file": path[len(PREBUILT) + 1:], "compiler": built[name][0], "flags": list(flags),
+                "requires": list(req), "entries": len(mine),
                 "source_sha256": build.sha256(libraries[name].encode())}  # fmt: skip
         if name in objs:
             build.check_object(name, objs[name], mine)
-        manifest["objects"][name] = _record(out, path, objs.get(name), why, committed.get("objects", {}).get(name, {}), desc)
+        manifest["objects"][name] = _record(out, path, objs.get(name), why[name],
+                                            committed.get("objects", {}).get(name, {}), desc)  # fmt: skip
     return manifest
+
+
+def built_with(committed: Dict[str, Any], enabled: bool) -> Dict[str, Tuple[str, Optional[str]]]:
+    """Variant -> (the compiler its objects are recorded as built with, why they cannot be rebuilt here or None).
+
+    Each variant names its compiler (``build.COMPILERS``): when that program is missing or its version
+    differs from the one that built the committed objects, those objects are kept as committed and not
+    compared (the same policy for clang 14 and for clang-16, which only loongarch64 needs).
+    """
+    versions: Dict[str, Optional[str]] = {}
+    out: Dict[str, Tuple[str, Optional[str]]] = {}
+    for name in sorted(build.VARIANTS):
+        program = build.variant_compiler(name)
+        if program not in versions:
+            versions[program] = build.clang_version(program) if enabled else None
+        have = versions[program]
+        old = committed.get("objects", {}).get(name, {}).get("compiler")
+        if old is None and program == build.DEFAULT_COMPILER:
+            old = committed.get("compiler")  # manifests before per-object compilers
+        if not enabled:
+            why: Optional[str] = "disabled (--no-objects)"
+        elif have is None:
+            why = "%s not found" % program
+        elif old not in (None, "unknown", have):
+            why = "built with %s, this machine's %s is %s" % (old, program, have)
+        else:
+            why = None
+        out[name] = (have if why is None and have else (old or "unknown"), why)
+    return out
 
 
 def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str], old: Dict[str, Any],
@@ -125,15 +152,17 @@ def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str]
     return desc
 
 
-def _runtime(out: Generated, committed: Dict[str, Any], why: Optional[str], jobs: int) -> Dict[str, Any]:
+def _runtime(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[str, Optional[str]]],
+             jobs: int) -> Dict[str, Any]:  # fmt: skip
     """The native replay runner, prebuilt per architecture (a cold start then needs no compiler)."""
-    objs = build.compile_runtime(jobs) if why is None else {}
+    objs = build.compile_runtime([n for n in build.RUNTIME_VARIANTS if built[n][1] is None], jobs)
     source_sha256 = build.sha256(build.runtime_source().encode())
     info: Dict[str, Any] = {}
     for name in build.RUNTIME_VARIANTS:
         path = "%s/%s/%s" % (PREBUILT, name, build.RUNTIME_NAME)
         desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": source_sha256}
-        info[name] = _record(out, path, objs.get(name), why, committed.get("runtime", {}).get(name, {}), desc)
+        info[name] = _record(out, path, objs.get(name), built[name][1], committed.get("runtime", {}).get(name, {}),
+                             desc)  # fmt: skip
     return info
 
 

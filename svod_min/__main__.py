@@ -204,6 +204,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _library_variant() -> str:
+    """Which prebuilt library object this host loads (``SVOD_KERNELS_VARIANT`` may name a wrong one)."""
+    from .error import KernelParamError
+    from .kernels.lookup import host_variant
+
+    try:
+        variant = host_variant()
+    except KernelParamError as exc:
+        return "unusable: %s" % exc
+    return "prebuilt %s" % variant if variant else "compiled on demand (no prebuilt object fits this host)"
+
+
 def info_lines() -> List[str]:
     """What ``info`` prints: devices, compilers, W^X mode, cache."""
     from . import clang
@@ -222,6 +234,7 @@ def info_lines() -> List[str]:
     from .targets import host_target
 
     lines.append("host target: %s (the objects a model bundle loads here)" % (host_target() or "none known for this arch"))
+    lines.append("kernel library: %s" % _library_variant())
     lines.append("W^X mode: %s (executable memory is never writable)" % wx_mode())
     cache = object_cache()
     if cache.enabled:

@@ -125,3 +125,22 @@ def test_ptx_version_lowering_logic() -> None:
         build.ptxas_check = old  # type: ignore[assignment]
     assert original == "9.0" and ".version 7.3\n" in text
     assert ("7.3", "sm_90") in seen and ("7.4", "sm_75") not in seen
+
+
+def test_each_variant_is_checked_with_its_own_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loongarch64 needs clang-16: a machine without it (or with another clang-16) skips those objects only."""
+    committed = {"compiler": "clang 14.0.6", "objects": {"loongarch64-baseline": {"compiler": "clang 16.0.6"}}}
+    assert build.variant_compiler("loongarch64-baseline") == "clang-16"
+    assert build.variant_compiler("riscv64-baseline") == "clang"
+    versions = {"clang": "clang 14.0.6", "clang-16": None}
+    monkeypatch.setattr(build, "clang_version", lambda program="clang": versions[program])
+    built = outputs.built_with(committed, True)
+    assert built["loongarch64-baseline"] == ("clang 16.0.6", "clang-16 not found")
+    assert all(why is None for name, (_v, why) in built.items() if name != "loongarch64-baseline")
+    versions["clang-16"] = "clang 16.0.5"
+    assert "this machine's clang-16 is clang 16.0.5" in str(outputs.built_with(committed, True)["loongarch64-baseline"][1])
+    versions.update({"clang": "clang 15.0.7", "clang-16": "clang 16.0.6"})
+    built = outputs.built_with(committed, True)
+    assert built["loongarch64-baseline"] == ("clang 16.0.6", None)
+    assert built["x86_64-baseline"][1] == "built with clang 14.0.6, this machine's clang is clang 15.0.7"
+    assert all(why == "disabled (--no-objects)" for _v, why in outputs.built_with(committed, False).values())

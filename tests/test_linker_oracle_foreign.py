@@ -199,3 +199,16 @@ def test_supported_types_are_produced() -> None:
         seen = {spec.relocs[t].name for t in _types_seen[arch] if t in spec.relocs}
         missing += sorted(set(s.name for s in spec.relocs.values()) - seen - set(NOT_PRODUCED[arch]))
     assert not missing, "supported but never compared against lld: %s" % missing
+
+
+@pytest.mark.parametrize("arch", ARCH_NAMES)
+def test_prebuilt_library_object_agrees_with_lld(arch: str, tmp_path) -> None:
+    """The committed library object of the arch (the one its hosts load), field by field against lld."""
+    from svod_min.kernels import variants
+
+    with open(variants.object_path(arch + "-baseline"), "rb") as fh:
+        obj = fh.read()
+    comparison = check(arch, obj, str(tmp_path), "prebuilt")
+    failures = comparison.failures()
+    assert not failures, "%d disagreement(s) with lld:\n%s" % (len(failures), "\n".join(failures[:20]))
+    assert len(comparison.results) > 900  # every PC-relative / TOC-relative pair of 150 kernels

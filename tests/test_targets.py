@@ -106,12 +106,20 @@ def test_new_arch_objects_are_checked_by_machine() -> None:
 
 
 def test_info_names_this_hosts_target() -> None:
+    import os
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "host target: %s " % (host_target() or "none known for this arch") in proc.stdout
+    from svod_min.kernels import host_variant
+
+    variant = host_variant()
+    assert "kernel library: %s" % ("prebuilt %s\n" % variant if variant else "compiled on demand") in proc.stdout
+    env = dict(os.environ, SVOD_KERNELS_VARIANT="bogus")
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and "kernel library: unusable: SVOD_KERNELS_VARIANT='bogus'" in proc.stdout
 
 
 def test_compiler_triples_name_the_loaders_architectures() -> None:

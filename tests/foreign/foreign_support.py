@@ -27,7 +27,7 @@ import struct
 import subprocess
 import sys
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from foreign_cases import ForeignCase
 
@@ -137,14 +137,26 @@ def compile_object(tc: Toolchain, compiler: str, opt: str, source: str, workdir:
 
 def run_case(tc: Toolchain, compiler: str, opt: str, case: ForeignCase, workdir: str, bend: bool = False) -> Outcome:
     obj = compile_object(tc, compiler, opt, case.source, workdir)
-    files = {"driver.c": case.driver, "provider.c": case.provider or "int svod_no_provider;\n",
-             "entries.c": _table("svod_entries", "svod_entries_n", case.entries())}
+    return run_object(tc, obj, case.driver, case.entries(), workdir, provider=case.provider, bend=bend)
+
+
+def run_object(tc: Toolchain, obj: bytes, driver: str, entries: List[str], workdir: str, provider: str = "",
+               bend: bool = False, reference_ld: Sequence[str] = ()) -> Outcome:
+    """Run ``driver`` against ``obj`` linked in (the reference) and relocated by svod_min (the loaded image).
+
+    ``reference_ld``: extra link flags of the reference program (choosing its linker).
+    """
+    with open(os.path.join(workdir, "kernel.o"), "wb") as fh:
+        fh.write(obj)
+    files = {"driver.c": driver, "provider.c": provider or "int svod_no_provider;\n",
+             "entries.c": _table("svod_entries", "svod_entries_n", entries)}
     for name, text in files.items():
         with open(os.path.join(workdir, name), "w") as fh:
             fh.write(text)
     shutil.copy(os.path.join(HERE, "harness.c"), workdir)
     common = ["-static", "-O1", "harness.c", "driver.c", "provider.c"]
-    _run(list(tc.link_cc) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"], workdir, "linking the reference")
+    _run(list(tc.link_cc) + list(reference_ld) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"], workdir,
+         "linking the reference")
 
     externals = sorted(plan_layout(obj).externals)
     with open(os.path.join(workdir, "keep.c"), "w") as fh:
@@ -158,7 +170,7 @@ def run_case(tc: Toolchain, compiler: str, opt: str, case: ForeignCase, workdir:
     if bend:
         layout = bent(layout, tc.arch)
     image = apply_layout(layout, BASE, lambda name: addresses[name])
-    symbols = {name: BASE + layout.symbols[name] for name in case.entries()}
+    symbols = {name: BASE + layout.symbols[name] for name in entries}
     write_image(os.path.join(workdir, "kernel.img"), layout, bytes(image), symbols)
     loaded = _run([tc.qemu, "./loaded", "kernel.img"], workdir, "running the relocated image")
     reference = _run([tc.qemu, "./reference"], workdir, "running the reference")

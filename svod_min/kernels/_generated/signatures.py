@@ -9,7 +9,7 @@ KERNELS       every CPU instance, one dict each (the fields of
               prototype is ``sig_from_row(row).prototype``: void(c_void_p per
               buffer, c_int32 per variable).
 CATALOGUE     catalogue name -> family, parameters (default, allowed), doc, tolerance
-PREFERRED     prebuilt variant -> name -> dtype -> tuning parameters used by default there
+PREFERRED     prebuilt variant ('': none fits) -> name -> dtype -> tuning parameters used by default there
 VARIANTS      prebuilt object variants: architecture, CPU features required, object path, priority
 CUDA_KERNELS  the CUDA instances, fields of CudaKernelSig (PTX modules under _generated/cuda/)
 
@@ -3045,6 +3045,10 @@ PREFERRED = {
     'x86_64-baseline': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
     'x86_64-avx2': {'matmul': {'float32': {'mr': 6, 'nr': 16}, 'float64': {'mr': 6, 'nr': 8}}},
     'aarch64-baseline': {'matmul': {'float32': {'mr': 6, 'nr': 16}, 'float64': {'mr': 6, 'nr': 8}}},
+    'ppc64le-baseline': {'matmul': {'float32': {'mr': 6, 'nr': 16}, 'float64': {'mr': 6, 'nr': 8}}},
+    'riscv64-baseline': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
+    'loongarch64-baseline': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
+    '': {'matmul': {'float32': {'mr': 4, 'nr': 8}, 'float64': {'mr': 4, 'nr': 4}}},
 }
 
 VARIANTS = {
@@ -3055,6 +3059,30 @@ VARIANTS = {
         'priority': 0,
         'object': 'prebuilt/aarch64-baseline/library.o',
         'exclude': ('svod_matmul_f32_4x8', 'svod_matmul_f32_8x8', 'svod_matmul_f64_4x4', 'svod_matmul_f64_4x8'),
+    },
+    'loongarch64-baseline': {
+        'arch': 'loongarch64',
+        'flags': ('--target=loongarch64-linux-gnu', '-march=loongarch64', '-mabi=lp64d', '-fno-unroll-loops'),
+        'requires': (),
+        'priority': 0,
+        'object': 'prebuilt/loongarch64-baseline/library.o',
+        'exclude': ('svod_matmul_f32_6x16', 'svod_matmul_f32_8x8', 'svod_matmul_f64_4x8', 'svod_matmul_f64_6x8'),
+    },
+    'ppc64le-baseline': {
+        'arch': 'ppc64le',
+        'flags': ('--target=powerpc64le-linux-gnu', '-mcpu=power8', '-fno-unroll-loops'),
+        'requires': (),
+        'priority': 0,
+        'object': 'prebuilt/ppc64le-baseline/library.o',
+        'exclude': ('svod_matmul_f32_4x8', 'svod_matmul_f32_8x8', 'svod_matmul_f64_4x4', 'svod_matmul_f64_4x8'),
+    },
+    'riscv64-baseline': {
+        'arch': 'riscv64',
+        'flags': ('--target=riscv64-linux-gnu', '-march=rv64gc', '-mabi=lp64d', '-fno-unroll-loops'),
+        'requires': (),
+        'priority': 0,
+        'object': 'prebuilt/riscv64-baseline/library.o',
+        'exclude': ('svod_matmul_f32_6x16', 'svod_matmul_f32_8x8', 'svod_matmul_f64_4x8', 'svod_matmul_f64_6x8'),
     },
     'x86_64-avx2': {
         'arch': 'x86_64',
