@@ -54,8 +54,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Dict[str, Any]]:
         pytest.fail("%s=1 but this check cannot run: %s" % (REQUIRE_ENV, reason))
     if reason:
         pytest.skip(reason)
-    # One compile cache for both runs: the hooked run loads exactly the objects the shipped run loaded.
-    cache = str(tmp_path_factory.mktemp("tinygrad-cache") / "cache.db")
+    # One compile cache for both runs (the caller's CACHEDB, else one here): the hooked run loads
+    # exactly the objects the shipped run loaded, and clang compiles each kernel once.
+    cache = os.environ.get("CACHEDB") or str(tmp_path_factory.mktemp("tinygrad-cache") / "cache.db")
     script = os.path.join(HERE, "tinygrad_programs.py")
     return {"shipped": _run(cache, script), "hooked": _run(cache, "-m", "svod_min", "tinygrad", script)}
 
