@@ -410,8 +410,10 @@ def _test_tiny(tmp_path: Any) -> str:
     """A copy of tinygrad 0.14.0's test/test_tiny.py (from SVOD_TINYGRAD_TEST_TINY or the sdist .ci/run caches).
 
     Copied alone into ``tmp_path``: next to the sdist's tinygrad/ and pyproject.toml it would import
-    that tinygrad and take that pytest configuration.
+    that tinygrad and take that pytest configuration. An empty pytest.ini beside it makes that folder
+    the rootdir (no configuration found above it; node ids ``test_tiny.py::TestTiny::NAME``).
     """
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     path = tmp_path / "test_tiny.py"
     explicit = os.environ.get("SVOD_TINYGRAD_TEST_TINY")
     if explicit:
