@@ -19,11 +19,15 @@ assembly-level cut. It never guesses.
 
 from __future__ import annotations
 
-import struct
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from ..jit_loader.elf import (
-    SHF_ALLOC,
+    EHDR,
+    RELA,
+    SHDR,
+    SHF_INFO_LINK,
+    SHF_MERGE,
+    SYM,
     SHN_ABS,
     SHN_LORESERVE,
     SHN_UNDEF,
@@ -41,12 +45,6 @@ from ..jit_loader.elf import (
 )
 from ..jit_loader.layout import ARCHES
 
-SHF_MERGE = 0x10
-SHF_INFO_LINK = 0x40
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_SYM = struct.Struct("<IBBHQQ")
-_RELA = struct.Struct("<QQq")
 _STACK_NOTE = ".note.GNU-stack"
 # Sections the parser reads for us: tables rebuilt for every piece.
 _TABLES = (SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NULL)
@@ -60,6 +58,8 @@ class _Unit(NamedTuple):
     relocations: Dict[int, list]
     owners: Dict[int, int]  # section index -> source index
     pools: Set[int]  # shared constant-pool sections
+    defined: Dict[int, List[Symbol]]  # section index -> the symbols defined in it
+    undefined: List[Symbol]  # named undefined symbols
 
 
 def split_object(obj: bytes, suffix: str, indices: Sequence[int]) -> Optional[Dict[int, bytes]]:
@@ -96,13 +96,16 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
     parsed = parse_object(obj, tuple(ARCHES))
     owners: Dict[int, int] = {}
     pools: Set[int] = set()
+    defined: Dict[int, List[Symbol]] = {}
+    for sym in parsed.symbols[1:]:
+        defined.setdefault(sym.shndx, []).append(sym)
     for sec in parsed.sections:
         if sec.type in _TABLES or sec.name == _STACK_NOTE or (sec.is_alloc and sec.size == 0):
             continue
         if not sec.is_alloc:
             return None  # debug info, groups, notes...: not cut here
         named = _owner(sec.name, suffix, indices)
-        found = {_owner(s.name, suffix, indices) for s in parsed.symbols if s.shndx == sec.index and s.type != STT_SECTION}
+        found = {_owner(s.name, suffix, indices) for s in defined.get(sec.index, ()) if s.type != STT_SECTION}
         found.discard(None)
         if named is not None:
             found.add(named)
@@ -112,13 +115,13 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
             pools.add(sec.index)
         else:
             return None
-    for sym in parsed.symbols:
-        if sym.shndx == SHN_UNDEF and _owner(sym.name, suffix, indices) is not None:
-            return None  # another source's name, left undefined: it would not resolve
-        if sym.shndx == SHN_ABS and sym.type != STT_FILE:  # absolute values other than the file name
-            return None
-    header = _EHDR.unpack_from(obj, 0)
-    return _Unit(header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools)
+    undefined = [s for s in defined.get(SHN_UNDEF, ()) if s.name]
+    if any(_owner(s.name, suffix, indices) is not None for s in undefined):
+        return None  # another source's name, left undefined: it would not resolve
+    if any(s.type != STT_FILE for s in defined.get(SHN_ABS, ())):  # absolute values other than the file name
+        return None
+    header = EHDR.unpack_from(obj, 0)
+    return _Unit(header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools, defined, undefined)
 
 
 def _piece(unit: _Unit, index: int, own_suffix: str) -> Optional[bytes]:
@@ -144,28 +147,25 @@ def _write(unit: _Unit, keep: List[int], own_suffix: str) -> bytes:
     new_index = {old: new for new, old in enumerate(keep, start=1)}
     stack_note = next((s for s in sections if s.name == _STACK_NOTE), None)
 
-    symbols = [s for s in unit.symbols[1:] if s.shndx in new_index or (s.shndx == SHN_UNDEF and s.name)]
-    locals_ = [s for s in symbols if s.bind == STB_LOCAL]
-    globals_ = [s for s in symbols if s.bind != STB_LOCAL]
+    placed = [s for i in keep for s in unit.defined.get(i, ())]
     needed = {rel.sym for i in keep for rel in unit.relocations.get(i, [])}
-    undefined_used = {s.index for s in unit.symbols if s.shndx == SHN_UNDEF and s.index in needed}
-    globals_ = [s for s in globals_ if s.shndx != SHN_UNDEF or s.index in undefined_used]
-    locals_ = [s for s in locals_ if s.shndx != SHN_UNDEF]
-    ordered = locals_ + globals_
+    externals = [s for s in unit.undefined if s.index in needed]  # only the names this piece uses
+    ordered = [s for s in placed if s.bind == STB_LOCAL] + [s for s in placed + externals if s.bind != STB_LOCAL]
+    locals_count = sum(1 for s in placed if s.bind == STB_LOCAL)
     sym_index = {s.index: i for i, s in enumerate(ordered, start=1)}
     sym_index[0] = 0
 
     strtab = _Strings()
-    symtab = bytearray(_SYM.size)  # the null symbol
+    symtab = bytearray(SYM.size)  # the null symbol
     for s in ordered:
         shndx = new_index.get(s.shndx, s.shndx if s.shndx >= SHN_LORESERVE else SHN_UNDEF)
         name = strtab.add(s.name.replace(own_suffix, "")) if s.name else 0
-        symtab += _SYM.pack(name, (s.bind << 4) | s.type, s.other, shndx, s.value, s.size)
+        symtab += SYM.pack(name, (s.bind << 4) | s.type, s.other, shndx, s.value, s.size)
 
     shstr = _Strings()
-    headers: List[bytes] = [bytes(_SHDR.size)]
+    headers: List[bytes] = [bytes(SHDR.size)]
     body = bytearray()
-    offset = _EHDR.size
+    offset = EHDR.size
 
     def place(blob: bytes, align: int) -> int:
         nonlocal offset
@@ -180,7 +180,7 @@ def _write(unit: _Unit, keep: List[int], own_suffix: str) -> bytes:
         sec = sections[old]
         blob = b"" if sec.type == SHT_NOBITS else unit.data[sec.offset : sec.offset + sec.size]
         at = place(blob, sec.align)
-        headers.append(_SHDR.pack(shstr.add(sec.name.replace(own_suffix, "")), sec.type, sec.flags, 0, at, sec.size,
+        headers.append(SHDR.pack(shstr.add(sec.name.replace(own_suffix, "")), sec.type, sec.flags, 0, at, sec.size,
                                   0, 0, sec.align, sec.entsize))  # fmt: skip
     symtab_index = len(keep) + 1 + sum(1 for old in keep if unit.relocations.get(old))
     if stack_note is not None:
@@ -189,23 +189,23 @@ def _write(unit: _Unit, keep: List[int], own_suffix: str) -> bytes:
         relocs = unit.relocations.get(old)
         if not relocs:
             continue
-        blob = b"".join(_RELA.pack(r.offset, (sym_index[r.sym] << 32) | r.type, r.addend) for r in relocs)
+        blob = b"".join(RELA.pack(r.offset, (sym_index[r.sym] << 32) | r.type, r.addend) for r in relocs)
         at = place(blob, 8)
-        headers.append(_SHDR.pack(shstr.add(".rela" + sections[old].name.replace(own_suffix, "")), SHT_RELA,
-                                  SHF_INFO_LINK, 0, at, len(blob), symtab_index, new_index[old], 8, _RELA.size))  # fmt: skip
+        headers.append(SHDR.pack(shstr.add(".rela" + sections[old].name.replace(own_suffix, "")), SHT_RELA,
+                                  SHF_INFO_LINK, 0, at, len(blob), symtab_index, new_index[old], 8, RELA.size))  # fmt: skip
     if stack_note is not None:
-        headers.append(_SHDR.pack(shstr.add(_STACK_NOTE), stack_note.type, 0, 0, offset, 0, 0, 0, 1, 0))
+        headers.append(SHDR.pack(shstr.add(_STACK_NOTE), stack_note.type, 0, 0, offset, 0, 0, 0, 1, 0))
     at = place(bytes(symtab), 8)
-    headers.append(_SHDR.pack(shstr.add(".symtab"), SHT_SYMTAB, 0, 0, at, len(symtab), symtab_index + 1,
-                              len(locals_) + 1, 8, _SYM.size))  # fmt: skip
+    headers.append(SHDR.pack(shstr.add(".symtab"), SHT_SYMTAB, 0, 0, at, len(symtab), symtab_index + 1,
+                              locals_count + 1, 8, SYM.size))  # fmt: skip
     at = place(strtab.blob(), 1)
-    headers.append(_SHDR.pack(shstr.add(".strtab"), SHT_STRTAB, 0, 0, at, len(strtab.blob()), 0, 0, 1, 0))
+    headers.append(SHDR.pack(shstr.add(".strtab"), SHT_STRTAB, 0, 0, at, len(strtab.blob()), 0, 0, 1, 0))
     names_at = shstr.add(".shstrtab")
     at = place(shstr.blob(), 1)
-    headers.append(_SHDR.pack(names_at, SHT_STRTAB, 0, 0, at, len(shstr.blob()), 0, 0, 1, 0))
+    headers.append(SHDR.pack(names_at, SHT_STRTAB, 0, 0, at, len(shstr.blob()), 0, 0, 1, 0))
     shoff = place(b"".join(headers), 8)
     h = unit.header
-    elf_header = _EHDR.pack(h[0], h[1], h[2], h[3], 0, 0, shoff, h[7], _EHDR.size, 0, 0, _SHDR.size, len(headers),
+    elf_header = EHDR.pack(h[0], h[1], h[2], h[3], 0, 0, shoff, h[7], EHDR.size, 0, 0, SHDR.size, len(headers),
                             len(headers) - 1)  # fmt: skip
     return elf_header + bytes(body)
 

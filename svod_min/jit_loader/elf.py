@@ -34,6 +34,7 @@ SHT_NOBITS, SHT_REL = 8, 9
 SHT_SYMTAB_SHNDX = 18
 
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
+SHF_MERGE, SHF_INFO_LINK = 0x10, 0x40
 
 SHN_UNDEF, SHN_ABS, SHN_COMMON, SHN_XINDEX = 0, 0xFFF1, 0xFFF2, 0xFFFF
 SHN_LORESERVE = 0xFF00
@@ -47,6 +48,8 @@ _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _RELA = struct.Struct("<QQq")
+#: The record formats, for code that writes objects (compiler/object_split.py).
+EHDR, SHDR, SYM, RELA = _EHDR, _SHDR, _SYM, _RELA
 # Tuples straight from their fields (a NamedTuple's own __new__ is a Python call per row): a cold
 # load builds a few dozen rows, and this is most of what parsing costs.
 _new = tuple.__new__
