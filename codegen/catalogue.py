@@ -27,6 +27,8 @@ INT32_MIN = -(2**31)
 PREFERRED: Dict[str, Dict[str, Dict[str, Dict[str, int]]]] = {
     "x86_64-baseline": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
     "x86_64-avx2": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
+    # 32 zmm registers: an 8-row tile of two 512-bit vectors per row (rows split evenly for M % 8 == 0).
+    "x86_64-v4": {"matmul": {"float32": {"mr": 8, "nr": 32}, "float64": {"mr": 8, "nr": 16}}},
     "aarch64-baseline": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
     # POWER8 VSX has 64 vector registers; rv64gc and la64 generic have no vectors (32 FP registers).
     "ppc64le-baseline": {"matmul": {"float32": {"mr": 6, "nr": 16}, "float64": {"mr": 6, "nr": 8}}},
@@ -36,7 +38,7 @@ PREFERRED: Dict[str, Dict[str, Dict[str, Dict[str, int]]]] = {
     # exist for both dtypes (the catalogue's default 6x16 has no float64 instance).
     "": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
 }
-MATMUL_TILES = {"float32": ((4, 8), (6, 16), (8, 8)), "float64": ((4, 4), (6, 8), (4, 8))}
+MATMUL_TILES = {"float32": ((4, 8), (6, 16), (8, 8), (8, 32)), "float64": ((4, 4), (6, 8), (4, 8), (8, 16))}
 
 
 @dataclass

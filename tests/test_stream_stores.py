@@ -22,11 +22,13 @@ import pytest
 from svod_min import clang, kernels
 from svod_min.jit_loader import load_object, rt_helpers
 from svod_min.kernels import variants
+from svod_min.kernels.lookup import generated
 from svod_min.kernels.elementwise import render_elementwise
 from svod_min.kernels.sources import prelude
 
 STREAM_BYTES = 1 << 20  # the threshold these tests set (the machine's is about half its last-level cache)
 X86 = platform.machine() in ("x86_64", "AMD64")
+X86_VARIANTS = sorted(name for name, v in generated().VARIANTS.items() if v["arch"] == "x86_64")
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +93,7 @@ def test_streamed_values_are_those_of_regular_stores(cc: str) -> None:
 
 
 @pytest.mark.skipif(not X86 or shutil.which("objdump") is None, reason="x86-64 with objdump only")
-@pytest.mark.parametrize("variant", ["x86_64-avx2", "x86_64-baseline"])
+@pytest.mark.parametrize("variant", X86_VARIANTS)
 def test_prebuilt_add_has_streaming_stores(variant: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "library.o")
@@ -125,7 +127,7 @@ def test_without_svod_min_the_weak_threshold_falls_back_to_16_mib(cc: str, tmp_p
 
 
 @pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
-@pytest.mark.parametrize("variant", ["x86_64-avx2", "x86_64-baseline"])
+@pytest.mark.parametrize("variant", X86_VARIANTS)
 def test_prebuilt_objects_ask_the_loader_for_the_threshold(variant: str) -> None:
     from svod_min.jit_loader import relocate
 

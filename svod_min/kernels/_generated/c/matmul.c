@@ -253,6 +253,90 @@ void svod_matmul_f32_8x8(float *restrict c, const float *restrict a, const float
 }
 /* END svod_matmul_f32_8x8 */
 
+/* BEGIN svod_matmul_f32_8x32 */
+typedef float svod_matmul_f32_8x32_v __attribute__((vector_size(128)));
+typedef float svod_matmul_f32_8x32_vu __attribute__((vector_size(128), aligned(4)));
+
+static inline void svod_matmul_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        for (svod_i64 i = 0; i < 8; ++i) {
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+static inline void svod_matmul_f32_8x32_pack_b(svod_i64 kc, svod_i64 nc, const float *restrict b, svod_i64 ldb, float *restrict bp) {
+    for (svod_i64 j0 = 0; j0 < nc; j0 += 32, bp += 32 * kc) {
+        svod_i64 nr = nc - j0 < 32 ? nc - j0 : 32;
+        for (svod_i64 p = 0; p < kc; ++p) {
+            const float *src = b + p * ldb + j0;
+            float *dst = bp + p * 32;
+            if (nr == 32) {
+                for (svod_i64 j = 0; j < 32; ++j) dst[j] = src[j];
+            } else {
+                for (svod_i64 j = 0; j < 32; ++j) dst[j] = j < nr ? src[j] : 0;
+            }
+        }
+    }
+}
+
+/* the mr x nr register tile: acc[i] is one row of nr elements */
+static inline void svod_matmul_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+    svod_matmul_f32_8x32_v acc[8];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 8; ++i) acc[i] = (svod_matmul_f32_8x32_v){0};
+#pragma clang loop unroll_count(4)
+    for (svod_i64 p = 0; p < kc; ++p) {
+        svod_matmul_f32_8x32_v bv = *(const svod_matmul_f32_8x32_v *)(bp + p * 32);
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) acc[i] += ap[p * 8 + i] * bv;
+    }
+    if (mr == 8 && nr == 32) {
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) {
+            svod_matmul_f32_8x32_vu *row = (svod_matmul_f32_8x32_vu *)(c + i * ldc);
+            *row = accumulate ? *row + acc[i] : acc[i];
+        }
+    } else {
+        svod_matmul_f32_8x32_v tmp[8];
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) tmp[i] = acc[i];
+        const float *t = (const float *)tmp;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+
+void svod_matmul_f32_8x32(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[147456] __attribute__((aligned(64)));
+    svod_i64 m0, m1;
+    svod_chunk(M, core_id_count, core_id, 8, &m0, &m1);
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 384) {
+            svod_i64 kc = K - pc < 384 ? K - pc : 384;
+            if (m0 < m1) svod_matmul_f32_8x32_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                svod_matmul_f32_8x32_pack_a(mc, kc, a + ic * (svod_i64)K + pc, K, ap);
+                for (svod_i64 jr = 0; jr < nc; jr += 32)
+                    for (svod_i64 ir = 0; ir < mc; ir += 8)
+                        svod_matmul_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * (svod_i64)N + jc + jr, N,
+                                           mc - ir < 8 ? mc - ir : 8, nc - jr < 32 ? nc - jr : 32, pc > 0);
+            }
+        }
+    }
+}
+/* END svod_matmul_f32_8x32 */
+
 /* BEGIN svod_matmul_f64_4x4 */
 typedef double svod_matmul_f64_4x4_v __attribute__((vector_size(32)));
 typedef double svod_matmul_f64_4x4_vu __attribute__((vector_size(32), aligned(8)));
@@ -504,4 +588,88 @@ void svod_matmul_f64_4x8(double *restrict c, const double *restrict a, const dou
     }
 }
 /* END svod_matmul_f64_4x8 */
+
+/* BEGIN svod_matmul_f64_8x16 */
+typedef double svod_matmul_f64_8x16_v __attribute__((vector_size(128)));
+typedef double svod_matmul_f64_8x16_vu __attribute__((vector_size(128), aligned(8)));
+
+static inline void svod_matmul_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        for (svod_i64 i = 0; i < 8; ++i) {
+            if (i0 + i < mc) {
+                const double *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+static inline void svod_matmul_f64_8x16_pack_b(svod_i64 kc, svod_i64 nc, const double *restrict b, svod_i64 ldb, double *restrict bp) {
+    for (svod_i64 j0 = 0; j0 < nc; j0 += 16, bp += 16 * kc) {
+        svod_i64 nr = nc - j0 < 16 ? nc - j0 : 16;
+        for (svod_i64 p = 0; p < kc; ++p) {
+            const double *src = b + p * ldb + j0;
+            double *dst = bp + p * 16;
+            if (nr == 16) {
+                for (svod_i64 j = 0; j < 16; ++j) dst[j] = src[j];
+            } else {
+                for (svod_i64 j = 0; j < 16; ++j) dst[j] = j < nr ? src[j] : 0;
+            }
+        }
+    }
+}
+
+/* the mr x nr register tile: acc[i] is one row of nr elements */
+static inline void svod_matmul_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+    svod_matmul_f64_8x16_v acc[8];
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 8; ++i) acc[i] = (svod_matmul_f64_8x16_v){0};
+#pragma clang loop unroll_count(4)
+    for (svod_i64 p = 0; p < kc; ++p) {
+        svod_matmul_f64_8x16_v bv = *(const svod_matmul_f64_8x16_v *)(bp + p * 16);
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) acc[i] += ap[p * 8 + i] * bv;
+    }
+    if (mr == 8 && nr == 16) {
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) {
+            svod_matmul_f64_8x16_vu *row = (svod_matmul_f64_8x16_vu *)(c + i * ldc);
+            *row = accumulate ? *row + acc[i] : acc[i];
+        }
+    } else {
+        svod_matmul_f64_8x16_v tmp[8];
+#pragma clang loop unroll(full)
+        for (int i = 0; i < 8; ++i) tmp[i] = acc[i];
+        const double *t = (const double *)tmp;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+
+void svod_matmul_f64_8x16(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    double ap[9216] __attribute__((aligned(64)));
+    double bp[73728] __attribute__((aligned(64)));
+    svod_i64 m0, m1;
+    svod_chunk(M, core_id_count, core_id, 8, &m0, &m1);
+    for (svod_i64 jc = 0; jc < N; jc += 384) {
+        svod_i64 nc = N - jc < 384 ? N - jc : 384;
+        for (svod_i64 pc = 0; pc < K; pc += 192) {
+            svod_i64 kc = K - pc < 192 ? K - pc : 192;
+            if (m0 < m1) svod_matmul_f64_8x16_pack_b(kc, nc, b + pc * (svod_i64)N + jc, N, bp);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                svod_matmul_f64_8x16_pack_a(mc, kc, a + ic * (svod_i64)K + pc, K, ap);
+                for (svod_i64 jr = 0; jr < nc; jr += 16)
+                    for (svod_i64 ir = 0; ir < mc; ir += 8)
+                        svod_matmul_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, c + (ic + ir) * (svod_i64)N + jc + jr, N,
+                                           mc - ir < 8 ? mc - ir : 8, nc - jr < 16 ? nc - jr : 16, pc > 0);
+            }
+        }
+    }
+}
+/* END svod_matmul_f64_8x16 */
 
