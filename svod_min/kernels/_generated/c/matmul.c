@@ -7,7 +7,17 @@ typedef float svod_matmul_f32_4x8_vu __attribute__((vector_size(32), aligned(4))
 
 static inline void svod_matmul_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
-        for (svod_i64 i = 0; i < 4; ++i) {
+        if (i0 + 4 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const float *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
@@ -99,7 +109,17 @@ typedef float svod_matmul_f32_6x16_vu __attribute__((vector_size(64), aligned(4)
 
 static inline void svod_matmul_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
-        for (svod_i64 i = 0; i < 6; ++i) {
+        if (i0 + 6 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const float *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
@@ -191,7 +211,17 @@ typedef float svod_matmul_f32_8x8_vu __attribute__((vector_size(32), aligned(4))
 
 static inline void svod_matmul_f32_8x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
-        for (svod_i64 i = 0; i < 8; ++i) {
+        if (i0 + 8 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const float *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
@@ -283,7 +313,17 @@ typedef float svod_matmul_f32_8x32_vu __attribute__((vector_size(128), aligned(4
 
 static inline void svod_matmul_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
-        for (svod_i64 i = 0; i < 8; ++i) {
+        if (i0 + 8 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const float *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
@@ -375,7 +415,17 @@ typedef double svod_matmul_f64_4x4_vu __attribute__((vector_size(32), aligned(8)
 
 static inline void svod_matmul_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
-        for (svod_i64 i = 0; i < 4; ++i) {
+        if (i0 + 4 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const double *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const double *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
@@ -467,7 +517,17 @@ typedef double svod_matmul_f64_6x8_vu __attribute__((vector_size(64), aligned(8)
 
 static inline void svod_matmul_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
-        for (svod_i64 i = 0; i < 6; ++i) {
+        if (i0 + 6 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const double *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const double *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
@@ -559,7 +619,17 @@ typedef double svod_matmul_f64_4x8_vu __attribute__((vector_size(64), aligned(8)
 
 static inline void svod_matmul_f64_4x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
-        for (svod_i64 i = 0; i < 4; ++i) {
+        if (i0 + 4 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const double *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const double *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
@@ -651,7 +721,17 @@ typedef double svod_matmul_f64_8x16_vu __attribute__((vector_size(128), aligned(
 
 static inline void svod_matmul_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
-        for (svod_i64 i = 0; i < 8; ++i) {
+        if (i0 + 8 <= mc) {
+            /* A whole strip: mr rows read side by side, the strip written in order (writing it
+               column by column, mr elements apart, cost ~12% of a 1024^2 float32 matmul on AVX2). */
+            const double *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#pragma clang loop unroll(full)
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
             if (i0 + i < mc) {
                 const double *row = a + (i0 + i) * lda;
                 for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
