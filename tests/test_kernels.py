@@ -1002,6 +1002,25 @@ def test_aarch64_prebuilt_relocates() -> None:
     assert len([s for s in image.symbols if s.startswith("svod_")]) > 100
 
 
+@pytest.mark.skipif(shutil.which("objdump") is None or not (HOST_VARIANT or "").startswith("x86_64"),
+                    reason="x86-64 with objdump only")
+@pytest.mark.parametrize("compiler", ["clang", "gcc"])
+def test_matmul_tile_is_a_register_tile_with_either_compiler(compiler: str, tmp_path: Any) -> None:
+    """The 6x16 float32 tile compiled for AVX2 keeps its 12 accumulators in 12 ymm registers (gcc once
+    took the tile through memory and ran at a tenth of clang's speed)."""
+    if shutil.which(compiler) is None:
+        pytest.skip("%s is not installed" % compiler)
+    from svod_min import clang
+
+    source = kernels.get("matmul", dtype="float32", mr=6, nr=16).source
+    path = tmp_path / "mm.o"
+    path.write_bytes(clang.compile_c(source, compiler=compiler, extra_flags=["-march=x86-64", "-mavx2", "-mfma"]))
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
+    body = text.split("<svod_matmul_f32_6x16>:", 1)[1].split("\n\n", 1)[0]
+    accumulators = {line.rsplit(",", 1)[1].strip() for line in body.splitlines() if "vfmadd" in line and "ymm" in line}
+    assert len(accumulators) >= 12, sorted(accumulators)
+
+
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump is not installed")
 def test_x86_64_v4_matmul_tile_is_avx512_code(tmp_path: Any) -> None:
     """The v4 variant's default matmul tiles keep their accumulators in 512-bit registers (FMA on zmm)."""

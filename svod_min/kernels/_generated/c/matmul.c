@@ -2,8 +2,6 @@
 #include "prelude.h"
 
 /* BEGIN svod_matmul_f32_4x8 */
-typedef float svod_matmul_f32_4x8_v __attribute__((vector_size(32)));
-typedef float svod_matmul_f32_4x8_vu __attribute__((vector_size(32), aligned(4)));
 
 static inline void svod_matmul_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
@@ -13,7 +11,11 @@ static inline void svod_matmul_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const fl
             const float *rows[4];
             for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
             continue;
         }
@@ -43,37 +45,85 @@ static inline void svod_matmul_f32_4x8_pack_b(svod_i64 kc, svod_i64 nc, const fl
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f32_4x8_v acc[4];
+#if defined(__AVX512F__) && 32 % 64 == 0
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__) && 32 % 32 == 0
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) acc[i] = (svod_matmul_f32_4x8_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 32; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 31, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f32_4x8_v bv = *(const svod_matmul_f32_4x8_v *)(bp + p * 8);
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) acc[i] += ap[p * 4 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * 4 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 4 && nr == 8) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) {
-            svod_matmul_f32_4x8_vu *row = (svod_matmul_f32_4x8_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f32_4x8_v tmp[4];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) tmp[i] = acc[i];
-        const float *t = (const float *)tmp;
+        const float *t = (const float *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
@@ -104,8 +154,6 @@ void svod_matmul_f32_4x8(float *restrict c, const float *restrict a, const float
 /* END svod_matmul_f32_4x8 */
 
 /* BEGIN svod_matmul_f32_6x16 */
-typedef float svod_matmul_f32_6x16_v __attribute__((vector_size(64)));
-typedef float svod_matmul_f32_6x16_vu __attribute__((vector_size(64), aligned(4)));
 
 static inline void svod_matmul_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
@@ -115,7 +163,11 @@ static inline void svod_matmul_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const f
             const float *rows[6];
             for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
             continue;
         }
@@ -145,37 +197,89 @@ static inline void svod_matmul_f32_6x16_pack_b(svod_i64 kc, svod_i64 nc, const f
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f32_6x16_v acc[6];
+#if defined(__AVX512F__) && 64 % 64 == 0
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__) && 64 % 32 == 0
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 6; ++i) acc[i] = (svod_matmul_f32_6x16_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 6; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 64; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 63, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f32_6x16_v bv = *(const svod_matmul_f32_6x16_v *)(bp + p * 16);
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) acc[i] += ap[p * 6 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * 6 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 6 && nr == 16) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) {
-            svod_matmul_f32_6x16_vu *row = (svod_matmul_f32_6x16_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f32_6x16_v tmp[6];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) tmp[i] = acc[i];
-        const float *t = (const float *)tmp;
+        const float *t = (const float *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
@@ -206,8 +310,6 @@ void svod_matmul_f32_6x16(float *restrict c, const float *restrict a, const floa
 /* END svod_matmul_f32_6x16 */
 
 /* BEGIN svod_matmul_f32_8x8 */
-typedef float svod_matmul_f32_8x8_v __attribute__((vector_size(32)));
-typedef float svod_matmul_f32_8x8_vu __attribute__((vector_size(32), aligned(4)));
 
 static inline void svod_matmul_f32_8x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
@@ -217,7 +319,11 @@ static inline void svod_matmul_f32_8x8_pack_a(svod_i64 mc, svod_i64 kc, const fl
             const float *rows[8];
             for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
             continue;
         }
@@ -247,37 +353,93 @@ static inline void svod_matmul_f32_8x8_pack_b(svod_i64 kc, svod_i64 nc, const fl
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_8x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f32_8x8_v acc[8];
+#if defined(__AVX512F__) && 32 % 64 == 0
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__) && 32 % 32 == 0
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) acc[i] = (svod_matmul_f32_8x8_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 32; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 31, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 31, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f32_8x8_v bv = *(const svod_matmul_f32_8x8_v *)(bp + p * 8);
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) acc[i] += ap[p * 8 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * 8 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 8 && nr == 8) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) {
-            svod_matmul_f32_8x8_vu *row = (svod_matmul_f32_8x8_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f32_8x8_v tmp[8];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) tmp[i] = acc[i];
-        const float *t = (const float *)tmp;
+        const float *t = (const float *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
@@ -308,8 +470,6 @@ void svod_matmul_f32_8x8(float *restrict c, const float *restrict a, const float
 /* END svod_matmul_f32_8x8 */
 
 /* BEGIN svod_matmul_f32_8x32 */
-typedef float svod_matmul_f32_8x32_v __attribute__((vector_size(128)));
-typedef float svod_matmul_f32_8x32_vu __attribute__((vector_size(128), aligned(4)));
 
 static inline void svod_matmul_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
@@ -319,7 +479,11 @@ static inline void svod_matmul_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const f
             const float *rows[8];
             for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
             continue;
         }
@@ -349,37 +513,101 @@ static inline void svod_matmul_f32_8x32_pack_b(svod_i64 kc, svod_i64 nc, const f
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f32_8x32_v acc[8];
+#if defined(__AVX512F__) && 128 % 64 == 0
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__) && 128 % 32 == 0
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) acc[i] = (svod_matmul_f32_8x32_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 128; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 127, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f32_8x32_v bv = *(const svod_matmul_f32_8x32_v *)(bp + p * 32);
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) acc[i] += ap[p * 8 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * 8 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 8 && nr == 32) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) {
-            svod_matmul_f32_8x32_vu *row = (svod_matmul_f32_8x32_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f32_8x32_v tmp[8];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) tmp[i] = acc[i];
-        const float *t = (const float *)tmp;
+        const float *t = (const float *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
@@ -410,8 +638,6 @@ void svod_matmul_f32_8x32(float *restrict c, const float *restrict a, const floa
 /* END svod_matmul_f32_8x32 */
 
 /* BEGIN svod_matmul_f64_4x4 */
-typedef double svod_matmul_f64_4x4_v __attribute__((vector_size(32)));
-typedef double svod_matmul_f64_4x4_vu __attribute__((vector_size(32), aligned(8)));
 
 static inline void svod_matmul_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
@@ -421,7 +647,11 @@ static inline void svod_matmul_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const do
             const double *rows[4];
             for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
             continue;
         }
@@ -451,37 +681,85 @@ static inline void svod_matmul_f64_4x4_pack_b(svod_i64 kc, svod_i64 nc, const do
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f64_4x4_v acc[4];
+#if defined(__AVX512F__) && 32 % 64 == 0
+    typedef double vec __attribute__((vector_size(64)));
+    typedef double vecu __attribute__((vector_size(64), aligned(8)));
+#elif defined(__AVX__) && 32 % 32 == 0
+    typedef double vec __attribute__((vector_size(32)));
+    typedef double vecu __attribute__((vector_size(32), aligned(8)));
+#else
+    typedef double vec __attribute__((vector_size(16)));
+    typedef double vecu __attribute__((vector_size(16), aligned(8)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    vec acc[4][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) acc[i] = (svod_matmul_f64_4x4_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 32; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 31, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f64_4x4_v bv = *(const svod_matmul_f64_4x4_v *)(bp + p * 4);
+        const vec *bv = (const vec *)(bp + p * 4);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) acc[i] += ap[p * 4 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const double ai = ap[p * 4 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 4 && nr == 4) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) {
-            svod_matmul_f64_4x4_vu *row = (svod_matmul_f64_4x4_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f64_4x4_v tmp[4];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) tmp[i] = acc[i];
-        const double *t = (const double *)tmp;
+        const double *t = (const double *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
@@ -512,8 +790,6 @@ void svod_matmul_f64_4x4(double *restrict c, const double *restrict a, const dou
 /* END svod_matmul_f64_4x4 */
 
 /* BEGIN svod_matmul_f64_6x8 */
-typedef double svod_matmul_f64_6x8_v __attribute__((vector_size(64)));
-typedef double svod_matmul_f64_6x8_vu __attribute__((vector_size(64), aligned(8)));
 
 static inline void svod_matmul_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
@@ -523,7 +799,11 @@ static inline void svod_matmul_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const do
             const double *rows[6];
             for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
             continue;
         }
@@ -553,37 +833,89 @@ static inline void svod_matmul_f64_6x8_pack_b(svod_i64 kc, svod_i64 nc, const do
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f64_6x8_v acc[6];
+#if defined(__AVX512F__) && 64 % 64 == 0
+    typedef double vec __attribute__((vector_size(64)));
+    typedef double vecu __attribute__((vector_size(64), aligned(8)));
+#elif defined(__AVX__) && 64 % 32 == 0
+    typedef double vec __attribute__((vector_size(32)));
+    typedef double vecu __attribute__((vector_size(32), aligned(8)));
+#else
+    typedef double vec __attribute__((vector_size(16)));
+    typedef double vecu __attribute__((vector_size(16), aligned(8)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    vec acc[6][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 6; ++i) acc[i] = (svod_matmul_f64_6x8_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 6; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 64; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 63, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f64_6x8_v bv = *(const svod_matmul_f64_6x8_v *)(bp + p * 8);
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) acc[i] += ap[p * 6 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const double ai = ap[p * 6 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 6 && nr == 8) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) {
-            svod_matmul_f64_6x8_vu *row = (svod_matmul_f64_6x8_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f64_6x8_v tmp[6];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 6; ++i) tmp[i] = acc[i];
-        const double *t = (const double *)tmp;
+        const double *t = (const double *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
@@ -614,8 +946,6 @@ void svod_matmul_f64_6x8(double *restrict c, const double *restrict a, const dou
 /* END svod_matmul_f64_6x8 */
 
 /* BEGIN svod_matmul_f64_4x8 */
-typedef double svod_matmul_f64_4x8_v __attribute__((vector_size(64)));
-typedef double svod_matmul_f64_4x8_vu __attribute__((vector_size(64), aligned(8)));
 
 static inline void svod_matmul_f64_4x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
@@ -625,7 +955,11 @@ static inline void svod_matmul_f64_4x8_pack_a(svod_i64 mc, svod_i64 kc, const do
             const double *rows[4];
             for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
             continue;
         }
@@ -655,37 +989,85 @@ static inline void svod_matmul_f64_4x8_pack_b(svod_i64 kc, svod_i64 nc, const do
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_4x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f64_4x8_v acc[4];
+#if defined(__AVX512F__) && 64 % 64 == 0
+    typedef double vec __attribute__((vector_size(64)));
+    typedef double vecu __attribute__((vector_size(64), aligned(8)));
+#elif defined(__AVX__) && 64 % 32 == 0
+    typedef double vec __attribute__((vector_size(32)));
+    typedef double vecu __attribute__((vector_size(32), aligned(8)));
+#else
+    typedef double vec __attribute__((vector_size(16)));
+    typedef double vecu __attribute__((vector_size(16), aligned(8)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    vec acc[4][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) acc[i] = (svod_matmul_f64_4x8_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 4; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 64; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 63, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f64_4x8_v bv = *(const svod_matmul_f64_4x8_v *)(bp + p * 8);
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) acc[i] += ap[p * 4 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const double ai = ap[p * 4 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 4 && nr == 8) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) {
-            svod_matmul_f64_4x8_vu *row = (svod_matmul_f64_4x8_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f64_4x8_v tmp[4];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 4; ++i) tmp[i] = acc[i];
-        const double *t = (const double *)tmp;
+        const double *t = (const double *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
@@ -716,8 +1098,6 @@ void svod_matmul_f64_4x8(double *restrict c, const double *restrict a, const dou
 /* END svod_matmul_f64_4x8 */
 
 /* BEGIN svod_matmul_f64_8x16 */
-typedef double svod_matmul_f64_8x16_v __attribute__((vector_size(128)));
-typedef double svod_matmul_f64_8x16_vu __attribute__((vector_size(128), aligned(8)));
 
 static inline void svod_matmul_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
@@ -727,7 +1107,11 @@ static inline void svod_matmul_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const d
             const double *rows[8];
             for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
             for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
 #pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
                 for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
             continue;
         }
@@ -757,37 +1141,101 @@ static inline void svod_matmul_f64_8x16_pack_b(svod_i64 kc, svod_i64 nc, const d
     }
 }
 
-/* the mr x nr register tile: acc[i] is one row of nr elements */
+/* The mr x nr register tile: acc[i][j] is the j-th native vector of row i. The vector is the
+   widest the ISA has that divides a row (a wider generic vector is split by clang but taken
+   through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-    svod_matmul_f64_8x16_v acc[8];
+#if defined(__AVX512F__) && 128 % 64 == 0
+    typedef double vec __attribute__((vector_size(64)));
+    typedef double vecu __attribute__((vector_size(64), aligned(8)));
+#elif defined(__AVX__) && 128 % 32 == 0
+    typedef double vec __attribute__((vector_size(32)));
+    typedef double vecu __attribute__((vector_size(32), aligned(8)));
+#else
+    typedef double vec __attribute__((vector_size(16)));
+    typedef double vecu __attribute__((vector_size(16), aligned(8)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    vec acc[8][NV];
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) acc[i] = (svod_matmul_f64_8x16_v){0};
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
     /* The tile's rows of C, fetched while the k loop runs: the update at the end would otherwise
        wait for them (1024^2 float32 on AVX2: ~9% faster, 2048^2: ~14%). */
-#pragma clang loop unroll(full)
-    for (int i = 0; i < 8; ++i) {
-        const char *row = (const char *)(c + i * ldc);
-        for (int b = 0; b < 128; b += 64) __builtin_prefetch(row + b, 1, 3);
-        __builtin_prefetch(row + 127, 1, 3);
-    }
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
 #pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
     for (svod_i64 p = 0; p < kc; ++p) {
-        svod_matmul_f64_8x16_v bv = *(const svod_matmul_f64_8x16_v *)(bp + p * 16);
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) acc[i] += ap[p * 8 + i] * bv;
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const double ai = ap[p * 8 + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
     }
     if (mr == 8 && nr == 16) {
+#if defined(__clang__)
 #pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) {
-            svod_matmul_f64_8x16_vu *row = (svod_matmul_f64_8x16_vu *)(c + i * ldc);
-            *row = accumulate ? *row + acc[i] : acc[i];
-        }
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
     } else {
-        svod_matmul_f64_8x16_v tmp[8];
-#pragma clang loop unroll(full)
-        for (int i = 0; i < 8; ++i) tmp[i] = acc[i];
-        const double *t = (const double *)tmp;
+        const double *t = (const double *)acc;  /* row i is t[i * nr .. i * nr + nr) */
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
