@@ -75,8 +75,10 @@ def object_key(source: str, *, kind: str = "c", extra_flags: Sequence[str] = ())
         "\0".join(extra_flags),
         info.identity,
         clang.host_arch(),
-        # the driver's built-in flags shape the object too; a change must miss
+        # the driver's built-in flags shape the object too (its own and this compiler family's):
+        # a change must miss
         "\0".join(clang.DEFAULT_FLAGS),
+        "\0".join(clang.FAMILY_FLAGS.get(info.family, ())),
     )
 
 

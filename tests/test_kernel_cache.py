@@ -516,6 +516,22 @@ def test_compile_cached_works_with_disk_disabled(tmp_path, fake_clang, monkeypat
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_object_key_changes_with_the_drivers_own_flags(monkeypatch):
+    """The driver's built-in flags (shared and per compiler family) shape the object: a change must miss."""
+    from svod_min.compiler import run
+
+    family = pytest.importorskip("svod_min.clang").find_compiler().family
+    before = kc.object_key("int k;")
+    monkeypatch.setitem(run.FAMILY_FLAGS, family, (*run.FAMILY_FLAGS.get(family, ()), "-fno-common"))
+    assert kc.object_key("int k;") != before
+    monkeypatch.undo()
+    assert kc.object_key("int k;") == before
+    monkeypatch.setattr(run, "DEFAULT_FLAGS", (*run.DEFAULT_FLAGS, "-fno-common"))
+    monkeypatch.setattr(pytest.importorskip("svod_min.clang"), "DEFAULT_FLAGS", run.DEFAULT_FLAGS)
+    assert kc.object_key("int k;") != before
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_compile_cached_real_compiler(tmp_path, monkeypatch):
     clang = pytest.importorskip("svod_min.clang")
     disk = kc.ObjectCache(str(tmp_path))
