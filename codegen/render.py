@@ -46,7 +46,8 @@ def render_prelude(env: jinja2.Environment) -> str:
 def render_skeleton(env: jinja2.Environment) -> str:
     """The elementwise loop with @...@ sentinels (filled by svod_min.kernels.elementwise)."""
     tpl = env.get_template("c/elementwise.c.j2")
-    return tpl.render(entry="@ENTRY@", params="@PARAMS@", loads="@LOADS@", value="@VALUE@")
+    return tpl.render(entry="@ENTRY@", params="@PARAMS@", loads="@LOADS@", value="@VALUE@",
+                      line_unroll="@LINE_UNROLL@")
 
 
 def family_body(env: jinja2.Environment, fam: Family, ew: Sequence[EwSpec], skeleton: str) -> str:

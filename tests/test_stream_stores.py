@@ -104,6 +104,38 @@ def test_prebuilt_add_has_streaming_stores(variant: str) -> None:
     assert "movnt" in body and "sfence" in body
 
 
+#: Streaming loops that no compiler vectorises (a float64 -> float16 conversion element by element).
+SCALAR_STREAMING = {"svod_cast_f64_f16"}
+
+
+@pytest.mark.skipif(not X86 or shutil.which("objdump") is None, reason="x86-64 with objdump only")
+@pytest.mark.parametrize("variant", ["x86_64-avx2", "x86_64-v4"])
+def test_every_streaming_loop_of_the_library_is_vectorised(variant: str, tmp_path) -> None:
+    """The line loop before each streaming store is vectorised (unrolled or not): a line that fell back to
+    element-by-element code would run several times slower than the regular-store path."""
+    import re
+
+    path = tmp_path / "library.o"
+    path.write_bytes(open(variants.object_path(variant), "rb").read())
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
+    streaming = {}
+    for body in re.split(r"\n(?=[0-9a-f]+ <)", text):
+        name = re.match(r"[0-9a-f]+ <(\w+)>:", body)
+        if name and "movnt" in body and "sfence" in body:
+            head = body.split("sfence", 1)[0]
+            streaming[name.group(1)] = (len(re.findall(r"%[yz]mm", head)), len(re.findall(r"\bv?\w+s[sd]\b", head)))
+    assert len(streaming) > 100 and "svod_add_f32" in streaming
+    scalar = {n for n, (vector, scalar_ops) in streaming.items() if vector <= scalar_ops}
+    assert scalar <= SCALAR_STREAMING, sorted(scalar - SCALAR_STREAMING)
+
+
+def test_only_memory_bound_lines_without_float16_are_unrolled() -> None:
+    unrolled = lambda expr, **kw: "unroll(full)" in render_elementwise("f", expr, **kw).function  # noqa: E731
+    assert unrolled("a+b") and unrolled("where(a>b, a, b*2)") and unrolled("a*b", dtype="float64")
+    assert not unrolled("tanh(a)+b") and not unrolled("exp(a)")
+    assert not unrolled("a+b", dtype="float16") and not unrolled("a+b", out_dtype="float16")
+
+
 WORTH = "int worth(long long n) { return svod_stream_worth(n); }\n"
 
 

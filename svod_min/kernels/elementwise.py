@@ -285,7 +285,24 @@ class ElementwiseKernel:
         return self.out.itemsize + sum(dt.itemsize for _, dt in self.inputs)
 
 
-SKELETON_KEYS = ("@ENTRY@", "@PARAMS@", "@LOADS@", "@VALUE@")
+SKELETON_KEYS = ("@ENTRY@", "@PARAMS@", "@LOADS@", "@VALUE@", "@LINE_UNROLL@")
+#: Before the loop over one 64-byte line of streamed output, for memory-bound expressions: clang
+#: unrolls it and its SLP vectoriser keeps the line in registers up to the streaming store (rolled,
+#: the line goes through a stack copy: ~10% of an add of 2^24 floats). Only where that pays and
+#: SLP is sure to take it: no float16 value (its hand-written conversions defeat SLP) and no
+#: polynomial op (compute-bound anyway; tanh's defeats SLP) -- otherwise the unrolled line would
+#: run element by element.
+LINE_UNROLL = "#if defined(__clang__)\n#pragma clang loop unroll(full)\n#endif"
+_POLYNOMIAL_OPS = frozenset(op.name for op in OPS.values() if op.flops >= 20)
+
+
+def _line_unroll(parsed: ParsedExpr, dtypes: Sequence[CDType]) -> str:
+    """``LINE_UNROLL`` for a memory-bound expression without float16, else nothing."""
+    calls = {node.func.id for node in ast.walk(parsed.tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}  # fmt: skip
+    if calls & _POLYNOMIAL_OPS or any(dt.name == "float16" for dt in dtypes):
+        return ""
+    return LINE_UNROLL
 
 
 def _skeleton() -> str:
@@ -348,6 +365,7 @@ def render_elementwise(
         "@PARAMS@": ", ".join(param_list(out, ins) + ["int n", "int core_id_count", "int core_id"]),
         "@LOADS@": "\n".join("        " + load_line(name, dt, compute) for name, dt in ins),
         "@VALUE@": value,
+        "@LINE_UNROLL@": _line_unroll(parsed, (compute, out, *(d for _, d in ins))),
     }
     text = skeleton if skeleton is not None else _skeleton()
     for key in SKELETON_KEYS:

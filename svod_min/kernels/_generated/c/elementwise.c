@@ -16,6 +16,9 @@ void svod_add_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -52,6 +55,9 @@ void svod_add_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -88,6 +94,7 @@ void svod_add_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -124,6 +131,9 @@ void svod_add_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -160,6 +170,9 @@ void svod_add_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -196,6 +209,9 @@ void svod_sub_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -232,6 +248,9 @@ void svod_sub_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -268,6 +287,7 @@ void svod_sub_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -304,6 +324,9 @@ void svod_sub_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -340,6 +363,9 @@ void svod_sub_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -376,6 +402,9 @@ void svod_mul_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -412,6 +441,9 @@ void svod_mul_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -448,6 +480,7 @@ void svod_mul_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -484,6 +517,9 @@ void svod_mul_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -520,6 +556,9 @@ void svod_mul_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -556,6 +595,9 @@ void svod_div_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -592,6 +634,9 @@ void svod_div_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -628,6 +673,7 @@ void svod_div_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -664,6 +710,9 @@ void svod_div_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -700,6 +749,9 @@ void svod_max_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -736,6 +788,9 @@ void svod_max_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -772,6 +827,7 @@ void svod_max_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -808,6 +864,9 @@ void svod_max_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -844,6 +903,9 @@ void svod_max_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -880,6 +942,9 @@ void svod_min_f32(float *restrict out, const float *restrict in_a, const float *
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -916,6 +981,9 @@ void svod_min_f64(double *restrict out, const double *restrict in_a, const doubl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -952,6 +1020,7 @@ void svod_min_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -988,6 +1057,9 @@ void svod_min_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1024,6 +1096,9 @@ void svod_min_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, const s
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -1060,6 +1135,9 @@ void svod_neg_f32(float *restrict out, const float *restrict in_a, int n, int co
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1094,6 +1172,9 @@ void svod_neg_f64(double *restrict out, const double *restrict in_a, int n, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1128,6 +1209,7 @@ void svod_neg_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1162,6 +1244,9 @@ void svod_neg_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1196,6 +1281,9 @@ void svod_neg_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -1230,6 +1318,9 @@ void svod_abs_f32(float *restrict out, const float *restrict in_a, int n, int co
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1264,6 +1355,9 @@ void svod_abs_f64(double *restrict out, const double *restrict in_a, int n, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1298,6 +1392,7 @@ void svod_abs_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1332,6 +1427,9 @@ void svod_abs_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1366,6 +1464,9 @@ void svod_abs_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -1400,6 +1501,7 @@ void svod_exp_f32(float *restrict out, const float *restrict in_a, int n, int co
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1434,6 +1536,7 @@ void svod_exp_f64(double *restrict out, const double *restrict in_a, int n, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1468,6 +1571,7 @@ void svod_exp_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1502,6 +1606,7 @@ void svod_exp_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1536,6 +1641,7 @@ void svod_log_f32(float *restrict out, const float *restrict in_a, int n, int co
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1570,6 +1676,7 @@ void svod_log_f64(double *restrict out, const double *restrict in_a, int n, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1604,6 +1711,7 @@ void svod_log_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1638,6 +1746,7 @@ void svod_log_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1672,6 +1781,9 @@ void svod_sqrt_f32(float *restrict out, const float *restrict in_a, int n, int c
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1706,6 +1818,9 @@ void svod_sqrt_f64(double *restrict out, const double *restrict in_a, int n, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1740,6 +1855,7 @@ void svod_sqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1774,6 +1890,9 @@ void svod_sqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1808,6 +1927,9 @@ void svod_rsqrt_f32(float *restrict out, const float *restrict in_a, int n, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1842,6 +1964,9 @@ void svod_rsqrt_f64(double *restrict out, const double *restrict in_a, int n, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -1876,6 +2001,7 @@ void svod_rsqrt_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -1910,6 +2036,9 @@ void svod_rsqrt_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -1944,6 +2073,9 @@ void svod_relu_f32(float *restrict out, const float *restrict in_a, int n, int c
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -1978,6 +2110,9 @@ void svod_relu_f64(double *restrict out, const double *restrict in_a, int n, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2012,6 +2147,7 @@ void svod_relu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -2046,6 +2182,9 @@ void svod_relu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -2080,6 +2219,9 @@ void svod_relu_i32(svod_i32 *restrict out, const svod_i32 *restrict in_a, int n,
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -2114,6 +2256,7 @@ void svod_gelu_f32(float *restrict out, const float *restrict in_a, int n, int c
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2148,6 +2291,7 @@ void svod_gelu_f64(double *restrict out, const double *restrict in_a, int n, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2182,6 +2326,7 @@ void svod_gelu_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -2216,6 +2361,7 @@ void svod_gelu_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -2250,6 +2396,7 @@ void svod_sigmoid_f32(float *restrict out, const float *restrict in_a, int n, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2284,6 +2431,7 @@ void svod_sigmoid_f64(double *restrict out, const double *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2318,6 +2466,7 @@ void svod_sigmoid_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -2352,6 +2501,7 @@ void svod_sigmoid_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -2386,6 +2536,7 @@ void svod_tanh_f32(float *restrict out, const float *restrict in_a, int n, int c
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2420,6 +2571,7 @@ void svod_tanh_f64(double *restrict out, const double *restrict in_a, int n, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2454,6 +2606,7 @@ void svod_tanh_f16(svod_f16 *restrict out, const svod_f16 *restrict in_a, int n,
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -2488,6 +2641,7 @@ void svod_tanh_bf16(svod_bf16 *restrict out, const svod_bf16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -2522,6 +2676,9 @@ void svod_where_f32(float *restrict out, const svod_u8 *restrict in_c, const flo
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
@@ -2560,6 +2717,9 @@ void svod_where_f64(double *restrict out, const svod_u8 *restrict in_c, const do
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_c = (double)(in_c[i] != 0);
@@ -2598,6 +2758,7 @@ void svod_where_f16(svod_f16 *restrict out, const svod_u8 *restrict in_c, const 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
@@ -2636,6 +2797,9 @@ void svod_where_bf16(svod_bf16 *restrict out, const svod_u8 *restrict in_c, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_c = (float)(in_c[i] != 0);
@@ -2674,6 +2838,9 @@ void svod_where_i32(svod_i32 *restrict out, const svod_u8 *restrict in_c, const 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_c = (in_c[i] != 0);
@@ -2712,6 +2879,9 @@ void svod_cast_f32_f64(double *restrict out, const float *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2746,6 +2916,7 @@ void svod_cast_f32_f16(svod_f16 *restrict out, const float *restrict in_a, int n
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2780,6 +2951,9 @@ void svod_cast_f32_bf16(svod_bf16 *restrict out, const float *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2814,6 +2988,9 @@ void svod_cast_f32_i32(svod_i32 *restrict out, const float *restrict in_a, int n
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -2848,6 +3025,9 @@ void svod_cast_f64_f32(float *restrict out, const double *restrict in_a, int n, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2882,6 +3062,7 @@ void svod_cast_f64_f16(svod_f16 *restrict out, const double *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2916,6 +3097,9 @@ void svod_cast_f64_bf16(svod_bf16 *restrict out, const double *restrict in_a, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2950,6 +3134,9 @@ void svod_cast_f64_i32(svod_i32 *restrict out, const double *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -2984,6 +3171,7 @@ void svod_cast_f16_f32(float *restrict out, const svod_f16 *restrict in_a, int n
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -3018,6 +3206,7 @@ void svod_cast_f16_f64(double *restrict out, const svod_f16 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -3052,6 +3241,7 @@ void svod_cast_f16_bf16(svod_bf16 *restrict out, const svod_f16 *restrict in_a, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -3086,6 +3276,7 @@ void svod_cast_f16_i32(svod_i32 *restrict out, const svod_f16 *restrict in_a, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_h2f(in_a[i]);
@@ -3120,6 +3311,9 @@ void svod_cast_bf16_f32(float *restrict out, const svod_bf16 *restrict in_a, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -3154,6 +3348,9 @@ void svod_cast_bf16_f64(double *restrict out, const svod_bf16 *restrict in_a, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -3188,6 +3385,7 @@ void svod_cast_bf16_f16(svod_f16 *restrict out, const svod_bf16 *restrict in_a, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -3222,6 +3420,9 @@ void svod_cast_bf16_i32(svod_i32 *restrict out, const svod_bf16 *restrict in_a, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = svod_bf2f(in_a[i]);
@@ -3256,6 +3457,9 @@ void svod_cast_i32_f32(float *restrict out, const svod_i32 *restrict in_a, int n
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -3290,6 +3494,9 @@ void svod_cast_i32_f64(double *restrict out, const svod_i32 *restrict in_a, int 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -3324,6 +3531,7 @@ void svod_cast_i32_f16(svod_f16 *restrict out, const svod_i32 *restrict in_a, in
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -3358,6 +3566,9 @@ void svod_cast_i32_bf16(svod_bf16 *restrict out, const svod_i32 *restrict in_a, 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const svod_i32 v_a = in_a[i];
@@ -3392,6 +3603,9 @@ void svod_add_relu_f32(float *restrict out, const float *restrict in_a, const fl
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -3428,6 +3642,9 @@ void svod_add_relu_f64(double *restrict out, const double *restrict in_a, const 
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -3464,6 +3681,9 @@ void svod_mul_add_f32(float *restrict out, const float *restrict in_a, const flo
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -3502,6 +3722,9 @@ void svod_mul_add_f64(double *restrict out, const double *restrict in_a, const d
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -3540,6 +3763,9 @@ void svod_relu_mul_add_f32(float *restrict out, const float *restrict in_a, cons
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -3578,6 +3804,9 @@ void svod_relu_mul_add_f64(double *restrict out, const double *restrict in_a, co
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#endif
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
@@ -3616,6 +3845,7 @@ void svod_silu_f32(float *restrict out, const float *restrict in_a, int n, int c
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const float v_a = in_a[i];
@@ -3650,6 +3880,7 @@ void svod_silu_f64(double *restrict out, const double *restrict in_a, int n, int
         e = s + (hi - s) / per_line * per_line;
         for (svod_i64 line = s; line < e; line += per_line) {
             __typeof__(out[0]) block[64 / sizeof(out[0])] __attribute__((aligned(64)));
+
             for (int j = 0; j < (int)(64 / sizeof(out[0])); ++j) {
                 const svod_i64 i = line + j;
         const double v_a = in_a[i];
