@@ -1,8 +1,8 @@
-"""Cut the object of a gcc batch unit into one relocatable object per source.
+"""Cut the object of a batch unit (gcc or clang) into one relocatable object per source.
 
-A unit (see :mod:`.gcc_unit`) is compiled with ``-ffunction-sections
--fdata-sections`` and assembled once: running ``as`` once per source cost
-~3-6 ms of process start-up each, as much as compiling the kernel. Every
+A unit (see :mod:`.batch_unit`) is compiled with ``-ffunction-sections
+-fdata-sections`` into one object: assembling once per source cost ~3-6 ms
+of process start-up each, as much as compiling the kernel. Every
 name a source defines carries that source's suffix (``name__svuN__``), so
 each section of the unit object belongs to the one source whose suffix its
 defined symbols (or its own name) carry. A source's object is its own
@@ -13,8 +13,8 @@ removed, and its relocations, unchanged but for the symbol indices.
 Anything else — a section no single source owns, a relocation into another
 source's section, a symbol of another source, section groups, REL
 relocations, non-allocated sections other than ``.note.GNU-stack`` — makes
-:func:`split_object` return None, and the caller takes the slower,
-assembly-level cut. It never guesses.
+:func:`split_object` return None, and the caller takes a slower path
+(gcc: the assembly-level cut). It never guesses.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class _Unit(NamedTuple):
 def split_object(obj: bytes, suffix: str, indices: Sequence[int]) -> Optional[Dict[int, bytes]]:
     """Source index -> its own object, cut from the unit object ``obj``; None when it cannot be cut.
 
-    ``suffix`` is the per-source name suffix with one ``%d`` (gcc_unit.SUFFIX).
+    ``suffix`` is the per-source name suffix with one ``%d`` (batch_unit.SUFFIX).
     """
     try:
         unit = _read_unit(obj, suffix, set(indices))
