@@ -246,23 +246,29 @@ def _read_object(tmp: str, i: int, info: CompilerInfo, label: _Labels) -> bytes:
 
 
 def _unit_first(
-    info: CompilerInfo, flags: List[str], tmp: str, chunk: List[int], sources: Sequence[str]
+    info: CompilerInfo, flags: List[str], tmp: str, chunk: List[int], sources: Sequence[str], built: Dict[int, bytes]
 ) -> List[int]:
-    """Build what one unit can (see :mod:`.batch_unit`); the indices still to compile."""
+    """Build what one unit can (see :mod:`.batch_unit`) into ``built``; the indices still to compile."""
     if info.family not in batch_unit.UNIT_FLAGS or not batch_unit.flags_allow_unit(flags):
         return chunk
     ready = {i: sources[i] for i in chunk if batch_unit.unit_ready(sources[i])}
     if len(ready) < 2:
         return chunk
-    built = batch_unit.compile_unit(info, flags, tmp, ready)
-    return [i for i in chunk if i not in built]
+    objects = batch_unit.compile_unit(info, flags, tmp, ready)
+    built.update(objects)  # distinct indices per job: no lock needed
+    return [i for i in chunk if i not in objects]
 
 
 def _run_chunks(
-    info: CompilerInfo, flags: List[str], tmp: str, chunks: List[List[int]], sources: Sequence[str]
+    info: CompilerInfo,
+    flags: List[str],
+    tmp: str,
+    chunks: List[List[int]],
+    sources: Sequence[str],
+    built: Dict[int, bytes],
 ) -> List[subprocess.CompletedProcess]:
     def run(chunk: List[int]) -> subprocess.CompletedProcess:
-        rest = _unit_first(info, flags, tmp, chunk, sources)
+        rest = _unit_first(info, flags, tmp, chunk, sources, built)
         if not rest:
             return subprocess.CompletedProcess([], 0, b"", b"")
         cmd = _batch_command(info, flags, ["k%d.c" % i for i in rest], tmp)
@@ -316,9 +322,10 @@ def compile_many_c(
     chunks = _split(len(sources), jobs or default_jobs())
     with tempfile.TemporaryDirectory(prefix="svod_min-cc-") as tmp:
         _write_sources(tmp, sources, label)
-        results = _run_chunks(info, flags, tmp, chunks, sources)
+        built: Dict[int, bytes] = {}  # objects cut from units, never written to disk
+        results = _run_chunks(info, flags, tmp, chunks, sources, built)
         _raise_failures(info, sources, chunks, results, extra_flags, label)
-        return [_read_object(tmp, i, info, label) for i in range(len(sources))]
+        return [built[i] if i in built else _read_object(tmp, i, info, label) for i in range(len(sources))]
 
 
 def _raise_failures(

@@ -328,53 +328,54 @@ def split_assembly(asm: str, indices: Sequence[int]) -> Optional[Dict[int, str]]
     return out
 
 
-def _write_pieces(tmp: str, pieces: Dict[int, bytes]) -> None:
-    for index, data in pieces.items():
-        with open(os.path.join(tmp, "k%d.o" % index), "wb") as fh:
-            fh.write(data)
+def _read_pieces(tmp: str, indices: Set[int]) -> Dict[int, bytes]:
+    out: Dict[int, bytes] = {}
+    for index in indices:
+        with open(os.path.join(tmp, "k%d.o" % index), "rb") as fh:
+            out[index] = fh.read()
+    return out
 
 
-def _cut_assembly(info: CompilerInfo, flags: List[str], tmp: str, unit_path: str, indices: List[int]) -> Set[int]:
-    """gcc's fallback: the unit's assembly cut per source and assembled in one driver run; the indices built."""
+def _cut_assembly(info: CompilerInfo, flags: List[str], tmp: str, unit_path: str, indices: List[int]) -> Dict[int, bytes]:
+    """gcc's fallback: the unit's assembly cut per source and assembled in one driver run; the objects built."""
     result = run_compiler([info.path, "-S", "-pipe", *flags, *UNIT_FLAGS["gcc"], "-x", "c", unit_path, "-o", "-"],
                           "", info, cwd=tmp)  # fmt: skip
     split = split_assembly(result.stdout.decode(errors="replace"), indices) if result.returncode == 0 else None
     if split is None:
-        return set()
+        return {}
     for index, text in split.items():
         with open(os.path.join(tmp, "k%d.s" % index), "w") as fh:
             fh.write(text)
     files = ["k%d.s" % i for i in sorted(split)]
     assembled = run_compiler([info.path, "-c", *flags, "-x", "assembler", *files], "", info, cwd=tmp)
-    return set(split) if assembled.returncode == 0 else set()
+    return _read_pieces(tmp, set(split)) if assembled.returncode == 0 else {}
 
 
-def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[int, str]) -> Set[int]:
-    """Compile ``sources`` (index -> text) as one unit into ``k<i>.o`` in ``tmp``; the indices built.
+def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[int, str]) -> Dict[int, bytes]:
+    """Compile ``sources`` (index -> text) as one unit, in ``tmp``; index -> object for the sources built.
 
     One driver run compiles the unit to one object (clang: one process;
-    gcc: cc1 piped into as), which is cut per source. An empty set means
+    gcc: cc1 piped into as), which is cut per source. An empty dict means
     nothing was built (the unit failed to compile or to be cut): the caller
     compiles those sources one by one, which also gives each failing source
     its own diagnostics.
     """
     unit_flags = UNIT_FLAGS.get(info.family)
     if unit_flags is None:
-        return set()
+        return {}
     first, indices = min(sources), sorted(sources)
     unit_path, obj_path = os.path.join(tmp, "unit%d.c" % first), os.path.join(tmp, "unit%d.o" % first)
     with open(unit_path, "wb") as fh:
         fh.write(source_bytes(build_unit(sources, flag_macros(flags)), "the batch unit"))
     cmd = [info.path, "-c", "-pipe", *flags, *unit_flags, "-x", "c", unit_path, "-o", obj_path]
     if run_compiler(cmd, "", info, cwd=tmp).returncode != 0:
-        return set()
+        return {}
     with open(obj_path, "rb") as fh:
         pieces = split_object(fh.read(), SUFFIX, indices)
     if pieces is not None:
-        _write_pieces(tmp, pieces)
-        return set(sources)
+        return pieces
     # The assembly cut reads gcc's assembly only; clang's sources go one by one.
-    return _cut_assembly(info, flags, tmp, unit_path, indices) if info.family == "gcc" else set()
+    return _cut_assembly(info, flags, tmp, unit_path, indices) if info.family == "gcc" else {}
 
 
 __all__ = ["SUFFIX", "UNIT_FLAGS", "build_unit", "compile_unit", "defined_names", "flag_macros", "flags_allow_unit",

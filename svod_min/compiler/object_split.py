@@ -156,8 +156,10 @@ def _write(unit: _Unit, keep: List[int], index: int, own_suffix: str) -> bytes:
     new_index = {old: new for new, old in enumerate(keep, start=1)}
     stack_note = next((s for s in sections if s.name == _STACK_NOTE), None)
 
-    placed = [s for i in keep for s in unit.defined.get(i, ()) if unit.pool_owners.get(s.index, index) == index]
     needed = {rel.sym for i in keep for rel in unit.relocations.get(i, [])}
+    # Of a shared pool's symbols (clang labels every constant of the unit) only those this piece uses:
+    # all of them in every piece would make a batch quadratic.
+    placed = [s for i in keep for s in unit.defined.get(i, ()) if i not in unit.pools or s.index in needed]
     externals = [s for s in unit.undefined if s.index in needed]  # only the names this piece uses
     ordered = [s for s in placed if s.bind == STB_LOCAL] + [s for s in placed + externals if s.bind != STB_LOCAL]
     locals_count = sum(1 for s in placed if s.bind == STB_LOCAL)
