@@ -181,6 +181,17 @@ def test_every_library_kernel_cut_from_a_clang_unit_is_compile_cs(monkeypatch) -
     assert [i for i in range(len(sources)) if differences(objs[i], alone[i])] == []
 
 
+@needs_clang
+@pytest.mark.parametrize("target", ["aarch64-linux-gnu", "powerpc64le-linux-gnu"])
+def test_cross_target_pieces_are_compile_cs(target: str) -> None:
+    # bundle_build compiles every target's kernels through compile_many_c
+    flags = ["--target=" + target]
+    sources = library_sources()[::40]
+    objs = clang.compile_many_c(sources, compiler="clang", jobs=1, extra_flags=flags)
+    for i, src in enumerate(sources):
+        assert differences(objs[i], clang.compile_c(src, compiler="clang", extra_flags=flags)) == [], i
+
+
 def _record(built: List[int], indices):
     built.append(len(indices))
     return indices

@@ -1,6 +1,6 @@
 """Machine-code oracle for batch units: a piece cut from a unit against compile_c's object (pyelftools).
 
-Two x86-64 objects are equivalent when they define the same functions and data (name, binding, type,
+Two objects are equivalent when they define the same functions and data (name, binding, type,
 size) with the same bytes, and each relocation inside them sits at the same offset, has the same type
 and reaches the same thing. "The same thing" is a named symbol plus offset, or, for a reference into a
 section or to a local ``.L`` label (the unit puts each function and datum in a section of its own, compile_c puts them together),
@@ -36,7 +36,8 @@ def _reached(elf: ELFFile, symbols: list, rel) -> tuple:
     if sym["st_info"]["type"] != "STT_SECTION" and not sym.name.startswith(".L"):
         return ("symbol", sym.name, rel["r_addend"])
     section = elf.get_section(sym["st_shndx"])
-    target = sym["st_value"] + rel["r_addend"] + _PC_RELATIVE.get(rel["r_info_type"], 0)
+    bias = _PC_RELATIVE.get(rel["r_info_type"], 0) if elf["e_machine"] == "EM_X86_64" else 0
+    target = sym["st_value"] + rel["r_addend"] + bias
     data = section.data()
     if section["sh_flags"] & SH_FLAGS.SHF_MERGE and section["sh_flags"] & SH_FLAGS.SHF_STRINGS:
         return ("string", data[target : data.index(b"\0", target)])
