@@ -93,15 +93,25 @@ def test_bad_arguments_are_value_errors() -> None:
 
 def test_one_compiler_run_for_a_batch(cc: str, monkeypatch) -> None:
     clang.find_compiler(compiler=cc)  # the identity probe is not part of a batch
-    flags = ["-DPROBE_%s_%d" % (cc, os.getpid())]  # a fresh flag set: clang must probe cc1 once
     counter = Counter(subprocess.run)
     monkeypatch.setattr(subprocess, "run", counter)
-    clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1, extra_flags=flags)
+    objs = clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1)
+    assert len(counter.calls) == 1, counter.calls  # one unit, one object (compiler/batch_unit.py)
+    assert [run(o)[0] for o in objs] == [float(c) for c in range(12)]
+
+
+def test_sources_outside_a_unit_are_still_one_run(cc: str, monkeypatch) -> None:
+    clang.find_compiler(compiler=cc)
+    flags = ["-DPROBE_%s_%d" % (cc, os.getpid())]  # a fresh flag set: clang must probe cc1 once
+    sources = ["#define UNIT_CANNOT_TAKE_ME\n" + kernel(c) for c in range(12)]
+    counter = Counter(subprocess.run)
+    monkeypatch.setattr(subprocess, "run", counter)
+    clang.compile_many_c(sources, compiler=cc, jobs=1, extra_flags=flags)
     runs = [call[0] for call in counter.calls]
-    assert len(runs) == 2, runs  # clang: `-###` once, then cc1; gcc: the unit, then the assembler
+    assert len(runs) == (2 if cc == "clang" else 1), runs  # clang: `-###` once, then cc1; gcc: one driver run
     counter.calls.clear()
-    clang.compile_many_c([kernel(c) for c in range(12)], compiler=cc, jobs=1, extra_flags=flags)
-    assert len(counter.calls) == (1 if cc == "clang" else 2)  # the cc1 command line is remembered
+    clang.compile_many_c(sources, compiler=cc, jobs=1, extra_flags=flags)
+    assert len(counter.calls) == 1  # the cc1 command line is remembered
 
 
 def test_a_single_source_needs_no_cc1_probe(cc: str, monkeypatch) -> None:
@@ -117,15 +127,11 @@ def test_jobs_split_the_batch(cc: str, monkeypatch) -> None:
     clang.compile_many_c([kernel(0), kernel(1)], compiler=cc)  # probe outside the count
     counter = Counter(batch.run_compiler)
     monkeypatch.setattr(batch, "run_compiler", counter)
-    monkeypatch.setattr(batch.gcc_unit, "run_compiler", counter)  # gcc: a unit, then its one assembly
+    monkeypatch.setattr(batch.batch_unit, "run_compiler", counter)
     objs = clang.compile_many_c([kernel(c) for c in range(20)], compiler=cc, jobs=2)
-    if cc == "clang":
-        inputs = sorted(len([a for a in call[0] if a.endswith(".c")]) for call in counter.calls)
-        assert inputs == [10, 10]
-    else:  # one unit per job, named after its first source, each assembled once
-        units = sorted(os.path.basename(a) for call in counter.calls if "-S" in call[0] for a in call[0] if a.endswith(".c"))
-        assert units == ["unit0.c", "unit10.c"]
-        assert sorted(len([a for a in call[0] if a.endswith(".s")]) for call in counter.calls if "-S" not in call[0]) == [1, 1]
+    # one unit per job, named after its first source, each compiled straight to its object
+    units = sorted(os.path.basename(a) for call in counter.calls for a in call[0] if a.endswith(".c"))
+    assert units == ["unit0.c", "unit10.c"] and len(counter.calls) == 2
     assert [run(o)[0] for o in objs] == [float(c) for c in range(20)]
 
 
@@ -223,8 +229,12 @@ def test_cc1_listing_is_parsed_or_declined() -> None:
 def test_clang_falls_back_to_the_driver_without_cc1(monkeypatch) -> None:
     monkeypatch.setattr(batch, "_parse_cc1", lambda *a: None)
     flags = ["-DFALLBACK_PROBE"]
-    objs = clang.compile_many_c([kernel(1), kernel(2)], compiler="clang", extra_flags=flags)
+    sources = ["#define OUTSIDE_THE_UNIT\n" + kernel(c) for c in (1, 2)]  # the per-source path
+    counter = Counter(subprocess.run)
+    monkeypatch.setattr(subprocess, "run", counter)
+    objs = clang.compile_many_c(sources, compiler="clang", extra_flags=flags)
     assert [run(o)[0] for o in objs] == [1.0, 2.0]
+    assert counter.calls[-1][0][1] == "-c"  # the driver, not cc1
 
 
 # --- compile_many_cached --------------------------------------------------------

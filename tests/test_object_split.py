@@ -1,4 +1,4 @@
-"""compiler/object_split.py: a gcc unit's one object cut into one object per source."""
+"""compiler/object_split.py: a batch unit's one object (gcc or clang) cut into one object per source."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import List
 import pytest
 
 from svod_min import clang
-from svod_min.compiler import gcc_unit
+from svod_min.compiler import batch_unit
 from svod_min.compiler.object_split import split_object
 from svod_min.jit_loader import load_object
 
@@ -43,30 +43,34 @@ def run_loaded(obj: bytes, name: str, seed: int) -> bytes:
         return call(lo.function(name, *SIGNATURE), seed)
 
 
-def unit_object(sources: List[str], tmp) -> bytes:
-    info = clang.find_compiler(compiler="gcc")
+def compile_unit_text(text: str, tmp, cc: str) -> bytes:
+    info = clang.find_compiler(compiler=cc)
     flags = clang.compiler_flags(info, ())
-    unit = tmp / "unit.c"
-    unit.write_text(gcc_unit.build_unit(dict(enumerate(sources)), gcc_unit.flag_macros(flags)))
-    subprocess.run([info.path, "-c", *flags, *gcc_unit.UNIT_FLAGS, str(unit), "-o", str(tmp / "unit.o")], check=True)
+    (tmp / "unit.c").write_text(text)
+    subprocess.run([info.path, "-c", *flags, *batch_unit.UNIT_FLAGS[info.family], str(tmp / "unit.c"), "-o", str(tmp / "unit.o")],
+                   check=True)  # fmt: skip
     return (tmp / "unit.o").read_bytes()
 
 
-@needs_gcc
-def test_each_piece_computes_what_the_source_compiled_alone_computes(tmp_path) -> None:
+def unit_object(sources: List[str], tmp, cc: str) -> bytes:
+    macros = batch_unit.flag_macros(clang.compiler_flags(clang.find_compiler(compiler=cc), ()))
+    return compile_unit_text(batch_unit.build_unit(dict(enumerate(sources)), macros), tmp, cc)
+
+
+def test_each_piece_computes_what_the_source_compiled_alone_computes(cc: str, tmp_path) -> None:
     sources = library_style_sources()
-    pieces = split_object(unit_object(sources, tmp_path), gcc_unit.SUFFIX, list(range(len(sources))))
+    pieces = split_object(unit_object(sources, tmp_path, cc), batch_unit.SUFFIX, list(range(len(sources))))
     assert pieces is not None and sorted(pieces) == list(range(len(sources)))
     for i, src in enumerate(sources):
-        alone = clang.compile_c(src, compiler="gcc")
+        alone = clang.compile_c(src, compiler=cc)
         assert run_loaded(pieces[i], "svod_t%d" % i, i) == run_loaded(alone, "svod_t%d" % i, i), i  # bit for bit
         assert b"__svu" not in pieces[i]  # every name restored
 
 
 @needs_gcc
-def test_a_real_linker_takes_every_piece(tmp_path) -> None:
+def test_a_real_linker_takes_every_piece(cc: str, tmp_path) -> None:
     sources = library_style_sources()[:4]
-    pieces = split_object(unit_object(sources, tmp_path), gcc_unit.SUFFIX, list(range(len(sources))))
+    pieces = split_object(unit_object(sources, tmp_path, cc), batch_unit.SUFFIX, list(range(len(sources))))
     assert pieces is not None
     for i, piece in pieces.items():
         obj, lib = tmp_path / ("p%d.o" % i), tmp_path / ("p%d.so" % i)
@@ -77,12 +81,11 @@ def test_a_real_linker_takes_every_piece(tmp_path) -> None:
         assert call(fn, 7) == run_loaded(piece, "svod_t%d" % i, 7)
 
 
-@needs_gcc
-def test_pieces_keep_data_and_statics_of_their_own_source(tmp_path) -> None:
+def test_pieces_keep_data_and_statics_of_their_own_source(cc: str, tmp_path) -> None:
     src = "static const float table[4] = {1.5f, 2.5f, 3.5f, %d.0f};\nfloat bias = %d.25f;\n" \
           "float k(int i) { return table[i & 3] + bias; }\n"  # fmt: skip
     sources = [src % (i, i) for i in range(3)]
-    pieces = split_object(unit_object(sources, tmp_path), gcc_unit.SUFFIX, [0, 1, 2])
+    pieces = split_object(unit_object(sources, tmp_path, cc), batch_unit.SUFFIX, [0, 1, 2])
     assert pieces is not None
     for i, piece in pieces.items():
         with load_object(piece) as lo:
@@ -90,7 +93,6 @@ def test_pieces_keep_data_and_statics_of_their_own_source(tmp_path) -> None:
             assert [k(j) for j in range(4)] == [1.5 + i + 0.25, 2.5 + i + 0.25, 3.5 + i + 0.25, 2 * i + 0.25]
 
 
-@needs_gcc
 @pytest.mark.parametrize(
     "source",
     [
@@ -102,25 +104,20 @@ def test_pieces_keep_data_and_statics_of_their_own_source(tmp_path) -> None:
     ],
     ids=["cross-source call", "unowned definition"],
 )
-def test_what_cannot_be_cut_safely_is_refused(source: str, tmp_path) -> None:
+def test_what_cannot_be_cut_safely_is_refused(source: str, cc: str, tmp_path) -> None:
     def cut(text: str):
-        (tmp_path / "u.c").write_text(text)
-        flags = clang.compiler_flags(clang.find_compiler(compiler="gcc"), ())
-        subprocess.run(["gcc", "-c", *flags, *gcc_unit.UNIT_FLAGS, str(tmp_path / "u.c"), "-o", str(tmp_path / "u.o")],
-                       check=True)  # fmt: skip
-        return split_object((tmp_path / "u.o").read_bytes(), gcc_unit.SUFFIX, [0, 1])
+        return split_object(compile_unit_text(text, tmp_path, cc), batch_unit.SUFFIX, [0, 1])
 
     assert cut("float k__svu0__(float x) { return x + 1; }\nfloat g__svu1__(float x) { return x * 2; }\n") is not None
     assert cut(source) is None
 
 
 def test_garbage_is_refused_not_raised() -> None:
-    assert split_object(b"\x7fELF" + bytes(60), gcc_unit.SUFFIX, [0]) is None
-    assert split_object(b"", gcc_unit.SUFFIX, [0]) is None
+    assert split_object(b"\x7fELF" + bytes(60), batch_unit.SUFFIX, [0]) is None
+    assert split_object(b"", batch_unit.SUFFIX, [0]) is None
 
 
-@needs_gcc
-def test_a_batch_runs_one_assembler_for_the_whole_unit(monkeypatch) -> None:
+def test_a_batch_is_one_compiler_run_for_the_whole_unit(cc: str, monkeypatch) -> None:
     from svod_min.compiler import batch
 
     seen: List[List[str]] = []
@@ -131,10 +128,10 @@ def test_a_batch_runs_one_assembler_for_the_whole_unit(monkeypatch) -> None:
         return real(cmd, *args, **kwargs)
 
     monkeypatch.setattr(batch, "run_compiler", spy)
-    monkeypatch.setattr(gcc_unit, "run_compiler", spy)
+    monkeypatch.setattr(batch_unit, "run_compiler", spy)
     sources = library_style_sources()[:6]
-    objs = clang.compile_many_c(sources, compiler="gcc", jobs=1)
-    assembler_runs = [c for c in seen if "-c" in c]
-    assert len(assembler_runs) == 1 and sum(1 for arg in assembler_runs[0] if arg.endswith(".s")) == 1
+    clang.find_compiler(compiler=cc)
+    objs = clang.compile_many_c(sources, compiler=cc, jobs=1)
+    assert len(seen) == 1 and seen[0][-3].endswith("unit0.c") and seen[0][-1].endswith("unit0.o")  # one unit in, one object out
     for i, obj in enumerate(objs):  # the objects come back in source order
-        assert run_loaded(obj, "svod_t%d" % i, 3) == run_loaded(clang.compile_c(sources[i], compiler="gcc"), "svod_t%d" % i, 3)
+        assert run_loaded(obj, "svod_t%d" % i, 3) == run_loaded(clang.compile_c(sources[i], compiler=cc), "svod_t%d" % i, 3)

@@ -5,15 +5,16 @@ compile, so a plan's kernels are compiled together. Each source stays its
 own translation unit (kernels may repeat helper or entry-point names) and
 gets its own object, exactly as compile_c would build it.
 
+A job's eligible sources go through the compiler as one translation unit
+whose object is cut back per source (:mod:`.batch_unit`, gcc and clang
+alike): one process start and one set-up per job, not per source. Sources
+the unit cannot take, or a unit that fails, are compiled one per file:
 clang: `clang -c a.c b.c` runs one cc1 *process* per file (the driver turns
 in-process cc1 off for more than one job), so it saves nothing. cc1 itself
 takes any number of inputs, so we ask the driver once (`-###`) for the cc1
 command line it would run for one file and hand cc1 every file at once.
-gcc: cc1 takes one file, and starting one costs more than compiling a small
-kernel, so a job's sources go through gcc as one unit whose assembly is cut
-back per source (:mod:`.gcc_unit`); sources it cannot take, or a unit that
-fails, go through one `gcc -c` driver run (one cc1 + as per file). `jobs`
-spreads the sources over parallel jobs.
+gcc: one `gcc -c` driver run (one cc1 + as per file). `jobs` spreads the
+sources over parallel jobs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..config import env_str
 from ..error import CompilationError
-from . import gcc_unit
+from . import batch_unit
 from .probe import CompilerInfo, find_compiler
 from .run import check_object, compile_c, compiler_flags, offending_lines, run_compiler, source_bytes
 
@@ -111,20 +112,21 @@ def _parse_cc1(listing: str, src: str, obj: str) -> Optional[List[str]]:
 
 
 def _probe_cc1(info: CompilerInfo, flags: List[str], tmp: str) -> Optional[List[str]]:
-    """clang's cc1 command line for ``flags`` (cached per process); None: use the driver."""
+    """clang's cc1 command line for ``flags`` (cached per process); None: use the driver.
+
+    Probed under the lock, so parallel jobs that need it probe once.
+    """
     key = (info.path, tuple(flags))
     with _cc1_lock:
-        if key in _cc1_argv:
-            return _cc1_argv[key]
-    cmd = [info.path, "-###", "-c", *flags, "-x", "c", "k0.c", "-o", "k0.o"]
-    result = run_compiler(cmd, "", info, cwd=tmp)
-    listing = result.stderr.decode(errors="replace")
-    argv = _parse_cc1(listing, "k0.c", "k0.o") if result.returncode == 0 else None
-    if argv is None:
-        log.debug("cannot drive %s's cc1 directly; batches go through the driver", info.path)
-    with _cc1_lock:
-        _cc1_argv[key] = argv
-    return argv
+        if key not in _cc1_argv:
+            cmd = [info.path, "-###", "-c", *flags, "-x", "c", "k0.c", "-o", "k0.o"]
+            result = run_compiler(cmd, "", info, cwd=tmp)
+            listing = result.stderr.decode(errors="replace")
+            argv = _parse_cc1(listing, "k0.c", "k0.o") if result.returncode == 0 else None
+            if argv is None:
+                log.debug("cannot drive %s's cc1 directly; batches go through the driver", info.path)
+            _cc1_argv[key] = argv
+        return _cc1_argv[key]
 
 
 def _batch_command(info: CompilerInfo, flags: List[str], files: List[str], tmp: str) -> List[str]:
@@ -244,23 +246,29 @@ def _read_object(tmp: str, i: int, info: CompilerInfo, label: _Labels) -> bytes:
 
 
 def _unit_first(
-    info: CompilerInfo, flags: List[str], tmp: str, chunk: List[int], sources: Sequence[str]
+    info: CompilerInfo, flags: List[str], tmp: str, chunk: List[int], sources: Sequence[str], built: Dict[int, bytes]
 ) -> List[int]:
-    """gcc: build what one unit can (see :mod:`.gcc_unit`); the indices still to compile."""
-    if info.family != "gcc" or not gcc_unit.flags_allow_unit(flags):
+    """Build what one unit can (see :mod:`.batch_unit`) into ``built``; the indices still to compile."""
+    if info.family not in batch_unit.UNIT_FLAGS or not batch_unit.flags_allow_unit(flags):
         return chunk
-    ready = {i: sources[i] for i in chunk if gcc_unit.unit_ready(sources[i])}
+    ready = {i: sources[i] for i in chunk if batch_unit.unit_ready(sources[i])}
     if len(ready) < 2:
         return chunk
-    built = gcc_unit.compile_unit(info, flags, tmp, ready)
-    return [i for i in chunk if i not in built]
+    objects = batch_unit.compile_unit(info, flags, tmp, ready)
+    built.update(objects)  # distinct indices per job: no lock needed
+    return [i for i in chunk if i not in objects]
 
 
 def _run_chunks(
-    info: CompilerInfo, flags: List[str], tmp: str, chunks: List[List[int]], sources: Sequence[str]
+    info: CompilerInfo,
+    flags: List[str],
+    tmp: str,
+    chunks: List[List[int]],
+    sources: Sequence[str],
+    built: Dict[int, bytes],
 ) -> List[subprocess.CompletedProcess]:
     def run(chunk: List[int]) -> subprocess.CompletedProcess:
-        rest = _unit_first(info, flags, tmp, chunk, sources)
+        rest = _unit_first(info, flags, tmp, chunk, sources, built)
         if not rest:
             return subprocess.CompletedProcess([], 0, b"", b"")
         cmd = _batch_command(info, flags, ["k%d.c" % i for i in rest], tmp)
@@ -268,8 +276,6 @@ def _run_chunks(
 
     if len(chunks) == 1:
         return [run(chunks[0])]
-    if info.family == "clang":
-        _probe_cc1(info, flags, tmp)  # once, before the threads race to it
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(chunks)) as pool:
         return list(pool.map(run, chunks))
 
@@ -316,9 +322,10 @@ def compile_many_c(
     chunks = _split(len(sources), jobs or default_jobs())
     with tempfile.TemporaryDirectory(prefix="svod_min-cc-") as tmp:
         _write_sources(tmp, sources, label)
-        results = _run_chunks(info, flags, tmp, chunks, sources)
+        built: Dict[int, bytes] = {}  # objects cut from units, never written to disk
+        results = _run_chunks(info, flags, tmp, chunks, sources, built)
         _raise_failures(info, sources, chunks, results, extra_flags, label)
-        return [_read_object(tmp, i, info, label) for i in range(len(sources))]
+        return [built[i] if i in built else _read_object(tmp, i, info, label) for i in range(len(sources))]
 
 
 def _raise_failures(

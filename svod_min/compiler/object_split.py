@@ -1,20 +1,22 @@
-"""Cut the object of a gcc batch unit into one relocatable object per source.
+"""Cut the object of a batch unit (gcc or clang) into one relocatable object per source.
 
-A unit (see :mod:`.gcc_unit`) is compiled with ``-ffunction-sections
--fdata-sections`` and assembled once: running ``as`` once per source cost
-~3-6 ms of process start-up each, as much as compiling the kernel. Every
+A unit (see :mod:`.batch_unit`) is compiled with ``-ffunction-sections
+-fdata-sections`` into one object: assembling once per source cost ~3-6 ms
+of process start-up each, as much as compiling the kernel. Every
 name a source defines carries that source's suffix (``name__svuN__``), so
 each section of the unit object belongs to the one source whose suffix its
 defined symbols (or its own name) carry. A source's object is its own
-sections, copies of the shared constant pools (``SHF_MERGE`` sections holding
-only local labels) its relocations reach, a symbol table with the suffix
+sections, copies of the shared constant pools (``SHF_MERGE`` sections without
+relocations: gcc's hold only local labels, clang's may also hold small
+``static const`` tables of several sources, each keeping only its own
+source's names) its relocations reach, a symbol table with the suffix
 removed, and its relocations, unchanged but for the symbol indices.
 
 Anything else — a section no single source owns, a relocation into another
 source's section, a symbol of another source, section groups, REL
 relocations, non-allocated sections other than ``.note.GNU-stack`` — makes
-:func:`split_object` return None, and the caller takes the slower,
-assembly-level cut. It never guesses.
+:func:`split_object` return None, and the caller takes a slower path
+(gcc: the assembly-level cut). It never guesses.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class _Unit(NamedTuple):
     relocations: Dict[int, list]
     owners: Dict[int, int]  # section index -> source index
     pools: Set[int]  # shared constant-pool sections
+    pool_owners: Dict[int, int]  # symbol index -> its source, for the named symbols inside pools
     defined: Dict[int, List[Symbol]]  # section index -> the symbols defined in it
     undefined: List[Symbol]  # named undefined symbols
 
@@ -65,7 +68,7 @@ class _Unit(NamedTuple):
 def split_object(obj: bytes, suffix: str, indices: Sequence[int]) -> Optional[Dict[int, bytes]]:
     """Source index -> its own object, cut from the unit object ``obj``; None when it cannot be cut.
 
-    ``suffix`` is the per-source name suffix with one ``%d`` (gcc_unit.SUFFIX).
+    ``suffix`` is the per-source name suffix with one ``%d`` (batch_unit.SUFFIX).
     """
     try:
         unit = _read_unit(obj, suffix, set(indices))
@@ -96,6 +99,7 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
     parsed = parse_object(obj, tuple(ARCHES))
     owners: Dict[int, int] = {}
     pools: Set[int] = set()
+    pool_owners: Dict[int, int] = {}
     defined: Dict[int, List[Symbol]] = {}
     for sym in parsed.symbols[1:]:
         defined.setdefault(sym.shndx, []).append(sym)
@@ -111,8 +115,12 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
             found.add(named)
         if len(found) == 1 and -1 not in found:
             owners[sec.index] = found.pop()
-        elif not found and sec.flags & SHF_MERGE and sec.index not in parsed.relocations:
+        elif named is None and -1 not in found and sec.flags & SHF_MERGE and sec.index not in parsed.relocations:
             pools.add(sec.index)
+            for sym in defined.get(sec.index, ()):
+                owner = _owner(sym.name, suffix, indices)
+                if owner is not None:
+                    pool_owners[sym.index] = owner
         else:
             return None
     undefined = [s for s in defined.get(SHN_UNDEF, ()) if s.name]
@@ -121,7 +129,8 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
     if any(s.type != STT_FILE for s in defined.get(SHN_ABS, ())):  # absolute values other than the file name
         return None
     header = EHDR.unpack_from(obj, 0)
-    return _Unit(header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools, defined, undefined)
+    return _Unit(header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools, pool_owners, defined,
+                 undefined)  # fmt: skip
 
 
 def _piece(unit: _Unit, index: int, own_suffix: str) -> Optional[bytes]:
@@ -134,21 +143,23 @@ def _piece(unit: _Unit, index: int, own_suffix: str) -> Optional[bytes]:
             sym = unit.symbols[rel.sym]
             if sym.shndx == SHN_UNDEF or sym.shndx >= SHN_LORESERVE:
                 continue
-            if sym.shndx in unit.pools:
+            if sym.shndx in unit.pools and unit.pool_owners.get(rel.sym, index) == index:
                 keep.add(sym.shndx)
             elif unit.owners.get(sym.shndx) != index:
                 return None  # reaches into another source's section
-    return _write(unit, sorted(keep), own_suffix)
+    return _write(unit, sorted(keep), index, own_suffix)
 
 
-def _write(unit: _Unit, keep: List[int], own_suffix: str) -> bytes:
+def _write(unit: _Unit, keep: List[int], index: int, own_suffix: str) -> bytes:
     """A relocatable object of sections ``keep`` of the unit, their symbols and relocations."""
     sections = unit.sections
     new_index = {old: new for new, old in enumerate(keep, start=1)}
     stack_note = next((s for s in sections if s.name == _STACK_NOTE), None)
 
-    placed = [s for i in keep for s in unit.defined.get(i, ())]
     needed = {rel.sym for i in keep for rel in unit.relocations.get(i, [])}
+    # Of a shared pool's symbols (clang labels every constant of the unit) only those this piece uses:
+    # all of them in every piece would make a batch quadratic.
+    placed = [s for i in keep for s in unit.defined.get(i, ()) if i not in unit.pools or s.index in needed]
     externals = [s for s in unit.undefined if s.index in needed]  # only the names this piece uses
     ordered = [s for s in placed if s.bind == STB_LOCAL] + [s for s in placed + externals if s.bind != STB_LOCAL]
     locals_count = sum(1 for s in placed if s.bind == STB_LOCAL)

@@ -1,27 +1,29 @@
-"""gcc batches as one translation unit per job: one cc1 run, its assembly split per source.
+"""A batch job as one translation unit: one compiler run, its object cut per source.
 
-gcc's cc1 takes one file, and a cc1 process costs ~10 ms to start plus ~10 ms
-of first-function set-up, against ~6 ms to compile a small kernel inside a
-unit that is already running. So the eligible sources of a job are compiled
-together as one unit and the unit's assembly is cut back into one assembly
-file per source, which ``as`` turns into that source's own object.
+A compiler process costs ~10-30 ms to start and set up its first function,
+against a few ms to compile a small kernel inside a unit that is already
+running (gcc's cc1 takes one file; clang's cc1 takes many but pays its
+per-unit set-up for each). So the eligible sources of a job are compiled
+together as one unit, into one object, and :mod:`.object_split` cuts that
+object back into one object per source. Both compilers take this path;
+only the flags differ (:data:`UNIT_FLAGS`).
 
 Keeping the sources apart inside one unit:
 
 * every name a source *defines* at file scope is renamed with a per-source
   suffix (``#define name name__svuN__``) for its part of the unit, and the
-  suffix is removed again from that source's assembly, so each object has
+  suffix is removed again from that source's object, so each object has
   the symbol names :func:`compile_c` would give it;
 * the sources' ``#include`` lines are hoisted to the top of the unit, so
   a header is read once and never under a renaming;
 * conditionals and pragmas are allowed inside function bodies only; a
   source with any other preprocessor directive, or that spells the suffix
   itself, is not eligible (the caller compiles it alone);
-* the assembly is cut by owner: each entity belongs to the source whose
-  suffix its symbol carries; gcc's shared constant pool (``.LC``) is copied
-  into every piece that uses it; anything unowned, or a piece that refers to
-  another source's symbols or to a local label it lacks, makes the whole
-  unit fall back to one compile per source.
+* an object the cut refuses (a section no single source owns, a reference
+  from one source into another's) falls back: for gcc to cutting the unit's
+  assembly by owner (gcc's shared constant pool ``.LC`` copied into every
+  piece that uses it), which knows gcc's assembly only; for clang, and for
+  assembly that cannot be cut either, to one compile per source.
 
 Anything the unit cannot handle falls back; it never guesses.
 """
@@ -36,10 +38,15 @@ from .object_split import split_object
 from .probe import CompilerInfo
 from .run import run_compiler, source_bytes
 
-# Identical functions of two sources must not be folded into one (it would
-# make one piece call into another); the rest are gcc's defaults.
-# Each function and datum in a section of its own, so the unit's object can be cut per source (object_split).
-UNIT_FLAGS: Tuple[str, ...] = ("-fno-ipa-icf", "-ffunction-sections", "-fdata-sections")
+# Each function and datum in a section of its own, so the unit's object can be cut per source
+# (object_split). gcc: identical functions of two sources must not be folded into one (it would make
+# one piece call into another). clang -O2 folds none (its MergeFunctions pass is off unless asked
+# for); its address-significance table (.llvm_addrsig, a non-allocated section naming symbols of every
+# source) is left out: the loader does not need it and the cut does not take it.
+UNIT_FLAGS: Dict[str, Tuple[str, ...]] = {
+    "gcc": ("-fno-ipa-icf", "-ffunction-sections", "-fdata-sections"),
+    "clang": ("-ffunction-sections", "-fdata-sections", "-fno-addrsig"),
+}
 SUFFIX = "__svu%d__"
 _SUFFIX_RE = re.compile(r"__svu(\d+)__")
 _DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.MULTILINE)
@@ -57,11 +64,13 @@ _DECL_END = frozenset(("=", ";", ",", "[", "{", ")"))
 
 # Flags whose output the cut does not understand (debug info, profiling, dumps...): compile alone.
 _ALONE_FLAGS = ("-g", "-flto", "-fprofile", "-M", "-save-temps", "-fsanitize", "-pg", "-fdump", "-fopenmp",
-                "-fsection-anchors", "-fcallgraph-info", "-Wa,", "-x", "-S", "-E")
+                "-fsection-anchors", "-fcallgraph-info", "-Wa,", "-x", "-S", "-E",
+                "-emit-llvm", "-fembed-bitcode", "-Xclang", "-mllvm", "-fmerge-functions", "-fcoverage",
+                "-ftime-trace", "-fxray")
 
 
 def flags_allow_unit(flags: Sequence[str]) -> bool:
-    """True unless a flag changes gcc's output in a way the assembly cut does not handle."""
+    """True unless a flag changes the compiler's output in a way the cut does not handle."""
     return not any(f.startswith(_ALONE_FLAGS) and f != "-g0" for f in flags)
 
 
@@ -319,50 +328,54 @@ def split_assembly(asm: str, indices: Sequence[int]) -> Optional[Dict[int, str]]
     return out
 
 
-def _assemble_once(info: CompilerInfo, flags: List[str], tmp: str, asm: bytes, indices: List[int]) -> bool:
-    """Assemble the whole unit with one ``as`` and cut the object per source (``k<i>.o``); False if it
-    cannot be cut, and the assembly is then cut per source instead."""
-    first = indices[0]
-    asm_path, obj_path = os.path.join(tmp, "unit%d.s" % first), os.path.join(tmp, "unit%d.o" % first)
-    with open(asm_path, "wb") as fh:
-        fh.write(asm)
-    if run_compiler([info.path, "-c", *flags, "-x", "assembler", asm_path, "-o", obj_path], "", info, cwd=tmp).returncode:
-        return False
-    with open(obj_path, "rb") as fh:
-        pieces = split_object(fh.read(), SUFFIX, indices)
-    if pieces is None:
-        return False
-    for index, data in pieces.items():
-        with open(os.path.join(tmp, "k%d.o" % index), "wb") as fh:
-            fh.write(data)
-    return True
+def _read_pieces(tmp: str, indices: Set[int]) -> Dict[int, bytes]:
+    out: Dict[int, bytes] = {}
+    for index in indices:
+        with open(os.path.join(tmp, "k%d.o" % index), "rb") as fh:
+            out[index] = fh.read()
+    return out
 
 
-def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[int, str]) -> Set[int]:
-    """Compile ``sources`` (index -> text) as one unit into ``k<i>.o`` in ``tmp``; the indices built.
-
-    An empty set means nothing was built (the unit failed to compile or to
-    split): the caller compiles those sources one by one, which also gives
-    each failing source its own diagnostics.
-    """
-    unit_path = os.path.join(tmp, "unit%d.c" % min(sources))
-    with open(unit_path, "wb") as fh:
-        fh.write(source_bytes(build_unit(sources, flag_macros(flags)), "the batch unit"))
-    cmd = [info.path, "-S", "-pipe", *flags, *UNIT_FLAGS, "-x", "c", unit_path, "-o", "-"]
-    result = run_compiler(cmd, "", info, cwd=tmp)
-    if result.returncode != 0:
-        return set()
-    if _assemble_once(info, flags, tmp, result.stdout, sorted(sources)):
-        return set(sources)
-    split = split_assembly(result.stdout.decode(errors="replace"), sorted(sources))
+def _cut_assembly(info: CompilerInfo, flags: List[str], tmp: str, unit_path: str, indices: List[int]) -> Dict[int, bytes]:
+    """gcc's fallback: the unit's assembly cut per source and assembled in one driver run; the objects built."""
+    result = run_compiler([info.path, "-S", "-pipe", *flags, *UNIT_FLAGS["gcc"], "-x", "c", unit_path, "-o", "-"],
+                          "", info, cwd=tmp)  # fmt: skip
+    split = split_assembly(result.stdout.decode(errors="replace"), indices) if result.returncode == 0 else None
     if split is None:
-        return set()
+        return {}
     for index, text in split.items():
         with open(os.path.join(tmp, "k%d.s" % index), "w") as fh:
             fh.write(text)
     files = ["k%d.s" % i for i in sorted(split)]
     assembled = run_compiler([info.path, "-c", *flags, "-x", "assembler", *files], "", info, cwd=tmp)
-    return set(split) if assembled.returncode == 0 else set()
+    return _read_pieces(tmp, set(split)) if assembled.returncode == 0 else {}
+
+
+def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[int, str]) -> Dict[int, bytes]:
+    """Compile ``sources`` (index -> text) as one unit, in ``tmp``; index -> object for the sources built.
+
+    One driver run compiles the unit to one object (clang: one process;
+    gcc: cc1 piped into as), which is cut per source. An empty dict means
+    nothing was built (the unit failed to compile or to be cut): the caller
+    compiles those sources one by one, which also gives each failing source
+    its own diagnostics.
+    """
+    unit_flags = UNIT_FLAGS.get(info.family)
+    if unit_flags is None:
+        return {}
+    first, indices = min(sources), sorted(sources)
+    unit_path, obj_path = os.path.join(tmp, "unit%d.c" % first), os.path.join(tmp, "unit%d.o" % first)
+    with open(unit_path, "wb") as fh:
+        fh.write(source_bytes(build_unit(sources, flag_macros(flags)), "the batch unit"))
+    cmd = [info.path, "-c", "-pipe", *flags, *unit_flags, "-x", "c", unit_path, "-o", obj_path]
+    if run_compiler(cmd, "", info, cwd=tmp).returncode != 0:
+        return {}
+    with open(obj_path, "rb") as fh:
+        pieces = split_object(fh.read(), SUFFIX, indices)
+    if pieces is not None:
+        return pieces
+    # The assembly cut reads gcc's assembly only; clang's sources go one by one.
+    return _cut_assembly(info, flags, tmp, unit_path, indices) if info.family == "gcc" else {}
 
 
 __all__ = ["SUFFIX", "UNIT_FLAGS", "build_unit", "compile_unit", "defined_names", "flag_macros", "flags_allow_unit",
