@@ -1032,6 +1032,8 @@ def test_x86_64_v4_matmul_tile_is_avx512_code(tmp_path: Any) -> None:
         body = text.split("<svod_matmul_%s_%dx%d>:" % (short, tile["mr"], tile["nr"]), 1)[1].split("\n\n", 1)[0]
         fmas = [line for line in body.splitlines() if "vfmadd" in line]
         assert len(fmas) >= tile["mr"] * 2 and all("zmm" in line for line in fmas), (dt, fmas[:4])
+        accumulators = {line.rsplit(",", 1)[1].strip() for line in fmas}
+        assert len(accumulators) >= tile["mr"] * 2, (dt, sorted(accumulators))  # a register tile: no spills
 
 
 @pytest.mark.skipif(shutil.which("ld.lld") is None, reason="ld.lld (the linker oracle) is not installed")
