@@ -128,6 +128,12 @@ def _fail(msg: str) -> ElfFormatError:
 def _names(data: bytes, table: Section, offsets: List[int], what: str) -> List[str]:
     """The NUL-terminated strings at ``offsets`` in string table ``table`` (offset 0 is the empty name)."""
     strings = data[table.offset : table.offset + table.size]
+    if strings[:1] == b"\0" and strings.isascii():  # the usual table: one character per byte, "" at 0
+        text = strings.decode("ascii")
+        try:
+            return [text[offset : text.index("\0", offset)] for offset in offsets]
+        except ValueError:
+            pass  # an offset past the table or an unterminated name: the loop below says which
     out = []
     for offset in offsets:
         if not offset:

@@ -84,20 +84,39 @@ class Segment(NamedTuple):
     prot: int
 
 
+#: Where a relocation sits, for messages: (its section's name, offset in it); formatted only on error.
+At = Tuple[str, Optional[int]]
+
+
 class Patch:
     """One field to patch. Plain slots: a cold load makes one per relocation."""
 
-    __slots__ = ("offset", "spec", "ref", "addend", "where", "symbol", "anchor")
+    __slots__ = ("offset", "spec", "ref", "addend", "at", "symbol", "anchor")
 
-    def __init__(self, offset: int, spec: RelocSpec, ref: Ref, addend: int, where: str, symbol: str,
+    def __init__(self, offset: int, spec: RelocSpec, ref: Ref, addend: int, at: At, symbol: str,
                  anchor: Optional[int] = None) -> None:  # fmt: skip
         self.offset = offset  # image offset of the field (P - base)
         self.spec = spec
         self.ref = ref  # what S is
         self.addend = addend
-        self.where = where  # "section+0xoff" for messages
+        self.at = at
         self.symbol = symbol
         self.anchor = anchor  # image offset P stands for, when not the field's own
+
+    @property
+    def where(self) -> str:
+        """``section+0xoff`` of the relocation, for messages."""
+        return _where(*self.at)
+
+    def apply(self, image: bytearray, s: int, base: int) -> None:
+        """Patch the field for symbol address ``s`` and load address ``base``; refuses to truncate."""
+        try:
+            self.spec.apply(image, self.offset, s, self.addend, base + (self.offset if self.anchor is None else self.anchor))
+        except FieldOverflow as exc:
+            raise RelocationRangeError(
+                "%s against %r at %s: %s (value 0x%x); refusing to truncate"
+                % (self.spec.name, self.symbol or "section", self.where, exc.detail, exc.value & 0xFFFFFFFFFFFFFFFF)
+            ) from None
 
 
 @dataclass
@@ -112,7 +131,12 @@ class Layout:
     code: FrozenSet[str] = frozenset()  # defined symbols that may be called: functions in executable sections
     got: List[Tuple[int, Ref, int]] = field(default_factory=list)  # (offset, ref, addend)
     stubs: List[Tuple[int, Ref, int]] = field(default_factory=list)
-    patches: List[Patch] = field(default_factory=list)
+    patches: List[Patch] = field(default_factory=list)  # the fields that depend on the base
+
+    @property
+    def fixed(self) -> bool:
+        """The template is the image at every base: nothing to resolve or patch per load."""
+        return not (self.patches or self.got or self.stubs or self.externals)
 
 
 @dataclass
@@ -159,7 +183,7 @@ class _Builder:
         self.got_keys: Dict[tuple, int] = {}
         self.stub_keys: Dict[tuple, int] = {}
         self.toc = 0  # image offset of the TOC base (architectures with a toc_symbol)
-        self.stub_calls: List[Tuple[int, str]] = []  # (image offset, where) of calls through stubs
+        self.stub_calls: List[Tuple[int, At]] = []  # (image offset, place) of calls through stubs
         self.checked: List[Tuple[Section, Relocation, RelocSpec, Symbol]] = []  # relocations that patch something
 
     # -- symbols -------------------------------------------------------------
@@ -173,10 +197,11 @@ class _Builder:
     def _ident(self, sym: Symbol) -> tuple:
         return ("ext", sym.name) if sym.shndx == SHN_UNDEF and not self._is_toc(sym) else ("sym", sym.index)
 
-    def _ref(self, sym: Symbol, where: str) -> Ref:
+    def _ref(self, sym: Symbol, at: At) -> Ref:
         offset = self.offsets.get(sym.shndx)
         if offset is not None and sym.shndx < SHN_LORESERVE:  # the common case: a placed section
-            return ("img", self._placed(sym, where))
+            return ("img", self._placed(sym, at))
+        where = _where(*at)
         if self._is_toc(sym):
             return ("img", self.toc)
         if sym.shndx == SHN_UNDEF:
@@ -198,16 +223,16 @@ class _Builder:
                 "relocation at %s refers to %s in section %s, which is not loaded (not SHF_ALLOC)"
                 % (where, sym.name or "a symbol", sec.name)
             )
-        return ("img", self._placed(sym, where))
+        return ("img", self._placed(sym, at))
 
-    def _placed(self, sym: Symbol, where: Optional[str]) -> int:
-        """Image offset of a symbol defined in a placed section (for the relocation at ``where``, or
+    def _placed(self, sym: Symbol, at: Optional[At]) -> int:
+        """Image offset of a symbol defined in a placed section (for the relocation at ``at``, or
         the symbol table when None); it must lie inside that section."""
         sec = self.obj.sections[sym.shndx]
         if sym.value > sec.size:
             raise ElfFormatError(
                 "%s: symbol %s at offset 0x%x is outside section %s (%d bytes)"
-                % ("relocation at %s" % where if where else "symbol table", sym.name or "#%d" % sym.index,
+                % ("relocation at %s" % _where(*at) if at else "symbol table", sym.name or "#%d" % sym.index,
                    sym.value, sec.name, sec.size)
             )
         return self.offsets[sym.shndx] + sym.value
@@ -240,16 +265,16 @@ class _Builder:
             for rel in relocs:
                 spec = arch.relocs.get(rel.type)
                 if spec is None:
-                    spec = self._spec(rel.type, _where(sec, rel.offset))
+                    spec = self._spec(rel.type, _where(sec.name, rel.offset))
                     if spec is None:
                         continue
                 if rel.offset + spec.width > sec.size:
-                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, _where(sec, rel.offset), sec.name))
+                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, _where(sec.name, rel.offset), sec.name))
                 if sec.is_nobits:
-                    raise ElfFormatError("relocation at %s patches a section with no contents" % _where(sec, rel.offset))
+                    raise ElfFormatError("relocation at %s patches a section with no contents" % _where(sec.name, rel.offset))
                 sym = symbols[rel.sym]
                 if sym.shndx == SHN_UNDEF and not sym.name and not _toc_only(spec, rel.sym):
-                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % _where(sec, rel.offset))
+                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % _where(sec.name, rel.offset))
                 self.checked.append((sec, rel, spec, sym))
                 if spec.via == GOT:
                     self.got_keys.setdefault(self._indirection_key(sym, rel.addend), len(self.got_keys))
@@ -331,11 +356,12 @@ class _Builder:
                 "pass large arrays as buffers instead of static data" % (size, self._largest(), MAX_IMAGE_BYTES)
             )
         patches = self._patches(got_base, stub_base)
+        fixed = [p for p in patches if p.spec.base_free and p.ref[0] == "img"]
         symbols, code = self._named_symbols()
         layout = Layout(
             arch=self.arch,
             size=size,
-            template=self._template(size),
+            template=self._template(size, fixed),
             segments=[s for s in segments if s.size > 0],
             sections=self._section_names(),
             symbols=symbols,
@@ -344,7 +370,7 @@ class _Builder:
         )
         layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
         layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
-        layout.patches = patches
+        layout.patches = [p for p in patches if not (p.spec.base_free and p.ref[0] == "img")] if fixed else patches
         return layout
 
     def _largest(self) -> str:
@@ -357,9 +383,10 @@ class _Builder:
         (kind, value), addend = key
         if kind == "ext":
             return ("ext", value), addend
-        return self._ref(self.obj.symbols[value], "GOT/stub entry"), addend
+        return self._ref(self.obj.symbols[value], _GOT_OR_STUB), addend
 
-    def _template(self, size: int) -> bytes:
+    def _template(self, size: int, fixed: List[Patch]) -> bytes:
+        """The image at base 0, with the fields that are the same at every base already patched."""
         image = bytearray(size)
         data = self.obj.data
         for index, off in self.offsets.items():
@@ -368,8 +395,10 @@ class _Builder:
                 image[off : off + sec.size] = data[sec.offset : sec.offset + sec.size]
         fix = self.arch.after_stub_call
         if fix is not None:
-            for off, where in self.stub_calls:
-                fix(image, off, where)
+            for off, at in self.stub_calls:
+                fix(image, off, _where(*at))
+        for p in fixed:
+            p.apply(image, p.ref[1], 0)  # type: ignore[arg-type]
         return bytes(image)
 
     def _section_names(self) -> Dict[str, int]:
@@ -411,34 +440,38 @@ class _Builder:
         patches = []
         offsets = self.offsets
         for sec, rel, spec, sym in self.checked:
-            where = _where(sec, rel.offset)
+            at = (sec.name, rel.offset)
             offset = offsets[sec.index] + rel.offset
             if _toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
                 ref, addend = ("abs", 0), rel.addend
             else:
-                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
+                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, at)
             anchor = self.toc if spec.anchor == TOC_BASE else None
-            patches.append(Patch(offset, spec, ref, addend, where, sym.name, anchor))
+            patches.append(Patch(offset, spec, ref, addend, at, sym.name, anchor))
             if spec.via == CALL and self._is_external(sym):
-                self.stub_calls.append((offset, where))
+                self.stub_calls.append((offset, at))
         return _pair_with_hi20(patches)
 
     def _patch_target(
-        self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, where: str
+        self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, at: At
     ) -> Tuple[Ref, int]:
-        key = self._indirection_key(sym, addend)
-        field_addend = 0 if self.arch.addend_on_target else addend
-        if spec.via == GOT:
-            return ("img", got_base + 8 * self.got_keys[key]), field_addend
-        if spec.via == CALL and self._is_external(sym):
+        via = spec.via
+        if via == GOT or via == CALL and self._is_external(sym):
+            key = self._indirection_key(sym, addend)
+            field_addend = 0 if self.arch.addend_on_target else addend
+            if via == GOT:
+                return ("img", got_base + 8 * self.got_keys[key]), field_addend
             return ("img", stub_base + self.arch.stub_size * self.stub_keys[key]), field_addend
-        if spec.via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
+        if via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
             addend += self.arch.local_entry(sym.other)  # caller and callee share one TOC
-        return self._ref(sym, where), addend
+        return self._ref(sym, at), addend
 
 
-def _where(sec: Section, offset: int) -> str:
-    return "%s+0x%x" % (sec.name, offset)
+def _where(section: str, offset: Optional[int]) -> str:
+    return section if offset is None else "%s+0x%x" % (section, offset)
+
+
+_GOT_OR_STUB: At = ("GOT/stub entry", None)  # the place named when a GOT slot or stub refers to a bad symbol
 
 
 def _toc_only(spec: RelocSpec, sym_index: int) -> bool:
@@ -530,6 +563,11 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
     return value  # type: ignore[return-value]
 
 
+def image_at(layout: Layout, base: int, resolve: Resolver) -> bytes:
+    """The relocated image for ``base``: the template itself when nothing in it depends on the base."""
+    return layout.template if layout.fixed else bytes(apply_layout(layout, base, resolve))
+
+
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
     # Natively, mmap's page is the one that counts (qemu-user runs ppc64le with 4 KiB pages); an
@@ -544,14 +582,7 @@ def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     for off, ref, addend in layout.stubs:
         layout.arch.write_stub(image, off, _address(ref, base, resolved) + addend)
     for p in layout.patches:
-        s = _address(p.ref, base, resolved)
-        try:
-            p.spec.apply(image, p.offset, s, p.addend, base + (p.offset if p.anchor is None else p.anchor))
-        except FieldOverflow as exc:
-            raise RelocationRangeError(
-                "%s against %r at %s: %s (value 0x%x); refusing to truncate"
-                % (p.spec.name, p.symbol or "section", p.where, exc.detail, exc.value & 0xFFFFFFFFFFFFFFFF)
-            ) from None
+        p.apply(image, _address(p.ref, base, resolved), base)
     return image
 
 
