@@ -14,9 +14,10 @@ source of names in diagnostics (:func:`describe_machine`).
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..error import ElfFormatError, UnsupportedRelocationError
 
@@ -136,7 +137,7 @@ def _fail(msg: str) -> ElfFormatError:
     return ElfFormatError("malformed ELF object: " + msg)
 
 
-def _names(data: bytes, table: Section, offsets: List[int], what: str) -> List[str]:
+def _names(data: bytes, table: Section, offsets: Sequence[int], what: str) -> List[str]:
     """The NUL-terminated strings at ``offsets`` in string table ``table`` (offset 0 is the empty name)."""
     strings = data[table.offset : table.offset + table.size]
     if strings[:1] == b"\0" and strings.isascii():  # the usual table: one character per byte, "" at 0
@@ -210,9 +211,10 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
         raise _fail("section name table (index %d) is not a string table" % shstrndx)
     if names[4] == 0 or names[3] + names[4] > length:
         raise _fail("section name table (index %d) is empty or past the end of the object" % shstrndx)
-    labels = _names(data, _new(Section, (shstrndx, "") + names[1:]), [r[0] for r in raw], "section")
+    columns = list(zip(*raw))  # one tuple per header field, built in C
+    labels = _names(data, _new(Section, (shstrndx, "") + names[1:]), columns[0], "section")
     sections = [_new(Section, (i, labels[i]) + r[1:]) for i, r in enumerate(raw)]
-    if max([r[3] + r[4] for r in raw]) > length or not _ALIGNMENTS.issuperset([r[7] for r in raw]):
+    if max(map(operator.add, columns[3], columns[4])) > length or not _ALIGNMENTS.issuperset(columns[7]):
         for sec in sections:  # the slow path names what is wrong (or passes NOBITS and unloaded sections)
             _check_section_bounds(sec, length)
     return sections
@@ -244,9 +246,12 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
     strtab = sections[symtab.link]
     nsec = len(sections)
     entries = list(_SYM.iter_unpack(data[symtab.offset : symtab.offset + symtab.size]))
-    labels = _names(data, strtab, [e[0] for e in entries], "symbol")
-    indices = {e[3] for e in entries}
-    if indices and max(indices) >= nsec and any(nsec <= shndx < SHN_LORESERVE or shndx == SHN_XINDEX for shndx in indices):
+    if not entries:
+        return symtab.index, []
+    columns = list(zip(*entries))  # (name, info, other, shndx, value, size) columns, built in C
+    labels = _names(data, strtab, columns[0], "symbol")
+    unusual = set(columns[3]).difference((SHN_ABS, SHN_COMMON))  # section indices beyond the ordinary
+    if max(unusual, default=0) >= nsec and any(nsec <= shndx < SHN_LORESERVE or shndx == SHN_XINDEX for shndx in unusual):
         for i, e in enumerate(entries):  # name the first bad one
             shndx = e[3]
             if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:

@@ -64,6 +64,21 @@ from .x86_64 import X86_64
 
 ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
 
+
+def plain_types(arch: Arch) -> FrozenSet[int]:
+    """The relocation types whose field, against a placed symbol, the layout writes straight into
+    the template: the same at every base, P is the field itself, and no GOT, stub, TOC or HI20."""
+    return frozenset(
+        rtype
+        for rtype, s in arch.relocs.items()
+        if s.base_free and s.anchor == PLACE and not s.is_hi20 and (s.via == DIRECT or s.via == CALL and arch.local_entry is None)
+    )
+
+
+_PLAIN_TYPES = {machine: plain_types(arch) for machine, arch in ARCHES.items()}
+#: Symbol types never exported by name (ifunc: refused when defined).
+_UNNAMED_KINDS = frozenset((STT_SECTION, STT_FILE, STT_GNU_IFUNC))
+
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
 _HOST_ARCH = host_arch()
@@ -393,10 +408,10 @@ class _Builder:
                 if index in needed and name != toc:
                     externals[name] = bind == STB_WEAK
                 continue
-            if kind == STT_SECTION or kind == STT_FILE:
+            if kind in _UNNAMED_KINDS:
+                if kind == STT_GNU_IFUNC:  # calling it would run its resolver
+                    raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % name)
                 continue
-            if kind == STT_GNU_IFUNC:  # calling it would run its resolver
-                raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % name)
             if shndx in offsets:
                 sec = sections[shndx]
                 if value > sec.size:
@@ -418,15 +433,14 @@ class _Builder:
     def _patches(self, image: bytearray, got_base: int, stub_base: int) -> List[Patch]:
         """Patch into ``image`` every field that is the same at every base; return the others."""
         patches = []
-        offsets, sections = self.offsets, self.obj.sections
-        plain_calls = self.arch.local_entry is None  # a call to a placed symbol is a plain PC-relative field
+        offsets, sections, arch = self.offsets, self.obj.sections, self.arch
+        plain = _PLAIN_TYPES[arch.machine] if ARCHES.get(arch.machine) is arch else plain_types(arch)
         for sec, rel, spec, sym in self.checked:
-            r_offset, _type, _sym, addend = rel
+            r_offset, rtype, _sym, addend = rel
             offset = offsets[sec.index] + r_offset
             _index, name, _bind, _kind, shndx, value, _size, _other = sym
             target = offsets.get(shndx)
-            if (target is not None and spec.base_free and spec.anchor == PLACE and not spec.is_hi20
-                    and (spec.via == DIRECT or spec.via == CALL and plain_calls) and shndx < SHN_LORESERVE):
+            if rtype in plain and target is not None and shndx < SHN_LORESERVE:
                 # The common case, without a Patch: a PC-relative field against a placed symbol.
                 if value > sections[shndx].size:
                     self._placed(sym, (sec.name, r_offset))  # raises, naming the relocation
