@@ -55,6 +55,10 @@ class RelocSpec:
     apply: ApplyFn
     anchor: str = PLACE
     is_hi20: bool = False  # a riscv64 PC-relative HI20 that PCREL_LO12 fields may name
+    # The field's bits depend on S and P only through S - P or their offsets within a 4 KiB page,
+    # so against an image address it is the same at every (page-aligned) base: the layout patches
+    # it once, and a load only copies the template. False is always correct, just slower.
+    base_free: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ source of names in diagnostics (:func:`describe_machine`).
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..error import ElfFormatError, UnsupportedRelocationError
 
@@ -53,11 +54,15 @@ EHDR, SHDR, SYM, RELA = _EHDR, _SHDR, _SYM, _RELA
 # Tuples straight from their fields (a NamedTuple's own __new__ is a Python call per row): a cold
 # load builds a few dozen rows, and this is most of what parsing costs.
 _new = tuple.__new__
-
-_ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (shared object)", 4: "ET_CORE"}
-
 #: Largest section alignment we honour (the image base is page-aligned).
 MAX_ALIGN = 4096
+# A section header as a Section's fields after (index, name): sh_addr (0 in a relocatable object,
+# and unused) is skipped, so a row is (index, name) + the unpacked header minus its sh_name.
+_SHDR_ROW = struct.Struct("<IIQ8xQQIIQQ")
+#: The alignments a section may have (0 and 1 both mean none).
+_ALIGNMENTS = frozenset([0] + [1 << k for k in range(MAX_ALIGN.bit_length())])
+
+_ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC (executable)", 3: "ET_DYN (shared object)", 4: "ET_CORE"}
 
 
 class Section(NamedTuple):
@@ -73,8 +78,15 @@ class Section(NamedTuple):
     info: int
     align: int
     entsize: int
-    is_alloc: bool  # SHF_ALLOC, and not an SHT_NULL header (inactive whatever its other fields say, gABI)
-    is_nobits: bool
+
+    @property
+    def is_alloc(self) -> bool:
+        """SHF_ALLOC, and not an SHT_NULL header (inactive whatever its other fields say, gABI)."""
+        return bool(self.flags & SHF_ALLOC) and self.type != SHT_NULL
+
+    @property
+    def is_nobits(self) -> bool:
+        return self.type == SHT_NOBITS
 
 
 class Symbol(NamedTuple):
@@ -125,9 +137,15 @@ def _fail(msg: str) -> ElfFormatError:
     return ElfFormatError("malformed ELF object: " + msg)
 
 
-def _names(data: bytes, table: Section, offsets: List[int], what: str) -> List[str]:
+def _names(data: bytes, table: Section, offsets: Sequence[int], what: str) -> List[str]:
     """The NUL-terminated strings at ``offsets`` in string table ``table`` (offset 0 is the empty name)."""
     strings = data[table.offset : table.offset + table.size]
+    if strings[:1] == b"\0" and strings.isascii():  # the usual table: one character per byte, "" at 0
+        text = strings.decode("ascii")
+        try:
+            return [text[offset : text.index("\0", offset)] for offset in offsets]
+        except ValueError:
+            pass  # an offset past the table or an unterminated name: the loop below says which
     out = []
     for offset in offsets:
         if not offset:
@@ -180,28 +198,25 @@ def _section_table(data: bytes, shoff: int, shentsize: int, shnum: int, shstrndx
             "section header table (%d entries at offset %d) runs past the end of the %d-byte object"
             % (shnum, shoff, len(data))
         )
-    raw = list(_SHDR.iter_unpack(data[shoff : shoff + shnum * _SHDR.size]))
+    raw = list(_SHDR_ROW.iter_unpack(data[shoff : shoff + shnum * _SHDR.size]))
     if shstrndx == SHN_XINDEX:
         if not raw:
             raise _fail("extended section name table index, but no section headers")
-        shstrndx = raw[0][6]
+        shstrndx = raw[0][5]
     if not 0 < shstrndx < shnum:
         raise _fail("section name table index %d out of range (%d sections)" % (shstrndx, shnum))
-    names = raw[shstrndx]  # (name, type, flags, addr, offset, size, link, info, addralign, entsize)
+    names = raw[shstrndx]  # (name, type, flags, offset, size, link, info, addralign, entsize)
     length = len(data)
     if names[1] != SHT_STRTAB:
         raise _fail("section name table (index %d) is not a string table" % shstrndx)
-    if names[5] == 0 or names[4] + names[5] > length:
+    if names[4] == 0 or names[3] + names[4] > length:
         raise _fail("section name table (index %d) is empty or past the end of the object" % shstrndx)
-    table = Section(shstrndx, "", *names[1:3], *names[4:10], True, False)
-    labels = _names(data, table, [r[0] for r in raw], "section")
-    sections = [
-        _new(Section, (i, labels[i], r[1], r[2], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[2] & SHF_ALLOC) and r[1] != SHT_NULL, r[1] == SHT_NOBITS))
-        for i, r in enumerate(raw)
-    ]  # fmt: skip
-    for sec in sections:
-        if sec.offset + sec.size > length or sec.align & (sec.align - 1) or sec.align > MAX_ALIGN:
-            _check_section_bounds(sec, length)  # the slow path names what is wrong (or passes NOBITS)
+    columns = list(zip(*raw))  # one tuple per header field, built in C
+    labels = _names(data, _new(Section, (shstrndx, "") + names[1:]), columns[0], "section")
+    sections = [_new(Section, (i, labels[i]) + r[1:]) for i, r in enumerate(raw)]
+    if max(map(operator.add, columns[3], columns[4])) > length or not _ALIGNMENTS.issuperset(columns[7]):
+        for sec in sections:  # the slow path names what is wrong (or passes NOBITS and unloaded sections)
+            _check_section_bounds(sec, length)
     return sections
 
 
@@ -231,13 +246,18 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
     strtab = sections[symtab.link]
     nsec = len(sections)
     entries = list(_SYM.iter_unpack(data[symtab.offset : symtab.offset + symtab.size]))
-    labels = _names(data, strtab, [e[0] for e in entries], "symbol")
-    for i, e in enumerate(entries):
-        shndx = e[3]
-        if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:
-            if shndx == SHN_XINDEX:
-                raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
-            raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
+    if not entries:
+        return symtab.index, []
+    columns = list(zip(*entries))  # (name, info, other, shndx, value, size) columns, built in C
+    labels = _names(data, strtab, columns[0], "symbol")
+    unusual = set(columns[3]).difference((SHN_ABS, SHN_COMMON))  # section indices beyond the ordinary
+    if max(unusual, default=0) >= nsec and any(nsec <= shndx < SHN_LORESERVE or shndx == SHN_XINDEX for shndx in unusual):
+        for i, e in enumerate(entries):  # name the first bad one
+            shndx = e[3]
+            if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:
+                if shndx == SHN_XINDEX:
+                    raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
+                raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
     # (name, info, other, shndx, value, size) -> Symbol(index, name, bind, type, shndx, value, size, other)
     return symtab.index, [_new(Symbol, (i, labels[i], e[1] >> 4, e[1] & 0xF, e[3], e[4], e[5], e[2])) for i, e in enumerate(entries)]
 
@@ -264,7 +284,10 @@ def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> No
         if sec.entsize not in (0, _RELA.size) or sec.size % _RELA.size:
             raise _fail("relocation section %s has entry size %d / size %d" % (sec.name, sec.entsize, sec.size))
         entries = list(_RELA.iter_unpack(data[sec.offset : sec.offset + sec.size]))
-        if entries and (max(e[1] for e in entries) >> 32 >= nsym or max(e[0] for e in entries) >= target.size):
+        if not entries:
+            continue
+        places, infos, _addends = zip(*entries)
+        if max(infos) >> 32 >= nsym or max(places) >= target.size:
             _refuse_relocation(sec, target, entries, nsym)
         # (offset, info, addend) -> Relocation(offset, type, sym, addend)
         obj.relocations.setdefault(target.index, []).extend(

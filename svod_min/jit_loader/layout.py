@@ -25,9 +25,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from ..error import ElfFormatError, LoaderError, RelocationRangeError, SymbolNotFoundError, UnsupportedRelocationError
+from ..error import ElfFormatError, LoaderError, SymbolNotFoundError, UnsupportedRelocationError
 from .aarch64 import AARCH64
-from .arch import CALL, GOT, HI20_LABEL, TOC_BASE, Arch, FieldOverflow, RelocSpec, host_arch
+from .arch import CALL, DIRECT, GOT, PLACE, TOC_BASE, Arch, RelocSpec, host_arch
 from .elf import (
     MAX_ALIGN,
     SHF_EXECINSTR,
@@ -37,6 +37,9 @@ from .elf import (
     SHN_COMMON,
     SHN_LORESERVE,
     SHN_UNDEF,
+    SHT_NOBITS,
+    SHT_NULL,
+    SHF_ALLOC,
     SHT_FINI_ARRAY,
     SHT_INIT_ARRAY,
     SHT_PREINIT_ARRAY,
@@ -54,11 +57,27 @@ from .elf import (
     parse_object,
 )
 from .loongarch64 import LOONGARCH64
+from .patch import GOT_OR_STUB, At, Patch, Ref, apply_field, pair_with_hi20, place_text, toc_only
 from .ppc64le import PPC64LE
 from .riscv64 import RISCV64
 from .x86_64 import X86_64
 
 ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
+
+
+def plain_types(arch: Arch) -> FrozenSet[int]:
+    """The relocation types whose field, against a placed symbol, the layout writes straight into
+    the template: the same at every base, P is the field itself, and no GOT, stub, TOC or HI20."""
+    return frozenset(
+        rtype
+        for rtype, s in arch.relocs.items()
+        if s.base_free and s.anchor == PLACE and not s.is_hi20 and (s.via == DIRECT or s.via == CALL and arch.local_entry is None)
+    )
+
+
+_PLAIN_TYPES = {machine: plain_types(arch) for machine, arch in ARCHES.items()}
+#: Symbol types never exported by name (ifunc: refused when defined).
+_UNNAMED_KINDS = frozenset((STT_SECTION, STT_FILE, STT_GNU_IFUNC))
 
 PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
 PAGE = max(mmap.PAGESIZE, 4096)
@@ -71,8 +90,6 @@ MAX_IMAGE_BYTES = 256 << 20
 
 Resolver = Callable[[str], int]
 
-# A reference to an address: ("img", offset) | ("ext", name) | ("abs", value).
-Ref = Tuple[str, object]
 
 _Q = struct.Struct("<Q")
 
@@ -82,22 +99,6 @@ class Segment(NamedTuple):
     offset: int
     size: int
     prot: int
-
-
-class Patch:
-    """One field to patch. Plain slots: a cold load makes one per relocation."""
-
-    __slots__ = ("offset", "spec", "ref", "addend", "where", "symbol", "anchor")
-
-    def __init__(self, offset: int, spec: RelocSpec, ref: Ref, addend: int, where: str, symbol: str,
-                 anchor: Optional[int] = None) -> None:  # fmt: skip
-        self.offset = offset  # image offset of the field (P - base)
-        self.spec = spec
-        self.ref = ref  # what S is
-        self.addend = addend
-        self.where = where  # "section+0xoff" for messages
-        self.symbol = symbol
-        self.anchor = anchor  # image offset P stands for, when not the field's own
 
 
 @dataclass
@@ -112,7 +113,12 @@ class Layout:
     code: FrozenSet[str] = frozenset()  # defined symbols that may be called: functions in executable sections
     got: List[Tuple[int, Ref, int]] = field(default_factory=list)  # (offset, ref, addend)
     stubs: List[Tuple[int, Ref, int]] = field(default_factory=list)
-    patches: List[Patch] = field(default_factory=list)
+    patches: List[Patch] = field(default_factory=list)  # the fields that depend on the base
+
+    @property
+    def fixed(self) -> bool:
+        """The template is the image at every base: nothing to resolve or patch per load."""
+        return not (self.patches or self.got or self.stubs or self.externals)
 
 
 @dataclass
@@ -159,7 +165,7 @@ class _Builder:
         self.got_keys: Dict[tuple, int] = {}
         self.stub_keys: Dict[tuple, int] = {}
         self.toc = 0  # image offset of the TOC base (architectures with a toc_symbol)
-        self.stub_calls: List[Tuple[int, str]] = []  # (image offset, where) of calls through stubs
+        self.stub_calls: List[Tuple[int, At]] = []  # (image offset, place) of calls through stubs
         self.checked: List[Tuple[Section, Relocation, RelocSpec, Symbol]] = []  # relocations that patch something
 
     # -- symbols -------------------------------------------------------------
@@ -173,10 +179,11 @@ class _Builder:
     def _ident(self, sym: Symbol) -> tuple:
         return ("ext", sym.name) if sym.shndx == SHN_UNDEF and not self._is_toc(sym) else ("sym", sym.index)
 
-    def _ref(self, sym: Symbol, where: str) -> Ref:
+    def _ref(self, sym: Symbol, at: At) -> Ref:
         offset = self.offsets.get(sym.shndx)
         if offset is not None and sym.shndx < SHN_LORESERVE:  # the common case: a placed section
-            return ("img", self._placed(sym, where))
+            return ("img", self._placed(sym, at))
+        where = place_text(*at)
         if self._is_toc(sym):
             return ("img", self.toc)
         if sym.shndx == SHN_UNDEF:
@@ -198,16 +205,16 @@ class _Builder:
                 "relocation at %s refers to %s in section %s, which is not loaded (not SHF_ALLOC)"
                 % (where, sym.name or "a symbol", sec.name)
             )
-        return ("img", self._placed(sym, where))
+        return ("img", self._placed(sym, at))
 
-    def _placed(self, sym: Symbol, where: Optional[str]) -> int:
-        """Image offset of a symbol defined in a placed section (for the relocation at ``where``, or
+    def _placed(self, sym: Symbol, at: Optional[At]) -> int:
+        """Image offset of a symbol defined in a placed section (for the relocation at ``at``, or
         the symbol table when None); it must lie inside that section."""
         sec = self.obj.sections[sym.shndx]
         if sym.value > sec.size:
             raise ElfFormatError(
                 "%s: symbol %s at offset 0x%x is outside section %s (%d bytes)"
-                % ("relocation at %s" % where if where else "symbol table", sym.name or "#%d" % sym.index,
+                % ("relocation at %s" % place_text(*at) if at else "symbol table", sym.name or "#%d" % sym.index,
                    sym.value, sec.name, sec.size)
             )
         return self.offsets[sym.shndx] + sym.value
@@ -235,22 +242,25 @@ class _Builder:
     def _collect_indirections(self) -> None:
         """Validate every relocation once, keep it with its spec, and number the GOT slots and stubs it needs."""
         symbols, sections, arch = self.obj.symbols, self.obj.sections, self.arch
+        specs, checked = arch.relocs, self.checked
         for sec_index, relocs in self.obj.relocations.items():
             sec = sections[sec_index]
+            size, nobits = sec.size, sec.type == SHT_NOBITS
             for rel in relocs:
-                spec = arch.relocs.get(rel.type)
+                offset, rtype, sym_index, _addend = rel
+                spec = specs.get(rtype)
                 if spec is None:
-                    spec = self._spec(rel.type, _where(sec, rel.offset))
+                    spec = self._spec(rtype, place_text(sec.name, offset))
                     if spec is None:
                         continue
-                if rel.offset + spec.width > sec.size:
-                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, _where(sec, rel.offset), sec.name))
-                if sec.is_nobits:
-                    raise ElfFormatError("relocation at %s patches a section with no contents" % _where(sec, rel.offset))
-                sym = symbols[rel.sym]
-                if sym.shndx == SHN_UNDEF and not sym.name and not _toc_only(spec, rel.sym):
-                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % _where(sec, rel.offset))
-                self.checked.append((sec, rel, spec, sym))
+                if offset + spec.width > size:
+                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, place_text(sec.name, offset), sec.name))
+                if nobits:
+                    raise ElfFormatError("relocation at %s patches a section with no contents" % place_text(sec.name, offset))
+                sym = symbols[sym_index]
+                if sym.shndx == SHN_UNDEF and not sym.name and not toc_only(spec, sym_index):
+                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % place_text(sec.name, offset))
+                checked.append((sec, rel, spec, sym))
                 if spec.via == GOT:
                     self.got_keys.setdefault(self._indirection_key(sym, rel.addend), len(self.got_keys))
                 elif spec.via == CALL and self._is_external(sym):
@@ -259,9 +269,11 @@ class _Builder:
     # -- placement -----------------------------------------------------------
 
     def _place(self, sections: List[Section], cursor: int) -> int:
+        offsets = self.offsets
         for sec in sections:
-            cursor = _align(cursor, max(sec.align, 1))
-            self.offsets[sec.index] = cursor
+            align = sec.align or 1  # a power of two (checked when parsed)
+            cursor = (cursor + align - 1) & -align
+            offsets[sec.index] = cursor
             cursor += sec.size
         return cursor
 
@@ -283,10 +295,11 @@ class _Builder:
         self._collect_indirections()
         groups: Dict[str, List[Section]] = {"text": [], "rodata": [], "data": []}
         for sec in self.obj.sections:
-            if sec.is_alloc and sec.size > 0:
+            if sec.flags & SHF_ALLOC and sec.size > 0 and sec.type != SHT_NULL:
                 groups[_segment_of(sec)].append(sec)
         # Within data, contents first and zero-fill (NOBITS) last.
-        groups["data"].sort(key=lambda s: s.is_nobits)
+        if len(groups["data"]) > 1:
+            groups["data"].sort(key=lambda s: s.is_nobits)
 
         segments: List[Segment] = []
         cursor = self._place(groups["text"], 0)
@@ -330,20 +343,23 @@ class _Builder:
                 "object needs a %d-byte image (largest section %s), over the %d-byte limit; "
                 "pass large arrays as buffers instead of static data" % (size, self._largest(), MAX_IMAGE_BYTES)
             )
-        patches = self._patches(got_base, stub_base)
-        symbols, code = self._named_symbols()
+        image = self._contents(size)
+        patches = self._patches(image, got_base, stub_base)
+        symbols, code, externals = self._named_symbols()
         layout = Layout(
             arch=self.arch,
             size=size,
-            template=self._template(size),
+            template=bytes(image),
             segments=[s for s in segments if s.size > 0],
             sections=self._section_names(),
             symbols=symbols,
-            externals=self._externals(),
+            externals=externals,
             code=code,
         )
-        layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
-        layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
+        if self.got_keys:
+            layout.got = [(got_base + 8 * i, *self._key_ref(k)) for k, i in self.got_keys.items()]
+        if self.stub_keys:
+            layout.stubs = [(stub_base + self.arch.stub_size * i, *self._key_ref(k)) for k, i in self.stub_keys.items()]
         layout.patches = patches
         return layout
 
@@ -357,20 +373,17 @@ class _Builder:
         (kind, value), addend = key
         if kind == "ext":
             return ("ext", value), addend
-        return self._ref(self.obj.symbols[value], "GOT/stub entry"), addend
+        return self._ref(self.obj.symbols[value], GOT_OR_STUB), addend
 
-    def _template(self, size: int) -> bytes:
+    def _contents(self, size: int) -> bytearray:
+        """The image before relocation: each placed section's bytes at its offset."""
         image = bytearray(size)
-        data = self.obj.data
+        data, sections = self.obj.data, self.obj.sections
         for index, off in self.offsets.items():
-            sec = self.obj.sections[index]
-            if not sec.is_nobits:
+            sec = sections[index]
+            if sec.type != SHT_NOBITS:
                 image[off : off + sec.size] = data[sec.offset : sec.offset + sec.size]
-        fix = self.arch.after_stub_call
-        if fix is not None:
-            for off, where in self.stub_calls:
-                fix(image, off, where)
-        return bytes(image)
+        return image
 
     def _section_names(self) -> Dict[str, int]:
         names: Dict[str, int] = {}
@@ -378,90 +391,97 @@ class _Builder:
             names.setdefault(self.obj.sections[index].name, off)
         return names
 
-    def _named_symbols(self) -> Tuple[Dict[str, int], FrozenSet[str]]:
-        """Defined name -> image offset, and the names an entry point may have: functions (or
-        untyped labels) inside placed executable sections."""
+    def _named_symbols(self) -> Tuple[Dict[str, int], FrozenSet[str], Dict[str, bool]]:
+        """One pass over the symbol table: defined name -> image offset; the names an entry point
+        may have (functions or untyped labels inside placed executable sections); and the undefined
+        names relocations use -> whether they are weak. A global overrides a local of the same name."""
         out: Dict[str, int] = {}
         code = []
-        offsets, sections = self.offsets, self.obj.sections
-        # Locals first so a global of the same name overrides them.
-        symbols = self.obj.symbols
-        for sym in [s for s in symbols if s.bind == STB_LOCAL] + [s for s in symbols if s.bind != STB_LOCAL]:
-            if not sym.name or sym.type in (STT_SECTION, STT_FILE):
-                continue
-            if sym.type == STT_GNU_IFUNC and sym.shndx != SHN_UNDEF:  # calling it would run its resolver
-                raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % sym.name)
-            if sym.shndx in offsets:
-                out[sym.name] = self._placed(sym, None)
-                if sym.type in (STT_FUNC, STT_NOTYPE) and sections[sym.shndx].flags & SHF_EXECINSTR:
-                    code.append(sym.name)
-            elif sym.shndx == SHN_COMMON:
-                out[sym.name] = self.common[sym.index]
-        return out, frozenset(code)
-
-    def _externals(self) -> Dict[str, bool]:
+        externals: Dict[str, bool] = {}
+        global_names = set()
+        offsets, sections, toc = self.offsets, self.obj.sections, self.arch.toc_symbol
         needed = {r.sym for rels in self.obj.relocations.values() for r in rels}
-        return {
-            s.name: s.bind == STB_WEAK
-            for s in self.obj.symbols
-            if s.shndx == SHN_UNDEF and s.index in needed and s.name and not self._is_toc(s)
-        }
-
-    def _patches(self, got_base: int, stub_base: int) -> List[Patch]:
-        patches = []
-        offsets = self.offsets
-        for sec, rel, spec, sym in self.checked:
-            where = _where(sec, rel.offset)
-            offset = offsets[sec.index] + rel.offset
-            if _toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
-                ref, addend = ("abs", 0), rel.addend
+        for index, name, bind, kind, shndx, value, _size, _other in self.obj.symbols:
+            if not name:
+                continue
+            if shndx == SHN_UNDEF:
+                if index in needed and name != toc:
+                    externals[name] = bind == STB_WEAK
+                continue
+            if kind in _UNNAMED_KINDS:
+                if kind == STT_GNU_IFUNC:  # calling it would run its resolver
+                    raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % name)
+                continue
+            if shndx in offsets:
+                sec = sections[shndx]
+                if value > sec.size:
+                    self._placed(self.obj.symbols[index], None)  # raises, naming the symbol
+                value += offsets[shndx]
+                if (kind == STT_FUNC or kind == STT_NOTYPE) and sec.flags & SHF_EXECINSTR:
+                    code.append(name)
+            elif shndx == SHN_COMMON:
+                value = self.common[index]
             else:
-                ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, where)
-            anchor = self.toc if spec.anchor == TOC_BASE else None
-            patches.append(Patch(offset, spec, ref, addend, where, sym.name, anchor))
-            if spec.via == CALL and self._is_external(sym):
-                self.stub_calls.append((offset, where))
-        return _pair_with_hi20(patches)
+                continue
+            if bind != STB_LOCAL:
+                global_names.add(name)
+            elif name in global_names:  # a local after a global of its name (the table is out of order)
+                continue
+            out[name] = value
+        return out, frozenset(code), externals
+
+    def _patches(self, image: bytearray, got_base: int, stub_base: int) -> List[Patch]:
+        """Patch into ``image`` every field that is the same at every base; return the others."""
+        patches = []
+        offsets, sections, arch = self.offsets, self.obj.sections, self.arch
+        plain = _PLAIN_TYPES[arch.machine] if ARCHES.get(arch.machine) is arch else plain_types(arch)
+        for sec, rel, spec, sym in self.checked:
+            r_offset, rtype, _sym, addend = rel
+            offset = offsets[sec.index] + r_offset
+            _index, name, _bind, _kind, shndx, value, _size, _other = sym
+            target = offsets.get(shndx)
+            if rtype in plain and target is not None and shndx < SHN_LORESERVE:
+                # The common case, without a Patch: a PC-relative field against a placed symbol.
+                if value > sections[shndx].size:
+                    self._placed(sym, (sec.name, r_offset))  # raises, naming the relocation
+                apply_field(image, spec, offset, target + value, addend, offset, name, (sec.name, r_offset))
+                continue
+            patches.append(self._patch(sec, rel, spec, sym, offset, got_base, stub_base))
+        if not patches:
+            return patches
+        fix = self.arch.after_stub_call
+        if fix is not None:
+            for off, at in self.stub_calls:
+                fix(image, off, place_text(*at))
+        fixed = [p for p in pair_with_hi20(patches) if p.spec.base_free and p.ref[0] == "img"]
+        for p in fixed:
+            p.apply(image, p.ref[1], 0)  # type: ignore[arg-type]
+        return [p for p in patches if p not in fixed] if fixed else patches
+
+    def _patch(self, sec: Section, rel: Relocation, spec: RelocSpec, sym: Symbol, offset: int,
+               got_base: int, stub_base: int) -> Patch:  # fmt: skip
+        at = (sec.name, rel.offset)
+        if toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
+            ref, addend = ("abs", 0), rel.addend  # type: Tuple[Ref, int]
+        else:
+            ref, addend = self._patch_target(spec, sym, rel.addend, got_base, stub_base, at)
+        if spec.via == CALL and self._is_external(sym):
+            self.stub_calls.append((offset, at))
+        return Patch(offset, spec, ref, addend, at, sym.name, self.toc if spec.anchor == TOC_BASE else None)
 
     def _patch_target(
-        self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, where: str
+        self, spec: RelocSpec, sym: Symbol, addend: int, got_base: int, stub_base: int, at: At
     ) -> Tuple[Ref, int]:
-        key = self._indirection_key(sym, addend)
-        field_addend = 0 if self.arch.addend_on_target else addend
-        if spec.via == GOT:
-            return ("img", got_base + 8 * self.got_keys[key]), field_addend
-        if spec.via == CALL and self._is_external(sym):
+        via = spec.via
+        if via == GOT or via == CALL and self._is_external(sym):
+            key = self._indirection_key(sym, addend)
+            field_addend = 0 if self.arch.addend_on_target else addend
+            if via == GOT:
+                return ("img", got_base + 8 * self.got_keys[key]), field_addend
             return ("img", stub_base + self.arch.stub_size * self.stub_keys[key]), field_addend
-        if spec.via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
+        if via == CALL and self.arch.local_entry is not None and sym.type == STT_FUNC:
             addend += self.arch.local_entry(sym.other)  # caller and callee share one TOC
-        return self._ref(sym, where), addend
-
-
-def _where(sec: Section, offset: int) -> str:
-    return "%s+0x%x" % (sec.name, offset)
-
-
-def _toc_only(spec: RelocSpec, sym_index: int) -> bool:
-    return sym_index == 0 and spec.anchor == TOC_BASE and spec.via != GOT
-
-
-def _pair_with_hi20(patches: List[Patch]) -> List[Patch]:
-    """Give each riscv64 PCREL_LO12 the target, addend and place of the HI20 at its label."""
-    his = {p.offset: p for p in patches if p.spec.is_hi20}
-    for p in patches:
-        if p.spec.anchor != HI20_LABEL:
-            continue
-        kind, label = p.ref
-        hi = his.get(label) if kind == "img" else None  # type: ignore[arg-type]
-        if hi is None:
-            raise ElfFormatError(
-                "%s at %s names %s, which is not the label of a PCREL_HI20 or GOT_HI20 instruction"
-                % (p.spec.name, p.where, p.symbol or "a section offset")
-            )
-        if p.addend:
-            raise ElfFormatError("%s at %s has a non-zero addend %d; its HI20 carries the addend" % (p.spec.name, p.where, p.addend))
-        p.ref, p.addend, p.anchor = hi.ref, hi.addend, hi.offset
-    return patches
+        return self._ref(sym, at), addend
 
 
 _cache_lock = threading.Lock()
@@ -530,6 +550,11 @@ def _address(ref: Ref, base: int, resolved: Dict[str, int]) -> int:
     return value  # type: ignore[return-value]
 
 
+def image_at(layout: Layout, base: int, resolve: Resolver) -> bytes:
+    """The relocated image for ``base``: the template itself when nothing in it depends on the base."""
+    return layout.template if layout.fixed else bytes(apply_layout(layout, base, resolve))
+
+
 def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     """Produce the relocated image of ``layout`` for load address ``base``."""
     # Natively, mmap's page is the one that counts (qemu-user runs ppc64le with 4 KiB pages); an
@@ -544,14 +569,7 @@ def apply_layout(layout: Layout, base: int, resolve: Resolver) -> bytearray:
     for off, ref, addend in layout.stubs:
         layout.arch.write_stub(image, off, _address(ref, base, resolved) + addend)
     for p in layout.patches:
-        s = _address(p.ref, base, resolved)
-        try:
-            p.spec.apply(image, p.offset, s, p.addend, base + (p.offset if p.anchor is None else p.anchor))
-        except FieldOverflow as exc:
-            raise RelocationRangeError(
-                "%s against %r at %s: %s (value 0x%x); refusing to truncate"
-                % (p.spec.name, p.symbol or "section", p.where, exc.detail, exc.value & 0xFFFFFFFFFFFFFFFF)
-            ) from None
+        p.apply(image, _address(p.ref, base, resolved), base)
     return image
 
 

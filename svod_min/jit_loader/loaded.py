@@ -9,13 +9,16 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..error import LoaderError, SymbolNotFoundError
 from .arch import host_arch
-from .layout import Layout, Segment, apply_layout, plan_layout
+from .layout import Layout, Segment, image_at, plan_layout
 from .memory import map_image, unmap
 from .rt_helpers import helper_address
 from .symbols import default_resolver, lookup
 
 Resolver = Callable[[str], int]
 HOST_ARCH = host_arch()
+# One lock for every object's close(): unmapping is rare and short, and a lock per object costs a
+# noticeable share of a cold load.
+_close_lock = threading.Lock()
 
 
 class LoadedObject:
@@ -31,13 +34,18 @@ class LoadedObject:
         self.base = base
         self.size = layout.size
         self.mode = mode
-        self.arch = layout.arch.name
-        self.segments: List[Segment] = list(layout.segments)
+        self._layout = layout  # shared with the layout cache: read, never changed
         self._symbols = layout.symbols
-        self._code = layout.code
-        self._sections = layout.sections
-        self._lock = threading.Lock()
         self._mapped = True  # unmapped once, by close() or when the object is collected
+
+    @property
+    def arch(self) -> str:
+        return self._layout.arch.name
+
+    @property
+    def segments(self) -> List[Segment]:
+        """The text, rodata and data segments: image offsets, sizes and protections."""
+        return list(self._layout.segments)
 
     @property
     def closed(self) -> bool:
@@ -51,7 +59,7 @@ class LoadedObject:
     @property
     def sections(self) -> Dict[str, int]:
         """Loaded section name -> absolute address."""
-        return {name: self.base + off for name, off in self._sections.items()}
+        return {name: self.base + off for name, off in self._layout.sections.items()}
 
     def address(self, name: str) -> int:
         """Absolute address of a defined symbol (``name`` or ``_name``)."""
@@ -71,7 +79,8 @@ class LoadedObject:
         section. Calling a data symbol would jump into a non-executable page.
         """
         address = self.address(name)
-        if name not in self._code and "_" + name not in self._code:
+        code = self._layout.code
+        if name not in code and "_" + name not in code:
             raise SymbolNotFoundError("symbol %r is defined but is not a function in an executable section "
                                       "(data cannot be an entry point)" % name)  # fmt: skip
         prototype = ctypes.CFUNCTYPE(restype, *argtypes)
@@ -81,7 +90,7 @@ class LoadedObject:
 
     def close(self) -> None:
         """Unmap the object now (idempotent)."""
-        with self._lock:
+        with _close_lock:
             if self._mapped:
                 self._mapped = False
                 unmap(self.base, self.size)
@@ -131,7 +140,7 @@ def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Opti
     if symbols:
         base_resolver = resolver
         resolver = lambda name: symbols[name] if name in symbols else base_resolver(name)  # noqa: E731
-    base, mode = map_image(layout.size, lambda b: bytes(apply_layout(layout, b, resolver)), layout.segments)
+    base, mode = map_image(layout.size, lambda b: image_at(layout, b, resolver), layout.segments)
     return LoadedObject(layout, base, mode)
 
 

@@ -37,12 +37,12 @@ def _write_stub(image: bytearray, off: int, target: int) -> None:
 
 _RELOCS = {
     1: RelocSpec("R_X86_64_64", 8, DIRECT, _abs64),
-    2: RelocSpec("R_X86_64_PC32", 4, DIRECT, _pc32),
-    4: RelocSpec("R_X86_64_PLT32", 4, CALL, _pc32),
-    9: RelocSpec("R_X86_64_GOTPCREL", 4, GOT, _pc32),
-    24: RelocSpec("R_X86_64_PC64", 8, DIRECT, _pc64),
-    41: RelocSpec("R_X86_64_GOTPCRELX", 4, GOT, _pc32),
-    42: RelocSpec("R_X86_64_REX_GOTPCRELX", 4, GOT, _pc32),
+    2: RelocSpec("R_X86_64_PC32", 4, DIRECT, _pc32, base_free=True),
+    4: RelocSpec("R_X86_64_PLT32", 4, CALL, _pc32, base_free=True),
+    9: RelocSpec("R_X86_64_GOTPCREL", 4, GOT, _pc32, base_free=True),
+    24: RelocSpec("R_X86_64_PC64", 8, DIRECT, _pc64, base_free=True),
+    41: RelocSpec("R_X86_64_GOTPCRELX", 4, GOT, _pc32, base_free=True),
+    42: RelocSpec("R_X86_64_REX_GOTPCRELX", 4, GOT, _pc32, base_free=True),
 }
 
 _NON_PIC = "absolute 32-bit address (non-PIC code); compile with -fPIC"
