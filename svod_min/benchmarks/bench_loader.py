@@ -48,6 +48,20 @@ def median_us(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times) * 1e6
 
 
+def _interleaved_us(ours: Callable[[], object], peer: Optional[Callable[[], object]], repeat: int) -> tuple:
+    """Median µs of ``ours`` and ``peer`` (None: not measured), called in turn so both see the same machine."""
+    if peer is None:
+        return median_us(ours, repeat), None
+    mine: List[float] = []
+    theirs: List[float] = []
+    for _ in range(repeat):
+        for fn, times in ((peer, theirs), (ours, mine)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+
+
 def _check_runs(lo) -> None:
     fn = lo.function("kern", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
     a = (ctypes.c_float * 8)(*range(8))
@@ -140,10 +154,11 @@ def rows(repeat: int = 200, quick: bool = False) -> List[dict]:
         _check_runs(lo)  # benchmark only what is proven to work
     out = []
     tg = tinygrad_load(obj)
-    tg_us = median_us(tg, repeat) if tg else None
     fresh = cold_objects(repeat)
-    cold = median_us(lambda: cold_load(fresh), repeat)
-    out.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 250", cold <= 250))
+    cold, tg_us = _interleaved_us(lambda: cold_load(fresh), tg, repeat)
+    # the goal is tinygrad's own time where it runs (it validates nothing and maps one RWX page)
+    goal, met = ("<= peer", cold <= tg_us) if tg_us is not None else ("<= 250", cold <= 250)
+    out.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", goal, met))
     warm = median_us(lambda: warm_load(obj), repeat)
     out.append(row("warm load µs (layout cached)", warm, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 50", warm <= 50))
     hit, imp = cache_hit_new_process(KERNEL, TINYGRAD_FLAGS, max(5, repeat // 20))
