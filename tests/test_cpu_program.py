@@ -116,7 +116,7 @@ def test_single_thread_device_runs_serially(compiled) -> None:
     assert out.tolist() == [100, 101, 102] and serial._pool is None
 
 
-def test_threaded_dispatch_uses_the_pool(dev: CpuDevice, compiled) -> None:
+def test_threaded_dispatch_runs_the_first_range_on_the_caller_and_the_rest_on_the_pool(dev: CpuDevice, compiled) -> None:
     from svod_min.error import SymbolNotFoundError
 
     try:
@@ -133,11 +133,14 @@ def test_threaded_dispatch_uses_the_pool(dev: CpuDevice, compiled) -> None:
     dev.pool.submit = counting_submit  # type: ignore[method-assign]
     out = dev.allocate((8,), "uint64")
     prog.execute([out], [0], global_size=(8, 1, 1))
-    assert len(submitted) == min(8, dev.threads)
+    ranges = min(8, dev.threads)
+    assert len(submitted) == ranges - 1  # the caller runs the first range itself
     main = threading.get_ident()  # == pthread_self() on Linux
     pool_idents = {t.ident for t in threading.enumerate() if t.name.startswith("svod-cpu")}
-    recorded = set(out.tolist())
-    assert main not in recorded and recorded <= pool_idents
+    per_core_id = out.tolist()
+    first = 8 // ranges + (1 if 8 % ranges else 0)
+    assert set(per_core_id[:first]) == {main}
+    assert set(per_core_id[first:]) <= pool_idents and (ranges == 1 or per_core_id[first:])
 
 
 def test_nested_dispatch_in_worker_runs_serially(compiled) -> None:

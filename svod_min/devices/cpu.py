@@ -294,9 +294,15 @@ class CpuProgram:
         if device.threads <= 1 or getattr(_worker, "active", False):
             _run_range(fn, args, pos, 0, n)  # nested in a pool worker: never wait on the pool
             return
+        # The calling thread runs the first range itself: it is on a CPU already, and waking a worker
+        # for every range let the scheduler start two of them on one CPU (gelu 2^22 on 2 cores: 1.45x).
+        first, *rest = _chunks(n, device.threads)
         pool = device.pool
-        futures = [pool.submit(_run_range, fn, args, pos, lo, hi) for lo, hi in _chunks(n, device.threads)]
-        _wait_all(futures, self.name)
+        futures = [pool.submit(_run_range, fn, args, pos, lo, hi) for lo, hi in rest]
+        try:
+            _run_range(fn, args, pos, *first)
+        finally:
+            _wait_all(futures, self.name)
 
 
 class CpuLaunch:
