@@ -16,7 +16,7 @@ from typing import Sequence
 from .config import env_str
 from .compiler.batch import MIN_SOURCES_PER_JOB, compile_many_c, default_jobs
 from .compiler.probe import PROBE_STORE_NAME, CompilerInfo, available_compilers, find_compiler, probe_compiler
-from .compiler.run import COMPILE_TIMEOUT_S, DEFAULT_FLAGS, FAMILY_FLAGS, compile_c, compile_ir, compiler_flags
+from .compiler.run import COMPILE_TIMEOUT_S, DEFAULT_FLAGS, FAMILY_FLAGS, compile_c, compile_ir, compiler_flags, family_flags
 from .jit_loader.arch import host_arch  # re-exported: callers and tests use clang.host_arch
 
 log = logging.getLogger("svod_min.clang")
@@ -55,6 +55,7 @@ __all__ = [
     "CompilerInfo",
     "DEFAULT_FLAGS",
     "FAMILY_FLAGS",
+    "family_flags",
     "MIN_SOURCES_PER_JOB",
     "PROBE_STORE_NAME",
     "available_compilers",

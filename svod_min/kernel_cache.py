@@ -78,7 +78,7 @@ def object_key(source: str, *, kind: str = "c", extra_flags: Sequence[str] = ())
         # the driver's built-in flags shape the object too (its own and this compiler family's):
         # a change must miss
         "\0".join(clang.DEFAULT_FLAGS),
-        "\0".join(clang.FAMILY_FLAGS.get(info.family, ())),
+        "\0".join(clang.family_flags(info)),
     )
 
 

@@ -41,16 +41,27 @@ FAMILY_FLAGS: Dict[str, Tuple[str, ...]] = {
     "clang": ("-fno-builtin-memcpy", "-fno-builtin-memset", "-fno-builtin-memmove"),
     # gcc -O2's "very cheap" vectoriser model skips any loop that needs a
     # remainder loop, i.e. every elementwise kernel over n; clang vectorises them.
-    # -fno-trapping-math is clang's default (floating-point exception flags are
-    # not observed): without it gcc keeps the selects of exp/log/tanh... as
-    # branches and vectorises none of those loops (5-12x slower than clang).
-    "gcc": ("-fno-tree-loop-distribute-patterns", "-fvect-cost-model=dynamic", "-fno-trapping-math"),
+    "gcc": ("-fno-tree-loop-distribute-patterns", "-fvect-cost-model=dynamic"),
 }
+# -fno-trapping-math is clang's default (floating-point exception flags are not
+# observed): without it gcc keeps the selects of exp/log/tanh... as branches and
+# vectorises none of those loops (5-12x slower than clang). Only where the whole
+# kernel suite has checked it: gcc 12 on ppc64le computed tanh wrongly with it.
+ARCH_FAMILY_FLAGS: Dict[Tuple[str, str], Tuple[str, ...]] = {
+    ("gcc", "x86_64"): ("-fno-trapping-math",),
+    ("gcc", "aarch64"): ("-fno-trapping-math",),
+}
+
+
+def family_flags(info: CompilerInfo) -> Tuple[str, ...]:
+    """The driver's own flags for this compiler family (and its target architecture)."""
+    arch = info.target.split("-", 1)[0]
+    return FAMILY_FLAGS.get(info.family, ()) + ARCH_FAMILY_FLAGS.get((info.family, arch), ())
 
 
 def compiler_flags(info: CompilerInfo, extra_flags: Sequence[str]) -> List[str]:
     """The full flag list for ``info``'s compiler: the defaults, its family's, then ``extra_flags``."""
-    return [*DEFAULT_FLAGS, *FAMILY_FLAGS.get(info.family, ()), *extra_flags]
+    return [*DEFAULT_FLAGS, *family_flags(info), *extra_flags]
 
 
 # "<stdin>"/"-" for a piped source; "kernel N" for a source of a batch (see compile_many_c).
@@ -163,6 +174,7 @@ __all__ = [
     "COMPILE_TIMEOUT_S",
     "DEFAULT_FLAGS",
     "FAMILY_FLAGS",
+    "family_flags",
     "check_object",
     "compile_c",
     "compile_ir",
