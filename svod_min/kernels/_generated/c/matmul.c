@@ -50,10 +50,7 @@ static inline void svod_matmul_f32_4x8_pack_b(svod_i64 kc, svod_i64 nc, const fl
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 32 % 64 == 0
-    typedef float vec __attribute__((vector_size(64)));
-    typedef float vecu __attribute__((vector_size(64), aligned(4)));
-#elif defined(__AVX__) && 32 % 32 == 0
+#if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
 #else
@@ -202,10 +199,10 @@ static inline void svod_matmul_f32_6x16_pack_b(svod_i64 kc, svod_i64 nc, const f
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 64 % 64 == 0
+#if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
-#elif defined(__AVX__) && 64 % 32 == 0
+#elif defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
 #else
@@ -358,10 +355,7 @@ static inline void svod_matmul_f32_8x8_pack_b(svod_i64 kc, svod_i64 nc, const fl
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_8x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 32 % 64 == 0
-    typedef float vec __attribute__((vector_size(64)));
-    typedef float vecu __attribute__((vector_size(64), aligned(4)));
-#elif defined(__AVX__) && 32 % 32 == 0
+#if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
 #else
@@ -518,10 +512,10 @@ static inline void svod_matmul_f32_8x32_pack_b(svod_i64 kc, svod_i64 nc, const f
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 128 % 64 == 0
+#if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
-#elif defined(__AVX__) && 128 % 32 == 0
+#elif defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
 #else
@@ -686,10 +680,7 @@ static inline void svod_matmul_f64_4x4_pack_b(svod_i64 kc, svod_i64 nc, const do
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 32 % 64 == 0
-    typedef double vec __attribute__((vector_size(64)));
-    typedef double vecu __attribute__((vector_size(64), aligned(8)));
-#elif defined(__AVX__) && 32 % 32 == 0
+#if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
 #else
@@ -838,10 +829,10 @@ static inline void svod_matmul_f64_6x8_pack_b(svod_i64 kc, svod_i64 nc, const do
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 64 % 64 == 0
+#if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
-#elif defined(__AVX__) && 64 % 32 == 0
+#elif defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
 #else
@@ -994,10 +985,10 @@ static inline void svod_matmul_f64_4x8_pack_b(svod_i64 kc, svod_i64 nc, const do
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_4x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 64 % 64 == 0
+#if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
-#elif defined(__AVX__) && 64 % 32 == 0
+#elif defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
 #else
@@ -1146,10 +1137,10 @@ static inline void svod_matmul_f64_8x16_pack_b(svod_i64 kc, svod_i64 nc, const d
    through memory by gcc, whose tile then ran at a tenth of clang's speed). */
 static inline void svod_matmul_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
-#if defined(__AVX512F__) && 128 % 64 == 0
+#if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
-#elif defined(__AVX__) && 128 % 32 == 0
+#elif defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
 #else
