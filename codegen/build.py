@@ -65,6 +65,9 @@ OBJECT_NAME = "library.o"
 RUNTIME_NAME = "runtime.o"
 RUNTIME_VARIANTS = ("x86_64-baseline", "aarch64-baseline", "riscv64-baseline", "ppc64le-baseline",
                     "loongarch64-baseline")
+#: The native layout planner (svod_min.jit_loader.native_layout), for the architectures it reads.
+PLANNER_NAME = "layout.o"
+PLANNER_VARIANTS = ("x86_64-baseline",)
 PTX_ARCH = "compute_75"
 PTX_TARGETS = ("sm_75", "sm_80", "sm_90")
 #: PTX ISA versions to try, lowest first (7.0 is the first that knows sm_80; sm_90 needs 7.8).
@@ -117,10 +120,11 @@ def runtime_source() -> str:
     return RUNNER_C + "\n" + HELPERS_C
 
 
-def compile_runtime(names: Sequence[str], jobs: int) -> Dict[str, bytes]:
-    """Baseline variant -> the native replay runner's object for its architecture (for ``names``)."""
+def compile_support(names: Sequence[str], source: str, jobs: int) -> Dict[str, bytes]:
+    """Baseline variant -> ``source`` compiled for its architecture (for ``names``): the runtime and
+    planner objects."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {name: pool.submit(compile_variant, name, runtime_source()) for name in names}
+        futures = {name: pool.submit(compile_variant, name, source) for name in names}
         return {name: fut.result() for name, fut in futures.items()}
 
 

@@ -17,7 +17,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from svod_min.jit_loader.native_layout import ENTRY
 
 from . import build, cuda, docs, render
 from .catalogue import PREFERRED, build_catalogue, excluded_entries
@@ -97,7 +99,11 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
     default = build.clang_version() if enabled else None
     ok_default = default is not None and committed.get("compiler") in (None, "unknown", default)
     manifest["compiler"] = default if ok_default else committed.get("compiler", "unknown")
-    manifest["runtime"] = _runtime(out, committed, built, jobs)
+    manifest["runtime"] = _support(out, committed, built, jobs, "runtime", build.RUNTIME_NAME, build.RUNTIME_VARIANTS,
+                                   build.runtime_source())  # fmt: skip
+    planner = render.render_layout_planner(render.environment())
+    manifest["planner"] = _support(out, committed, built, jobs, "planner", build.PLANNER_NAME, build.PLANNER_VARIANTS,
+                                   planner)  # fmt: skip
     for name, (_arch, flags, req, _prio) in sorted(build.VARIANTS.items()):
         path = "%s/%s/%s" % (PREBUILT, name, build.OBJECT_NAME)
         mine = [e for e in entries if e not in set(excluded[name])]
@@ -152,17 +158,19 @@ def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str]
     return desc
 
 
-def _runtime(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[str, Optional[str]]],
-             jobs: int) -> Dict[str, Any]:  # fmt: skip
-    """The native replay runner, prebuilt per architecture (a cold start then needs no compiler)."""
-    objs = build.compile_runtime([n for n in build.RUNTIME_VARIANTS if built[n][1] is None], jobs)
-    source_sha256 = build.sha256(build.runtime_source().encode())
+def _support(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[str, Optional[str]]], jobs: int,
+             key: str, filename: str, variants: Sequence[str], source: str) -> Dict[str, Any]:  # fmt: skip
+    """Objects the package needs besides the kernels, prebuilt per architecture so that a cold start
+    needs no compiler: the native replay runner (``runtime``) and the layout planner (``planner``)."""
+    objs = build.compile_support([n for n in variants if built[n][1] is None], source, jobs)
+    source_sha256 = build.sha256(source.encode())
     info: Dict[str, Any] = {}
-    for name in build.RUNTIME_VARIANTS:
-        path = "%s/%s/%s" % (PREBUILT, name, build.RUNTIME_NAME)
+    for name in variants:
+        path = "%s/%s/%s" % (PREBUILT, name, filename)
         desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": source_sha256}
-        info[name] = _record(out, path, objs.get(name), built[name][1], committed.get("runtime", {}).get(name, {}),
-                             desc)  # fmt: skip
+        if key == "planner" and name in objs:
+            build.check_object(name, objs[name], [ENTRY])
+        info[name] = _record(out, path, objs.get(name), built[name][1], committed.get(key, {}).get(name, {}), desc)
     return info
 
 

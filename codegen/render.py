@@ -43,6 +43,15 @@ def render_prelude(env: jinja2.Environment) -> str:
     return c_banner("templates/c/prelude.h.j2") + env.get_template("c/prelude.h.j2").render(math_types=MATH_TYPES)
 
 
+def render_layout_planner(env: jinja2.Environment) -> str:
+    """The native layout planner's C (svod_min.jit_loader.native_layout), with the loader's limits."""
+    from svod_min.jit_loader.elf import MAX_ALIGN
+    from svod_min.jit_loader.layout import MAX_IMAGE_BYTES
+
+    text = env.get_template("c/layout.c.j2").render(max_image_bytes=MAX_IMAGE_BYTES, max_align=MAX_ALIGN)
+    return c_banner("templates/c/layout.c.j2") + text
+
+
 def render_skeleton(env: jinja2.Environment) -> str:
     """The elementwise loop with @...@ sentinels (filled by svod_min.kernels.elementwise)."""
     tpl = env.get_template("c/elementwise.c.j2")

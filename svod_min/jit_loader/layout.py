@@ -489,8 +489,12 @@ _layout_cache: "OrderedDict[bytes, Layout]" = OrderedDict()
 _CACHE_LIMIT = 256
 
 
-def plan_layout(obj: bytes) -> Layout:
-    """Parse, validate and lay out ``obj`` (memoised per object contents)."""
+def plan_layout(obj: bytes, native: Optional[Callable[[bytes], Optional[Layout]]] = None) -> Layout:
+    """Parse, validate and lay out ``obj`` (memoised per object contents).
+
+    ``native`` (:mod:`.native_layout`'s planner) is tried first on a miss; when it declines the
+    object, the layout is made here.
+    """
     if not isinstance(obj, (bytes, bytearray, memoryview)):
         raise ElfFormatError("expected ELF object bytes, got %s" % type(obj).__name__)
     key = obj if isinstance(obj, bytes) else bytes(obj)
@@ -499,8 +503,10 @@ def plan_layout(obj: bytes) -> Layout:
         if hit is not None:
             _layout_cache.move_to_end(key)
             return hit
-    parsed = parse_object(key, tuple(ARCHES))
-    layout = _Builder(parsed, ARCHES[parsed.machine]).build()
+    layout = native(key) if native is not None else None
+    if layout is None:
+        parsed = parse_object(key, tuple(ARCHES))
+        layout = _Builder(parsed, ARCHES[parsed.machine]).build()
     with _cache_lock:
         _layout_cache[key] = layout
         while len(_layout_cache) > _CACHE_LIMIT:

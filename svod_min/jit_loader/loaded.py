@@ -11,6 +11,7 @@ from ..error import LoaderError, SymbolNotFoundError
 from .arch import host_arch
 from .layout import Layout, Segment, image_at, plan_layout
 from .memory import map_image, unmap
+from .native_layout import native_planner
 from .rt_helpers import helper_address
 from .symbols import default_resolver, lookup
 
@@ -134,7 +135,7 @@ def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Opti
     ``resolve`` replaces the default dlsym resolver; ``symbols`` adds
     name -> address overrides on top of it.
     """
-    layout = plan_layout(obj)
+    layout = plan_layout(obj, native_planner(load_object))
     _check_host_arch(layout)
     resolver = resolve or resolve_with_helpers
     if symbols:
