@@ -230,6 +230,20 @@ def test_the_planner_is_mapped_at_the_second_load_of_a_process(planner) -> None:
         native_layout.reset_native_planner()
 
 
+def test_a_bad_svod_native_layout_value_is_named_at_every_load(monkeypatch, planner) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.setenv(native_layout.NATIVE_LAYOUT_ENV, "maybe")
+    native_layout.reset_native_planner()
+    try:
+        assert native_layout.native_planner(load_object) is None
+        for _ in range(2):
+            with pytest.raises(ConfigError, match="SVOD_NATIVE_LAYOUT='maybe'"):
+                native_layout.native_planner(load_object)
+    finally:
+        native_layout.reset_native_planner()
+
+
 _CHILD = r"""
 import sys
 from svod_min.jit_loader import load_object, native_layout

@@ -97,7 +97,12 @@ def native_planner(load: Callable[[bytes], Any]) -> Optional[Planner]:
         if _state != _SEEN:
             return _planner  # being mapped (this very load may be the planner's own)
         _state = _MAPPING
-    planner = _map_planner(load)
+    try:
+        planner = _map_planner(load)
+    except BaseException:  # a bad SVOD_NATIVE_LAYOUT value: said again at the next load
+        with _lock:
+            _state = _SEEN
+        raise
     with _lock:
         _planner, _state = planner, _READY
     return planner
