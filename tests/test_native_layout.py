@@ -29,8 +29,8 @@ pytestmark = pytest.mark.skipif(HOST not in native_layout.NATIVE_ARCHES, reason=
 COMPILERS = [cc for cc in ("clang", "gcc") if shutil.which(cc)]
 needs_cc = pytest.mark.skipif(not COMPILERS, reason="no C compiler")
 
-# Kernels of the kind the planner is for: PC-relative references to their own code and constants
-# (gcc reaches a global function through the GOT under -fPIC: declined, which another test shows).
+# Kernels of the kind the planner is for; all but "externs" need no GOT, stub or external (their image
+# is the same at every base).
 SOURCES: Dict[str, str] = {
     "table": """
 static const float scale[4] = {1.0f, 2.0f, 3.0f, 4.0f};
@@ -53,6 +53,12 @@ double kern(const double* a, int n) {
     counter++;
     return acc[0] + label[1] + counter;
 }""",
+    "externs": """
+#include <math.h>
+extern float table_scale;
+extern __attribute__((weak)) long optional_count;
+static float helper(float x) { return logf(x) + table_scale; }
+float kern(float x) { return expf(x) * helper(x) + (float)(&optional_count ? optional_count : 0); }""",
     "bss": """
 static char big[3 << 20];
 long kern(long i) { big[i] = 1; return (long)big[i / 2]; }""",
@@ -101,7 +107,7 @@ def test_kernels_are_planned_natively_and_exactly_as_in_python(planner, objects)
         mine = planner.plan(obj)
         assert mine is not None, "the planner declined %s" % label
         assert differences(mine, python_layout(obj)) == [], label
-        assert mine.fixed
+        assert mine.fixed != label.startswith("externs"), label
 
 
 @needs_cc
@@ -120,21 +126,40 @@ def _prebuilt(path: str) -> Optional[bytes]:
 
 
 @needs_cc
-def test_a_global_reached_through_the_got_is_declined(planner) -> None:
+def test_a_global_reached_through_the_got_gets_a_slot_as_in_python(planner) -> None:
     obj = clang.compile_c("int kern(int x) { return x + 1; }\nint (*entry(void))(int) { return kern; }\n")
-    assert planner.plan(obj) is None
-    assert python_layout(obj).got  # a slot holding an absolute address: not the same at every base
+    mine = planner.plan(obj)
+    assert mine is not None and mine.got and not mine.externals
+    assert differences(mine, python_layout(obj)) == []
 
 
-def test_objects_the_planner_declines_are_laid_out_in_python(planner) -> None:
-    # The prebuilt libraries read the weak svod_stream_bytes through the GOT; the runtime calls libc.
-    paths = ["kernels/prebuilt/%s-baseline/library.o" % HOST, "kernels/prebuilt/%s-baseline/runtime.o" % HOST]
-    found = [data for data in map(_prebuilt, paths) if data is not None]
+def test_prebuilt_objects_with_got_slots_and_stubs_are_planned_as_in_python(planner) -> None:
+    # The libraries read the weak svod_stream_bytes through the GOT; the runtime calls pthreads.
+    paths = ["kernels/prebuilt/%s/library.o" % v for v in ("x86_64-baseline", "x86_64-avx2", "x86_64-v4")]
+    found = [data for data in map(_prebuilt, paths + ["kernels/prebuilt/x86_64-baseline/runtime.o"]) if data is not None]
     if not found:
         pytest.skip("no prebuilt objects in this tree")
     for data in found:
-        assert planner.plan(data) is None
-        assert not python_layout(data).fixed
+        mine = planner.plan(data)
+        assert mine is not None and (mine.got or mine.stubs) and mine.externals
+        assert differences(mine, python_layout(data)) == []
+
+
+@needs_cc
+def test_external_calls_and_globals_go_through_stubs_and_got_slots(planner, objects) -> None:
+    for label, obj in objects:
+        if label.startswith("externs"):
+            mine = planner.plan(obj)
+            assert mine is not None and {"expf", "logf"} <= set(mine.externals), label
+            assert mine.externals["optional_count"] is True and mine.externals["table_scale"] is False
+            assert differences(mine, python_layout(obj)) == [], label
+
+
+@needs_cc
+def test_an_absolute_address_is_declined(planner) -> None:
+    obj = clang.compile_c("extern int answer;\nint* const where = &answer;\nint* kern(void) { return where; }\n")
+    assert planner.plan(obj) is None
+    assert python_layout(obj).patches
 
 
 @needs_cc
@@ -240,6 +265,20 @@ def test_a_bad_svod_native_layout_value_is_named_at_every_load(monkeypatch, plan
         for _ in range(2):
             with pytest.raises(ConfigError, match="SVOD_NATIVE_LAYOUT='maybe'"):
                 native_layout.native_planner(load_object)
+    finally:
+        native_layout.reset_native_planner()
+
+
+def test_a_large_object_maps_the_planner_at_its_first_load(planner) -> None:
+    loaded: List[bytes] = []
+
+    def load(data: bytes):
+        loaded.append(data)
+        return load_object(data)
+
+    native_layout.reset_native_planner()
+    try:
+        assert native_layout.native_planner(load, native_layout.EAGER_BYTES) is not None and len(loaded) == 1
     finally:
         native_layout.reset_native_planner()
 

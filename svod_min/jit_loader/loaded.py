@@ -135,7 +135,8 @@ def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Opti
     ``resolve`` replaces the default dlsym resolver; ``symbols`` adds
     name -> address overrides on top of it.
     """
-    layout = plan_layout(obj, native_planner(load_object))
+    nbytes = len(obj) if isinstance(obj, (bytes, bytearray, memoryview)) else 0  # plan_layout names a wrong type
+    layout = plan_layout(obj, native_planner(load_object, nbytes))
     _check_host_arch(layout)
     resolver = resolve or resolve_with_helpers
     if symbols:

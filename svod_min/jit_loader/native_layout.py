@@ -2,15 +2,15 @@
 
 A cold load spends most of its time turning ELF tables into a :class:`.layout.Layout` in Python.
 ``templates/c/layout.c.j2``, shipped prebuilt as ``kernels/prebuilt/x86_64-baseline/layout.o``, does
-the same checks and the same placement for the common kernel object: x86_64, every relocation
-PC-relative against a section of the image, nothing undefined, no COMMON, GOT or stub. Its image is
-then the same at every load address, so the Layout it gives is a *fixed* one (a template and names).
-It declines everything else, and everything it doubts; the Python layout then lays the object out or
-names what is wrong with it. The tests hold the two to identical layouts, object by object.
+the same checks and the same placement for the usual kernel object: x86_64, relocations that are
+PC-relative (PC32, PLT32, PC64, GOTPCREL and its relaxable forms) against the image, or through a
+GOT slot or call stub to a named undefined symbol. It declines everything else, and anything it
+doubts; the Python layout then lays the object out or names what is wrong with it. The tests hold
+the two to identical layouts, object by object, on real and on mutated objects.
 
 The planner object is mapped (by the Python layout: it is itself such an object) at the second load
-of a process: a process that loads one object does not pay for it. ``SVOD_NATIVE_LAYOUT=0`` turns it
-off.
+of a process, so a process that loads one small object does not pay for it, or at the first load of
+a large object, which it pays back at once. ``SVOD_NATIVE_LAYOUT=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import ctypes
 import itertools
 import struct
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import resources
 from ..config import env_flag
@@ -31,12 +31,14 @@ NATIVE_LAYOUT_ENV = "SVOD_NATIVE_LAYOUT"
 NATIVE_ARCHES = ("x86_64",)
 PLANNER_OBJECT = "kernels/prebuilt/%s-baseline/layout.o"
 ENTRY = "svod_plan_layout"
+#: An object this large maps the planner at once, even at the first load of a process.
+EAGER_BYTES = 64 << 10
 
 _OK, _DECLINE, _SMALL = 0, 1, 2
-_HEADER = struct.Struct("<17q")
-_VALUES_AT = 256  # SVL_HEADER: the header's room
+_HEADER = struct.Struct("<25q")
+_KEPT_BYTES = 1 << 18  # each thread keeps an output buffer up to this size between plans
 _SEGMENT_NAMES = {5: "text", 1: "rodata", 3: "data"}  # by protection, as layout.py makes them
-_PLAN_TYPE = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
+_PLAN_TYPE = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
                               ctypes.c_uint64)  # fmt: skip
 
 Planner = Callable[[bytes], Optional[Layout]]
@@ -50,33 +52,58 @@ class NativePlanner:
         self._entry = _PLAN_TYPE(loaded.address(ENTRY))
         self.arch = next(a for a in ARCHES.values() if a.name == arch_name)
         self.page = max(PAGE, self.arch.page_size)
+        self._local = threading.local()
 
     def plan(self, obj: bytes) -> Optional[Layout]:
         cap = 2 * len(obj) + 4 * self.page + 1024
-        out = ctypes.create_string_buffer(cap)
-        status = self._entry(obj, len(obj), self.page, out, cap)
-        if status == _SMALL:  # a large .bss, or many symbols: the planner said how much it needs
-            cap = _HEADER.unpack_from(out)[0]
-            out = ctypes.create_string_buffer(cap)
-            status = self._entry(obj, len(obj), self.page, out, cap)
-        return _layout(self.arch, out.raw) if status == _OK else None
+        for _attempt in range(3):  # a large .bss or many symbols: the planner says how much it needs
+            raw, view = self._buffer(cap)
+            status = self._entry(obj, len(obj), self.page, view, cap)
+            if status != _SMALL:
+                return _layout(self.arch, raw) if status == _OK else None
+            cap = max(_HEADER.unpack_from(raw)[0], 2 * cap)
+        return None
+
+    def _buffer(self, cap: int) -> Tuple[bytearray, Any]:
+        """An output buffer of at least ``cap`` bytes: this thread's own when it is small enough (the
+        planner writes every byte it reports, so nothing needs clearing between calls)."""
+        kept = getattr(self._local, "buffer", None)
+        if kept is not None and len(kept[0]) >= cap:
+            return kept
+        raw = bytearray(cap)
+        made = raw, (ctypes.c_char * cap).from_buffer(raw)
+        if cap <= _KEPT_BYTES:
+            self._local.buffer = made
+        return made
 
 
-def _layout(arch: Any, raw: bytes) -> Optional[Layout]:
+def _layout(arch: Any, raw: bytearray) -> Optional[Layout]:
     head = _HEADER.unpack_from(raw)
-    size, nseg, segs = head[0], head[1], head[2:11]
-    nsym, nsec, names_at, names_len, image_at, code_at = head[11:]
-    values = memoryview(raw)[_VALUES_AT : _VALUES_AT + 8 * (nsym + nsec)].cast("q").tolist()
+    size, nseg, segs, nsym, nsec, names_at, names_len, image_at, code_at = head[0], head[1], head[2:11], *head[11:17]
+    next_, ngot, nstub, table_at, weak_at, got_base, stub_base, values_at = head[17:]
+    values = memoryview(raw)[values_at : values_at + 8 * (nsym + nsec)].cast("q").tolist()
     names = raw[names_at : names_at + names_len].decode("ascii").split("\0")
     symbol_names = names[:nsym]
     symbols: Dict[str, int] = dict(zip(symbol_names, values))
     if len(symbols) != nsym:
         return None  # one name defined twice: the Python layout's precedence rules decide
-    sections = dict(zip(names[nsym : nsym + nsec], values[nsym:]))
-    segments = [Segment(_SEGMENT_NAMES[segs[3 * i + 2]], segs[3 * i], segs[3 * i + 1], segs[3 * i + 2]) for i in range(nseg)]
-    code = frozenset(itertools.compress(symbol_names, raw[code_at : code_at + nsym]))
-    return Layout(arch=arch, size=size, template=raw[image_at : image_at + size], segments=segments,
-                  sections=sections, symbols=symbols, externals={}, code=code)  # fmt: skip
+    layout = Layout(arch=arch, size=size, template=bytes(raw[image_at : image_at + size]),
+                    segments=[Segment(_SEGMENT_NAMES[segs[3 * i + 2]], segs[3 * i], segs[3 * i + 1], segs[3 * i + 2])
+                              for i in range(nseg)],
+                    sections=dict(zip(names[nsym : nsym + nsec], values[nsym:])), symbols=symbols,
+                    externals=dict(zip(names[nsym + nsec : nsym + nsec + next_], map(bool, raw[weak_at : weak_at + next_]))),
+                    code=frozenset(itertools.compress(symbol_names, raw[code_at : code_at + nsym])))  # fmt: skip
+    if ngot or nstub:
+        external = names[nsym + nsec : nsym + nsec + next_]
+        pairs = memoryview(raw)[table_at : table_at + 16 * (ngot + nstub)].cast("q").tolist()
+        refs = [("ext", external[pairs[i + 1]]) if pairs[i] else ("img", pairs[i + 1]) for i in range(0, len(pairs), 2)]
+        for chosen in (refs[:ngot], refs[ngot:]):
+            reached = [value for kind, value in chosen if kind == "ext"]
+            if len(set(reached)) != len(reached):
+                return None  # two undefined symbols of one name: the Python layout gives them one slot
+        layout.got = [(got_base + 8 * i, ref, 0) for i, ref in enumerate(refs[:ngot])]
+        layout.stubs = [(stub_base + arch.stub_size * i, ref, 0) for i, ref in enumerate(refs[ngot:])]
+    return layout
 
 
 _lock = threading.Lock()
@@ -85,17 +112,21 @@ _state = _UNSEEN
 _planner: Optional[Planner] = None
 
 
-def native_planner(load: Callable[[bytes], Any]) -> Optional[Planner]:
-    """This host's planner (mapped with ``load`` at the second call of a process), or None."""
+def native_planner(load: Callable[[bytes], Any], nbytes: int = 0) -> Optional[Planner]:
+    """This host's planner, or None. It is mapped with ``load`` at the second call of a process, or at
+    the first for an object of ``nbytes`` >= 64 KiB (the Python layout of such an object costs more
+    than mapping the planner)."""
     global _state, _planner
     if _state == _READY:
         return _planner
     with _lock:
-        if _state == _UNSEEN:
+        if _state == _UNSEEN and nbytes < EAGER_BYTES:
             _state = _SEEN
             return None
-        if _state != _SEEN:
-            return _planner  # being mapped (this very load may be the planner's own)
+        if _state == _READY:
+            return _planner  # another thread mapped it meanwhile
+        if _state == _MAPPING:
+            return None  # being mapped (this very load may be the planner's own)
         _state = _MAPPING
     try:
         planner = _map_planner(load)
@@ -126,5 +157,5 @@ def reset_native_planner() -> None:
         _state, _planner = _UNSEEN, None
 
 
-__all__ = ["ENTRY", "NATIVE_ARCHES", "NATIVE_LAYOUT_ENV", "NativePlanner", "PLANNER_OBJECT", "Planner",
+__all__ = ["EAGER_BYTES", "ENTRY", "NATIVE_ARCHES", "NATIVE_LAYOUT_ENV", "NativePlanner", "PLANNER_OBJECT", "Planner",
            "native_planner", "reset_native_planner"]
