@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 
 from svod_min import clang
@@ -39,27 +39,19 @@ void kern(float* restrict out, const float* restrict a, const float* restrict b,
 TINYGRAD_FLAGS = ["-ffreestanding", "-nostdlib", "-fno-math-errno"]
 
 
-def median_us(fn: Callable[[], object], repeat: int) -> float:
-    times = []
+def medians_us(fns: Sequence[Callable[[], object]], repeat: int) -> List[float]:
+    """Median µs of each of ``fns``, called in turn every round so that all see the same machine."""
+    times: List[List[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
-
-
-def _interleaved_us(ours: Callable[[], object], peer: Optional[Callable[[], object]], repeat: int) -> tuple:
-    """Median µs of ``ours`` and ``peer`` (None: not measured), called in turn so both see the same machine."""
-    if peer is None:
-        return median_us(ours, repeat), None
-    mine: List[float] = []
-    theirs: List[float] = []
-    for _ in range(repeat):
-        for fn, times in ((peer, theirs), (ours, mine)):
+        for fn, mine in zip(fns, times):
             t0 = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(mine) * 1e6, statistics.median(theirs) * 1e6
+            mine.append(time.perf_counter() - t0)
+    return [statistics.median(mine) * 1e6 for mine in times]
+
+
+def median_us(fn: Callable[[], object], repeat: int) -> float:
+    return medians_us([fn], repeat)[0]
 
 
 def _check_runs(lo) -> None:
@@ -155,7 +147,10 @@ def rows(repeat: int = 200, quick: bool = False) -> List[dict]:
     out = []
     tg = tinygrad_load(obj)
     fresh = cold_objects(repeat)
-    cold, tg_us = _interleaved_us(lambda: cold_load(fresh), tg, repeat)
+    if tg is None:
+        cold, tg_us = median_us(lambda: cold_load(fresh), repeat), None
+    else:
+        tg_us, cold = medians_us([tg, lambda: cold_load(fresh)], repeat)
     # the goal is tinygrad's own time where it runs (it validates nothing and maps one RWX page)
     goal, met = ("<= peer", cold <= tg_us) if tg_us is not None else ("<= 250", cold <= 250)
     out.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", goal, met))

@@ -21,7 +21,7 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..error import KernelParamError
 
@@ -168,12 +168,13 @@ def _op_c(op: Op, math: CDType, args: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class ParsedExpr:
-    """A validated expression: its AST, input names (first appearance) and op count."""
+    """A validated expression: its AST, input names (first appearance), op count and the ops it calls."""
 
     text: str
     tree: ast.AST
     names: Tuple[str, ...]
     flops: int
+    calls: FrozenSet[str] = frozenset()
 
 
 def parse_expr(text: str) -> ParsedExpr:
@@ -190,17 +191,18 @@ def parse_expr(text: str) -> ParsedExpr:
         raise KernelParamError("cannot parse fused expression %r: %s" % (text, exc)) from None
     counter = [0]
     names: List[str] = []
+    calls: Set[str] = set()
     try:
-        flops = _check(tree, text, names, counter, 0)
+        flops = _check(tree, text, names, calls, counter, 0)
     except RecursionError:
         raise KernelParamError("fused expression is nested too deeply") from None
     if not names:
         raise KernelParamError("fused expression %r uses no input" % text)
-    return ParsedExpr(text.strip(), tree, tuple(names), flops)
+    return ParsedExpr(text.strip(), tree, tuple(names), flops, frozenset(calls))
 
 
-def _check(node: ast.AST, text: str, names: List[str], counter: List[int], depth: int) -> int:
-    """Validate ``node`` recursively (reading order); collect input names; return flops."""
+def _check(node: ast.AST, text: str, names: List[str], calls: Set[str], counter: List[int], depth: int) -> int:
+    """Validate ``node`` recursively (reading order); collect input names and called ops; return flops."""
     counter[0] += 1
     if counter[0] > _MAX_NODES:
         raise KernelParamError("fused expression has more than %d nodes" % _MAX_NODES)
@@ -218,6 +220,7 @@ def _check(node: ast.AST, text: str, names: List[str], counter: List[int], depth
         return 0
     if isinstance(node, ast.Call):
         flops, children = _check_call(node, text), list(node.args)
+        calls.add(node.func.id)  # type: ignore[attr-defined]  # a Name: _check_call made sure
     elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         flops, children = 1, [node.left, node.right]
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -232,7 +235,7 @@ def _check(node: ast.AST, text: str, names: List[str], counter: List[int], depth
             % (text, type(node).__name__, ", ".join(EXPR_FUNCTIONS))
         )
     for child in children:
-        flops += _check(child, text, names, counter, depth + 1)
+        flops += _check(child, text, names, calls, counter, depth + 1)
     return flops
 
 
@@ -298,9 +301,7 @@ _POLYNOMIAL_OPS = frozenset(op.name for op in OPS.values() if op.flops >= 20)
 
 def _line_unroll(parsed: ParsedExpr, dtypes: Sequence[CDType]) -> str:
     """``LINE_UNROLL`` for a memory-bound expression without float16, else nothing."""
-    calls = {node.func.id for node in ast.walk(parsed.tree)
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}  # fmt: skip
-    if calls & _POLYNOMIAL_OPS or any(dt.name == "float16" for dt in dtypes):
+    if parsed.calls & _POLYNOMIAL_OPS or any(dt.name == "float16" for dt in dtypes):
         return ""
     return LINE_UNROLL
 
