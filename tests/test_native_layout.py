@@ -14,7 +14,7 @@ import shutil
 import struct
 import subprocess
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -238,49 +238,44 @@ def test_every_truncation_is_declined(planner, objects) -> None:
 # --- when the planner is used ---------------------------------------------------------------------
 
 
-def test_the_planner_is_mapped_at_the_second_load_of_a_process(planner) -> None:
+@pytest.fixture
+def fresh_process() -> Iterator[Tuple[Callable[[bytes], Any], List[bytes]]]:
+    """The planner forgotten, as in a new process; a load function that records what it maps."""
     loaded: List[bytes] = []
 
-    def load(data: bytes):
+    def load(data: bytes) -> Any:
         loaded.append(data)
         return load_object(data)
 
     native_layout.reset_native_planner()
     try:
-        assert native_layout.native_planner(load) is None and loaded == []
-        mine = native_layout.native_planner(load)
-        assert mine is not None and len(loaded) == 1
-        assert native_layout.native_planner(load) is mine and len(loaded) == 1
+        yield load, loaded
     finally:
         native_layout.reset_native_planner()
 
 
-def test_a_bad_svod_native_layout_value_is_named_at_every_load(monkeypatch, planner) -> None:
+def test_the_planner_is_mapped_at_the_second_load_of_a_process(fresh_process) -> None:
+    load, loaded = fresh_process
+    assert native_layout.native_planner(load) is None and loaded == []
+    mine = native_layout.native_planner(load)
+    assert mine is not None and len(loaded) == 1
+    assert native_layout.native_planner(load) is mine and len(loaded) == 1
+
+
+def test_a_large_object_maps_the_planner_at_its_first_load(fresh_process) -> None:
+    load, loaded = fresh_process
+    assert native_layout.native_planner(load, native_layout.EAGER_BYTES) is not None and len(loaded) == 1
+
+
+def test_a_bad_svod_native_layout_value_is_named_at_every_load(monkeypatch, fresh_process) -> None:
     from svod_min.error import ConfigError
 
+    load, _loaded = fresh_process
     monkeypatch.setenv(native_layout.NATIVE_LAYOUT_ENV, "maybe")
-    native_layout.reset_native_planner()
-    try:
-        assert native_layout.native_planner(load_object) is None
-        for _ in range(2):
-            with pytest.raises(ConfigError, match="SVOD_NATIVE_LAYOUT='maybe'"):
-                native_layout.native_planner(load_object)
-    finally:
-        native_layout.reset_native_planner()
-
-
-def test_a_large_object_maps_the_planner_at_its_first_load(planner) -> None:
-    loaded: List[bytes] = []
-
-    def load(data: bytes):
-        loaded.append(data)
-        return load_object(data)
-
-    native_layout.reset_native_planner()
-    try:
-        assert native_layout.native_planner(load, native_layout.EAGER_BYTES) is not None and len(loaded) == 1
-    finally:
-        native_layout.reset_native_planner()
+    assert native_layout.native_planner(load) is None
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="SVOD_NATIVE_LAYOUT='maybe'"):
+            native_layout.native_planner(load)
 
 
 _CHILD = r"""
@@ -303,19 +298,16 @@ def test_svod_native_layout_turns_the_planner_off(objects, setting: str, expecte
 
 
 @needs_cc
-def test_kernels_loaded_through_the_planner_compute_what_numpy_does(objects) -> None:
+def test_kernels_loaded_through_the_planner_compute_what_numpy_does(objects, fresh_process) -> None:
     np = pytest.importorskip("numpy")
-    native_layout.reset_native_planner()
-    try:
-        load_object(objects[1][1]).close()  # the first load of the "process" maps no planner
-        obj = clang.compile_c(SOURCES["table"] + "\n/* a fresh object */\n")
-        layout_mod._layout_cache.clear()
-        with load_object(obj) as lo:
-            assert native_layout.native_planner(load_object) is not None
-            fn = lo.function("kern", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
-            a = np.arange(37, dtype=np.float32)
-            out = np.zeros_like(a)
-            fn(out.ctypes.data, a.ctypes.data, a.size)
-        np.testing.assert_array_equal(out, a * np.tile(np.float32([1, 2, 3, 4]), 10)[:37])
-    finally:
-        native_layout.reset_native_planner()
+    obj = dict(objects)["table-%s-O2" % COMPILERS[0]]
+    load_object(objects[-1][1]).close()  # the first load of the "process" maps no planner
+    layout_mod._layout_cache.clear()
+    with load_object(obj) as lo:  # the second maps it, and it plans this object
+        planner = native_layout.native_planner(load_object)
+        assert planner is not None and planner(obj) is not None
+        fn = lo.function("kern", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+        a = np.arange(37, dtype=np.float32)
+        out = np.zeros_like(a)
+        fn(out.ctypes.data, a.ctypes.data, a.size)
+    np.testing.assert_array_equal(out, a * np.tile(np.float32([1, 2, 3, 4]), 10)[:37])
