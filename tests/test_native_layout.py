@@ -278,6 +278,16 @@ def test_a_bad_svod_native_layout_value_is_named_at_every_load(monkeypatch, fres
             native_layout.native_planner(load)
 
 
+@pytest.mark.parametrize("damage", [b"not an object", b"\x7fELF" + b"\0" * 60])
+def test_a_damaged_planner_object_leaves_loads_to_the_python_layout(monkeypatch, fresh_process, damage, caplog) -> None:
+    monkeypatch.setattr(native_layout.resources, "read_bytes", lambda path: damage)
+    load, _loaded = fresh_process
+    assert native_layout.native_planner(load) is None
+    assert native_layout.native_planner(load) is None  # declined for good, with a warning
+    assert "could not be mapped" in caplog.text
+    assert native_layout.native_planner(load) is None
+
+
 _CHILD = r"""
 import sys
 from svod_min.jit_loader import load_object, native_layout

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import struct
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import resources
 from ..config import env_flag
+from ..error import LoaderError
 from .arch import host_arch
 from .layout import ARCHES, PAGE, Layout, Segment
+
+log = logging.getLogger("svod_min.jit_loader.native_layout")
 
 NATIVE_LAYOUT_ENV = "SVOD_NATIVE_LAYOUT"
 #: The architectures whose objects the planner reads (it ships for these hosts only).
@@ -45,7 +49,8 @@ Planner = Callable[[bytes], Optional[Layout]]
 
 
 class NativePlanner:
-    """The planner entry of a mapped ``layout.o``: ``plan(obj)`` gives a fixed Layout or None (declined)."""
+    """The planner entry of a mapped ``layout.o``: ``plan(obj)`` gives the object's Layout, or None
+    when it declines the object."""
 
     def __init__(self, loaded: Any, arch_name: str) -> None:
         self._owner = loaded  # keeps the mapping alive
@@ -78,6 +83,7 @@ class NativePlanner:
 
 
 def _layout(arch: Any, raw: bytearray) -> Optional[Layout]:
+    """The Layout the planner wrote into ``raw`` (see the layout of ``out`` in layout.c.j2)."""
     head = _HEADER.unpack_from(raw)
     size, nseg, segs, nsym, nsec, names_at, names_len, image_at, code_at = head[0], head[1], head[2:11], *head[11:17]
     next_, ngot, nstub, table_at, weak_at, got_base, stub_base, values_at = head[17:]
@@ -130,7 +136,7 @@ def native_planner(load: Callable[[bytes], Any], nbytes: int = 0) -> Optional[Pl
         _state = _MAPPING
     try:
         planner = _map_planner(load)
-    except BaseException:  # a bad SVOD_NATIVE_LAYOUT value: said again at the next load
+    except BaseException:  # a bad SVOD_NATIVE_LAYOUT value (ConfigError): said again at the next load
         with _lock:
             _state = _SEEN
         raise
@@ -147,7 +153,11 @@ def _map_planner(load: Callable[[bytes], Any]) -> Optional[Planner]:
         data = resources.read_bytes(PLANNER_OBJECT % arch)
     except OSError:
         return None  # a tree without prebuilt objects: the Python layout serves alone
-    return NativePlanner(load(data), arch).plan
+    try:
+        return NativePlanner(load(data), arch).plan
+    except LoaderError as exc:  # a damaged or foreign layout.o must not stop loads
+        log.warning("the native layout planner could not be mapped (%s); the Python layout serves alone", exc)
+        return None
 
 
 def reset_native_planner() -> None:
