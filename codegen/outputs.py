@@ -100,10 +100,10 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
     ok_default = default is not None and committed.get("compiler") in (None, "unknown", default)
     manifest["compiler"] = default if ok_default else committed.get("compiler", "unknown")
     manifest["runtime"] = _support(out, committed, built, jobs, "runtime", build.RUNTIME_NAME, build.RUNTIME_VARIANTS,
-                                   build.runtime_source())  # fmt: skip
+                                   build.runtime_source(), None)  # fmt: skip
     planner = render.render_layout_planner(render.environment())
     manifest["planner"] = _support(out, committed, built, jobs, "planner", build.PLANNER_NAME, build.PLANNER_VARIANTS,
-                                   planner)  # fmt: skip
+                                   planner, [ENTRY])  # fmt: skip
     for name, (_arch, flags, req, _prio) in sorted(build.VARIANTS.items()):
         path = "%s/%s/%s" % (PREBUILT, name, build.OBJECT_NAME)
         mine = [e for e in entries if e not in set(excluded[name])]
@@ -159,17 +159,20 @@ def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str]
 
 
 def _support(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[str, Optional[str]]], jobs: int,
-             key: str, filename: str, variants: Sequence[str], source: str) -> Dict[str, Any]:  # fmt: skip
+             key: str, filename: str, variants: Sequence[str], source: str,
+             self_contained: Optional[Sequence[str]]) -> Dict[str, Any]:  # fmt: skip
     """Objects the package needs besides the kernels, prebuilt per architecture so that a cold start
-    needs no compiler: the native replay runner (``runtime``) and the layout planner (``planner``)."""
+    needs no compiler: the native replay runner (``runtime``) and the layout planner (``planner``).
+    ``self_contained``: entry points each object must define, leaving nothing undefined (None: not
+    checked; the runtime calls pthreads)."""
     objs = build.compile_support([n for n in variants if built[n][1] is None], source, jobs)
     source_sha256 = build.sha256(source.encode())
     info: Dict[str, Any] = {}
     for name in variants:
         path = "%s/%s/%s" % (PREBUILT, name, filename)
         desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": source_sha256}
-        if key == "planner" and name in objs:
-            build.check_object(name, objs[name], [ENTRY])
+        if self_contained is not None and name in objs:
+            build.check_object(name, objs[name], self_contained)
         info[name] = _record(out, path, objs.get(name), built[name][1], committed.get(key, {}).get(name, {}), desc)
     return info
 
