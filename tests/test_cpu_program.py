@@ -116,7 +116,7 @@ def test_single_thread_device_runs_serially(compiled) -> None:
     assert out.tolist() == [100, 101, 102] and serial._pool is None
 
 
-def test_threaded_dispatch_runs_the_first_range_on_the_caller_and_the_rest_on_the_pool(dev: CpuDevice, compiled) -> None:
+def test_threaded_dispatch_runs_core_ids_on_the_caller_and_the_pool(dev: CpuDevice, compiled) -> None:
     from svod_min.error import SymbolNotFoundError
 
     try:
@@ -133,14 +133,44 @@ def test_threaded_dispatch_runs_the_first_range_on_the_caller_and_the_rest_on_th
     dev.pool.submit = counting_submit  # type: ignore[method-assign]
     out = dev.allocate((8,), "uint64")
     prog.execute([out], [0], global_size=(8, 1, 1))
-    ranges = min(8, dev.threads)
-    assert len(submitted) == ranges - 1  # the caller runs the first range itself
+    assert len(submitted) == min(8, dev.threads) - 1  # the caller is one of the threads
     main = threading.get_ident()  # == pthread_self() on Linux
     pool_idents = {t.ident for t in threading.enumerate() if t.name.startswith("svod-cpu")}
-    per_core_id = out.tolist()
-    first = 8 // ranges + (1 if 8 % ranges else 0)
-    assert set(per_core_id[:first]) == {main}
-    assert set(per_core_id[first:]) <= pool_idents and (ranges == 1 or per_core_id[first:])
+    assert 0 not in out.tolist() and set(out.tolist()) <= pool_idents | {main}  # who won which id varies
+    submitted.clear()
+    prog.bind([out], [0], global_size=(8, 1, 1), threads=2)()
+    assert len(submitted) == 1  # threads= caps the threads, not the core ids
+
+
+# Core id 0 waits (bounded) until every other id has run: with the ids cut into fixed ranges
+# per thread, ids 1..3 would queue behind it on its own thread and it would time out.
+WAIT_SRC = """
+void wait0(int* restrict flags, const int n, const int core_id) {
+    if (core_id == 0) {
+        long spins = 0;
+        while (__atomic_load_n(&flags[n], __ATOMIC_ACQUIRE) < n - 1 && ++spins < 3000000000L)
+            __builtin_ia32_pause();
+        flags[0] = __atomic_load_n(&flags[n], __ATOMIC_ACQUIRE) == n - 1 ? 1 : -1;
+        return;
+    }
+    flags[core_id] = 1;
+    __atomic_add_fetch(&flags[n], 1, __ATOMIC_ACQ_REL);
+}
+"""
+
+
+def test_threads_claim_core_ids_so_a_busy_thread_takes_fewer(compiled) -> None:
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the waiting kernel uses an x86 pause")
+    two = CpuDevice(threads=2)
+    prog = compiled(WAIT_SRC, "wait0", 1, ("n", "core_id"))
+    prog.device = two
+    n = 8
+    flags = two.allocate((n + 1,), "int32").copyin([0] * (n + 1))
+    prog.execute([flags], [n, 0], global_size=(n, 1, 1), core_id_index=1)
+    assert flags.tolist() == [1] * n + [n - 1]  # id 0 saw the other thread run all the rest
 
 
 def test_nested_dispatch_in_worker_runs_serially(compiled) -> None:

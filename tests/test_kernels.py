@@ -227,6 +227,24 @@ def test_elementwise_threaded_matches_single(op: str) -> None:
     assert gsize[0] == vals[k.var_names.index("core_id_count")] >= 1
 
 
+def test_threaded_kernels_get_several_core_ids_per_thread_each_a_grain_of_work() -> None:
+    gelu = kernels.get("gelu", dtype="float32")
+    per = gelu.sig.ids_per_thread
+    assert per > 1  # elementwise ids cost only their share: threads claim them to balance
+    assert gelu.launch(n=1 << 22, threads=2)[1][0] == 2 * per
+    grain = gelu.sig.grain
+    assert gelu.launch(n=3 * grain, threads=2)[1][0] == 3  # no id below a grain of work ...
+    assert gelu.launch(n=grain, threads=2)[1][0] == 2  # ... but never fewer ids than threads
+    assert gelu.launch(n=1 << 22, threads=1)[1][0] == 1
+    mm = kernels.get("matmul", dtype="float32")  # each id packs all of B: one id per thread
+    assert mm.sig.ids_per_thread == 1 and mm.launch(M=600, N=600, K=600, threads=2)[1][0] == 2
+    x = (np.arange(1 << 20) / (1 << 18)).astype(np.float32)
+    one, two = np.empty_like(x), np.empty_like(x)
+    gelu.run([one, x], n=x.size, threads=1)
+    gelu.run([two, x], n=x.size, threads=2)
+    assert np.array_equal(one, two)
+
+
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_transcendentals_special_values(dt: str) -> None:
     tiny = np.finfo(dt).tiny
@@ -1156,7 +1174,7 @@ def test_device_argument_accepts_a_cpu_device() -> None:
     k = kernels.get("add", device=dev)
     assert k.program.device is dev and k is not kernels.get("add")
     vals, gsize = k.launch(n=10**7)
-    assert gsize == (3, 1, 1)
+    assert k.threads_for({"n": 10**7}) == 3 and gsize == (3 * k.sig.ids_per_thread, 1, 1)
     with pytest.raises(KernelParamError, match="device must be"):
         kernels.get("add", device=3.5)
 

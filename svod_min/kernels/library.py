@@ -101,15 +101,20 @@ class LibraryKernel:
 
     def launch(self, *, threads: Optional[int] = None, **values: Any) -> Tuple[List[int], Tuple[int, int, int]]:
         """Checked ``(vals, global_size)`` for ``program.execute`` / plan nodes (buffers not checked)."""
+        vals, gsize, _threads = self._launch(threads, values)
+        return vals, gsize
+
+    def _launch(self, threads: Optional[int], values: Mapping[str, Any]) -> Tuple[List[int], Tuple[int, int, int], int]:
+        """``(vals, global_size, threads)``: the core ids in ``vals`` may outnumber the threads."""
         env = check_vars(self.sig, values)
         n = self.threads_for(env, threads)
         if self.sig.threaded:
-            env[CORE_COUNT], env[CORE_ID] = n, 0
+            env[CORE_COUNT], env[CORE_ID] = self.core_ids_for(env, n), 0
         vals = [env[v] for v in self.sig.var_names]
-        return vals, tuple(eval_dim(d, env) for d in self.sig.global_size)  # type: ignore[return-value]
+        return vals, tuple(eval_dim(d, env) for d in self.sig.global_size), n  # type: ignore[return-value]
 
     def threads_for(self, env: Mapping[str, int], threads: Optional[int] = None) -> int:
-        """Core ids to use: ``threads`` or automatic (device threads, work / grain, parallelism)."""
+        """Threads to use: ``threads`` or automatic (device threads, work / grain, parallelism)."""
         if not self.sig.threaded:
             return 1
         limit = max(1, compile_expr(self.sig.parallelism)(env))
@@ -120,8 +125,17 @@ class LibraryKernel:
             return min(count, limit)
         device = getattr(self.program, "device", None)
         avail = device.threads if device is not None else 1
-        by_work = -(-compile_expr(self.sig.work)(env) // self.sig.grain)
-        return max(1, min(avail, by_work, limit))
+        return max(1, min(avail, self._grains(env), limit))
+
+    def core_ids_for(self, env: Mapping[str, int], threads: int) -> int:
+        """Core ids for ``threads`` threads: ``ids_per_thread`` each, a grain of work or more per id."""
+        if threads <= 1:
+            return 1
+        limit = max(1, compile_expr(self.sig.parallelism)(env))
+        return max(threads, min(threads * self.sig.ids_per_thread, self._grains(env), limit))
+
+    def _grains(self, env: Mapping[str, int]) -> int:
+        return -(-compile_expr(self.sig.work)(env) // self.sig.grain)
 
     def counts(self, **values: Any) -> Dict[str, int]:
         """Element count each buffer needs for these variables."""
@@ -133,11 +147,11 @@ class LibraryKernel:
     def bind(self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None,
              **values: Any) -> Callable[[], None]:
         """Validate once; a zero-argument callable that dispatches (keeps the buffers alive)."""
-        vals, gsize = self.launch(threads=threads, **values)
+        vals, gsize, nthreads = self._launch(threads, values)
         env = dict(zip(self.sig.var_names, vals))
         addrs = check_buffers(self.sig, buffers, env)
         call = self.program.bind(addrs, vals, global_size=gsize if gsize[0] > 1 else None,
-                                 core_id_index=self.core_id_index)  # fmt: skip
+                                 core_id_index=self.core_id_index, threads=nthreads)  # fmt: skip
         keep = buffers
         return functools.partial(_call_keeping, call, keep)
 
