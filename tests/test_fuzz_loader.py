@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import importlib.util
 import os
 import shutil
 import signal
@@ -44,14 +43,11 @@ from svod_min import clang  # noqa: E402
 from svod_min.error import ElfFormatError, LoaderError, SymbolNotFoundError  # noqa: E402
 from svod_min.jit_loader import layout as layout_mod  # noqa: E402
 from svod_min.jit_loader import load_object, plan_layout, relocate  # noqa: E402
+from fuzz_support import fuzz_engine  # noqa: E402
 
-_ENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bench", "fuzz_loader_long.py")
-if not os.path.isfile(_ENGINE):  # pragma: no cover - tests run from a checkout
+fz = fuzz_engine()
+if fz is None:  # pragma: no cover - tests run from a checkout
     pytest.skip("bench/fuzz_loader_long.py (the mutation engine) is not next to the tests", allow_module_level=True)
-_spec = importlib.util.spec_from_file_location("svod_fuzz_engine", _ENGINE)
-fz = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fz
-_spec.loader.exec_module(fz)  # type: ignore[union-attr]
 
 if not (shutil.which("clang") or shutil.which("gcc")):
     pytest.skip("no C compiler: the fuzz seeds are compiled objects", allow_module_level=True)

@@ -7,7 +7,6 @@ does (image, segments, names, entry points), for real objects and for mutated on
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import random
 import shutil
@@ -17,6 +16,8 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+
+from fuzz_support import ENGINE, fuzz_engine
 
 from svod_min import clang, resources
 from svod_min.error import LoaderError
@@ -195,21 +196,10 @@ def test_a_name_defined_twice_is_left_to_the_python_precedence_rules(planner, ob
 
 # --- mutated objects: whatever the planner accepts, Python accepts identically -------------------
 
-_ENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bench", "fuzz_loader_long.py")
-
-
-def _engine():
-    spec = importlib.util.spec_from_file_location("svod_fuzz_engine_native", _ENGINE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @needs_cc
-@pytest.mark.skipif(not os.path.isfile(_ENGINE), reason="bench/fuzz_loader_long.py (the mutation engine) is missing")
+@pytest.mark.skipif(not os.path.isfile(ENGINE), reason="bench/fuzz_loader_long.py (the mutation engine) is missing")
 def test_mutated_objects_planned_natively_match_python_or_are_declined(planner, objects) -> None:
-    fz = _engine()
+    fz = fuzz_engine()
     rng = random.Random(20261126)
     accepted = declined = 0
     for _ in range(3000):

@@ -9,34 +9,24 @@ relocates is also mapped and unmapped for real. Only success or a
 from __future__ import annotations
 
 import collections
-import importlib.util
 import os
 import random
-import sys
 
 import pytest
 from a64_support import NOT_AARCH64, ON_AARCH64
+from fuzz_support import fuzz_engine
 
 if not ON_AARCH64:
     pytest.skip(NOT_AARCH64, allow_module_level=True)
 
-_ENGINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "bench", "fuzz_loader_long.py")
-if not os.path.isfile(_ENGINE):
+if fuzz_engine() is None:
     pytest.skip("bench/fuzz_loader_long.py (the mutation engine) is not in this checkout", allow_module_level=True)
 
 INPUTS = int(os.environ.get("SVOD_AARCH64_FUZZ_INPUTS", "3000"))
 
 
-def _engine():
-    spec = importlib.util.spec_from_file_location("svod_fuzz_engine_a64", _ENGINE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def test_mutated_objects_only_relocate_map_or_raise_loader_errors() -> None:
-    fz = _engine()
+    fz = fuzz_engine()
     seeds = fz.compile_seeds(cross=False)
     assert len(seeds) >= 4
     outcomes: collections.Counter = collections.Counter()
