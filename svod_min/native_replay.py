@@ -8,7 +8,8 @@ cache) walks a packed table of 64-bit words:
 
 and calls ``fn(arg0, ...)`` ``ncalls`` times, writing the invocation number
 into ``arg[core_pos]`` when the kernel is ``core_id``-threaded. Threaded
-kernels are spread over pthreads (resolved by the loader from libc); set
+kernels are spread over pthreads (resolved by the loader from libc), which
+claim the invocations one at a time, as the Python path's threads do; set
 ``SVOD_NATIVE_THREADS=0`` to run their invocations serially instead.
 
 Passing every argument as a 64-bit integer is ABI-correct for svod's kernels
@@ -38,6 +39,8 @@ typedef unsigned long long u64;
 typedef unsigned long pthread_t;
 extern int pthread_create(pthread_t*, const void*, void* (*)(void*), void*);
 extern int pthread_join(pthread_t, void**);
+extern int pthread_mutex_lock(void*);
+extern int pthread_mutex_unlock(void*);
 
 #define MAX_ARGS %(max_args)d
 #define MAX_THREADS 64
@@ -64,12 +67,25 @@ static void call(u64 f, int n, const u64* a) {
     }
 }
 
+/* All zeros is PTHREAD_MUTEX_INITIALIZER (glibc, musl); 64 bytes hold every 64-bit Linux's mutex. */
+typedef union { char bytes[64]; long long align; } mutex_t;
+
 typedef struct {
-    u64 fn; int nargs; int core_pos; long lo, hi; u64 args[MAX_ARGS];
+    u64 fn; int nargs; int core_pos; long ncalls; long* next; mutex_t* lock; u64 args[MAX_ARGS];
 } chunk_t;
 
+/* The threads of a call claim core ids one at a time, so a thread on a slower CPU takes fewer
+   (a mutex, not an atomic: gcc would call libgcc's outlined atomics on aarch64). */
+static long claim(chunk_t* c) {
+    if (!c->lock) return (*c->next)++;
+    pthread_mutex_lock(c->lock);
+    long i = (*c->next)++;
+    pthread_mutex_unlock(c->lock);
+    return i;
+}
+
 static void run_chunk(chunk_t* c) {
-    for (long i = c->lo; i < c->hi; i++) {
+    for (long i = claim(c); i < c->ncalls; i = claim(c)) {
         c->args[c->core_pos] = (u64)i;
         call(c->fn, c->nargs, c->args);
     }
@@ -81,21 +97,21 @@ static void run_threaded(const u64* e, int nargs, long ncalls, int core_pos, int
     chunk_t chunks[MAX_THREADS];
     pthread_t tids[MAX_THREADS];
     int started[MAX_THREADS];
+    long next = 0;
+    mutex_t lock = {{0}};
     if (threads > ncalls) threads = (int)ncalls;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     for (int t = 0; t < threads; t++) {
         chunks[t].fn = e[0]; chunks[t].nargs = nargs; chunks[t].core_pos = core_pos;
-        chunks[t].lo = ncalls * t / threads; chunks[t].hi = ncalls * (t + 1) / threads;
+        chunks[t].ncalls = ncalls; chunks[t].next = &next; chunks[t].lock = &lock;
         for (int k = 0; k < nargs; k++) chunks[t].args[k] = e[%(header)d + k];
         started[t] = 0;
     }
-    for (int t = 1; t < threads; t++)
+    for (int t = 1; t < threads; t++)  /* a thread that cannot start leaves its ids to the others */
         started[t] = pthread_create(&tids[t], 0, chunk_thread, &chunks[t]) == 0;
     run_chunk(&chunks[0]);
-    for (int t = 1; t < threads; t++) {
+    for (int t = 1; t < threads; t++)
         if (started[t]) pthread_join(tids[t], 0);
-        else run_chunk(&chunks[t]);  /* could not start a thread: run it here */
-    }
 }
 
 /* Returns the number of kernels run. */
@@ -111,7 +127,8 @@ long svod_replay(const u64* table, long nwords, int threads) {
         if (ncalls > 1 && core_pos >= 0 && want > 1) {
             run_threaded(p, nargs, ncalls, core_pos, want);
         } else if (ncalls > 1 && core_pos >= 0) {
-            chunk_t c; c.fn = p[0]; c.nargs = nargs; c.core_pos = core_pos; c.lo = 0; c.hi = ncalls;
+            long next = 0;
+            chunk_t c; c.fn = p[0]; c.nargs = nargs; c.core_pos = core_pos; c.ncalls = ncalls; c.next = &next; c.lock = 0;
             for (int k = 0; k < nargs; k++) c.args[k] = p[%(header)d + k];
             run_chunk(&c);
         } else {

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import needs_cc
+from dispatch_support import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 
 from svod_min.devices.cpu import CpuBuffer, CpuDevice, CpuProgram
 from svod_min.error import ExecutionError, VariableBoundsError
@@ -142,35 +143,14 @@ def test_threaded_dispatch_runs_core_ids_on_the_caller_and_the_pool(dev: CpuDevi
     assert len(submitted) == 1  # threads= caps the threads, not the core ids
 
 
-# Core id 0 waits (bounded) until every other id has run: with the ids cut into fixed ranges
-# per thread, ids 1..3 would queue behind it on its own thread and it would time out.
-WAIT_SRC = """
-void wait0(int* restrict flags, const int n, const int core_id) {
-    if (core_id == 0) {
-        long spins = 0;
-        while (__atomic_load_n(&flags[n], __ATOMIC_ACQUIRE) < n - 1 && ++spins < 3000000000L)
-            __builtin_ia32_pause();
-        flags[0] = __atomic_load_n(&flags[n], __ATOMIC_ACQUIRE) == n - 1 ? 1 : -1;
-        return;
-    }
-    flags[core_id] = 1;
-    __atomic_add_fetch(&flags[n], 1, __ATOMIC_ACQ_REL);
-}
-"""
-
-
 def test_threads_claim_core_ids_so_a_busy_thread_takes_fewer(compiled) -> None:
-    import platform
-
-    if platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("the waiting kernel uses an x86 pause")
     two = CpuDevice(threads=2)
-    prog = compiled(WAIT_SRC, "wait0", 1, ("n", "core_id"))
+    prog = compiled(WAIT_SRC, WAIT_ENTRY, 1, ("n", "core_id"))
     prog.device = two
     n = 8
     flags = two.allocate((n + 1,), "int32").copyin([0] * (n + 1))
     prog.execute([flags], [n, 0], global_size=(n, 1, 1), core_id_index=1)
-    assert flags.tolist() == [1] * n + [n - 1]  # id 0 saw the other thread run all the rest
+    assert flags.tolist() == all_ids_ran(n)  # id 0 busy: the other thread ran all the rest
 
 
 def test_nested_dispatch_in_worker_runs_serially(compiled) -> None:

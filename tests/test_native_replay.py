@@ -9,6 +9,7 @@ from typing import List
 
 import pytest
 from conftest import needs_cc
+from dispatch_support import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 
 from svod_min import native_replay
 from svod_min.devices.cpu import CpuDevice, create_cpu_device
@@ -189,6 +190,17 @@ def test_runner_handles_many_arguments_and_negative_ints() -> None:
     table.add(prog.address, [out.address] + args)
     assert table.run(1) == 1
     assert out.tolist() == [sum(args), 7, -7]
+
+
+def test_runner_threads_claim_core_ids() -> None:
+    dev = create_cpu_device()
+    prog = dev.compile(WAIT_SRC, WAIT_ENTRY, buf_count=1, var_names=["n", "core_id"])
+    n = 8
+    flags = dev.allocate([n + 1], "int32").copyin([0] * (n + 1))
+    table = native_replay.ReplayTable()
+    table.add(prog.address, [flags.address, n, 0], ncalls=n, core_pos=2, threads=2)
+    assert table.run(2) == 1
+    assert flags.tolist() == all_ids_ran(n)  # id 0 busy: the other thread ran all the rest
 
 
 def test_too_many_arguments_is_refused() -> None:
