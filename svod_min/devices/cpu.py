@@ -5,14 +5,11 @@ buffers first in slot order as ``c_void_p``, then integer variables as
 ``c_int32``. A kernel whose ``global_size[0]`` is ``n > 1`` is invoked ``n``
 times with ``vals[core_id] = 0..n-1``, spread over the device's thread pool
 (ctypes releases the GIL around foreign calls, so the calls really run in
-parallel); the caller and the workers claim core ids one at a time, so a
-slower CPU takes fewer. Inside a pool worker the loop runs serially, so
-nested dispatch can never deadlock the pool.
+parallel; how they share the ids: :mod:`.cpu_dispatch`).
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import ctypes
 import logging
@@ -22,7 +19,7 @@ import threading
 import time
 import warnings
 from functools import partial
-from typing import Any, Callable, ClassVar, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..clang import CpuBackend
 from ..device_spec import DeviceSpec
@@ -31,6 +28,7 @@ from ..error import BufferAllocationError, ExecutionError, VariableBoundsError
 from .base import RELEASE_EPOCH
 from .common import check_index, product, shape_for
 from .cpu_buffer import CpuBuffer, CpuStorage
+from .cpu_dispatch import dispatch, mark_worker, on_worker, run_range
 
 log = logging.getLogger("svod_min.devices.cpu")
 
@@ -38,8 +36,6 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 PAGE_SIZE = mmap.PAGESIZE
 _THREADS_ENV = "SVOD_THREADS"
-
-_worker = threading.local()  # .active is True on svod pool threads
 
 BufferLike = Any  # a CpuBuffer, or anything with an int ``address`` (or a raw int)
 
@@ -62,28 +58,6 @@ def _check_vals(names: Sequence[str], vals: Sequence[Any]) -> List[int]:
             )
         out.append(value)
     return out
-
-
-def _run_range(fn: Callable[..., None], args: List[Any], pos: int, lo: int, hi: int) -> None:
-    call_args = list(args)  # private copy: other workers patch their own core id
-    for core_id in range(lo, hi):
-        call_args[pos] = core_id
-        fn(*call_args)
-
-
-def _run_claimed(fn: Callable[..., None], args: List[Any], pos: int, ids: Deque[int]) -> None:
-    """Call ``fn`` for core ids taken from ``ids`` (shared by the dispatch's threads) until none are left.
-
-    A VM's vCPUs often differ in speed: fixed halves of gelu 2^22 gave 1.2-1.4x on 2, claimed ids
-    1.5-1.6x. ``popleft`` is atomic, GIL or not."""
-    call_args = list(args)  # private copy: other threads patch their own core id
-    while True:
-        try:
-            core_id = ids.popleft()
-        except IndexError:
-            return
-        call_args[pos] = core_id
-        fn(*call_args)
 
 
 class CpuProgram:
@@ -229,7 +203,7 @@ class CpuProgram:
         int conversion), a partial over the core-id range for several."""
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
         if n > 1:
-            run = partial(_run_range, fn, args, pos, 0, n) if threads == 1 else partial(self._dispatch, fn, args, pos, n, threads)
+            run = partial(run_range, fn, args, pos, 0, n) if threads == 1 else partial(self._dispatch, fn, args, pos, n, threads)
             return run, ()
         nbuf = self.buf_count
         return fn, [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
@@ -298,17 +272,10 @@ class CpuProgram:
         """Run core ids ``0..n-1`` on up to ``threads`` threads (default: the device's), the caller one of them."""
         device = self.device or create_cpu_device()
         workers = min(n, device.threads if threads is None else min(threads, device.threads))
-        if workers <= 1 or getattr(_worker, "active", False):
-            _run_range(fn, args, pos, 0, n)  # nested in a pool worker: never wait on the pool
-            return
-        # The caller claims ids too: it is on a CPU already, and works while the workers wake.
-        ids = collections.deque(range(n))
-        pool = device.pool
-        futures = [pool.submit(_run_claimed, fn, args, pos, ids) for _ in range(workers - 1)]
-        try:
-            _run_claimed(fn, args, pos, ids)
-        finally:
-            _wait_all(futures, self.name)
+        if workers <= 1:
+            run_range(fn, args, pos, 0, n)
+        else:
+            dispatch(device.pool, fn, args, pos, n, workers, self.name)
 
 
 class CpuLaunch:
@@ -347,14 +314,6 @@ class CpuLaunch:
         self.set_vals(self._vals, grid)
 
 
-def _wait_all(futures: List["concurrent.futures.Future[None]"], name: str) -> None:
-    concurrent.futures.wait(futures)  # all must finish before buffers may be reused
-    for fut in futures:
-        exc = fut.exception()
-        if exc is not None:
-            raise ExecutionError("kernel %s failed on a pool thread: %s" % (name, exc)) from exc
-
-
 # --- device ------------------------------------------------------------------
 
 
@@ -379,10 +338,6 @@ def threads_from_env() -> int:
         )
         return _default_threads()
     return value
-
-
-def _mark_worker() -> None:
-    _worker.active = True
 
 
 class CpuEvent:
@@ -442,7 +397,7 @@ class CpuDevice:
             with self._pool_lock:
                 if self._pool is None:
                     self._pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=self.threads, thread_name_prefix="svod-cpu", initializer=_mark_worker
+                        max_workers=self.threads, thread_name_prefix="svod-cpu", initializer=mark_worker
                     )
                 pool = self._pool
         return pool
@@ -459,7 +414,7 @@ class CpuDevice:
     def host_pool(self) -> Optional[concurrent.futures.ThreadPoolExecutor]:
         """The pool for independent host ops; None with one thread or on one of its own workers
         (waiting on the pool from its own thread can deadlock it)."""
-        if self.threads <= 1 or getattr(_worker, "active", False):
+        if self.threads <= 1 or on_worker():
             return None
         return self.pool
 
@@ -563,7 +518,7 @@ def ensure_thread_pool(n: Optional[int] = None) -> concurrent.futures.ThreadPool
     if n is not None and n != dev.threads:
         dev.set_threads(n)
     pool = dev.pool
-    if not getattr(_worker, "active", False):
+    if not on_worker():
         _warm(pool, dev.threads)
     return pool
 
