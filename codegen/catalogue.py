@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from svod_min.kernels.elementwise import C_DTYPES, OPS, CDType, c_literal
-from svod_min.kernels.sig import CORE_COUNT, CORE_ID, IDS_PER_THREAD, BufferArg, KernelSig, VarArg, elementwise_sig
+from svod_min.kernels.sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, VarArg, elementwise_sig
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 F32_64 = ("float32", "float64")
@@ -182,7 +182,7 @@ def reduce_family() -> Family:
             sig = KernelSig(
                 name, _p(dtype=dt), entry, "reduce", bufs, vars_, GS, flops="outer*red*inner",
                 bytes="%d*(outer*red*inner+outer*inner)" % d.itemsize, work="outer*red*inner", grain=1 << 16,
-                parallelism="ceildiv(outer*inner,16)", ids_per_thread=IDS_PER_THREAD, doc=fam.infos[-1].doc,
+                parallelism="ceildiv(outer*inner,16)", doc=fam.infos[-1].doc,
             )  # fmt: skip
             fam.add(sig, _reduce_ctx(entry, op, d))
     return fam
@@ -228,7 +228,7 @@ def rows_family() -> Family:
         bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
         fam.add(KernelSig("softmax", _p(dtype=dt), entry, "softmax", bufs, rows, GS, flops="25*rows*cols",
                           bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 14,
-                          parallelism="rows", ids_per_thread=IDS_PER_THREAD, doc=fam.infos[0].doc),
+                          parallelism="rows", doc=fam.infos[0].doc),
                 dict(base, entry=entry, op="softmax"))  # fmt: skip
         entry = "svod_layernorm_%s" % d.short
         bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"),
@@ -236,8 +236,7 @@ def rows_family() -> Family:
         ln_vars = (VarArg("rows", 1), VarArg("cols", 1), VarArg("eps", INT32_MIN, "f32")) + CORE_VARS
         fam.add(KernelSig("layernorm", _p(dtype=dt), entry, "softmax", bufs, ln_vars, GS,
                           flops="8*rows*cols", bytes="%d*(2*rows*cols+2*cols)" % d.itemsize,
-                          work="rows*cols", grain=1 << 14, parallelism="rows", ids_per_thread=IDS_PER_THREAD,
-                          doc=fam.infos[1].doc),
+                          work="rows*cols", grain=1 << 14, parallelism="rows", doc=fam.infos[1].doc),
                 dict(base, entry=entry, op="layernorm"))  # fmt: skip
     return fam
 
@@ -271,7 +270,7 @@ def matmul_family() -> Family:
             sig = KernelSig(
                 "matmul", _p(dtype=dt, mr=mr, nr=nr, ku=4), entry, "matmul", bufs, vars_, GS, flops="2*M*N*K",
                 bytes="%d*(M*K+K*N+M*N)" % d.itemsize, work="M*N*K", grain=1 << 18,
-                parallelism="ceildiv(M,%d)" % mr, doc=fam.infos[0].doc,
+                parallelism="ceildiv(M,%d)" % mr, ids_per_thread=1, doc=fam.infos[0].doc,
             )  # fmt: skip
             ctx = dict(entry=entry, t=d.storage, size=d.itemsize, mr=mr, nr=nr, kc=kc, mc=mc, nc=384, ku=4)
             fam.add(sig, ctx)
@@ -301,7 +300,7 @@ def copy_family() -> Family:
         vars_ = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
         fam.add(KernelSig("transpose", _p(dtype=dt, tile=32), entry, "copy", bufs, vars_, GS,
                           bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 16,
-                          parallelism="ceildiv(rows,32)", ids_per_thread=IDS_PER_THREAD, doc=fam.infos[0].doc),
+                          parallelism="ceildiv(rows,32)", doc=fam.infos[0].doc),
                 dict(entry=entry, op="transpose", u=u, tile=32))  # fmt: skip
         entry = "svod_permute_x%d" % d.itemsize
         count = "1+(e0-1)*t0+(e1-1)*t1+(e2-1)*t2+(e3-1)*t3"
@@ -309,7 +308,7 @@ def copy_family() -> Family:
         vars_ = tuple(VarArg("e%d" % i, 1) for i in range(4)) + tuple(VarArg("t%d" % i, 0) for i in range(4))
         fam.add(KernelSig("permute", _p(dtype=dt), entry, "copy", bufs, vars_ + CORE_VARS, GS,
                           bytes="%d*e0*e1*e2*e3" % (2 * d.itemsize), work="e0*e1*e2*e3", grain=1 << 16,
-                          parallelism="e0*e1*e2", ids_per_thread=IDS_PER_THREAD, doc=fam.infos[1].doc),
+                          parallelism="e0*e1*e2", doc=fam.infos[1].doc),
                 dict(entry=entry, op="permute", u=u, tile=0))  # fmt: skip
     return fam
 
@@ -342,7 +341,7 @@ def conv_family() -> Family:
                 "conv2d", _p(dtype=dt, bias=bias), entry, "conv2d", tuple(bufs), vars_, GS,
                 flops="2*N*OC*%s*%s*C*KH*KW" % (OH, OW),
                 bytes="%d*(N*C*H*W+OC*C*KH*KW+N*OC*%s*%s)" % (d.itemsize, OH, OW),
-                work="N*OC*%s*%s*C*KH*KW" % (OH, OW), grain=1 << 16, parallelism="N*OC", ids_per_thread=IDS_PER_THREAD,
+                work="N*OC*%s*%s*C*KH*KW" % (OH, OW), grain=1 << 16, parallelism="N*OC",
                 checks=("H+2*ph-dh*(KH-1)-1 >= 0", "W+2*pw-dw*(KW-1)-1 >= 0"), doc=fam.infos[0].doc,
             )  # fmt: skip
             fam.add(sig, dict(entry=entry, t=d.storage, bias=bias))
@@ -366,7 +365,6 @@ def fill_family() -> Family:
         bufs = (BufferArg("out", dt, "w", "n"), BufferArg("value", dt, "r", "1"))
         fam.add(KernelSig("fill", _p(dtype=dt), entry, "fill", bufs, (VarArg("n", 0),) + CORE_VARS, GS,
                           bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-                          ids_per_thread=IDS_PER_THREAD,
                           doc=fam.infos[0].doc),
                 dict(entry=entry, op="fill", u=UNSIGNED[d.itemsize]))  # fmt: skip
     for dt in aranges:
@@ -379,7 +377,6 @@ def fill_family() -> Family:
         vars_ = (VarArg("n", 0), VarArg("start", INT32_MIN), VarArg("step", INT32_MIN)) + CORE_VARS
         fam.add(KernelSig("arange", _p(dtype=dt), entry, "fill", (BufferArg("out", dt, "w", "n"),), vars_, GS,
                           bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-                          ids_per_thread=IDS_PER_THREAD,
                           doc=fam.infos[1].doc),
                 dict(entry=entry, op="arange", st=d.storage, value=value))  # fmt: skip
     return fam

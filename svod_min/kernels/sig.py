@@ -26,7 +26,7 @@ Dim = Union[int, str]
 ROLES = ("r", "w", "rw")
 CORE_ID = "core_id"
 CORE_COUNT = "core_id_count"
-#: ``ids_per_thread`` of kernels whose core ids cost only their share of the work (4 and 8 balanced
+#: The default ``ids_per_thread``: for kernels whose core ids cost only their share of the work (4 and 8 balanced
 #: gelu 2^22 on 2 vCPUs alike; more ids only add ~1 us of Python each).
 IDS_PER_THREAD = 8
 
@@ -77,7 +77,7 @@ class KernelSig:
     parallelism: str = "1"  # independent chunks: more core ids than this would idle
     #: Core ids per thread when threaded (each at least a grain of work): threads claim them one at a
     #: time, so a slower CPU takes fewer. 1 where every id repeats a fixed cost (matmul packs all of B).
-    ids_per_thread: int = 1
+    ids_per_thread: int = IDS_PER_THREAD
     checks: Tuple[str, ...] = ()  # extra conditions on the variables
     inplace: Tuple[Tuple[str, str], ...] = ()  # (out, in) pairs that may be the same memory
     doc: str = ""
@@ -143,7 +143,7 @@ def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str,
         name, tuple(sorted(params.items())), entry, "elementwise", bufs,
         (VarArg("n", 0), VarArg(CORE_COUNT, 1), VarArg(CORE_ID, 0)), (CORE_COUNT, 1, 1),
         flops="%d*n" % parsed.flops, bytes="%d*n" % nbytes, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-        ids_per_thread=IDS_PER_THREAD, inplace=tuple(("out", n) for n, dt in ins if dt.name == out.name), doc=doc,
+        inplace=tuple(("out", n) for n, dt in ins if dt.name == out.name), doc=doc,
     )  # fmt: skip
 
 
