@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from svod_min.bench_suite import format_table, make_row, paired_median_s  # noqa: E402
+from svod_min.perf.bench_suite import format_table, make_row, paired_median_s  # noqa: E402
 
 EXAMPLES = os.path.join(ROOT, "examples", "tinygrad")
 MODELS = ("mlp", "convnet", "attention")
@@ -68,8 +68,8 @@ def _tinygrad_available() -> bool:
 
 
 def cold_start_rows(work: str, reps: int) -> List[dict]:
-    from svod_min.bundle_build import build_bundle
-    from svod_min.pyz import build_pyz
+    from svod_min.planfile.bundle_build import build_bundle
+    from svod_min.planfile.pyz import build_pyz
 
     pyz = os.path.join(work, "svod_min.pyz")
     build_pyz(pyz)
@@ -100,7 +100,7 @@ def cold_start_rows(work: str, reps: int) -> List[dict]:
 
 
 def replay_rows(work: str, reps: int) -> List[dict]:
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     rows = []
     for model in MODELS:
@@ -127,7 +127,7 @@ def replay_rows(work: str, reps: int) -> List[dict]:
 
 
 def rows(quick: bool = False) -> List[dict]:
-    from svod_min.targets import runnable_here, TARGETS
+    from svod_min.compiler.targets import runnable_here, TARGETS
 
     with tempfile.TemporaryDirectory(prefix="svod-bench-bundle-") as work:
         table = cold_start_rows(work, 3 if quick else 7)

@@ -69,7 +69,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from svod_min.kernels import cuda_library_kernel
-from svod_min.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
+from svod_min.perf.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 from svod_min.devices import cuda  # noqa: E402
 from svod_min.kernels import ptx_path  # noqa: E402
 
@@ -366,7 +366,7 @@ def chain_plan_doc(k: int) -> Dict[str, Any]:
 
 def plan_replay_us(dev: cuda.CudaDevice, k: int, graphs: bool, cfg: Dict[str, int]) -> float:
     """µs per ``execute()`` + synchronize of the K-op chain plan, after checking its output."""
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     plan = load_plan(chain_plan_doc(k), device=dev).plan
     if plan.set_graph_replay(graphs) != graphs:

@@ -1,6 +1,6 @@
-"""Runs :mod:`svod_min.benchmarks.bench_loader` (the benchmark ships with the package).
+"""Runs :mod:`svod_min.perf.benchmarks.bench_loader` (the benchmark ships with the package).
 
-    python bench/bench_loader.py [options]   # same as: python -m svod_min.benchmarks.bench_loader [options]
+    python bench/bench_loader.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_loader [options]
 """
 
 from __future__ import annotations
@@ -10,6 +10,6 @@ import sys
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # this checkout's svod_min
-    from svod_min.benchmarks.bench_loader import main
+    from svod_min.perf.benchmarks.bench_loader import main
 
     sys.exit(main())

@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from svod_min.bench_suite import format_table, make_row, run_tinygrad_child  # noqa: E402
+from svod_min.perf.bench_suite import format_table, make_row, run_tinygrad_child  # noqa: E402
 
 EXAMPLES = os.path.join(ROOT, "examples", "tinygrad")
 MODELS = ("mlp", "convnet", "attention")
@@ -53,7 +53,7 @@ print(json.dumps(out))
 
 
 def svod_replay_us(model: str, rounds: int, inner: int) -> Dict[str, Any]:
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     loaded = load_plan(os.path.join(EXAMPLES, model, "plan.json"))
     plan = loaded.plan

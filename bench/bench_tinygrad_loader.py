@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from svod_min.bench_suite import format_table, make_row, run_tinygrad_child  # noqa: E402
+from svod_min.perf.bench_suite import format_table, make_row, run_tinygrad_child  # noqa: E402
 
 LOAD_CHILD = r"""
 import json, statistics, sys, time

@@ -49,7 +49,7 @@ from typing import Callable, Counter, Dict, List, Optional, Sequence, Tuple
 if __name__ == "__main__":  # run from a checkout: use its svod_min (imported by the tests: leave sys.path alone)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from svod_min import clang  # noqa: E402
+from svod_min.compiler import clang  # noqa: E402
 from svod_min.error import LoaderError, SymbolNotFoundError  # noqa: E402
 from svod_min.jit_loader import layout as _layout  # noqa: E402
 from svod_min.jit_loader import load_object, plan_layout, relocate  # noqa: E402

@@ -1,7 +1,7 @@
 """Build steps that need tools: prebuilt objects (clang) and PTX (nvcc, ptxas).
 
 Objects: one translation unit per (arch, variant), compiled with
-svod_min.clang's own flags plus the variant's target flags, so a prebuilt
+svod_min.compiler.clang's own flags plus the variant's target flags, so a prebuilt
 kernel is exactly what the run-time compiler would have produced. PTX: one
 module per CUDA family via ``nvcc -ptx -arch=compute_75``; nvcc stamps its
 own ISA version into ``.version``, which a older driver refuses even when
@@ -21,11 +21,11 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from svod_min import clang as svod_clang
+from svod_min.compiler import clang as svod_clang
 from svod_min.error import CompilationError
 from svod_min.jit_loader.elf import parse_object
 from svod_min.jit_loader.layout import ARCHES
-from svod_min.targets import TARGETS
+from svod_min.compiler.targets import TARGETS
 
 #: (arch, variant) -> (extra clang flags, /proc/cpuinfo flags required, priority: higher wins)
 VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
@@ -115,7 +115,7 @@ def compile_objects(sources: Dict[str, str], names: Sequence[str], jobs: int) ->
 def runtime_source() -> str:
     """The runtime object's C: the native replay runner and the compiler-runtime helpers."""
     from svod_min.jit_loader.rt_helpers import HELPERS_C
-    from svod_min.native_replay import RUNNER_C
+    from svod_min.plan.native_replay import RUNNER_C
 
     return RUNNER_C + "\n" + HELPERS_C
 

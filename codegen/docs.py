@@ -70,7 +70,7 @@ def _cuda_rows(cuda_sigs: Sequence[Any]) -> List[str]:
 
 
 def _variant_rows(variants: Dict[str, Dict[str, Any]]) -> List[str]:
-    rows = ["| variant | clang flags (on top of svod_min.clang.DEFAULT_FLAGS) | needs CPU flags | priority |",
+    rows = ["| variant | clang flags (on top of svod_min.compiler.clang.DEFAULT_FLAGS) | needs CPU flags | priority |",
             "|---|---|---|---|"]  # fmt: skip
     for name, v in variants.items():
         rows.append("| `%s` | `%s` | %s | %d |" % (name, " ".join(v["flags"]), ", ".join(v["requires"]) or "-",

@@ -22,7 +22,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING:
-    from .plan_file import LoadedPlan
+    from .planfile.load import LoadedPlan
 
 from .error import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, EXIT_VERIFY, CompilationError, PlanError, SvodError
 
@@ -46,8 +46,8 @@ def _parse_vars(items: List[str]) -> Dict[str, int]:
 
 
 def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
-    from .default_plan import BATCH, default_plan_document
-    from .plan_file import load_plan
+    from .planfile.default_plan import BATCH, default_plan_document
+    from .planfile.load import load_plan
 
     if args.plan is None:
         doc = default_plan_document(rows=var_values.get("rows", BATCH))
@@ -151,8 +151,8 @@ def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
 
 
 def _cmd_selfcheck(args: argparse.Namespace) -> int:
-    from .device_registry import DEVICE_FACTORIES
-    from .selfcheck import format_results, run_selfcheck
+    from .devices.registry import DEVICE_FACTORIES
+    from .kernels.selfcheck import format_results, run_selfcheck
 
     results = run_selfcheck(DEVICE_FACTORIES.device(args.device))
     print(json.dumps([r.__dict__ for r in results], indent=1) if args.json else format_results(results))
@@ -160,7 +160,7 @@ def _cmd_selfcheck(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench_suite import format_table, run_suite
+    from .perf.bench_suite import format_table, run_suite
 
     rows = run_suite(args.bench_dir, quick=args.quick, only=args.only or None)
     if args.json:
@@ -192,8 +192,8 @@ def _parse_shape(text: str) -> Dict[str, Any]:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .autotune import format_table, tune
-    from .benchmark import BenchmarkConfig
+    from .perf.autotune import format_table, tune
+    from .perf.benchmark import BenchmarkConfig
 
     if args.runs < 1 or args.warmup < 0:
         raise PlanError("--runs must be >= 1 and --warmup >= 0")
@@ -218,10 +218,10 @@ def _library_variant() -> str:
 
 def info_lines() -> List[str]:
     """What ``info`` prints: devices, compilers, W^X mode, cache."""
-    from . import clang
-    from .device_registry import DEVICE_FACTORIES
+    from .compiler import clang
+    from .devices.registry import DEVICE_FACTORIES
     from .jit_loader import wx_mode
-    from .kernel_cache import object_cache
+    from .cache.kernel_cache import object_cache
 
     lines = ["devices: %s" % ", ".join(DEVICE_FACTORIES.available_kinds())]
     compilers = clang.available_compilers()
@@ -231,7 +231,7 @@ def info_lines() -> List[str]:
         lines.append("compiler: none found (inline C cannot be compiled)")
     lines.append("cpu backend: %s" % clang.CpuBackend.from_env().value)
     lines.append("host arch: %s" % clang.host_arch())
-    from .targets import host_target
+    from .compiler.targets import host_target
 
     lines.append("host target: %s (the objects a model bundle loads here)" % (host_target() or "none known for this arch"))
     lines.append("kernel library: %s" % _library_variant())
@@ -252,7 +252,7 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
     os.environ.setdefault("DEV", "CPU")  # before tinygrad is imported: the schedule must be the CPU's C
     from .interop.tinygrad import export_tinygrad, load_target
     from .npy import read_npy
-    from .plan_file import load_plan
+    from .planfile.load import load_plan
 
     inputs: Dict[str, Any] = {}
     for item in args.input:
@@ -264,7 +264,7 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
                              flags=args.flag)
     print("wrote %s: %d kernels, %d ops, vars %s" % (result.plan_path, result.kernels, result.ops, result.variables or "-"))
     if args.bundle:
-        from .bundle_build import build_bundle
+        from .planfile.bundle_build import build_bundle
 
         report = build_bundle(result.plan_path, args.bundle, targets=args.bundle_targets or None,
                               progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
@@ -290,7 +290,7 @@ def _npy_to_numpy(parsed: Any) -> Any:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     if args.bundle is not None:
-        from .bundle import describe_bundle, open_bundle
+        from .planfile.bundle import describe_bundle, open_bundle
 
         print("\n".join(describe_bundle(open_bundle(args.bundle))))
         return EXIT_OK
@@ -299,7 +299,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .bundle_build import build_bundle
+    from .planfile.bundle_build import build_bundle
 
     report = build_bundle(args.plan, args.output, targets=args.target or None, compiler=args.cc,
                           progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
@@ -310,7 +310,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_zipapp(args: argparse.Namespace) -> int:
-    from .pyz import build_pyz
+    from .planfile.pyz import build_pyz
 
     size = build_pyz(args.output, python=args.python)
     print("wrote %s (%d bytes): run it with python3 %s run [PLAN.json | MODEL.svod]" % (args.output, size, args.output))

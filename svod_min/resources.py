@@ -1,7 +1,7 @@
 """Package data (prebuilt objects, PTX, kernel C sources) read from wherever svod_min was imported.
 
 An installed or source-tree svod_min reads plain files; inside a one-file
-runtime (``svod_min.pyz``, see :mod:`svod_min.pyz`) there is no path on disk, so
+runtime (``svod_min.pyz``, see :mod:`svod_min.planfile.pyz`) there is no path on disk, so
 the bytes come through the import loader (``zipimporter.get_data``). Callers
 name data by its path relative to the package, with ``/`` separators.
 """

@@ -51,7 +51,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="session")
 def pyz(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The one-file runtime (``python -m svod_min zipapp``), built once per session from this svod_min."""
-    from svod_min.pyz import build_pyz
+    from svod_min.planfile.pyz import build_pyz
 
     path = str(tmp_path_factory.mktemp("pyz") / "svod_min.pyz")
     build_pyz(path)

@@ -168,8 +168,8 @@ def device_counter(dev: cuda.CudaDevice, name: str) -> int:
 
 def cuda_plan(dev: cuda.CudaDevice, steps: Sequence[Tuple[Any, List[int], List[int]]], buffers: List[Any]) -> Any:
     """An ExecutionPlan over CUDA library programs: steps are (program, buffer indices, vals)."""
-    from svod_min.execution_plan import ExecutionPlanBuilder, PreparedKernel
-    from svod_min.kernel_cache import CachedKernel
+    from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel
+    from svod_min.cache.kernel_cache import CachedKernel
 
     builder = ExecutionPlanBuilder(dev)
     for i, buf in enumerate(buffers):
@@ -335,7 +335,7 @@ def sig_id(sig: Any) -> str:
 def check_plan_equals_cpu(gpu: cuda.CudaDevice, M: int, N: int, K: int) -> None:
     """matmul -> add -> relu as an ExecutionPlan on CUDA device ``gpu`` equals the same kernels on the CPU."""
     from svod_min import kernels
-    from svod_min.devices.cpu import create_cpu_device
+    from svod_min.devices.cpu.device import create_cpu_device
 
     rng = np.random.default_rng(M)
     a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in (M * K, K * N, M * N))

@@ -16,7 +16,7 @@ import pytest
 from conftest import COMPILERS
 
 import svod_min
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.jit_loader import memory
 
 

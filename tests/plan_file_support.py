@@ -10,10 +10,10 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 import svod_min.devices.transfer as transfer
-import svod_min.execution_plan as execution_plan
-from svod_min.devices.cpu import CpuDevice
+import svod_min.plan.execution_plan as execution_plan
+from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import CompilationError
-from svod_min.plan_file import load_plan
+from svod_min.planfile.load import load_plan
 
 
 REPO = Path(__file__).resolve().parent.parent

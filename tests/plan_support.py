@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from svod_min.devices.cpu import CpuBuffer, CpuDevice
-from svod_min.execution_plan import PreparedCopy, PreparedKernel, RuntimeVar
-from svod_min.kernel_cache import CachedKernel
+from svod_min.devices.cpu.device import CpuBuffer, CpuDevice
+from svod_min.plan.execution_plan import PreparedCopy, PreparedKernel, RuntimeVar
+from svod_min.cache.kernel_cache import CachedKernel
 
 
 class RecordingLaunch:

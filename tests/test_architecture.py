@@ -17,9 +17,11 @@ import svod_min
 REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / ".importlinter"
 PACKAGE = Path(svod_min.__file__).resolve().parent  # the tested copy (an installed wheel under tox)
-MAX_LINES = 600
+MAX_LINES = 800
+# A module over MAX_LINES names its reason here: a concept that does not split by meaning.
+LONG_MODULES: Dict[str, str] = {}
 # Modules above the device interface: they talk to devices only through svod_min.devices.base.
-INTERFACE_USERS = ("execution_plan", "executor", "execution_graph", "device_context", "plan_")
+INTERFACE_USERS = ("plan", "executor", "planfile")
 
 LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
 
@@ -55,10 +57,10 @@ def test_an_upward_import_breaks_the_contracts(tmp_path: Path) -> None:
     copy = tmp_path / "pkg" / "svod_min"
     shutil.copytree(str(PACKAGE), str(copy), ignore=shutil.ignore_patterns("__pycache__", "*.o", "*.so"))
     with open(str(copy / "error.py"), "a", encoding="utf-8") as fh:
-        fh.write("\nfrom . import execution_plan  # deliberate upward import\n")
+        fh.write("\nfrom .plan import execution_plan  # deliberate upward import\n")
     result = _lint(copy.parent, tmp_path)
     assert result.returncode != 0
-    assert "svod_min.error -> svod_min.execution_plan" in result.stdout
+    assert "svod_min.error -> svod_min.plan.execution_plan" in result.stdout
 
 
 def _import_graph() -> Dict[str, Set[str]]:
@@ -150,8 +152,10 @@ def test_no_private_cross_module_imports() -> None:
 
 
 def test_modules_stay_small() -> None:
-    big = {m: n for m, p in _modules() if "_generated" not in m for n in [len(p.read_text(encoding="utf-8").splitlines())] if n > MAX_LINES}
-    assert big == {}, "modules over %d lines: %s" % (MAX_LINES, big)
+    big = {m: n for m, p in _modules() if "_generated" not in m for n in [len(p.read_text(encoding="utf-8").splitlines())]
+           if n > MAX_LINES and m not in LONG_MODULES}
+    assert big == {}, "modules over %d lines without a reason in LONG_MODULES: %s" % (MAX_LINES, big)
+    assert all(reason.strip() for reason in LONG_MODULES.values())
 
 
 def test_no_eval_or_exec() -> None:
@@ -177,6 +181,6 @@ def test_plan_code_imports_no_device_inside_functions() -> None:
     """Plans, executor and plan files reach devices through the interface, not late imports."""
     found = []
     for module, path in _modules():
-        if module.split(".")[1:2] and module.split(".")[1].startswith(INTERFACE_USERS):
+        if module.split(".")[1:2] and module.split(".")[1] in INTERFACE_USERS:
             found += ["%s:%d %s" % (module, line, name) for line, name in _function_imports(_tree(path)) if "devices" in name]
     assert found == []

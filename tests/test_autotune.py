@@ -1,4 +1,4 @@
-"""The autotuner (svod_min.autotune): candidates, verification, the store, get(shape=...), `tune` CLI.
+"""The autotuner (svod_min.perf.autotune): candidates, verification, the store, get(shape=...), `tune` CLI.
 
 Small shapes and two timing rounds keep it fast; nothing asserts on
 timings. Every test has its own object cache directory, so its own
@@ -17,9 +17,10 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min import autotune, autotune_trials, kernels
+from svod_min.perf import autotune, autotune_trials
+from svod_min import kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
-from svod_min.benchmark import BenchmarkConfig
+from svod_min.perf.benchmark import BenchmarkConfig
 from svod_min.error import ExecutionError, KernelArgumentError
 from svod_min.kernels import KernelParamError, LibraryKernel, tuning
 
@@ -288,7 +289,7 @@ def test_tune_refuses_a_shape_whose_buffers_exceed_the_limit_before_allocating(m
 
 # --- layering: the store lives in kernels/, the tuner uses public names only ---------------------
 
-_SVOD = os.path.dirname(os.path.abspath(autotune.__file__))
+_SVOD = os.path.dirname(os.path.dirname(os.path.abspath(autotune.__file__)))
 
 
 def _imports(path: str) -> List[Any]:
@@ -321,7 +322,7 @@ def test_the_kernel_library_never_imports_the_tuner() -> None:
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("source", ["autotune.py", "autotune_trials.py"])
+@pytest.mark.parametrize("source", ["perf/autotune.py", "perf/autotune_trials.py"])
 def test_the_tuner_uses_only_public_names(source: str) -> None:
     for module, names in _imports(os.path.join(_SVOD, source)):
         if module == "__future__":

@@ -11,7 +11,7 @@ import pytest
 from conftest import needs_clang
 from unit_oracle_support import differences
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.compiler import batch, batch_unit
 from svod_min.jit_loader import load_object
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 from cuda_emu_support import build_fake_libcuda, find_cc
 
-from svod_min.bench_suite import KEYS, run_suite
+from svod_min.perf.bench_suite import KEYS, run_suite
 from svod_min.devices import cuda
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ HAVE_CUPY = importlib.util.find_spec("cupy") is not None
 
 
 def load_bench() -> Any:
-    """The bench module, loaded the way ``svod_min.bench_suite`` loads it."""
+    """The bench module, loaded the way ``svod_min.perf.bench_suite`` loads it."""
     spec = importlib.util.spec_from_file_location("svod_bench_bench_cuda_test", str(BENCH))
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""``python -m svod_min bench`` (svod_min.bench_suite): the packaged benchmarks, installed or in a checkout."""
+"""``python -m svod_min bench`` (svod_min.perf.bench_suite): the packaged benchmarks, installed or in a checkout."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import needs_cc
 
-from svod_min import bench_suite
+from svod_min.perf import bench_suite
 from svod_min.error import NotSupportedError
 
 PACKAGE = Path(bench_suite.__file__).resolve().parent

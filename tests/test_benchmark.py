@@ -1,4 +1,4 @@
-"""svod_min.benchmark: svod's benchmark tests, ported, plus statistics and the cache flush.
+"""svod_min.perf.benchmark: svod's benchmark tests, ported, plus statistics and the cache flush.
 
 Every timing here comes from a fake program or a fake clock: no assertion
 depends on how fast this machine happens to be.
@@ -14,8 +14,8 @@ from typing import Any, List, Optional
 import pytest
 from conftest import needs_cc
 
-from svod_min import benchmark as bm
-from svod_min.benchmark import BenchmarkConfig, BenchmarkResult, benchmark_kernel, round_robin_min, warm_clock
+from svod_min.perf import benchmark as bm
+from svod_min.perf.benchmark import BenchmarkConfig, BenchmarkResult, benchmark_kernel, round_robin_min, warm_clock
 from svod_min.error import CompilationError, ConfigError, DeviceError, ExecutionError
 
 
@@ -318,7 +318,7 @@ def test_flusher_reads_every_line_with_a_compiled_kernel() -> None:
 
 
 def test_flusher_falls_back_to_python_without_a_compiler(monkeypatch) -> None:
-    from svod_min import kernel_cache
+    from svod_min.cache import kernel_cache
 
     def no_compiler(*args, **kwargs):
         raise CompilationError("no compiler here")
@@ -330,7 +330,7 @@ def test_flusher_falls_back_to_python_without_a_compiler(monkeypatch) -> None:
 
 
 def test_warmup_thread_pool_starts_every_worker() -> None:
-    from svod_min.devices.cpu import CpuDevice
+    from svod_min.devices.cpu.device import CpuDevice
 
     dev = CpuDevice(threads=3)
     try:
@@ -343,7 +343,7 @@ def test_warmup_thread_pool_starts_every_worker() -> None:
 
 @needs_cc
 def test_benchmark_a_real_cpu_kernel() -> None:
-    from svod_min.devices.cpu import CpuDevice
+    from svod_min.devices.cpu.device import CpuDevice
 
     dev = CpuDevice(threads=2)
     src = (
@@ -362,7 +362,7 @@ def test_benchmark_a_real_cpu_kernel() -> None:
 
 
 def test_benchmark_kernel_refuses_what_is_not_a_program_or_a_config() -> None:
-    from svod_min.benchmark import benchmark_kernel
+    from svod_min.perf.benchmark import benchmark_kernel
     from svod_min.error import ExecutionError
 
     with pytest.raises(ExecutionError, match="cannot benchmark NoneType: it has no execute"):

@@ -12,10 +12,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from svod_min.bundle import MANIFEST, PLAN, Limits, open_bundle, sha256, write_bundle
-from svod_min.bundle_build import build_bundle
+from svod_min.planfile.bundle import MANIFEST, PLAN, Limits, open_bundle, sha256, write_bundle
+from svod_min.planfile.bundle_build import build_bundle
 from svod_min.error import BundleError, NoUsableTargetError
-from svod_min.plan_file import load_plan
+from svod_min.planfile.load import load_plan
 
 from conftest import HAVE_CLANG, needs_cc
 
@@ -179,7 +179,7 @@ def test_no_usable_target_compiles_the_source_when_a_compiler_exists(tmp_path: A
 
 @needs_cc
 def test_forced_target_is_the_object_loaded(bundles: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from svod_min.devices.cpu import CpuDevice
+    from svod_min.devices.cpu.device import CpuDevice
 
     seen: List[bytes] = []
     real = CpuDevice.load

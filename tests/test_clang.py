@@ -10,7 +10,7 @@ import tempfile
 import pytest
 from conftest import needs_clang, needs_cc
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.error import CompilationError, CompilerNotFoundError
 from svod_min.jit_loader import load_object
 

@@ -41,7 +41,7 @@ def test_selfcheck_command_passes_and_prints_a_table() -> None:
 
 @needs_cc
 def test_selfcheck_detects_a_wrong_answer(monkeypatch) -> None:
-    from svod_min import selfcheck
+    from svod_min.kernels import selfcheck
 
     monkeypatch.setattr(selfcheck, "SOURCE", selfcheck.SOURCE.replace("a[i] + b[i]", "a[i] - b[i]"))
     results = {r.name: r.ok for r in selfcheck.run_selfcheck()}

@@ -11,9 +11,9 @@ from typing import List
 import pytest
 from conftest import needs_cc, needs_clang
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.compiler import batch
-from svod_min import kernel_cache as kc
+from svod_min.cache import kernel_cache as kc
 from svod_min.error import CompilationError
 from svod_min.jit_loader import load_object
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from svod_min import dtypes
-from svod_min.devices import cpu_buffer
-from svod_min.devices.cpu import CpuBuffer, CpuDevice, CpuStorage
+from svod_min.devices.cpu import buffer as cpu_buffer
+from svod_min.devices.cpu.device import CpuBuffer, CpuDevice, CpuStorage
 from svod_min.dtypes import float32
 from svod_min.error import EXIT_BAD_INPUT, BufferAllocationError, NotSupportedError, SvodError
 

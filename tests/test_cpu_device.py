@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from svod_min.devices import cpu
-from svod_min.devices.cpu import CpuDevice, create_cpu_device
+from svod_min.devices.cpu import device as cpu
+from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 from svod_min.error import ExecutionError
 
 

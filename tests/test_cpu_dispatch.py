@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from svod_min.devices.cpu_dispatch import dispatch, mark_worker
+from svod_min.devices.cpu.dispatch import dispatch, mark_worker
 from svod_min.error import ExecutionError
 
 

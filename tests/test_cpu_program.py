@@ -12,7 +12,7 @@ import pytest
 from conftest import needs_cc
 from dispatch_support import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 
-from svod_min.devices.cpu import CpuBuffer, CpuDevice, CpuProgram
+from svod_min.devices.cpu.device import CpuBuffer, CpuDevice, CpuProgram
 from svod_min.error import ExecutionError, VariableBoundsError
 
 @pytest.fixture
@@ -40,7 +40,7 @@ void tid(unsigned long* restrict out, int core_id) { out[core_id] = pthread_self
 
 @pytest.fixture
 def compiled(dev: CpuDevice, tmp_path, monkeypatch: pytest.MonkeyPatch):
-    pytest.importorskip("svod_min.clang")
+    pytest.importorskip("svod_min.compiler.clang")
     pytest.importorskip("svod_min.jit_loader")
     from svod_min.error import CompilerNotFoundError
 

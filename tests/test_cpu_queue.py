@@ -9,10 +9,10 @@ from typing import List
 import pytest
 
 from conftest import needs_cc
-from svod_min.devices.cpu import CpuDevice, CpuProgram
-from svod_min.devices.cpu_queue import CpuQueue
+from svod_min.devices.cpu.device import CpuDevice, CpuProgram
+from svod_min.devices.cpu.queue import CpuQueue
 from svod_min.error import ExecutionError
-from svod_min.executor import TimelineSignal
+from svod_min.executor.unified import TimelineSignal
 
 # buf[i] = buf[i] * mul + add, for i < n (n = the buffer's length)
 AXPB_SRC = """

@@ -38,9 +38,7 @@ import pytest
 from cuda_emu_support import find_cc
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import (
-    CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES,
-)
+from svod_min.devices.cuda import CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES
 from svod_min.devices.cuda import enums, nvrtc
 
 # v1 entry points the table keeps on purpose, beside their current version, for drivers that lack it.

@@ -11,7 +11,7 @@ from typing import Any, Callable, Set
 import pytest
 from cuda_support import Fake, fake, fake_so, gpu_test, without_driver  # noqa: F401  (fixtures)
 
-from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry
+from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cuda import DRIVER_API, PROTOTYPES, CudaError, CudaLibrary, CudaSymbolError, LaunchLimits
 from svod_min.error import DeviceError, InvalidDeviceError, UnsupportedDeviceError

@@ -187,7 +187,7 @@ def test_default_plan_on_emulated_cuda_equals_cpu_eager_and_graphed(emu: Fake) -
 
 
 def test_selfcheck_on_emulated_cuda(emu: Fake) -> None:
-    from svod_min.selfcheck import run_selfcheck
+    from svod_min.kernels.selfcheck import run_selfcheck
 
     results = run_selfcheck(emu.device())
     assert len(results) == 5 and all(r.ok for r in results), results

@@ -16,11 +16,11 @@ from typing import Any, Callable, Dict, Tuple
 
 import pytest
 
-from svod_min.device_registry import DeviceRegistry
+from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
-from svod_min.devices.cpu import create_cpu_device
+from svod_min.devices.cpu.device import create_cpu_device
 from svod_min.error import BufferAllocationError, ExecutionError
-from svod_min.executor import DeviceContext, UnifiedExecutor
+from svod_min.executor.unified import DeviceContext, UnifiedExecutor
 
 from cuda_support import FAKE_PTX, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
 

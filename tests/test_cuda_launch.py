@@ -10,14 +10,7 @@ from typing import Any, Tuple
 import pytest
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import (
-    ArgumentRangeError,
-    LaunchConfigError,
-    LaunchLimits,
-    PtxError,
-    launch_dims,
-    pack_kernel_args,
-)
+from svod_min.devices.cuda import ArgumentRangeError, LaunchConfigError, LaunchLimits, PtxError, launch_dims, pack_kernel_args
 from svod_min.error import DeviceError, VariableBoundsError
 
 np = pytest.importorskip("numpy")

@@ -11,7 +11,7 @@ from typing import Callable, List
 import pytest
 from cuda_support import Fake, HAVE_GPU, REAL_DRIVER, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
-from svod_min.device_registry import DeviceRegistry
+from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaError, StagingPool, memory
 from svod_min.error import BufferAllocationError, InvalidDeviceError, NotSupportedError
@@ -45,7 +45,7 @@ def test_fake_buffers_roundtrip_and_zero_fill(fake: Callable[..., Fake]) -> None
 
 
 def test_fake_views_and_cpu_buffers(fake: Callable[..., Fake]) -> None:
-    from svod_min.devices.cpu import create_cpu_device
+    from svod_min.devices.cpu.device import create_cpu_device
 
     dev = fake().device()
     buf = dev.allocate([8], "int32")
@@ -158,8 +158,8 @@ def test_fake_allocation_failure_and_leaks(fake: Callable[..., Fake]) -> None:
 
 
 def test_copy_buffer_crosses_devices(fake: Callable[..., Fake]) -> None:
-    from svod_min.device_registry import DEVICE_FACTORIES
-    from svod_min.execution_plan import copy_buffer
+    from svod_min.devices.registry import DEVICE_FACTORIES
+    from svod_min.plan.execution_plan import copy_buffer
 
     dev = fake().device()
     host = DEVICE_FACTORIES.device("CPU")
@@ -192,8 +192,8 @@ def test_gpu_transfers_both_ways(gpu: cuda.CudaDevice, nbytes: int) -> None:
 
 @gpu_test
 def test_gpu_cpu_transfers_through_the_executor(gpu: cuda.CudaDevice) -> None:
-    from svod_min.devices.cpu import create_cpu_device
-    from svod_min.executor import UnifiedExecutor
+    from svod_min.devices.cpu.device import create_cpu_device
+    from svod_min.executor.unified import UnifiedExecutor
 
     registry = DeviceRegistry()
     assert cuda.register_cuda(registry)

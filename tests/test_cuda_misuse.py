@@ -17,24 +17,10 @@ import pytest
 from cuda_support import FAKE_PTX, Fake, fake, fake_so, in_forked_child  # noqa: F401  (fixtures)
 
 from svod_min.kernels import cuda_library_kernel
-from svod_min.device_registry import DeviceRegistry
+from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
-from svod_min.devices.cuda import (
-    ArgumentRangeError,
-    CudaGraph,
-    ForkedChildError,
-    FreedBufferError,
-    LaunchConfigError,
-    ReleasedError,
-)
-from svod_min.error import (
-    BufferAllocationError,
-    DeviceError,
-    ExecutionError,
-    SvodError,
-    UnsupportedDeviceError,
-    VariableBoundsError,
-)
+from svod_min.devices.cuda import ArgumentRangeError, CudaGraph, ForkedChildError, FreedBufferError, LaunchConfigError, ReleasedError
+from svod_min.error import BufferAllocationError, DeviceError, ExecutionError, SvodError, UnsupportedDeviceError, VariableBoundsError
 
 np = pytest.importorskip("numpy")
 

@@ -103,7 +103,7 @@ def test_plan_with_a_cuda_c_form_compiles_at_load_time(fake: Callable[..., Fake]
     """A plan kernel's ``cuda.source`` goes through NVRTC when the plan loads on a CUDA device, then runs."""
     from test_cuda_plans import _axpb_doc
 
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     source = ('extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
               "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n")  # fmt: skip

@@ -22,11 +22,11 @@ from cuda_support import (  # noqa: F401  (fixtures)
 )
 
 from svod_min.kernels import cuda_library_kernel
-from svod_min.default_plan import BATCH, D_OUT, default_plan_document, reference_output
+from svod_min.planfile.default_plan import BATCH, D_OUT, default_plan_document, reference_output
 from svod_min.devices import cuda
 from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
-from svod_min.execution_plan import register_custom_function
-from svod_min.plan_file import PlanFileError, load_plan
+from svod_min.plan.execution_plan import register_custom_function
+from svod_min.planfile.load import PlanFileError, load_plan
 
 
 np = pytest.importorskip("numpy")
@@ -198,7 +198,7 @@ def test_fake_replicate_and_output_region(fake: Callable[..., Fake]) -> None:
     assert twin.buffer_at(0) is not plan.buffer_at(0)  # the input x is snapshotted, not shared
     twin.execute()
     assert np.array_equal(_gpu_output(twin), first)
-    from svod_min.device_registry import DEVICE_FACTORIES
+    from svod_min.devices.registry import DEVICE_FACTORIES
 
     host = DEVICE_FACTORIES.device("CPU").allocate([D_OUT], "float32")
     plan.copy_output_region_to_buffer(0, host, 0, 4 * D_OUT, 4 * D_OUT)  # row 1 of y, device -> host
@@ -251,7 +251,7 @@ def test_fake_library_kernels_in_a_plan_get_the_library_checks_on_cuda(fake: Cal
 
 
 def test_fake_selfcheck_on_cuda(fake: Callable[..., Fake]) -> None:
-    from svod_min.selfcheck import run_selfcheck
+    from svod_min.kernels.selfcheck import run_selfcheck
 
     results = run_selfcheck(fake().device())
     assert [r.name for r in results] == ["add", "matmul", "softmax", "reduce_sum", "transpose"]
@@ -454,7 +454,7 @@ def test_gpu_cli_run_on_cuda() -> None:
 
 @gpu_test
 def test_gpu_selfcheck() -> None:
-    from svod_min.selfcheck import run_selfcheck
+    from svod_min.kernels.selfcheck import run_selfcheck
 
     assert REAL_DRIVER is not None
     results = run_selfcheck(REAL_DRIVER.device(0))
@@ -566,7 +566,7 @@ def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callabl
 
     Eager path (graphs off): with graphs the copy becomes a memcpy node (tests/test_cuda_plans.py).
     """
-    from svod_min.execution_plan import PreparedCopy, PreparedCustomFunction, register_custom_function
+    from svod_min.plan.execution_plan import PreparedCopy, PreparedCustomFunction, register_custom_function
 
     monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
 
@@ -585,7 +585,7 @@ def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callabl
     plan = cuda_plan(dev, [(add, [0, 1, 2], [n])], bufs)
     builder_ops = [PreparedCopy(id=1, buffer_indices=[3, 0], dependencies=[0]),
                    PreparedCustomFunction(id=2, kind="test_negate_cuda", buffer_indices=[3], dependencies=[1])]  # fmt: skip
-    from svod_min.execution_plan import ExecutionPlanBuilder
+    from svod_min.plan.execution_plan import ExecutionPlanBuilder
 
     builder = ExecutionPlanBuilder(dev)
     for i, buf in enumerate(bufs):

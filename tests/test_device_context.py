@@ -8,8 +8,8 @@ from typing import Any, List
 import pytest
 from executor_support import LONG, SHORT
 
-from svod_min.device_context import DeviceContext, TimelineSignal
-from svod_min.device_spec import DeviceSpec
+from svod_min.executor.device_context import DeviceContext, TimelineSignal
+from svod_min.devices.spec import DeviceSpec
 from svod_min.error import ExecutionError
 
 
@@ -71,7 +71,7 @@ def test_context_completes_in_order() -> None:
     lambda ctx: ctx.wait_for(-1),
 ])  # fmt: skip
 def test_timeline_values_are_checked(call: Any) -> None:
-    from svod_min.executor import DeviceContext
+    from svod_min.executor.unified import DeviceContext
 
     ctx = DeviceContext("CPU")
     ctx.next_timeline()

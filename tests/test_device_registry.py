@@ -8,15 +8,9 @@ import time
 
 import pytest
 
-from svod_min import device_registry as reg
-from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec
-from svod_min.error import (
-    DeviceError,
-    InvalidDeviceError,
-    SvodError,
-    UnsupportedDeviceError,
-    VariableBoundsError,
-)
+from svod_min.devices import registry as reg
+from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec
+from svod_min.error import DeviceError, InvalidDeviceError, SvodError, UnsupportedDeviceError, VariableBoundsError
 
 # --- parsing -------------------------------------------------------------------
 
@@ -269,7 +263,7 @@ def test_cuda_not_registered_here() -> None:
 
 def test_global_cpu_device_is_cached() -> None:
     pytest.importorskip("svod_min.devices.cpu")
-    from svod_min.devices.cpu import CpuDevice, create_cpu_device
+    from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 
     dev = reg.device("cpu")
     assert isinstance(dev, CpuDevice)

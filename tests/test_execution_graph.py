@@ -7,10 +7,10 @@ from typing import List, Optional, Tuple
 
 import pytest
 
-from svod_min.device_registry import DEVICE_FACTORIES, DeviceSpec
+from svod_min.devices.registry import DEVICE_FACTORIES, DeviceSpec
 from svod_min.error import PlanError
-from svod_min.execution_graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
-from svod_min.executor import UnifiedExecutor
+from svod_min.executor.graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
+from svod_min.executor.unified import UnifiedExecutor
 
 
 def _node(i: int, preds: Tuple[int, ...] = (), access: Tuple[KernelBufferAccess, ...] = ()) -> ExecutionNode:
@@ -173,7 +173,7 @@ def test_cpu_mediated_is_an_alias() -> None:
 
 def test_numpy_accesses_conflict_by_address_not_by_elementwise_equality() -> None:
     np = pytest.importorskip("numpy")
-    from svod_min.executor import ExecutionGraph, ExecutionNode, KernelBufferAccess
+    from svod_min.executor.unified import ExecutionGraph, ExecutionNode, KernelBufferAccess
 
     arena = np.zeros(8)
     a, b, c = arena[:4], arena[2:6], np.zeros(4)  # a and b overlap; c is elsewhere (and equal in value)

@@ -24,26 +24,9 @@ from plan_support import (
     mock_kernel,
     prepared,
 )
-from svod_min.devices.cpu import CpuDevice
-from svod_min.error import (
-    BufferAllocationError,
-    ExecutionError,
-    NotSupportedError,
-    PlanError,
-    PlanPoisonedError,
-    VariableBoundsError,
-)
-from svod_min.execution_plan import (
-    ExecutionPlan,
-    ExecutionPlanBuilder,
-    PreparedBufferView,
-    PreparedCopy,
-    PreparedCustomFunction,
-    RuntimeVar,
-    kahn_levels,
-    register_custom_function,
-    run_custom_function,
-)
+from svod_min.devices.cpu.device import CpuDevice
+from svod_min.error import BufferAllocationError, ExecutionError, NotSupportedError, PlanError, PlanPoisonedError, VariableBoundsError
+from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView, PreparedCopy, PreparedCustomFunction, RuntimeVar, kahn_levels, register_custom_function, run_custom_function
 from svod_min.profiler import KernelProfile
 
 SLEEP = 0.03  # the 30 ms of morok's host-parallelism mocks

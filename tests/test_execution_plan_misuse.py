@@ -13,17 +13,11 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min import native_replay
-from svod_min.devices.cpu import CpuDevice
+from svod_min.plan import native_replay
+from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import ExecutionError, PlanError, PlanPoisonedError
-from svod_min.execution_plan import (
-    ExecutionPlanBuilder,
-    PreparedCustomFunction,
-    PreparedKernel,
-    RuntimeVar,
-    register_custom_function,
-)
-from svod_min.kernel_cache import CachedKernel
+from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCustomFunction, PreparedKernel, RuntimeVar, register_custom_function
+from svod_min.cache.kernel_cache import CachedKernel
 
 FILL = "void k(float* o, int n) { for (int i = 0; i < n; i++) o[i] = -1.f; }"
 ADD = "void k(float* o, int n, int m) { for (int i = 0; i < n; i++) o[i] = (float)m; }"
@@ -167,7 +161,7 @@ def test_plans_run_on_the_devices_own_pool_do_not_deadlock() -> None:
         b = ExecutionPlanBuilder(dev)
         x = b.add_buffer(0, dev.allocate([2], "float32"))
         y = b.add_buffer(1, dev.allocate([2], "float32"))
-        from svod_min.execution_plan import PreparedCopy
+        from svod_min.plan.execution_plan import PreparedCopy
 
         z = b.add_buffer(2, dev.allocate([2], "float32"))
         w = b.add_buffer(3, dev.allocate([2], "float32"))
@@ -234,8 +228,8 @@ def test_closing_a_program_under_a_plan_is_refused_on_both_replay_paths() -> Non
     # The plan holds bound calls (and the native runner raw addresses): unmapping under them segfaulted.
     code = textwrap.dedent('''
         from svod_min.devices.cpu import CpuDevice
-        from svod_min.execution_plan import ExecutionPlanBuilder, PreparedKernel
-        from svod_min.kernel_cache import CachedKernel
+        from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel
+        from svod_min.cache.kernel_cache import CachedKernel
         from svod_min.error import ExecutionError
         dev = CpuDevice(threads=1)
         for native in (True, False):
@@ -272,8 +266,8 @@ def test_a_closed_programs_kernel_is_refused_by_name_before_anything_runs() -> N
     # program still ran under execute_with_vars, while the Python path failed half-way and poisoned.
     code = textwrap.dedent('''
         from svod_min.devices.cpu import CpuDevice
-        from svod_min.execution_plan import ExecutionPlanBuilder, PreparedKernel, RuntimeVar
-        from svod_min.kernel_cache import CachedKernel
+        from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel, RuntimeVar
+        from svod_min.cache.kernel_cache import CachedKernel
         from svod_min.error import ExecutionError
         dev = CpuDevice(threads=1)
         src = "void %s(float* o, int n) { for (int i = 0; i < n; i++) o[i] += 1.f; }"
@@ -339,7 +333,7 @@ def test_malformed_kernel_op_fields_are_plan_errors(dev: CpuDevice, edit: Any, m
 
 
 def test_malformed_copy_view_custom_and_instance_dependencies_are_plan_errors(dev: CpuDevice) -> None:
-    from svod_min.execution_plan import PreparedBufferView, PreparedCopy
+    from svod_min.plan.execution_plan import PreparedBufferView, PreparedCopy
 
     base = dev.allocate([4], "float32")
     cases = [

@@ -9,9 +9,9 @@ from typing import Any, List, Tuple
 import pytest
 from executor_support import LONG, SHORT, start_thread, wait_until
 
-from svod_min.device_registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec
+from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSpec
 from svod_min.error import BufferAllocationError, ExecutionError, UnsupportedDeviceError
-from svod_min.executor import UnifiedExecutor, global_executor
+from svod_min.executor.unified import UnifiedExecutor, global_executor
 
 
 # --- fakes for non-CPU devices (no GPU needed) ----------------------------------------
@@ -292,9 +292,9 @@ def test_global_executor_is_a_singleton() -> None:
 
 
 def test_transfers_refuse_non_buffers_and_buffers_named_with_the_wrong_device() -> None:
-    from svod_min.device_registry import DeviceSpec
-    from svod_min.devices.cpu import CpuDevice
-    from svod_min.executor import UnifiedExecutor
+    from svod_min.devices.registry import DeviceSpec
+    from svod_min.devices.cpu.device import CpuDevice
+    from svod_min.executor.unified import UnifiedExecutor
 
     dev = CpuDevice(threads=1)
     host = dev.allocate(16)
@@ -314,9 +314,9 @@ def test_transfers_refuse_non_buffers_and_buffers_named_with_the_wrong_device() 
 
 def test_executor_module_keeps_every_name_it_had() -> None:
     """The split moved classes to device_context/execution_graph; ``svod_min.executor.X`` still works."""
-    import svod_min.device_context as device_context
-    import svod_min.execution_graph as execution_graph
-    import svod_min.executor as executor
+    import svod_min.executor.device_context as device_context
+    import svod_min.executor.graph as execution_graph
+    import svod_min.executor.unified as executor
 
     moved = {device_context: ("U64_MAX", "DeviceContext", "TimelineSignal"),
              execution_graph: ("ExecutionGraph", "ExecutionNode", "KernelBufferAccess", "SyncStrategy")}  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from svod_min.error import ExecutionError
-from svod_min.executor import ExecutionGraph, ExecutionNode
+from svod_min.executor.unified import ExecutionGraph, ExecutionNode
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,14 +41,14 @@ def test_executor_timeouts_that_are_not_numbers_are_refused(call: str) -> None:
 
 
 def test_executor_timeouts_inf_and_past_deadlines_still_work() -> None:
-    from svod_min.executor import TimelineSignal
+    from svod_min.executor.unified import TimelineSignal
 
     assert TimelineSignal(1).wait(1, float("inf")) is True
     assert TimelineSignal(0).wait(1, -0.5) is False  # a deadline already past: do not wait
 
 
 def test_execute_kernel_refuses_a_non_callable_before_reserving() -> None:
-    from svod_min.executor import UnifiedExecutor
+    from svod_min.executor.unified import UnifiedExecutor
 
     ex = UnifiedExecutor()
     with pytest.raises(ExecutionError, match="execute_kernel needs a callable, got NoneType"):
@@ -58,7 +58,7 @@ def test_execute_kernel_refuses_a_non_callable_before_reserving() -> None:
 
 
 def test_signal_failure_needs_an_exception() -> None:
-    from svod_min.executor import UnifiedExecutor
+    from svod_min.executor.unified import UnifiedExecutor
 
     ctx = UnifiedExecutor().add_device("CPU")
     value = ctx.next_timeline()

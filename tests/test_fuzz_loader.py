@@ -39,7 +39,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from svod_min import clang  # noqa: E402
+from svod_min.compiler import clang  # noqa: E402
 from svod_min.error import ElfFormatError, LoaderError, SymbolNotFoundError  # noqa: E402
 from svod_min.jit_loader import layout as layout_mod  # noqa: E402
 from svod_min.jit_loader import load_object, plan_layout, relocate  # noqa: E402

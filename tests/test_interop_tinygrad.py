@@ -17,7 +17,7 @@ import pytest
 
 from svod_min.error import ExportError, PlanError
 from svod_min.npy import read_npy
-from svod_min.plan_file import load_plan
+from svod_min.planfile.load import load_plan
 
 from conftest import COMPILERS, needs_cc
 
@@ -118,7 +118,7 @@ def test_cli_runs_a_committed_example() -> None:
 
 def test_exported_sources_compile_with_each_compiler(cc: str) -> None:
     """gcc is svod_min's fallback: the exporter rewrites tinygrad's two clang-only extensions."""
-    from svod_min.clang import compile_c
+    from svod_min.compiler.clang import compile_c
 
     sources = [os.path.join(EXAMPLES, m, "kernels", f) for m in MODELS for f in os.listdir(os.path.join(EXAMPLES, m, "kernels"))]
     assert len(sources) >= 10

@@ -16,7 +16,7 @@ import loader_cases
 from conftest import needs_cc
 from maps_support import executable_at
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.error import RelocationRangeError, SymbolNotFoundError
 from svod_min.jit_loader import PAGE, load_object, plan_layout, relocate
 from svod_min.jit_loader.symbols import default_resolver

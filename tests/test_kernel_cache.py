@@ -1,4 +1,4 @@
-"""Tests for svod_min.kernel_cache: specs, in-memory dedup cache, disk object cache."""
+"""Tests for svod_min.cache.kernel_cache: specs, in-memory dedup cache, disk object cache."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from hardening_support import child_env, plan_object, PLAN_SRC, unusable_dirs  #
 from maps_support import executable_at
 
 import weakref
-from svod_min import clang, kernel_cache as kc
-from svod_min.devices.cpu import CpuDevice, CpuProgram
+from svod_min.compiler import clang
+from svod_min.cache import kernel_cache as kc
+from svod_min.devices.cpu.device import CpuDevice, CpuProgram
 from svod_min.error import CacheError, CompilationError, NotSupportedError, PlanError
 from svod_min.jit_loader import load_object
-from svod_min.kernel_cache import KernelCache, object_cache, ObjectCache
+from svod_min.cache.kernel_cache import KernelCache, object_cache, ObjectCache
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -453,8 +454,8 @@ def test_budget_parsing(raw, expected):
 
 @pytest.fixture()
 def fake_clang(monkeypatch):
-    """svod_min.clang with a fake compiler: records calls, returns a fake object."""
-    clang = pytest.importorskip("svod_min.clang")
+    """svod_min.compiler.clang with a fake compiler: records calls, returns a fake object."""
+    clang = pytest.importorskip("svod_min.compiler.clang")
     state = {"calls": [], "identity": "1.0", "fail": False}
 
     def find_compiler(*, need_clang=False, compiler=None):
@@ -520,20 +521,20 @@ def test_object_key_changes_with_the_drivers_own_flags(monkeypatch):
     """The driver's built-in flags (shared and per compiler family) shape the object: a change must miss."""
     from svod_min.compiler import run
 
-    family = pytest.importorskip("svod_min.clang").find_compiler().family
+    family = pytest.importorskip("svod_min.compiler.clang").find_compiler().family
     before = kc.object_key("int k;")
     monkeypatch.setitem(run.FAMILY_FLAGS, family, (*run.FAMILY_FLAGS.get(family, ()), "-fno-common"))
     assert kc.object_key("int k;") != before
     monkeypatch.undo()
     assert kc.object_key("int k;") == before
     monkeypatch.setattr(run, "DEFAULT_FLAGS", (*run.DEFAULT_FLAGS, "-fno-common"))
-    monkeypatch.setattr(pytest.importorskip("svod_min.clang"), "DEFAULT_FLAGS", run.DEFAULT_FLAGS)
+    monkeypatch.setattr(pytest.importorskip("svod_min.compiler.clang"), "DEFAULT_FLAGS", run.DEFAULT_FLAGS)
     assert kc.object_key("int k;") != before
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_compile_cached_real_compiler(tmp_path, monkeypatch):
-    clang = pytest.importorskip("svod_min.clang")
+    clang = pytest.importorskip("svod_min.compiler.clang")
     disk = kc.ObjectCache(str(tmp_path))
     src = "int add1(int x) { return x + 1; }\n"
     obj = kc.compile_cached(src, cache=disk)
@@ -563,7 +564,7 @@ def _spawn(script, *args):
 
 _RW_WORKER = """
     import hashlib, sys
-    from svod_min.kernel_cache import ObjectCache
+    from svod_min.cache.kernel_cache import ObjectCache
     directory, wid, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     cache = ObjectCache(directory, budget_bytes=budget)
     def payload(i):
@@ -605,7 +606,7 @@ def test_concurrent_processes_share_the_cache(tmp_path, budget):
 
 _KILLED_WRITER = """
     import struct, sys
-    from svod_min.kernel_cache import ObjectCache
+    from svod_min.cache.kernel_cache import ObjectCache
     cache = ObjectCache(sys.argv[1])
     gen = 0
     print("ready", flush=True)
@@ -619,7 +620,7 @@ _KILLED_WRITER = """
 # through the payload write and waits to be killed: a deterministic mid-write kill.
 _TORN_WRITER = """
     import os, struct, sys, time
-    from svod_min.kernel_cache import ObjectCache
+    from svod_min.cache.kernel_cache import ObjectCache
     cache = ObjectCache(sys.argv[1])
     def payload(gen):
         return struct.pack("<Q", gen) + bytes([gen % 251]) * (6 << 20)
@@ -707,7 +708,7 @@ def _planted_entry(tmp_path, plant):
 
 
 def _get_in_a_child(cache_dir: str) -> subprocess.CompletedProcess:
-    code = "from svod_min import kernel_cache as kc; print(kc.ObjectCache(%r).get('k'))" % cache_dir
+    code = "from svod_min.cache import kernel_cache as kc; print(kc.ObjectCache(%r).get('k'))" % cache_dir
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
                                                       + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
@@ -760,7 +761,7 @@ ANSWER_SRC = "int scale = %d;\nint answer(int x) { return x * scale + 1; }\n"
 
 _CACHE_READER = r"""
 import ctypes, os, sys, time
-from svod_min.kernel_cache import ObjectCache
+from svod_min.cache.kernel_cache import ObjectCache
 from svod_min.jit_loader import load_object
 
 directory, stop_file, objdir = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -794,7 +795,7 @@ sys.exit(1 if bad or not cache.enabled else 0)
 # and waits for SIGKILL: a kill that is guaranteed to land mid-write.
 _CACHE_VICTIM = r"""
 import os, sys, time
-from svod_min.kernel_cache import ObjectCache
+from svod_min.cache.kernel_cache import ObjectCache
 
 directory, objdir = sys.argv[1], sys.argv[2]
 cache = ObjectCache(directory)

@@ -16,7 +16,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _verify_in_a_child(plant: str) -> "subprocess.CompletedProcess[str]":
     code = textwrap.dedent('''
         import os, sys, tempfile
-        from svod_min.kernel_cache import ObjectCache
+        from svod_min.cache.kernel_cache import ObjectCache
         cache = ObjectCache(tempfile.mkdtemp(prefix="svod-verify-"))
         path = cache.path_for("k")
         os.makedirs(os.path.dirname(path), exist_ok=True)

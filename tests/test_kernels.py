@@ -22,19 +22,13 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from svod_min import kernels  # noqa: E402
-from svod_min.error import (  # noqa: E402
-    CompilerNotFoundError,
-    ExecutionError,
-    PlanError,
-    SvodError,
-    UnsupportedDeviceError,
-)
+from svod_min.error import CompilerNotFoundError, ExecutionError, PlanError, SvodError, UnsupportedDeviceError
 from svod_min.jit_loader import relocate  # noqa: E402
 from svod_min.kernels import KernelArgumentError, KernelNotFoundError, KernelParamError  # noqa: E402
 from svod_min.kernels import variants as kprebuilt  # noqa: E402
 from svod_min.kernels.elementwise import OPS, parse_expr  # noqa: E402
 from svod_min.kernels.lookup import generated  # noqa: E402
-from svod_min.targets import TARGETS, cpu_features  # noqa: E402
+from svod_min.compiler.targets import TARGETS, cpu_features  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAVE_CC = any(shutil.which(c) for c in ("clang", "gcc", "cc")) or bool(os.environ.get("SVOD_CC"))
@@ -724,7 +718,7 @@ def test_every_instance_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every catalogue instance the host's prebuilt object holds loads without compiling."""
     if HOST_VARIANT is None:
         pytest.skip("no prebuilt object for this host")
-    import svod_min.kernel_cache as kc
+    import svod_min.cache.kernel_cache as kc
 
     def no_compile(*a: Any, **k: Any) -> bytes:
         raise AssertionError("compiled although the kernel is prebuilt")
@@ -801,7 +795,7 @@ def test_run_refuses_overlap_but_allows_exact_inplace() -> None:
 
 
 def test_run_accepts_cpu_buffers_and_mappings() -> None:
-    from svod_min.devices.cpu import create_cpu_device
+    from svod_min.devices.cpu.device import create_cpu_device
 
     dev = create_cpu_device()
     a, b, out = dev.allocate((100,), "float32"), dev.allocate((100,), "float32"), dev.allocate((100,), "float32")
@@ -1028,7 +1022,7 @@ def test_matmul_tile_is_a_register_tile_with_either_compiler(compiler: str, tmp_
     took the tile through memory and ran at a tenth of clang's speed)."""
     if shutil.which(compiler) is None:
         pytest.skip("%s is not installed" % compiler)
-    from svod_min import clang
+    from svod_min.compiler import clang
 
     source = kernels.get("matmul", dtype="float32", mr=6, nr=16).source
     path = tmp_path / "mm.o"
@@ -1168,7 +1162,7 @@ def test_thread_split_is_invisible(name: str, ins: List[Any], var: Dict[str, int
 
 
 def test_device_argument_accepts_a_cpu_device() -> None:
-    from svod_min.devices.cpu import CpuDevice
+    from svod_min.devices.cpu.device import CpuDevice
 
     dev = CpuDevice(threads=3)
     k = kernels.get("add", device=dev)

@@ -35,7 +35,7 @@ pytest.importorskip("elftools")
 import oracle_support as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
 from loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE  # noqa: E402  (shared with tests/aarch64/)
 
-from svod_min import clang as svod_clang  # noqa: E402
+from svod_min.compiler import clang as svod_clang  # noqa: E402
 from svod_min.jit_loader import load_object, relocate  # noqa: E402
 from svod_min.jit_loader.aarch64 import AARCH64  # noqa: E402
 from svod_min.jit_loader.x86_64 import X86_64  # noqa: E402
@@ -159,7 +159,7 @@ class Case:
     expect: Tuple[str, ...]  # relocation types this snippet is here to produce
     far: Tuple[str, ...] = ()  # externals placed > 4 GiB away
     small: Tuple[str, ...] = ()  # externals at a 16-bit address
-    compiler: str = "clang"  # gcc: host x86_64 only, through svod_min.clang.compile_c
+    compiler: str = "clang"  # gcc: host x86_64 only, through svod_min.compiler.clang.compile_c
 
 
 CASES = [

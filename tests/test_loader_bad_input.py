@@ -10,13 +10,8 @@ import pytest
 
 from conftest import needs_cc
 
-from svod_min import clang
-from svod_min.error import (
-    ElfFormatError,
-    LoaderError,
-    SvodError,
-    UnsupportedRelocationError,
-)
+from svod_min.compiler import clang
+from svod_min.error import ElfFormatError, LoaderError, SvodError, UnsupportedRelocationError
 from svod_min.jit_loader import load_object, relocate
 from svod_min.jit_loader.layout import plan_layout
 

@@ -24,13 +24,13 @@ from hardening_support import (  # noqa: F401 - fixtures
     assert_no_leak, child_env, CYCLES, ENERGY_1, maps_lines, measure, run_python, state_objects, STATE_SRC, wx,
 )
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.error import ElfFormatError, LoaderError
 from svod_min.jit_loader import arch, load_object, memory, relocate
 
 
 def test_the_loader_does_not_import_the_compiler_driver() -> None:
-    code = "import sys, svod_min.jit_loader; print(sorted(m for m in sys.modules if m.startswith('svod_min.clang')))"
+    code = "import sys, svod_min.jit_loader; print(sorted(m for m in sys.modules if m.startswith('svod_min.compiler.clang')))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import needs_cc
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.error import RelocationRangeError
 from svod_min.jit_loader import load_object, plan_layout, relocate
 from svod_min.jit_loader.patch import Patch, place_text

@@ -19,7 +19,8 @@ import pytest
 
 from fuzz_support import ENGINE, fuzz_engine
 
-from svod_min import clang, resources
+from svod_min.compiler import clang
+from svod_min import resources
 from svod_min.error import LoaderError
 from svod_min.jit_loader import layout as layout_mod
 from svod_min.jit_loader import load_object, native_layout

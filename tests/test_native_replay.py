@@ -11,19 +11,12 @@ import pytest
 from conftest import needs_cc
 from dispatch_support import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 
-from svod_min import native_replay
-from svod_min.devices.cpu import CpuDevice, create_cpu_device
+from svod_min.plan import native_replay
+from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 from svod_min.error import PlanPoisonedError
-from svod_min.execution_plan import (
-    ExecutionPlanBuilder,
-    PreparedCopy,
-    PreparedCustomFunction,
-    PreparedKernel,
-    RuntimeVar,
-    register_custom_function,
-)
-from svod_min.kernel_cache import CachedKernel
-from svod_min.plan_file import load_plan
+from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar, register_custom_function
+from svod_min.cache.kernel_cache import CachedKernel
+from svod_min.planfile.load import load_plan
 
 pytestmark = needs_cc
 
@@ -74,7 +67,7 @@ def test_exported_tinygrad_plans_match_python_path(path: str) -> None:
 
 
 def test_default_plan_matches_python_path_and_verifies() -> None:
-    from svod_min.default_plan import default_plan_document
+    from svod_min.planfile.default_plan import default_plan_document
 
     _run_both(lambda: load_plan(default_plan_document()).plan, var_sets=[{"rows": 3}, {"rows": 8}])
     loaded = load_plan(default_plan_document())

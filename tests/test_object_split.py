@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from svod_min import clang
+from svod_min.compiler import clang
 from svod_min.compiler import batch_unit
 from svod_min.compiler.object_split import split_object
 from svod_min.jit_loader import load_object

@@ -1,4 +1,4 @@
-"""Plan-file data (svod_min.plan_data): buffer init forms, ``.npy`` inputs, expectations, their errors."""
+"""Plan-file data (svod_min.planfile.data): buffer init forms, ``.npy`` inputs, expectations, their errors."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from conftest import needs_cc
 from plan_file_support import base, needs_numpy, np, rejected, set_key, Spy
 
-import svod_min.plan_data as plan_data
+import svod_min.planfile.data as plan_data
 from svod_min.dtypes import float32, int32, pack_values
 from svod_min.error import PlanError
 from svod_min.npy import read_npy, write_npy
-from svod_min.plan_file import PlanFileError, load_plan
+from svod_min.planfile.load import PlanFileError, load_plan
 
 
 @pytest.fixture

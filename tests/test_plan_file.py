@@ -17,11 +17,11 @@ import pytest
 from conftest import needs_cc
 from plan_file_support import set_key, base, rejected, REPO, Spy
 
-import svod_min.plan_data as plan_data
-import svod_min.plan_schema as plan_schema
-from svod_min.default_plan import default_plan_document, plan_document
+import svod_min.planfile.data as plan_data
+import svod_min.planfile.schema as plan_schema
+from svod_min.planfile.default_plan import default_plan_document, plan_document
 from svod_min.error import PlanError, SvodError
-from svod_min.plan_file import PlanFileError, load_plan, read_plan_document
+from svod_min.planfile.load import PlanFileError, load_plan, read_plan_document
 
 
 @pytest.fixture
@@ -307,8 +307,8 @@ def test_regression_device_not_a_string() -> None:
 
 
 def test_plan_file_module_keeps_every_name_it_had() -> None:
-    """The split moved the schema checks, data and kernel readers out; ``svod_min.plan_file.X`` still works."""
-    import svod_min.plan_file as plan_file
+    """The split moved the schema checks, data and kernel readers out; ``svod_min.planfile.load.X`` still works."""
+    import svod_min.planfile.load as plan_file
 
     assert plan_file.read_plan_document is plan_schema.read_plan_document
     assert plan_file.MAX_PLAN_BYTES == plan_schema.MAX_PLAN_BYTES and plan_file.FORMAT_VERSION == plan_schema.FORMAT_VERSION

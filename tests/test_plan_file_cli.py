@@ -16,10 +16,10 @@ import pytest
 from conftest import needs_cc
 from plan_file_support import base, REPO
 
-import svod_min.plan_schema as plan_schema
+import svod_min.planfile.schema as plan_schema
 from svod_min.dtypes import float32
 from svod_min.npy import read_npy
-from svod_min.plan_file import load_plan
+from svod_min.planfile.load import load_plan
 
 
 def _cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import pytest
 from svod_min import kernels
 from svod_min.error import SvodError
 from svod_min.kernels import KernelArgumentError
-from svod_min.plan_file import PlanFileError, load_plan
+from svod_min.planfile.load import PlanFileError, load_plan
 
 try:
     import numpy as np

@@ -1,4 +1,4 @@
-"""Tiny kernels on the calling thread (svod_min.plan_grain): measured split, results unchanged."""
+"""Tiny kernels on the calling thread (svod_min.plan.grain): measured split, results unchanged."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any, Dict
 import pytest
 from conftest import needs_cc
 
-from svod_min import plan_grain
-from svod_min.devices.cpu import CpuDevice
-from svod_min.plan_grain import MEASURED_REPLAYS, GrainSplit, pool_grain_ns
+from svod_min.plan import grain as plan_grain
+from svod_min.devices.cpu.device import CpuDevice
+from svod_min.plan.grain import MEASURED_REPLAYS, GrainSplit, pool_grain_ns
 
 N = 16
 
@@ -70,7 +70,7 @@ def test_pool_grain_is_measured_once_per_pool() -> None:
 
 @needs_cc
 def test_tiny_kernels_stop_waking_the_pool_and_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     device = CpuDevice(threads=2)
     counting = CountingPool(device.pool)
@@ -94,7 +94,7 @@ def test_tiny_kernels_stop_waking_the_pool_and_stay_right(monkeypatch: pytest.Mo
 
 @needs_cc
 def test_kernels_above_the_grain_still_go_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    from svod_min.plan_file import load_plan
+    from svod_min.planfile.load import load_plan
 
     device = CpuDevice(threads=2)
     counting = CountingPool(device.pool)

@@ -13,11 +13,11 @@ import pytest
 from conftest import needs_cc
 from hardening_support import assert_no_leak, CYCLES, measure, plan_object, PLAN_SRC, wx  # noqa: F401 - fixtures
 
-from svod_min import clang
-from svod_min.devices.cpu import CpuDevice, CpuProgram
+from svod_min.compiler import clang
+from svod_min.devices.cpu.device import CpuDevice, CpuProgram
 from svod_min.error import BufferAllocationError, InvalidDeviceError, PlanError, SvodError, VariableBoundsError
-from svod_min.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedKernel, RuntimeVar
-from svod_min.kernel_cache import CachedKernel
+from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedKernel, RuntimeVar
+from svod_min.cache.kernel_cache import CachedKernel
 
 
 @pytest.mark.parametrize("mode", ["anon", "memfd"])
@@ -211,7 +211,7 @@ def test_program_level_bad_arguments_dispatch_nothing(plan_object) -> None:
 
 @pytest.mark.parametrize("spec", ["TPU", "TPU:0", "", "CPU:1", "CPU:x", "cpu:-1", "GPU:zero"])
 def test_unknown_or_malformed_devices(spec: str) -> None:
-    from svod_min.device_registry import DEVICE_FACTORIES
+    from svod_min.devices.registry import DEVICE_FACTORIES
 
     with pytest.raises(InvalidDeviceError):
         DEVICE_FACTORIES.device(spec)

@@ -1,4 +1,4 @@
-"""Plan-file kernels (svod_min.plan_kernels): kernel forms, files, size and work expressions, compile errors."""
+"""Plan-file kernels (svod_min.planfile.kernels): kernel forms, files, size and work expressions, compile errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from plan_file_support import base, rejected, set_key, Spy
 
 from svod_min.expr import compile_expr
 from svod_min.error import CompilationError
-from svod_min.plan_file import PlanFileError, load_plan
+from svod_min.planfile.load import PlanFileError, load_plan
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Plan-file schema (svod_min.plan_schema): reading the document (size, encoding, JSON, duplicate keys) and exact value types."""
+"""Plan-file schema (svod_min.planfile.schema): reading the document (size, encoding, JSON, duplicate keys) and exact value types."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from plan_file_support import set_key, BASE, base, rejected, Spy
 
-import svod_min.plan_schema as plan_schema
-from svod_min.plan_file import PlanFileError, load_plan, read_plan_document
+import svod_min.planfile.schema as plan_schema
+from svod_min.planfile.load import PlanFileError, load_plan, read_plan_document
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from svod_min.device_registry import DeviceSpec
+from svod_min.devices.registry import DeviceSpec
 from svod_min.profiler import KernelProfile, chrome_trace, measure, profile_table, write_chrome_trace
 
 

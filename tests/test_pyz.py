@@ -9,7 +9,7 @@ import sys
 import zipfile
 from typing import Any, List
 
-from svod_min.pyz import build_pyz
+from svod_min.planfile.pyz import build_pyz
 
 
 def _bare(cmd: List[str], tmp_path: Any) -> subprocess.CompletedProcess:

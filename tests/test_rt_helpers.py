@@ -25,7 +25,7 @@ def half_kernels():  # type: ignore[no-untyped-def]
 
     if os.uname().machine != "x86_64":
         pytest.skip("the helpers are called by x86-64 objects built without F16C")
-    from svod_min.clang import compile_c
+    from svod_min.compiler.clang import compile_c
     from svod_min.jit_loader.elf import parse_object
 
     obj = compile_c(SOURCE, extra_flags=["-march=x86-64", "-O1", "-fno-vectorize"], compiler="clang")
@@ -71,7 +71,7 @@ def test_floats_narrow_to_nearest_even_as_numpy_does(half_kernels) -> None:  # t
 
 
 def test_the_runner_and_the_helpers_share_one_runtime_mapping() -> None:
-    from svod_min import native_replay
+    from svod_min.plan import native_replay
     from svod_min.jit_loader.rt_helpers import loaded_runtime
 
     runtime = loaded_runtime(load_object)

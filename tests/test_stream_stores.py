@@ -19,7 +19,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from svod_min import clang, kernels
+from svod_min.compiler import clang
+from svod_min import kernels
 from svod_min.jit_loader import load_object, rt_helpers
 from svod_min.kernels import variants
 from svod_min.kernels.lookup import generated

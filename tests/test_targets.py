@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from svod_min import targets
+from svod_min.compiler import targets
 from svod_min.error import ConfigError
-from svod_min.targets import TARGETS, choose_target, host_target, object_target_mismatch
+from svod_min.compiler.targets import TARGETS, choose_target, host_target, object_target_mismatch
 
 V3 = TARGETS["x86_64-v3"].requires
 V4 = TARGETS["x86_64-v4"].requires
@@ -123,8 +123,8 @@ def test_info_names_this_hosts_target() -> None:
 
 
 def test_compiler_triples_name_the_loaders_architectures() -> None:
-    from svod_min.bundle_build import compiler_arch
-    from svod_min.clang import CompilerInfo
+    from svod_min.planfile.bundle_build import compiler_arch
+    from svod_min.compiler.clang import CompilerInfo
 
     for triple, arch in (("x86_64-linux-gnu", "x86_64"), ("powerpc64le-linux-gnu", "ppc64le"),
                          ("aarch64-unknown-linux-gnu", "aarch64"), ("riscv64-linux-gnu", "riscv64")):  # fmt: skip

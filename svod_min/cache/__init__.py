@@ -1,5 +1,5 @@
 """The caches' parts: kernel specs (spec), the in-memory cache (memory), the on-disk object
 cache's file format (disk_format) and store (disk).
 
-Import the public names from :mod:`svod_min.kernel_cache`.
+Import the public names from :mod:`svod_min.cache.kernel_cache`.
 """

@@ -36,7 +36,7 @@ from . import batch_unit
 from .probe import CompilerInfo, find_compiler
 from .run import check_object, compile_c, compiler_flags, offending_lines, run_compiler, source_bytes
 
-log = logging.getLogger("svod_min.clang")
+log = logging.getLogger("svod_min.compiler.clang")
 
 #: Below this many sources per job, splitting a batch over processes costs more than it saves.
 MIN_SOURCES_PER_JOB = 8

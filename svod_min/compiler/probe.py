@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 from ..config import cache_path, env_str
 from ..error import CompilationError, CompilerNotFoundError
 
-log = logging.getLogger("svod_min.clang")
+log = logging.getLogger("svod_min.compiler.clang")
 
 #: File under the cache root where compiler probes persist.
 PROBE_STORE_NAME = "compilers.json"

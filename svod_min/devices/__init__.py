@@ -17,16 +17,16 @@ from __future__ import annotations
 from ..lazy import lazy_exports
 
 _LAZY = {
-    "CpuBuffer": "cpu",
-    "CpuDevice": "cpu",
-    "CpuEvent": "cpu",
-    "CpuLaunch": "cpu",
-    "CpuProgram": "cpu",
-    "CpuQueue": "cpu_queue",
-    "CpuStorage": "cpu",
-    "create_cpu_device": "cpu",
-    "create_cpu_device_with_backend": "cpu",
-    "ensure_thread_pool": "cpu",
+    "CpuBuffer": "cpu.device",
+    "CpuDevice": "cpu.device",
+    "CpuEvent": "cpu.device",
+    "CpuLaunch": "cpu.device",
+    "CpuProgram": "cpu.device",
+    "CpuQueue": "cpu.queue",
+    "CpuStorage": "cpu.device",
+    "create_cpu_device": "cpu.device",
+    "create_cpu_device_with_backend": "cpu.device",
+    "ensure_thread_pool": "cpu.device",
 }
 
 

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - Python 3.7 is not supported; kept for 
 if TYPE_CHECKING:  # annotations only: plans import this module, and it must stay cheap (~10 ms otherwise)
     from concurrent.futures import Executor
 
-    from ..device_spec import DeviceSpec
+    from .spec import DeviceSpec
     from ..dtypes import DType
 
 Dims = Tuple[int, int, int]

@@ -57,7 +57,7 @@ def host_stage(buf: Any) -> Any:
         return buf.numpy()
     except SvodError:
         # Only without numpy: host memory's module (~7 ms of imports) stays out of GPU-only plans.
-        from .cpu_buffer import CpuBuffer, CpuStorage
+        from .cpu.buffer import CpuBuffer, CpuStorage
 
         stage = CpuBuffer(CpuStorage(buf.nbytes), 0, buf.nbytes, buf.dtype, tuple(buf.shape))
         buf.copyout_into(stage)

@@ -1,6 +1,6 @@
 """JIT ELF loader: relocatable object bytes -> callable code in W^X memory.
 
-    obj = compile_c(src)                 # svod_min.clang
+    obj = compile_c(src)                 # svod_min.compiler.clang
     with load_object(obj) as lo:
         add = lo.function("add", None, c_void_p, c_void_p, c_int)
         add(out_ptr, in_ptr, n)

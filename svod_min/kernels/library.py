@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import variants
-from .. import kernel_cache
-from ..device_spec import DeviceSpec
+from ..cache import kernel_cache
+from ..devices.spec import DeviceSpec
 from ..error import KernelArgumentError, KernelParamError, UnsupportedDeviceError
 from .lookup import find_sig, use_prebuilt
 from .checks import check_buffers, check_vars
@@ -188,7 +188,7 @@ def resolve_device(device: Any) -> Any:
             "or a plan file's library kernels with --device CUDA" % (spec, str(spec)))
     if spec.kind != "CPU":
         raise UnsupportedDeviceError("the kernel library supports CPU (and later CUDA), not %s" % spec)
-    from ..devices.cpu import create_cpu_device  # the device layer sits above the library: on demand
+    from ..devices.cpu.device import create_cpu_device  # the device layer sits above the library: on demand
 
     return create_cpu_device()
 
@@ -208,7 +208,7 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
                                % (name,))  # fmt: skip
     dev = resolve_device(device)
     variant = variants.choose_variant()
-    if shape is not None:  # autotuned params for this shape, when stored (svod_min.autotune)
+    if shape is not None:  # autotuned params for this shape, when stored (svod_min.perf.autotune)
         params = tuned_params(name, params, shape, prebuilt, variant)
     sig = find_sig(name, variant, **params)
     use = use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
@@ -243,7 +243,7 @@ def _memo(key: Tuple[Any, ...], make: Callable[[], LibraryKernel]) -> LibraryKer
 
 
 def _make(sig: KernelSig, dev: Any, variant: Optional[str], prebuilt: bool) -> LibraryKernel:
-    from ..devices.cpu import CpuProgram  # the device layer sits above the library: on demand
+    from ..devices.cpu.device import CpuProgram  # the device layer sits above the library: on demand
 
     if prebuilt:
         assert variant is not None

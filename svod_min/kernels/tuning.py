@@ -5,7 +5,7 @@ One JSON file, ``tuning.json`` under the cache root, beside ``objects/``
 (arch, CPU model, prebuilt variant, svod_min version). Writes are atomic
 (temp file + ``os.replace``); a missing, unreadable, corrupt or read-only
 store is ignored (debug log), never an error. The autotuner
-(:mod:`svod_min.autotune`) writes it; :func:`svod_min.kernels.get` reads it
+(:mod:`svod_min.perf.autotune`) writes it; :func:`svod_min.kernels.get` reads it
 through :func:`tuned_params` and never imports the tuner.
 """
 
@@ -21,14 +21,14 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from . import variants
 from .. import __version__
-from ..clang import find_compiler
+from ..compiler.clang import find_compiler
 from ..config import cache_root, env_str
 from ..error import CompilationError, KernelParamError, SvodError
 from ..jit_loader.arch import host_arch
 from .elementwise import c_dtype
 from .lookup import find_sig, param_default, use_prebuilt
 
-log = logging.getLogger("svod_min.autotune")  # the tuner's logger: one switch for both halves
+log = logging.getLogger("svod_min.perf.autotune")  # the tuner's logger: one switch for both halves
 
 STORE_FORMAT = 1
 STORE_NAME = "tuning.json"

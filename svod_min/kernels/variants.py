@@ -16,7 +16,7 @@ from typing import Any, Dict, FrozenSet, List, Optional
 
 from ..jit_loader.arch import host_arch
 from .. import resources
-from ..targets import cpu_features
+from ..compiler.targets import cpu_features
 from ..config import env_str
 from ..error import LoaderError
 from ..error import KernelParamError

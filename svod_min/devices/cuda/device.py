@@ -13,7 +13,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ...device_spec import DeviceSpec
+from ..spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import CudaError, ExecutionError, LaunchConfigError, PtxError, ReleasedError
 from ...ordering import buffers_overlap

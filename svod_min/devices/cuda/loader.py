@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...device_spec import DeviceSpec
+from ..spec import DeviceSpec
 from ...error import CudaError, ForkedChildError, InvalidDeviceError, NotSupportedError, UnsupportedDeviceError
 from . import enums
 from .device import CudaDevice

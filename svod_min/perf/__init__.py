@@ -1,0 +1,8 @@
+"""Measuring and tuning: kernel benchmarks, the autotuner and the benchmark suite.
+
+* :mod:`.benchmark` — ``benchmark_kernel``: timed repeats of one kernel.
+* :mod:`.autotune` and :mod:`.autotune_trials` — ``python -m svod_min tune``: candidates timed,
+  the best stored per shape.
+* :mod:`.bench_suite` — ``python -m svod_min bench``: rows against a peer measured in the same run.
+* :mod:`.benchmarks` — the benchmarks installed with the package.
+"""

@@ -1,0 +1,10 @@
+"""Plan files and model bundles: JSON plans read, validated and loaded onto a device.
+
+* :mod:`.load` — ``load_plan``: a plan document, file or bundle to a runnable ``LoadedPlan``.
+* :mod:`.schema` — the document's value checks (one error per wrong field, naming its path).
+* :mod:`.data` — buffer contents (inline, ``.npy``, raw files) and the files a plan names.
+* :mod:`.kernels` — the ``kernels`` section: C, LLVM IR, library, CUDA C and PTX forms.
+* :mod:`.bundle` — ``.svod`` bundles read; :mod:`.bundle_build` writes them.
+* :mod:`.default_plan` — the embedded seeded MLP plan ``run`` uses without a file.
+* :mod:`.pyz` — the one-file runtime (``python -m svod_min zipapp``).
+"""

@@ -1,0 +1,365 @@
+"""Model bundles (``.svod``): one zip holding a plan, its data, precompiled objects and a manifest.
+
+    manifest.json   {"svod_bundle": 1, "svod_min": version, "entries": {name: {size, sha256}}, "objects": ...}
+    plan.json       the plan; kernels name their objects per target ("objects": [{target, file, sha256}])
+    objects/K/T.o   relocatable objects, one per kernel and target
+    data/, expect/, kernels/ ...   the files the plan names, at the paths it names them by
+
+:func:`open_bundle` reads the bundle in place (nothing is extracted to disk) and refuses a bad one
+before anything runs, naming the entry: a corrupt or truncated zip, an unknown format version, an
+entry path that escapes the bundle, an entry over the size limits (declared or actual: zip bombs),
+a hash mismatch, an entry the manifest does not list or lists but the zip lacks, an object whose ELF
+machine is not its target's, a file the plan names that the bundle does not hold.
+:func:`write_bundle` writes one byte-identically for the same inputs (fixed timestamps and order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+
+from ..error import BundleError, PlanError
+from .schema import parse_plan_bytes
+from ..compiler.targets import object_target_mismatch
+
+BUNDLE_FORMAT = 1
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+ZIP_MAGIC = b"PK\x03\x04"
+FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a bundle may hold: entries, bytes per entry and in all (declared and as read)."""
+
+    max_entries: int = 100_000
+    max_entry_bytes: int = 4 << 30
+    max_total_bytes: int = 16 << 30
+    max_manifest_bytes: int = 64 << 20
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def is_bundle(path: str) -> bool:
+    """Whether ``path`` is meant as a bundle: a ``.svod`` name, or a file that starts as a zip does."""
+    if path.endswith(".svod"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == ZIP_MAGIC
+    except OSError:
+        return False
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_entry_name(name: str) -> str:
+    """``name`` when it is a plain relative path inside the bundle; BundleError otherwise."""
+    parts = name.split("/")
+    bad = (not name or name.startswith("/") or "\\" in name or "\0" in name or ":" in parts[0]
+           or any(p in ("", ".", "..") for p in parts))  # fmt: skip
+    if bad:
+        raise BundleError("entry %r: the path escapes the bundle or is not a plain relative path" % name)
+    return name
+
+
+def plan_file_entry(rel: str, json_path: str) -> str:
+    """The bundle entry a plan's relative file name refers to (the plan lies at the bundle's root)."""
+    name = posixpath.normpath(rel.replace("\\", "/")) if rel else rel
+    try:
+        return check_entry_name(name)
+    except BundleError:
+        raise BundleError("%s names %r: the path escapes the bundle" % (json_path, rel)) from None
+
+
+def file_references(doc: Mapping[str, Any]) -> Iterator[Tuple[str, str]]:
+    """``(json path, relative file name)`` of every file a plan document names."""
+    for name, b in _items(doc.get("buffers")):
+        init = b.get("init") if isinstance(b, dict) else None
+        if isinstance(init, dict) and isinstance(init.get("npy"), str):
+            yield "buffers.%s.init.npy" % name, init["npy"]
+    for name, e in _items(doc.get("expect")):
+        if isinstance(e, dict) and isinstance(e.get("npy"), str):
+            yield "expect.%s.npy" % name, e["npy"]
+    for name, k in _items(doc.get("kernels")):
+        if not isinstance(k, dict):
+            continue
+        for form in ("file", "ir_file"):
+            if isinstance(k.get(form), str):
+                yield "kernels.%s.%s" % (name, form), k[form]
+        cuda = k.get("cuda")
+        for form in ("file", "ptx_file"):
+            if isinstance(cuda, dict) and isinstance(cuda.get(form), str):
+                yield "kernels.%s.cuda.%s" % (name, form), cuda[form]
+        for i, o in enumerate(k.get("objects") or []):
+            if isinstance(o, dict) and isinstance(o.get("file"), str):
+                yield "kernels.%s.objects[%d].file" % (name, i), o["file"]
+
+
+def _items(section: Any) -> List[Tuple[str, Any]]:
+    return list(section.items()) if isinstance(section, dict) else []
+
+
+# --- writing -----------------------------------------------------------------------------
+
+
+def write_bundle(out_path: str, files: Mapping[str, bytes], manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """Write ``files`` (entry name -> bytes, ``plan.json`` among them) and the manifest as one zip.
+
+    ``manifest`` gets ``svod_bundle`` and ``entries`` (size and sha256 of each file); entries are written
+    in name order with fixed timestamps and modes, so the same inputs give the same bytes. The file is
+    replaced atomically. Returns the manifest written.
+    """
+    if PLAN not in files:
+        raise PlanError("a bundle needs %s" % PLAN)
+    names = sorted(check_entry_name(n) for n in files if n != MANIFEST)
+    full = dict(manifest)
+    full["svod_bundle"] = BUNDLE_FORMAT
+    full["entries"] = {n: {"size": len(files[n]), "sha256": sha256(files[n])} for n in names}
+    payload = {MANIFEST: json.dumps(full, indent=1, sort_keys=True).encode("utf-8") + b"\n"}
+    payload.update((n, files[n]) for n in names)
+    write_fixed_zip(out_path, [(n, payload[n]) for n in [MANIFEST] + names])
+    return full
+
+
+def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, prefix: bytes = b"",
+                    mode: int = 0o644) -> int:  # fmt: skip
+    """Write ``members`` in the given order as a deflated zip with fixed timestamps (the same bytes for the
+    same members), after ``prefix`` (a zipapp's ``#!`` line); atomically. Returns the size written."""
+    directory = os.path.dirname(os.path.abspath(out_path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".svod-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(prefix)
+            with zipfile.ZipFile(fh, "w") as zf:
+                for name, data in members:
+                    info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = 0o644 << 16
+                    info.create_system = 3  # Unix, whatever the writing host
+                    zf.writestr(info, data, compresslevel=6)
+            size = fh.tell()
+        os.chmod(tmp, mode)
+        os.replace(tmp, out_path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return size
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class Bundle:
+    """A bundle read and checked whole: its manifest, plan document and entries (in memory)."""
+
+    path: str
+    manifest: Dict[str, Any]
+    plan: Dict[str, Any]
+    entries: Dict[str, bytes] = field(repr=False)
+
+    def files(self) -> "BundleFiles":
+        return BundleFiles(self)
+
+    def kernel_targets(self) -> Dict[str, List[str]]:
+        """Kernel name -> the targets it has objects for (kernels with only source or a library form: [])."""
+        kernels = self.plan.get("kernels") or {}
+        return {name: [o.get("target") for o in (k.get("objects") or [])] for name, k in kernels.items()}
+
+    def targets(self) -> List[str]:
+        """Every target some kernel has an object for, in the manifest's order."""
+        found = {t for ts in self.kernel_targets().values() for t in ts}
+        listed = [t for t in self.manifest.get("targets", []) if t in found]
+        return listed + sorted(found - set(listed))
+
+
+class BundleFiles:
+    """The files a bundle's plan names, read from its entries (the plan data's file reader)."""
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+
+    def read_bytes(self, rel: str, path: str) -> bytes:
+        name = plan_file_entry(rel, path)
+        data = self.bundle.entries.get(name)
+        if data is None:
+            raise BundleError("%s: %s names %r, which the bundle does not hold" % (self.bundle.path, path, rel))
+        return data
+
+
+def describe_bundle(bundle: Bundle) -> List[str]:
+    """What ``info MODEL.svod`` prints: the bundle, its targets, this host's choice, each kernel's."""
+    from ..jit_loader.arch import host_arch
+    from ..compiler.targets import choose_target, host_target
+
+    m = bundle.manifest
+    compiler = m.get("compiler") or {}
+    lines = ["bundle: %s (format %d, built by svod_min %s%s)" % (
+        bundle.path, BUNDLE_FORMAT, m.get("svod_min", "?"),
+        " with %s %s" % (compiler.get("family"), compiler.get("version")) if compiler else "")]
+    if bundle.plan.get("description"):
+        lines.append("description: %s" % bundle.plan["description"])
+    targets = bundle.targets()
+    lines.append("targets: %s" % (", ".join(targets) or "none (no precompiled kernels)"))
+    chosen = choose_target(targets) if targets else None
+    lines.append("this host: %s, target %s; would use %s" % (
+        host_arch(), host_target() or "unknown", chosen or ("nothing here" if targets else "-")))
+    for name, kts in bundle.kernel_targets().items():
+        k = bundle.plan["kernels"][name]
+        form = "library %s" % k["library"] if "library" in k else "objects %s" % ", ".join(kts) if kts else "source only"
+        pick = choose_target(kts) if kts else None
+        source = any(f in k for f in ("source", "file", "llvm_ir", "ir_file"))
+        use = pick or ("compile the source" if source and "library" not in k else "-" if not kts else "NONE")
+        lines.append("kernel %s: %s; uses %s" % (name, form, use))
+    return lines
+
+
+def open_bundle(path: str, limits: Limits = DEFAULT_LIMITS) -> Bundle:
+    """Read and check the bundle at ``path`` whole; BundleError (naming the entry) for anything wrong."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise BundleError("%s: no such bundle" % path) from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise BundleError("%s: not a readable bundle (truncated or corrupt zip: %s)" % (path, exc)) from None
+    with zf:
+        infos = _checked_infos(zf, path, limits)
+        manifest = _manifest(zf, infos, path, limits)
+        entries = _entries(zf, infos, manifest, path, limits)
+    plan = _plan(entries, path)
+    _check_plan_files(plan, entries, path)
+    return Bundle(path, manifest, plan, entries)
+
+
+def _checked_infos(zf: zipfile.ZipFile, path: str, limits: Limits) -> Dict[str, zipfile.ZipInfo]:
+    """The zip's entries by name, every name plain and unique, every declared size within the limits."""
+    infos: Dict[str, zipfile.ZipInfo] = {}
+    listed = zf.infolist()
+    if len(listed) > limits.max_entries:
+        raise BundleError("%s: %d entries; the limit is %d" % (path, len(listed), limits.max_entries))
+    total = 0
+    for info in listed:
+        name = _named(path, info.filename)
+        if name in infos:
+            raise BundleError("%s: entry %r appears twice" % (path, name))
+        if info.flag_bits & 0x1:
+            raise BundleError("%s: entry %r is encrypted" % (path, name))
+        if info.file_size > limits.max_entry_bytes:
+            raise BundleError("%s: entry %r declares %d bytes; the limit is %d"
+                              % (path, name, info.file_size, limits.max_entry_bytes))  # fmt: skip
+        total += info.file_size
+        infos[name] = info
+    if total > limits.max_total_bytes:
+        raise BundleError("%s: entries declare %d bytes in all; the limit is %d" % (path, total, limits.max_total_bytes))
+    return infos
+
+
+def _named(path: str, name: str) -> str:
+    try:
+        return check_entry_name(name)
+    except BundleError as exc:
+        raise BundleError("%s: %s" % (path, exc)) from None
+
+
+def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, limit: int) -> bytes:
+    """The entry's bytes, read at most ``limit`` + 1 so that an entry larger than it says is caught."""
+    try:
+        with zf.open(info) as fh:
+            data = fh.read(limit + 1)
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError) as exc:
+        raise BundleError("%s: entry %r cannot be read (%s)" % (path, info.filename, exc)) from None
+    if len(data) > limit:
+        raise BundleError("%s: entry %r holds more than %d bytes" % (path, info.filename, limit))
+    if len(data) != info.file_size:
+        raise BundleError("%s: entry %r holds %d bytes, not the %d it declares" % (path, info.filename, len(data), info.file_size))
+    return data
+
+
+def _manifest(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], path: str, limits: Limits) -> Dict[str, Any]:
+    info = infos.get(MANIFEST)
+    if info is None:
+        raise BundleError("%s: entry %r is missing (not a svod_min bundle)" % (path, MANIFEST))
+    raw = _read_entry(zf, info, path, limits.max_manifest_bytes)
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BundleError("%s: entry %r is not valid JSON (%s)" % (path, MANIFEST, exc)) from None
+    if not isinstance(manifest, dict):
+        raise BundleError("%s: entry %r is not a JSON object" % (path, MANIFEST))
+    version = manifest.get("svod_bundle")
+    if type(version) is not int or version != BUNDLE_FORMAT:
+        raise BundleError("%s: entry %r: unknown bundle format version %r (this svod_min reads %d)"
+                          % (path, MANIFEST, version, BUNDLE_FORMAT))  # fmt: skip
+    if not isinstance(manifest.get("entries"), dict):
+        raise BundleError("%s: entry %r has no \"entries\" object" % (path, MANIFEST))
+    return manifest
+
+
+def _entries(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, Any], path: str,
+             limits: Limits) -> Dict[str, bytes]:  # fmt: skip
+    """Every entry the manifest lists, read and checked against its listed size and sha256."""
+    listed: Dict[str, Any] = manifest["entries"]
+    for name in infos:
+        if name != MANIFEST and name not in listed:
+            raise BundleError("%s: entry %r is not listed in the manifest" % (path, name))
+    out: Dict[str, bytes] = {}
+    for name, meta in listed.items():
+        _named(path, name)
+        if name not in infos:
+            raise BundleError("%s: entry %r is listed in the manifest but missing from the bundle" % (path, name))
+        size, digest = (meta.get("size"), meta.get("sha256")) if isinstance(meta, dict) else (None, None)
+        if type(size) is not int or not isinstance(digest, str):
+            raise BundleError("%s: the manifest's record of entry %r lacks its size or sha256" % (path, name))
+        if size != infos[name].file_size:
+            raise BundleError("%s: entry %r declares %d bytes; the manifest says %d" % (path, name, infos[name].file_size, size))
+        data = _read_entry(zf, infos[name], path, min(size, limits.max_entry_bytes))
+        if sha256(data) != digest:
+            raise BundleError("%s: entry %r does not match its sha256 in the manifest" % (path, name))
+        out[name] = data
+    return out
+
+
+def _plan(entries: Dict[str, bytes], path: str) -> Dict[str, Any]:
+    raw = entries.get(PLAN)
+    if raw is None:
+        raise BundleError("%s: entry %r is missing" % (path, PLAN))
+    try:
+        return parse_plan_bytes(raw, "%s entry %s" % (path, PLAN))
+    except PlanError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str) -> None:
+    """Every file the plan names is an entry; every object is for its target's machine and matches its hash."""
+    for json_path, rel in file_references(plan):
+        name = plan_file_entry(rel, "%s: %s %s" % (path, PLAN, json_path))
+        if name not in entries:
+            raise BundleError("%s: %s %s names %r, which the bundle does not hold" % (path, PLAN, json_path, rel))
+    for kname, k in _items(plan.get("kernels")):
+        objects = k.get("objects") if isinstance(k, dict) else None
+        for i, o in enumerate(objects if isinstance(objects, list) else []):
+            if not isinstance(o, dict) or not isinstance(o.get("file"), str):
+                continue  # the plan reader names the malformed record
+            name = plan_file_entry(o["file"], "kernels.%s.objects[%d].file" % (kname, i))
+            problem = object_target_mismatch(entries[name], str(o.get("target")))
+            if problem is not None:
+                raise BundleError("%s: entry %r (kernel %s, target %s): %s" % (path, name, kname, o.get("target"), problem))
+            if o.get("sha256") != sha256(entries[name]):
+                raise BundleError("%s: entry %r does not match the sha256 kernel %s gives it" % (path, name, kname))
+
+
+__all__ = ["BUNDLE_FORMAT", "Bundle", "BundleFiles", "DEFAULT_LIMITS", "Limits", "MANIFEST", "PLAN", "check_entry_name",
+           "describe_bundle", "file_references", "is_bundle", "open_bundle", "plan_file_entry", "sha256", "write_bundle", "write_fixed_zip"]  # fmt: skip

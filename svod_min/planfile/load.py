@@ -1,0 +1,289 @@
+"""Plan files: a versioned JSON description of buffers, kernels and ops.
+
+See docs/plan-format.md. :func:`load_plan` validates the whole document —
+every error names its JSON path (``ops[3].buffers[1]: unknown buffer 'h2'``)
+— compiles the kernels, builds the :class:`ExecutionPlan` and returns it
+with what is needed to verify it. Nothing is dispatched on bad input.
+
+The reader is split by concept: :mod:`svod_min.planfile.schema` (typed checks of
+JSON values, reading the document), :mod:`svod_min.planfile.data` (files beside the
+plan, buffers and their initial data, expectations), :mod:`svod_min.planfile.kernels`
+(each kernel form validated and loaded); this module builds the ops and the plan.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
+
+from .bundle import is_bundle, open_bundle
+from ..devices.registry import DEVICE_FACTORIES
+from ..error import PlanError, PlanFileError, SvodError
+from ..plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar
+from ..expr import compile_expr
+from ..cache.kernel_cache import CachedKernel
+from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
+from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
+from ..plan.ops import custom_function_kinds
+from .schema import FORMAT_VERSION, MAX_PLAN_BYTES, as_bool, as_int, as_list, as_object, as_text, float32_bits, known_keys, missing, need, read_plan_document
+
+_TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
+
+
+@dataclass
+class LoadedPlan:
+    """A built plan plus its names, variables and expectations."""
+
+    plan: ExecutionPlan
+    buffers: Dict[str, Any]
+    variables: Dict[str, RuntimeVar]
+    defaults: Dict[str, int]
+    expectations: List[Expectation] = field(default_factory=list)
+    description: str = ""
+
+    def verify(self) -> List[Tuple[str, bool, float]]:
+        """(buffer, ok, max abs error) for every expectation."""
+        return [check_expectation(self.buffers[e.buffer], e) for e in self.expectations]
+
+
+def load_plan(
+    source: Any, *, device: Any = None, base_dir: Optional[str] = None, var_values: Optional[Mapping[str, int]] = None
+) -> LoadedPlan:
+    """Build a plan from a path (a plan file, or a model bundle ``.svod``) or an already parsed document."""
+    if isinstance(source, str) and is_bundle(source):
+        bundle = open_bundle(source)  # checked whole before anything is built
+        return _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
+    if isinstance(source, str):
+        base_dir = base_dir or os.path.dirname(os.path.abspath(source))
+        doc = read_plan_document(source)
+    else:
+        doc = as_object(source, "$")
+    return _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
+
+
+class _PlanReader:
+    """One document -> one plan: device, variables, buffers, kernels, ops, expectations, in that order."""
+
+    def __init__(self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int],
+                 files: Any = None) -> None:  # fmt: skip
+        self.doc = doc
+        self.files = files
+        self.base_dir = base_dir
+        self.device_override = device
+        self.var_values = dict(var_values)
+        self.device: Any = None
+        self.variables: Dict[str, RuntimeVar] = {}
+        self.values: Dict[str, int] = {}
+        self.buffers: Dict[str, Any] = {}
+        self.buffer_index: Dict[str, int] = {}
+        self.kernels: Dict[str, Tuple[CachedKernel, Dict[str, Any]]] = {}
+        self.data: Any = None  # a PlanData once the device is known
+
+    def build(self) -> LoadedPlan:
+        doc = self.doc
+        known_keys(doc, _TOP_KEYS, "$")
+        need("svod_plan" in doc, "svod_plan", "missing: a plan file starts with \"svod_plan\": %d" % FORMAT_VERSION)
+        need(type(doc["svod_plan"]) is int and doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
+        self._device()
+        self.data = PlanData(self.base_dir, self.device, self.files)
+        self._vars(as_object(doc.get("vars", {}), "vars"))
+        builder = ExecutionPlanBuilder(self.device)
+        builder.set_var_values(self.values)
+        self._buffers(builder, as_object(doc.get("buffers"), "buffers") if "buffers" in doc else missing("buffers"))
+        self.kernels = KernelReader(self.device, self.data).read(as_object(doc.get("kernels", {}), "kernels"))
+        ops = as_list(doc.get("ops"), "ops") if "ops" in doc else missing("ops")
+        need(len(ops) > 0, "ops", "a plan needs at least one op")
+        for i, op in enumerate(ops):
+            builder.add_op(self._op(i, as_object(op, "ops[%d]" % i)))
+        outputs = [self.buffer_index[n] for n, spec in self.doc["buffers"].items() if spec.get("output")]
+        need(bool(outputs), "buffers", "no buffer is marked \"output\": true")
+        builder.set_output_buffers(outputs)
+        expectations = self.data.expectations(as_object(doc.get("expect", {}), "expect"), self.buffers)
+        plan = builder.build()
+        description = as_text(doc["description"], "description") if doc.get("description", "") != "" else ""
+        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description)
+
+    # -- device and variables ------------------------------------------------------------
+
+    def _device(self) -> None:
+        if self.device_override is not None and not isinstance(self.device_override, str):
+            self.device = self.device_override  # an already created device object
+            return
+        if self.device_override is not None:
+            spec = self.device_override  # from --device: the registry names what is wrong with it
+        else:
+            spec = as_text(self.doc.get("device", "CPU"), "device")
+        self.device = DEVICE_FACTORIES.device(spec)
+
+    def _vars(self, spec: Dict[str, Any]) -> None:
+        for name, v in spec.items():
+            path = "vars.%s" % name
+            need(name.isidentifier() and name != "core_id", path, "variable names are identifiers (core_id is reserved)")
+            if isinstance(v, list):
+                need(len(v) == 3, path, "expected [min, max, default]")
+                lo, hi, default = (as_int(x, "%s[%d]" % (path, i), -(1 << 31), (1 << 31) - 1) for i, x in enumerate(v))
+            else:
+                v = as_object(v, path)
+                known_keys(v, {"min", "max", "default"}, path)
+                lo = as_int(v.get("min"), path + ".min", -(1 << 31), (1 << 31) - 1)
+                hi = as_int(v.get("max"), path + ".max", -(1 << 31), (1 << 31) - 1)
+                default = as_int(v.get("default", hi), path + ".default")
+            need(lo <= hi, path, "min %d > max %d" % (lo, hi))
+            need(lo <= default <= hi, path, "default %d is outside [%d, %d]" % (default, lo, hi))
+            self.variables[name] = RuntimeVar(name, lo, hi)
+            self.values[name] = default
+        for name, value in self.var_values.items():
+            var = self.variables.get(name)
+            need(var is not None, "--var %s" % name, "unknown variable (plan variables: %s)" % sorted(self.variables))
+            need(type(value) is int and var.min_val <= value <= var.max_val, "--var %s" % name,
+                 "variable %s=%r is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val))
+            self.values[name] = value
+
+    # -- buffers ------------------------------------------------------------------------
+
+    def _buffers(self, builder: ExecutionPlanBuilder, spec: Dict[str, Any]) -> None:
+        need(len(spec) > 0, "buffers", "a plan needs at least one buffer")
+        for ast_id, (name, b) in enumerate(spec.items()):
+            path = "buffers.%s" % name
+            b = as_object(b, path)
+            known_keys(b, {"dtype", "shape", "init", "output", "input", "view_of", "offset"}, path)
+            for flag in ("output", "input"):
+                if flag in b:
+                    as_bool(b[flag], "%s.%s" % (path, flag))
+            need("offset" not in b or "view_of" in b, path + ".offset", "an offset needs view_of (it places a view in its base)")
+            buf = self.data.view(name, b, path, self.buffers) if "view_of" in b else self.data.allocate(b, path)
+            self.buffers[name] = buf
+            self.buffer_index[name] = builder.add_buffer(ast_id, buf)
+            if b.get("input"):
+                builder.declare_input(self.buffer_index[name])
+
+
+    # -- ops ------------------------------------------------------------------------------
+
+    def _op(self, i: int, op: Dict[str, Any]) -> Any:
+        path = "ops[%d]" % i
+        kinds = [k for k in ("kernel", "copy", "view", "custom") if k in op]
+        need(len(kinds) == 1, path, "an op has exactly one of kernel, copy, view, custom (got %s)" % (kinds or "none"))
+        op_id = as_int(op.get("id", i), path + ".id", 0)
+        deps = [as_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(as_list(op.get("deps", []), path + ".deps"))]
+        kind = kinds[0]
+        if kind == "kernel":
+            return self._kernel_op(op, op_id, deps, path)
+        extra = {"custom": {"buffers", "attrs"}}.get(kind, set())
+        known_keys(op, {kind, "id", "deps"} | extra, path)
+        if kind == "copy":
+            c = as_object(op["copy"], path + ".copy")
+            known_keys(c, {"dst", "src"}, path + ".copy")
+            return PreparedCopy(op_id, [self._buf(c.get("dst"), path + ".copy.dst"), self._buf(c.get("src"), path + ".copy.src")], deps)
+        if kind == "view":
+            name = as_text(op["view"], path + ".view")
+            spec = self.doc["buffers"].get(name, {})
+            need("view_of" in spec, path + ".view", "buffer %r is not declared with view_of" % name)
+            base = self.buffers[spec["view_of"]]
+            view = self.buffers[name]
+            return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
+                                      view.offset - base.offset, view.nbytes, deps)
+        custom = as_text(op["custom"], path + ".custom")
+        registered = custom_function_kinds()
+        need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
+        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))]
+        attrs = as_object(op.get("attrs", {}), path + ".attrs")
+        return PreparedCustomFunction(op_id, custom, bufs, attrs, {}, deps)
+
+    def _buf(self, name: Any, path: str) -> int:
+        name = as_text(name, path)
+        need(name in self.buffer_index, path, "unknown buffer %r" % name)
+        return self.buffer_index[name]
+
+    def _kernel_op(self, op: Dict[str, Any], op_id: int, deps: List[int], path: str) -> PreparedKernel:
+        known_keys(op, {"kernel", "buffers", "vars", "global_size", "id", "deps"}, path)
+        name = as_text(op["kernel"], path + ".kernel")
+        need(name in self.kernels, path + ".kernel", "unknown kernel %r (declared: %s)" % (name, sorted(self.kernels)))
+        kernel, meta = self.kernels[name]
+        names = as_list(op.get("buffers"), path + ".buffers")
+        need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
+        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
+        gpu = kernel.program.grid_in_blocks
+        if "global_size" in op:
+            gsize = global_size_exprs(op["global_size"], path + ".global_size")
+            if not gpu:  # the CPU launch (core_id invocations); a GPU form launches its own grid
+                check_threading(gsize, kernel.var_names, path + ".global_size")
+                kernel = with_global_size(kernel, gsize)
+        bindings = dict(as_object(op.get("vars", {}), path + ".vars"))
+        if gpu:  # portable plans may bind the CPU thread-split variables; the GPU form has none
+            for cpu_only in CPU_ONLY_VARS:
+                if cpu_only not in kernel.var_names:
+                    bindings.pop(cpu_only, None)
+        if "core_id_count" in kernel.var_names and "core_id_count" not in bindings and "core_id_count" not in self.variables:
+            bindings["core_id_count"] = max(1, int(self.device.threads))  # library kernels: one chunk per thread
+        vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars", meta.get("f32", ()))
+        try:
+            env = dict(zip(kernel.var_names, vals))
+            if meta.get("arg_check") is not None:  # now, to name the op; the plan re-checks at every bind
+                meta["arg_check"](env, [self.buffers[n] for n in names])
+            for work in ("flops", "bytes"):  # a profile must not be the first to find a division by zero
+                if isinstance(meta.get(work), str):
+                    compile_expr(meta[work])(env)
+            return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
+                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs,
+                                  arg_check=meta.get("arg_check"))  # fmt: skip
+        except SvodError as exc:
+            raise PlanFileError(path, str(exc)) from None
+
+    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str,
+                   f32: Iterable[str] = ()) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:  # fmt: skip
+        extra = sorted(set(bindings) - set(kernel.var_names))
+        need(not extra, path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names))
+        vals, fixed, runtime, exprs = [], {}, [], {}
+        for name in kernel.var_names:
+            if name == "core_id":
+                vals.append(0)  # set per invocation by the dispatcher
+                continue
+            bound = bindings.get(name, name)
+            if name in f32:  # a real-valued parameter (layernorm's eps): the kernel gets its float32 bits
+                bits = float32_bits(bound, "%s.%s" % (path, name))
+                vals.append(bits)
+                fixed[name] = bits
+            elif type(bound) is int:
+                as_int(bound, "%s.%s" % (path, name), -(1 << 31), (1 << 31) - 1)
+                vals.append(bound)
+                fixed[name] = bound
+            elif bound == name and name in self.variables:
+                vals.append(self.values[name])
+                runtime.append(self.variables[name])
+            elif isinstance(bound, str) and bound != name:
+                value, used = self._var_expr(bound, "%s.%s" % (path, name))
+                vals.append(value)
+                exprs[name] = bound
+                runtime.extend(self.variables[v] for v in sorted(used))
+            else:
+                raise PlanFileError("%s.%s" % (path, name), "bind kernel variable %r to an integer, a plan variable or an expression over plan variables (plan variables: %s)" % (name, sorted(self.variables)))
+        return vals, fixed, runtime, exprs
+
+    def _var_expr(self, text: str, path: str) -> Tuple[int, FrozenSet[str]]:
+        """Evaluate an op's variable expression with the plan variables' current values."""
+        try:
+            expr = compile_expr(text)
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+        unknown = sorted(expr.names - set(self.variables))
+        need(not unknown, path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables)))
+        try:
+            value = expr(self.values)
+        except PlanError as exc:
+            raise PlanFileError(path, str(exc)) from None
+        need(-(1 << 31) <= value < (1 << 31), path, "expression %r = %d does not fit int32" % (text, value))
+        return value, expr.names
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_BUFFER_BYTES",
+    "MAX_PLAN_BYTES",
+    "Expectation",
+    "LoadedPlan",
+    "PlanFileError",
+    "load_plan",
+    "read_plan_document",
+]

@@ -1,0 +1,163 @@
+"""Plan-file schema checks: typed readers of JSON values that name the offending path, and the document reader.
+
+Every check raises :class:`PlanFileError` with the JSON path of the value
+(``ops[3].buffers[1]: unknown buffer 'h2'``); :func:`read_plan_document` reads
+a file with size, encoding, syntax and duplicate-key checks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..error import PlanFileError
+
+FORMAT_VERSION = 1
+MAX_PLAN_BYTES = 64 * 1024 * 1024
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+# --- small validators ----------------------------------------------------------------
+
+
+def need(cond: bool, path: str, message: str) -> None:
+    if not cond:
+        raise PlanFileError(path, message)
+
+
+def as_object(value: Any, path: str) -> Dict[str, Any]:
+    need(isinstance(value, dict), path, "expected an object, got %s" % describe(value))
+    return value
+
+
+def as_list(value: Any, path: str) -> List[Any]:
+    need(isinstance(value, list), path, "expected a list, got %s" % describe(value))
+    return value
+
+
+def as_int(value: Any, path: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    need(type(value) is int, path, "expected an integer, got %s" % describe(value))
+    need(lo is None or value >= lo, path, "must be >= %d, got %d" % (lo or 0, value))
+    need(hi is None or value <= hi, path, "must be <= %d, got %d" % (hi or 0, value))
+    return value
+
+
+def as_number(value: Any, path: str) -> float:
+    need(isinstance(value, (int, float)) and not isinstance(value, bool), path, "expected a number, got %s" % describe(value))
+    return float(value)
+
+
+def float32_bits(value: Any, path: str) -> int:
+    """A number as the int32 holding its float32 bits (what an ``f32`` kernel variable receives)."""
+    number = as_number(value, path)
+    need(math.isfinite(number) and abs(number) <= _FLOAT32_MAX, path, "%r is not a finite float32 value" % (value,))
+    return struct.unpack("<i", struct.pack("<f", number))[0]
+
+
+def as_bool(value: Any, path: str) -> bool:
+    need(isinstance(value, bool), path, "expected true or false, got %s" % describe(value))
+    return value
+
+
+def as_text(value: Any, path: str) -> str:
+    need(isinstance(value, str) and value != "", path, "expected a non-empty string, got %s" % describe(value))
+    return value
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, str):
+        return "string %r" % (value[:40],)
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def known_keys(obj: Mapping[str, Any], allowed: set, path: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    need(not extra, path, "unknown key(s) %s (allowed: %s)" % (extra, sorted(allowed)))
+
+
+# --- reading the document --------------------------------------------------------------
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def read_plan_document(path: str) -> Dict[str, Any]:
+    """Read and parse a plan file with size and syntax checks."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
+    need(not os.path.isdir(path), "", "cannot read plan file %s: it is a directory" % path)
+    need(size <= MAX_PLAN_BYTES, "", "plan file %s is %d bytes; the limit is %d" % (path, size, MAX_PLAN_BYTES))
+    need(size > 0, "", "plan file %s is empty" % path)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise PlanFileError("", "cannot read plan file %s: %s" % (path, exc.strerror or exc)) from None
+    return parse_plan_bytes(raw, "plan file %s" % path)
+
+
+def parse_plan_bytes(raw: bytes, what: str) -> Dict[str, Any]:
+    """A plan document from bytes (a file's, or a bundle entry's); ``what`` names them in errors."""
+    try:
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except UnicodeDecodeError:
+        raise PlanFileError("", "%s is not UTF-8 text" % what) from None
+    except _DuplicateKey as exc:  # json keeps the last one silently: a second "expect" would hide the first
+        raise PlanFileError("", "%s repeats the key %r in one object" % (what, exc.key)) from None
+    except ValueError as exc:
+        raise PlanFileError("", "%s is not valid JSON: %s" % (what, exc)) from None
+    except RecursionError:
+        raise PlanFileError("", "%s nests too deeply" % what) from None
+    return as_object(doc, "$")
+
+
+def missing(key: str) -> Any:
+    raise PlanFileError(key, "missing (a plan file needs %s)" % key)
+
+
+def three(value: Any, path: str) -> List[Any]:
+    dims = as_list(value, path)
+    need(len(dims) == 3, path, "expected 3 entries, got %d" % len(dims))
+    return dims
+
+
+def product(dims: Sequence[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= d
+    return out
+
+
+def flatten(values: List[Any], path: str) -> List[Any]:
+    """Nested lists of numbers -> flat list, checking every element."""
+    out: List[Any] = []
+    for j, v in enumerate(values):
+        if isinstance(v, list):
+            out.extend(flatten(v, "%s[%d]" % (path, j)))
+        else:
+            need(isinstance(v, (int, float)) and not isinstance(v, bool), "%s[%d]" % (path, j), "expected a number, got %s" % describe(v))
+            out.append(v)
+    return out
+
+
+__all__ = [
+    "FORMAT_VERSION", "MAX_PLAN_BYTES", "as_bool", "as_int", "as_list", "as_number", "as_object", "as_text",
+    "describe", "flatten", "float32_bits", "known_keys", "missing", "need", "parse_plan_bytes", "product", "read_plan_document", "three",
+]  # fmt: skip
