@@ -26,7 +26,7 @@ Input ``i`` of seed ``s`` is generated from ``random.Random(s * 2**32 + i)``
 alone, so any input can be reproduced without re-running the others. No
 hypothesis needed; the worker processes split the index range.
 
-The module doubles as the mutation engine of tests/test_fuzz_loader.py.
+The module doubles as the mutation engine of tests/loader/test_fuzz_loader.py.
 """
 
 from __future__ import annotations

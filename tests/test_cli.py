@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 from conftest import needs_cc
-from hardening_support import child_env, one_line_error, unusable_dirs
+from support.hardening import child_env, one_line_error, unusable_dirs
 
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, main
 

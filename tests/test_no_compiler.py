@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from hardening_support import (  # noqa: F401 - fixtures
+from support.hardening import (  # noqa: F401 - fixtures
     ENERGY_1, no_compiler_env, one_line_error, run_python, state_objects,
 )
 

@@ -6,7 +6,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from plan_file_support import needs_numpy, np
+from support.plan_file import needs_numpy, np
 
 from svod_min.dtypes import float32, int32, pack_values
 from svod_min.error import PlanError

@@ -5,7 +5,7 @@
 (with this folder on PYTHONPATH). With ``SVOD_TINYGRAD_HOOK=1`` the hook is installed before any
 test is collected, so every CPU program of the run, the device's own included, goes through it.
 Either way the outcome of every test (by node id) and the loader's counts are written as JSON to
-``SVOD_TINYGRAD_RESULTS``, which tests/test_interop_tinygrad_loader.py compares.
+``SVOD_TINYGRAD_RESULTS``, which tests/interop/test_interop_tinygrad_loader.py compares.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import random
 
 import pytest
 from a64_support import NOT_AARCH64, ON_AARCH64
-from fuzz_support import fuzz_engine
+from support.fuzz import fuzz_engine
 
 if not ON_AARCH64:
     pytest.skip(NOT_AARCH64, allow_module_level=True)

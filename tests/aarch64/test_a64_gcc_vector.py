@@ -1,7 +1,7 @@
 """Issue 19's defect shape, checked by relocation on any host with the aarch64 binutils.
 
 ``data/vector_gcc12_O2.s`` is gcc 12's arm64 output for ``VECTOR_SOURCE``
-(tests/loader_cases.py) at -O2 -fPIC: 16-byte constants loaded with
+(tests/support/loader_cases.py) at -O2 -fPIC: 16-byte constants loaded with
 LDST128_ABS_LO12_NC from ``.rodata.cst16``, static arrays over several pages
 reached by ADRP + ADD pairs (some ADDs far from their ADRP), memset through
 CALL26. It is assembled by ``aarch64-linux-gnu-as`` (or ``as`` on arm64),
@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("elftools")
 
-import oracle_support as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
+from support import oracle as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
 from a64_support import ON_AARCH64  # noqa: E402
 
 from svod_min.jit_loader import relocate  # noqa: E402

@@ -1,6 +1,6 @@
 """load_object against ctypes.CDLL of the same source built -shared, executed on aarch64.
 
-Every case of ``tests/loader_cases.py`` (libm/libc calls through veneers,
+Every case of ``tests/support/loader_cases.py`` (libm/libc calls through veneers,
 .bss/.data/.rodata, GOT loads, jump tables, function-pointer tables, a big
 function, GCC vector code with 16-byte constants) is built by the root's gcc
 at -O0 and -O2, with and without -fno-plt: once ``-c`` for the loader, once
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from a64_support import BREAK_ENV, NOT_AARCH64, ON_AARCH64
-from loader_cases import EXEC_CASES, PROVIDER, TLS_SOURCE, ExecCase
+from support.loader_cases import EXEC_CASES, PROVIDER, TLS_SOURCE, ExecCase
 
 from svod_min.error import UnsupportedRelocationError
 from svod_min.jit_loader import LoadedObject, load_object

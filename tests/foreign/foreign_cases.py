@@ -1,4 +1,4 @@
-"""C drivers for the loader's cases (tests/loader_cases.py) on architectures with no Python.
+"""C drivers for the loader's cases (tests/support/loader_cases.py) on architectures with no Python.
 
 Each driver defines ``run_case()``, which reaches entry points only through
 ``svod_sym("name")`` (harness.c), calls them with fixed inputs and prints the
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import List
 
-from loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE, KITCHEN_SINK, PROVIDER, VECTOR_SOURCE, big_function_source
+from support.loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE, KITCHEN_SINK, PROVIDER, VECTOR_SOURCE, big_function_source
 
 _PRELUDE = r"""
 #include <stdio.h>
