@@ -59,6 +59,7 @@ _LAZY: Dict[str, str] = {
     "benchmark_kernel": "perf.benchmark",
     "warmup_thread_pool": "perf.benchmark",
     "load_plan": "planfile.load",
+    "load_model": "planfile.load",
     # caches
     "CompiledSpec": "cache.kernel_cache",
     "CachedKernel": "cache.kernel_cache",

@@ -71,7 +71,7 @@ def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
     os.makedirs(directory, exist_ok=True)
     written = []
     for name, buf in _saved_outputs(loaded).items():
-        path = os.path.join(directory, name + ".npy")
+        path = os.path.join(directory, _file_name(name) + ".npy")
         write_npy(path, buf.dtype, tuple(buf.shape), buf.copyout())
         written.append(path)
     return written
@@ -82,9 +82,14 @@ def _saved_outputs(loaded: "LoadedPlan") -> Dict[str, Any]:
     outputs = {id(b) for b in loaded.plan.output_buffers()}
     chosen = {name: buf for name, buf in loaded.buffers.items() if id(buf) in outputs}
     for name in chosen:
-        if name in (".", "..") or os.path.basename(name) != name or "/" in name or "\\" in name or "\0" in name:
+        if _file_name(name) in (".", "..", "") or "\0" in name:
             raise PlanError("--save: output buffer %r is not a plain file name" % name)
     return chosen
+
+
+def _file_name(name: str) -> str:
+    """An output's file name under --save: path separators (an ONNX name such as gpu_0/softmax_1) become '_'."""
+    return name.replace("/", "_").replace("\\", "_")
 
 
 def _writing(path: str, option: str, write: Any) -> Any:
@@ -93,6 +98,24 @@ def _writing(path: str, option: str, write: Any) -> Any:
         return write()
     except OSError as exc:
         raise PlanError("%s %s: cannot write: %s" % (option, path, exc.strerror or exc)) from None
+
+
+def _replace_inputs(loaded: "LoadedPlan", items: List[str]) -> List[str]:
+    """``--input NAME=FILE.npy``: NAME is everything before the last '=' (input names may hold any character)."""
+    from .npy import read_npy
+
+    replaced = []
+    for item in items:
+        name, sep, path = item.rpartition("=")
+        if not sep or not name or not path:
+            raise PlanError("--input %r: expected NAME=FILE.npy" % item)
+        try:
+            dt, shape, payload = read_npy(path)
+        except OSError as exc:
+            raise PlanError("--input %s: cannot read %s: %s" % (name, path, exc.strerror or exc)) from None
+        loaded.set_input(name, dt.name, tuple(shape), payload)
+        replaced.append(name)
+    return replaced
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -104,8 +127,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     plan = loaded.plan
     if args.save:
         _saved_outputs(loaded)  # refused before anything runs
+    replaced = _replace_inputs(loaded, args.input)
     plan.execute()  # the first run from the initial state is the one verified
-    checks = loaded.verify()
+    checks = [] if replaced else loaded.verify()
     saved = _writing(args.save, "--save", lambda: _save_outputs(loaded, args.save)) if args.save else []
     profiles = plan.execute_profiled()  # later runs are warm: they profile and time
     times = _timed_runs(plan, args.repeat)
@@ -122,6 +146,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
         "profile": [p.to_dict() for p in profiles],
         "saved": saved,
+        "inputs_replaced": replaced,
     }
     if args.json:
         print(json.dumps(report, indent=1, allow_nan=False))
@@ -144,7 +169,9 @@ def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
     for check in report["verify"]:
         err = check["max_abs_error"]
         print("verify %s: %s (max |err| %s)" % (check["buffer"], "ok" if check["ok"] else "FAILED", "%.3g" % err if err is not None else "inf"))
-    if not report["verify"]:
+    if report["inputs_replaced"]:
+        print("verify: skipped: inputs replaced (%s); the recorded expectations describe the example inputs" % ", ".join(report["inputs_replaced"]))
+    elif not report["verify"]:
         print("verify: nothing to check (the plan has no \"expect\" section)")
     for path in report["saved"]:
         print("saved %s" % path)
@@ -299,14 +326,71 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    if args.plan is not None and _is_onnx(args.plan):
+        return _build_onnx(args)
+    if args.dim or args.shape:
+        raise PlanError("--dim and --shape bind an ONNX model's dynamic dims; %s is a plan" % (args.plan or "the default plan"))
     from .planfile.bundle_build import build_bundle
 
     report = build_bundle(args.plan, args.output, targets=args.target or None, compiler=args.cc,
                           progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    _print_build(report)
+    return EXIT_OK
+
+
+def _print_build(report: Any) -> None:
     print("wrote %s: %d kernel(s) x %d target(s) = %d object(s); targets %s%s" % (
         report.path, report.kernels, len(report.built), report.objects, ", ".join(report.built) or "-",
         "; not built: %s" % ", ".join(report.skipped) if report.skipped else ""))
+
+
+def _is_onnx(path: str) -> bool:
+    from .onnx import looks_like_onnx
+
+    return looks_like_onnx(path)
+
+
+def _build_onnx(args: argparse.Namespace) -> int:
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise PlanError("%s is an ONNX model: building it needs the onnx package (pip install 'svod-min[onnx]')" % args.plan) from None
+    from .onnx import build_onnx
+
+    dims = _parse_dims(args.dim)
+    shapes = _parse_input_shapes(args.shape)
+    result = build_onnx(args.plan, args.output, targets=args.target or None, compiler=args.cc, dims=dims, shapes=shapes,
+                        expect=not args.no_expect, progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+    _print_build(result.report)
     return EXIT_OK
+
+
+def _parse_dims(items: List[str]) -> Dict[str, int]:
+    """``--dim batch=1`` (repeatable) -> {"batch": 1}."""
+    out: Dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError(item)
+            out[name] = int(value)
+        except ValueError:
+            raise PlanError("--dim %r: expected NAME=N" % item) from None
+    return out
+
+
+def _parse_input_shapes(items: List[str]) -> Dict[str, List[int]]:
+    """``--shape input=1,3,224,224`` (repeatable; the name may hold any character but the last '=')."""
+    out: Dict[str, List[int]] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError(item)
+            out[name] = [int(d) for d in value.split(",")] if value.strip() else []
+        except ValueError:
+            raise PlanError("--shape %r: expected INPUT=D0,D1,..." % item) from None
+    return out
 
 
 def _cmd_zipapp(args: argparse.Namespace) -> int:
@@ -329,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true", help="print the per-op profile table")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of the profiled run")
     run.add_argument("--save", metavar="DIR", help="write output buffers as .npy files")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="replace a plan input before the run (repeatable; shape and dtype must match)")
     run.add_argument("--json", action="store_true", help="machine-readable output")
     run.set_defaults(func=_cmd_run)
     check = sub.add_parser("selfcheck", help="compile and verify the built-in kernels")
@@ -362,12 +448,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--bundle", metavar="MODEL.svod", help="also build a model bundle of the written plan")
     export.add_argument("--target", dest="bundle_targets", action="append", default=[], metavar="T",
                         help="bundle target (repeatable; default: all)")
-    build = sub.add_parser("build", help="compile a plan's kernels for every target into one bundle (MODEL.svod)")
-    build.add_argument("plan", nargs="?", help="plan file (default: the embedded MLP plan)")
+    build = sub.add_parser("build", help="compile a plan's (or an ONNX model's) kernels for every target into one bundle (MODEL.svod)")
+    build.add_argument("plan", nargs="?", help="plan file or ONNX model (default: the embedded MLP plan)")
     build.add_argument("-o", "--output", required=True, metavar="MODEL.svod", help="the bundle to write")
     build.add_argument("--target", action="append", default=[], metavar="T",
                        help="x86_64, x86_64-v3, x86_64-v4, aarch64 (repeatable; default: all)")
     build.add_argument("--cc", default=None, help="compiler to build with (default: SVOD_CC, clang, gcc)")
+    build.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="ONNX: bind a dynamic dim by name (repeatable)")
+    build.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,...",
+                       help="ONNX: the whole shape of one input (repeatable)")
+    build.add_argument("--no-expect", action="store_true", help="ONNX: do not record onnxruntime's outputs as expectations")
     build.set_defaults(func=_cmd_build)
     pyz = sub.add_parser("zipapp", help="write a one-file runtime (svod_min and pyelftools in one .pyz)")
     pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")

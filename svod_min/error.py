@@ -304,6 +304,18 @@ class BundleError(PlanError):
     exit_code = EXIT_BAD_INPUT
 
 
+class UnsupportedModelError(PlanError):
+    """A model (ONNX) that svod_min cannot lower: the message names the node, op, opset and what is unsupported."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ModelFileError(PlanError):
+    """A model file that is not ONNX, is truncated or corrupt, lacks its external data or contradicts a given shape."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 class NoUsableTargetError(SvodError):
     """No precompiled object fits this host and nothing here can compile the kernel's source."""
 
@@ -430,6 +442,8 @@ __all__ = [
     "KernelArgumentError",
     "PlanFileError",
     "BundleError",
+    "UnsupportedModelError",
+    "ModelFileError",
     "NoUsableTargetError",
     "CudaError",
     "CudaSymbolError",

@@ -33,6 +33,7 @@ BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 ZIP_MAGIC = b"PK\x03\x04"
+STORE_ABOVE = 1 << 20  # .npy entries above this size are stored, not deflated
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
 
 
@@ -145,7 +146,9 @@ def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, pref
             with zipfile.ZipFile(fh, "w") as zf:
                 for name, data in members:
                     info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
-                    info.compress_type = zipfile.ZIP_DEFLATED
+                    # large arrays (model weights) barely deflate and would cost seconds per 100 MB: stored
+                    big_data = name.endswith(".npy") and len(data) > STORE_ABOVE
+                    info.compress_type = zipfile.ZIP_STORED if big_data else zipfile.ZIP_DEFLATED
                     info.external_attr = 0o644 << 16
                     info.create_system = 3  # Unix, whatever the writing host
                     zf.writestr(info, data, compresslevel=6)

@@ -15,7 +15,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import __version__
 from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
@@ -52,9 +52,24 @@ def build_bundle(plan: Optional[str], out: str, *, targets: Optional[Sequence[st
                  compiler: Optional[str] = None, progress: Callable[[str], None] = lambda line: None) -> BuildReport:  # fmt: skip
     """Build ``out`` from the plan file ``plan`` (None: the default MLP plan) for ``targets`` (default: all)."""
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
-    wanted = [check_target_name(t) for t in (targets or list(TARGETS))]
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
+    return build_bundle_from_document(doc, entries, out, targets=targets, compiler=compiler, progress=progress)
+
+
+def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], out: str, *,
+                               targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
+                               progress: Callable[[str], None] = lambda line: None,
+                               created_by: str = "python -m svod_min build") -> BuildReport:  # fmt: skip
+    """Build ``out`` from a plan document held in memory and the files it names (bundle entry -> bytes).
+
+    The document gains each compiled kernel's ``objects``; every file it names must be in ``files``.
+    """
+    wanted = [check_target_name(t) for t in (targets or list(TARGETS))]
+    entries = dict(files)
+    for where, rel in file_references(doc):
+        if plan_file_entry(rel, where) not in entries:
+            raise PlanError("%s names %r, which is not among the files given" % (where, rel))
     sources = _source_kernels(doc, entries)
     info = find_compiler(compiler=compiler) if sources else None
     buildable, skipped = _buildable(wanted, info)
@@ -73,6 +88,7 @@ def build_bundle(plan: Optional[str], out: str, *, targets: Optional[Sequence[st
             _add_object(doc["kernels"][kname], target.name, entry_name, sha256(data))
     entries[PLAN] = _plan_bytes(doc)
     manifest = _manifest(info, buildable, skipped, objects)
+    manifest["created_by"] = created_by
     written = write_bundle(out, entries, manifest)
     return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects), written)
 
@@ -220,4 +236,4 @@ def _manifest(info: Optional[CompilerInfo], built: List[Tuple[Target, List[str]]
     return manifest
 
 
-__all__ = ["FAKE_BASE", "BuildReport", "build_bundle", "compiler_arch"]
+__all__ = ["FAKE_BASE", "BuildReport", "build_bundle", "build_bundle_from_document", "compiler_arch"]

@@ -13,6 +13,7 @@ plan, buffers and their initial data, expectations), :mod:`svod_min.planfile.ker
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
@@ -41,10 +42,22 @@ class LoadedPlan:
     defaults: Dict[str, int]
     expectations: List[Expectation] = field(default_factory=list)
     description: str = ""
+    inputs: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
 
     def verify(self) -> List[Tuple[str, bool, float]]:
-        """(buffer, ok, max abs error) for every expectation."""
-        return [check_expectation(self.buffers[e.buffer], e) for e in self.expectations]
+        """(buffer, ok, max abs error) for every expectation; NaN where NaN is expected counts as equal."""
+        return [_check_nan_aware(self.buffers[e.buffer], e) for e in self.expectations]
+
+    def set_input(self, name: str, dtype_name: str, shape: Tuple[int, ...], payload: bytes) -> None:
+        """Replace input buffer ``name``'s contents (shape and dtype must be the plan's); PlanError naming it otherwise."""
+        if name not in self.inputs:
+            raise PlanError("input %r: the plan has no such input (inputs: %s)" % (name, ", ".join(repr(n) for n in self.inputs) or "none"))
+        buf = self.buffers[name]
+        want_dtype, want_shape = buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype), tuple(buf.shape)
+        if dtype_name != want_dtype or tuple(shape) != want_shape:
+            raise PlanError("input %r: got %s %s, the plan's input is %s %s" % (name, dtype_name, list(shape), want_dtype, list(want_shape)))
+        buf.copyin(payload)
 
 
 def load_plan(
@@ -60,6 +73,80 @@ def load_plan(
     else:
         doc = as_object(source, "$")
     return _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
+
+
+def _check_nan_aware(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
+    """:func:`check_expectation` with NaN == NaN at the same position (a model may compute NaN on purpose)."""
+    nan_at = [i for i, w in enumerate(e.values) if isinstance(w, float) and math.isnan(w)]
+    if not nan_at:
+        return check_expectation(buf, e)
+    got = buf.tolist()
+    flat: List[Any] = []
+    stack = [got]
+    while stack:  # flatten without recursion limits
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(reversed(item))
+        else:
+            flat.append(item)
+    if any(not math.isnan(float(flat[i])) for i in nan_at if i < len(flat)):
+        return e.buffer, False, float("inf")
+    keep = [i for i in range(len(e.values)) if i not in set(nan_at)]
+    rest = Expectation(e.buffer, [e.values[i] for i in keep], e.rtol, e.atol)
+    return check_expectation(_Values([flat[i] for i in keep]), rest)
+
+
+class _Values:
+    """Plain values standing in for a buffer in :func:`check_expectation`."""
+
+    def __init__(self, values: List[Any]) -> None:
+        self.values = values
+
+    def tolist(self) -> List[Any]:
+        return self.values
+
+
+class Model:
+    """A loaded plan or bundle called like a function: ``model(x=array)`` -> ``{output name: numpy array}``.
+
+    Inputs not given keep their current contents (the bundle's example data at first). One call
+    runs at a time (a lock): the plan's buffers are shared, so calls from several threads queue.
+    """
+
+    def __init__(self, loaded: LoadedPlan) -> None:
+        import threading
+
+        self.loaded = loaded
+        self.input_names = list(loaded.inputs)
+        self.output_names = list(loaded.outputs)
+        self._lock = threading.Lock()
+
+    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+        import numpy as np
+
+        with self._lock:
+            for name, value in inputs.items():
+                arr = np.ascontiguousarray(value)
+                self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), arr.tobytes())
+            self.loaded.plan.execute()
+            self.loaded.plan.synchronize()
+            return {name: self._array(name) for name in self.output_names}
+
+    def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+        """The same call with a mapping (input names need not be identifiers: ``gpu_0/data_0``)."""
+        return self(**dict(inputs))
+
+    def _array(self, name: str) -> Any:
+        import numpy as np
+
+        buf = self.loaded.buffers[name]
+        dt = buf.dtype.numpy_name if hasattr(buf.dtype, "numpy_name") else str(buf.dtype)
+        return np.frombuffer(buf.copyout(), dtype=dt).reshape(tuple(buf.shape)).copy()
+
+
+def load_model(source: Any, *, device: Any = None) -> Model:
+    """A plan file or model bundle (``.svod``) ready to call: ``load_model("m.svod")(x=array)``."""
+    return Model(load_plan(source, device=device))
 
 
 class _PlanReader:
@@ -102,7 +189,9 @@ class _PlanReader:
         expectations = self.data.expectations(as_object(doc.get("expect", {}), "expect"), self.buffers)
         plan = builder.build()
         description = as_text(doc["description"], "description") if doc.get("description", "") != "" else ""
-        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description)
+        inputs = [n for n, spec in self.doc["buffers"].items() if spec.get("input")]
+        output_names = [n for n, spec in self.doc["buffers"].items() if spec.get("output")]
+        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description, inputs, output_names)
 
     # -- device and variables ------------------------------------------------------------
 
@@ -285,5 +374,7 @@ __all__ = [
     "LoadedPlan",
     "PlanFileError",
     "load_plan",
+    "load_model",
+    "Model",
     "read_plan_document",
 ]

@@ -1,0 +1,93 @@
+"""``python -m svod_min build MODEL.onnx -o MODEL.svod``: read, check, pass, lower, record expectations, bundle.
+
+Everything that can refuse the model (the file, the shapes, every node's op, attributes and
+dtypes) runs before the bundle is written, and the bundle is written to a temporary file that is
+renamed into place: a refused or failed build leaves nothing at ``-o``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..planfile.bundle_build import BuildReport, build_bundle_from_document
+from . import ops_elementwise, ops_nn, ops_shape  # noqa: F401 - they fill the op table
+from .ir import Graph
+from .lower import Lowering, PlanParts, npy_bytes
+from .parse import read_graph
+from .passes import run_passes
+from .table import OPS, check_graph
+
+#: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order).
+RTOL, ATOL = 1e-3, 1e-5
+
+
+@dataclass
+class OnnxBuild:
+    """What an ONNX build produced: the bundle report plus the model's numbers."""
+
+    report: BuildReport
+    nodes: int
+    plan_ops: int
+    kernels: Dict[str, int]
+    arena_bytes: int
+    weight_bytes: int
+    expectations: str
+
+
+def lower_graph(graph: Graph, description: str) -> PlanParts:
+    """Checked IR -> plan document and files (passes included)."""
+    check_graph(graph)
+    graph = run_passes(graph)
+    lowering = Lowering(graph)
+    for node in graph.nodes:
+        OPS[node.op].lower(lowering, node)
+    parts = lowering.finish(description)
+    parts.kernels = {"library": sum(1 for k in parts.doc["kernels"].values() if "library" in k),
+                     "generated C": sum(1 for k in parts.doc["kernels"].values() if "source" in k)}  # fmt: skip
+    return parts
+
+
+def lower_model(path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None) -> PlanParts:
+    graph = read_graph(path, dims or {}, shapes or {})
+    outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
+    ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
+    return lower_graph(graph, "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs))
+
+
+def record_expectations(path: str, parts: PlanParts, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> str:
+    """Expected outputs for the example inputs from onnxruntime, when it is installed (else a note why not)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return "no expectations recorded (onnxruntime is not installed)"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        results = session.run(None, dict(parts.example_inputs))
+    except Exception as exc:  # onnxruntime refusing a model we lower is worth a note, not a failed build
+        return "no expectations recorded (onnxruntime: %s)" % str(exc).splitlines()[0][:200]
+    expect: Dict[str, Any] = {}
+    for i, (meta, value) in enumerate(zip(session.get_outputs(), results)):
+        entry = "expect/out%d.npy" % i
+        parts.files[entry] = npy_bytes(np.asarray(value))
+        expect[meta.name] = {"npy": entry, "rtol": RTOL, "atol": ATOL}
+    parts.doc["expect"] = expect
+    return "expectations recorded from onnxruntime %s for the example inputs" % ort.__version__
+
+
+def build_onnx(path: str, out: str, *, targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
+               dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+               expect: bool = True, progress: Callable[[str], None] = lambda line: None) -> OnnxBuild:  # fmt: skip
+    parts = lower_model(path, dims, shapes)
+    progress("lowered %s: %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes" % (
+        path, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
+    note = record_expectations(path, parts, dims or {}, shapes or {}) if expect else "no expectations recorded (--no-expect)"
+    progress(note)
+    report = build_bundle_from_document(parts.doc, parts.files, out, targets=targets, compiler=compiler, progress=progress,
+                                        created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path))  # fmt: skip
+    return OnnxBuild(report, 0, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)

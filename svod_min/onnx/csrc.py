@@ -1,0 +1,363 @@
+"""C source of the kernels the ONNX lowering generates where the library has none.
+
+Each function returns a :class:`CKernel`: one C function in svod's calling convention
+(``void k(float *out, const T *in..., int core_id)``, run ``chunks`` times with ``core_id = 0..chunks-1``,
+each call doing its own contiguous share). Shapes, strides and attributes are compiled in as
+constants: the bundle compiles every kernel for every target at build time, and constant trip
+counts let the compiler unroll and vectorise. No header is included (a cross target may lack
+the C library's headers); the few libm functions used are declared here and resolved by the loader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
+              "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
+#: Elements one core_id call handles at least: smaller tensors run on one thread.
+GRAIN = 1 << 15
+MAX_CHUNKS = 64
+
+
+@dataclass(frozen=True)
+class CKernel:
+    """A generated kernel: entry name, C text, pointer count, element counts each buffer must hold, calls."""
+
+    name: str
+    source: str
+    extents: Tuple[int, ...]
+    chunks: int
+
+    @property
+    def buffers(self) -> int:
+        return len(self.extents)
+
+
+def _finish(tag: str, body: str, extents: Sequence[int], chunks: int) -> CKernel:
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:12]
+    name = "svod_onnx_%s_%s" % (tag, digest)
+    source = PROTOTYPES + body.replace("KNAME", name)
+    return CKernel(name, source, tuple(int(e) for e in extents), max(1, int(chunks)))
+
+
+def chunks_for(items: int, work_per_item: int) -> int:
+    """How many core_id calls share ``items`` independent items of ``work_per_item`` elements each."""
+    return max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // GRAIN))
+
+
+def flt(value: float) -> str:
+    """A float32 C literal (infinities as huge constants the compiler folds to inf)."""
+    if math.isinf(value):
+        return "(%s1e39f)" % ("-" if value < 0 else "")
+    if math.isnan(value):
+        return "(0.0f/0.0f)"
+    return "%.9gf" % value if "e" in "%.9g" % value or "." in "%.9g" % value else "%.9g.0f" % value
+
+
+def activation(kind: Optional[str], params: Dict[str, float], v: str) -> str:
+    """The C expression of a fused activation applied to ``v`` (NaN stays NaN where ONNX's does)."""
+    if kind is None:
+        return v
+    if kind == "Relu":
+        return "(%s < 0.0f ? 0.0f : %s)" % (v, v)
+    if kind == "LeakyRelu":
+        return "(%s < 0.0f ? %s * %s : %s)" % (v, flt(params["alpha"]), v, v)
+    if kind == "Clip":
+        return "(%s < %s ? %s : (%s > %s ? %s : %s))" % (v, flt(params["min"]), flt(params["min"]), v, flt(params["max"]), flt(params["max"]), v)
+    if kind == "Sigmoid":
+        return "(1.0f / (1.0f + expf(-%s)))" % v
+    if kind == "Tanh":
+        return "tanhf(%s)" % v
+    if kind == "HardSigmoid":
+        return "__builtin_fmaxf(0.0f, __builtin_fminf(1.0f, %s * %s + %s))" % (flt(params["alpha"]), v, flt(params["beta"]))
+    if kind == "HardSwish":
+        return "(%s * __builtin_fmaxf(0.0f, __builtin_fminf(1.0f, %s / 6.0f + 0.5f)))" % (v, v)
+    raise ValueError(kind)
+
+
+def contiguous_strides(shape: Sequence[int]) -> List[int]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def broadcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> List[int]:
+    """Element strides of ``shape`` read as ``out_shape`` (numpy broadcasting; 0 where it repeats)."""
+    padded = [1] * (len(out_shape) - len(shape)) + list(shape)
+    strides = contiguous_strides(padded)
+    return [0 if p == 1 and o != 1 else s for p, o, s in zip(padded, out_shape, strides)]
+
+
+def collapse(out_shape: Sequence[int], strides: List[List[int]]) -> Tuple[List[int], List[List[int]]]:
+    """Drop size-1 dims and merge neighbours every array walks as one (shape, strides per array)."""
+    dims = [(d, [s[i] for s in strides]) for i, d in enumerate(out_shape) if d != 1]
+    merged: List[Tuple[int, List[int]]] = []
+    for d, ss in dims:
+        if merged and all(prev == cur * d for prev, cur in zip(merged[-1][1], ss)):
+            merged[-1] = (merged[-1][0] * d, ss)
+        else:
+            merged.append((d, ss))
+    if not merged:
+        merged = [(1, [1 for _ in strides])]
+    return [d for d, _ in merged], [[ss[k] for _, ss in merged] for k in range(len(strides))]
+
+
+def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], expr: str, *, inplace: bool = False,
+                tag: str = "ew", in_types: Optional[Sequence[str]] = None) -> CKernel:  # fmt: skip
+    """``out = expr(x0, x1, ...)`` with numpy broadcasting; ``inplace``: x0 is ``out`` itself (one buffer fewer)."""
+    n_out = max(1, int(math.prod(out_shape)))
+    arrays = [contiguous_strides(out_shape)] + [broadcast_strides(s, out_shape) for s in in_shapes]
+    shape, strides = collapse(out_shape, arrays)
+    last = shape[-1]
+    block = min(last, 4096)
+    nblocks = -(-last // block)
+    outer = shape[:-1]
+    rows = int(math.prod(outer)) * nblocks
+    chunks = chunks_for(rows, block)
+    per = -(-rows // chunks)
+    types = list(in_types or ["float"] * len(in_shapes))
+    first = 1 if inplace else 0
+    params = ["float *restrict out"] + ["const %s *restrict in%d" % (types[k], k) for k in range(first, len(in_shapes))]
+    lines = ["void KNAME(%s, int core_id) {" % ", ".join(params),
+             "  const long rows = %d, per = %d;" % (rows, per),
+             "  long r0 = (long)core_id * per, r1 = r0 + per < rows ? r0 + per : rows;",
+             "  for (long r = r0; r < r1; ++r) {",
+             "    long q = r / %d, j0 = (r %% %d) * %d, j1 = j0 + %d < %d ? j0 + %d : %d;" % (nblocks, nblocks, block, block, last, block, last),
+             "    long o = 0%s;" % "".join(", o%d = 0" % k for k in range(len(in_shapes)))]
+    for axis in reversed(range(len(outer))):
+        adds = "".join(" o%d += k * %d;" % (k, strides[k + 1][axis]) for k in range(len(in_shapes)) if strides[k + 1][axis])
+        lines.append("    { long k = q %% %d; q /= %d; o += k * %d;%s }" % (outer[axis], outer[axis], strides[0][axis], adds))
+    loads = []
+    for k in range(len(in_shapes)):
+        src = "out" if (inplace and k == 0) else "in%d" % k
+        step = strides[k + 1][-1]
+        index = "o%d + j * %d" % (k, step) if step not in (0, 1) else ("o%d + j" % k if step == 1 else "o%d" % k)
+        loads.append("const float x%d = (float)%s[%s];" % (k, src, index))
+    lines += ["    for (long j = j0; j < j1; ++j) {", "      %s" % " ".join(loads),
+              "      out[o + j] = %s;" % expr, "    }", "  }", "}", ""]
+    extents = [n_out] + [max(1, int(math.prod(s))) for s in in_shapes[first:]]
+    return _finish(tag, "\n".join(lines), extents, chunks)
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """One 2-D convolution or pooling window, all sizes known: N, C, H, W -> N, OC, OH, OW."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    pb: int
+    pr: int
+    dh: int
+    dw: int
+    groups: int = 1
+
+
+def conv2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float]) -> CKernel:
+    """Direct grouped convolution with any padding; bias and activation in the store."""
+    cg, ocg = g.c // g.groups, g.oc // g.groups
+    planes = g.n * g.oc
+    chunks = chunks_for(planes, g.oh * g.ow * cg * g.kh * g.kw)
+    per = -(-planes // chunks)
+    store = activation(act, act_params, "acc")
+    body = """void KNAME(float *restrict out, const float *restrict x, const float *restrict w%s, int core_id) {
+  long p0 = (long)core_id * %d, p1 = p0 + %d < %d ? p0 + %d : %d;
+  for (long p = p0; p < p1; ++p) {
+    long n = p / %d, oc = p %% %d, grp = oc / %d;
+    const float *xg = x + (n * %d + grp * %d) * %d;
+    const float *wk = w + oc * %d;
+    float *o = out + p * %d;
+    for (long oh = 0; oh < %d; ++oh) {
+      for (long ow = 0; ow < %d; ++ow) {
+        float acc = %s;
+        for (long c = 0; c < %d; ++c) {
+          for (long kh = 0; kh < %d; ++kh) {
+            long ih = oh * %d - %d + kh * %d;
+            if (ih < 0 || ih >= %d) continue;
+            for (long kw = 0; kw < %d; ++kw) {
+              long iw = ow * %d - %d + kw * %d;
+              if (iw < 0 || iw >= %d) continue;
+              acc += xg[(c * %d + ih) * %d + iw] * wk[(c * %d + kh) * %d + kw];
+            }
+          }
+        }
+        o[oh * %d + ow] = %s;
+      }
+    }
+  }
+}
+""" % (", const float *restrict bias" if bias else "", per, per, planes, per, planes, g.oc, g.oc, ocg, g.c, cg, g.h * g.w,
+       cg * g.kh * g.kw, g.oh * g.ow, g.oh, g.ow, "bias[oc]" if bias else "0.0f", cg, g.kh, g.sh, g.pt, g.dh, g.h,
+       g.kw, g.sw, g.pl, g.dw, g.w, g.h, g.w, g.kh, g.kw, g.ow, store)  # fmt: skip
+    extents = [g.n * g.oc * g.oh * g.ow, g.n * g.c * g.h * g.w, g.oc * cg * g.kh * g.kw] + ([g.oc] if bias else [])
+    return _finish("conv", body, extents, chunks)
+
+
+def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
+    """Max or average pooling over each window (padding never wins a max; the divisor per ONNX's rule)."""
+    planes = g.n * g.c
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    if kind == "max":
+        init, step, final = "-(1e39f)", "acc = (v > acc || v != v) ? v : acc;", "acc"
+    else:
+        init, step, final = "0.0f", "acc += v;", "acc / (float)cnt"
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long p0 = (long)core_id * %d, p1 = p0 + %d < %d ? p0 + %d : %d;
+  for (long p = p0; p < p1; ++p) {
+    const float *xp = x + p * %d;
+    float *o = out + p * %d;
+    for (long oh = 0; oh < %d; ++oh) {
+      for (long ow = 0; ow < %d; ++ow) {
+        float acc = %s; long cnt = 0;
+        for (long kh = 0; kh < %d; ++kh) {
+          long ih = oh * %d - %d + kh * %d;
+          for (long kw = 0; kw < %d; ++kw) {
+            long iw = ow * %d - %d + kw * %d;
+            int inside = ih >= 0 && ih < %d && iw >= 0 && iw < %d;
+            int padded = ih < %d && iw < %d;
+            cnt += %s;
+            if (!inside) continue;
+            float v = xp[ih * %d + iw];
+            %s
+          }
+        }
+        o[oh * %d + ow] = %s;
+      }
+    }
+  }
+}
+""" % (per, per, planes, per, planes, g.h * g.w, g.oh * g.ow, g.oh, g.ow, init, g.kh, g.sh, g.pt, g.dh, g.kw, g.sw,
+       g.pl, g.dw, g.h, g.w, g.h + g.pb, g.w + g.pr, "padded" if count_include_pad else "inside", g.w, step, g.ow, final)  # fmt: skip
+    return _finish("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+
+
+def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: float) -> CKernel:
+    """ONNX LRN across channels: x / (bias + alpha / size * sum of squares in the window) ** beta."""
+    planes = n * c
+    chunks = chunks_for(planes, hw * size)
+    per = -(-planes // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long p0 = (long)core_id * %d, p1 = p0 + %d < %d ? p0 + %d : %d;
+  for (long p = p0; p < p1; ++p) {
+    long n = p / %d, c = p %% %d;
+    long lo = c - %d < 0 ? 0 : c - %d, hi = c + %d > %d ? %d : c + %d;
+    for (long i = 0; i < %d; ++i) {
+      float s = 0.0f;
+      for (long cc = lo; cc <= hi; ++cc) { float v = x[(n * %d + cc) * %d + i]; s += v * v; }
+      out[p * %d + i] = x[p * %d + i] / powf(%s + %s * s, %s);
+    }
+  }
+}
+""" % (per, per, planes, per, planes, c, c, (size - 1) // 2, (size - 1) // 2, -(-(size - 1) // 2), c - 1, c - 1,
+       -(-(size - 1) // 2), hw, c, hw, hw, hw, flt(bias), flt(alpha / size), flt(beta))  # fmt: skip
+    return _finish("lrn", body, [planes * hw, planes * hw], chunks)
+
+
+def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
+    """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
+    chunks = chunks_for(outer, length)
+    per = -(-outer // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long r0 = (long)core_id * %d, r1 = r0 + %d < %d ? r0 + %d : %d;
+  for (long r = r0; r < r1; ++r)
+    for (long j = 0; j < %d; ++j) out[r * %d + %d + j] = x[r * %d + j];
+}
+""" % (per, per, outer, per, outer, length, total, offset, length)
+    return _finish("concat", body, [outer * total, outer * length], chunks)
+
+
+def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset: int, src_count: int, tag: str) -> CKernel:
+    """``out[i...] = x[offset + sum(i_k * stride_k)]``: transposes beyond 4-D, slices, expands."""
+    n_out = max(1, int(math.prod(out_shape)))
+    shape, strides = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
+    last = shape[-1]
+    outer = shape[:-1]
+    rows = int(math.prod(outer))
+    chunks = chunks_for(rows, last)
+    per = -(-rows // chunks)
+    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {",
+             "  long r0 = (long)core_id * %d, r1 = r0 + %d < %d ? r0 + %d : %d;" % (per, per, rows, per, rows),
+             "  for (long r = r0; r < r1; ++r) {", "    long q = r, o = 0, s = %d;" % src_offset]
+    for axis in reversed(range(len(outer))):
+        lines.append("    { long k = q %% %d; q /= %d; o += k * %d; s += k * %d; }" % (outer[axis], outer[axis], strides[0][axis], strides[1][axis]))
+    lines += ["    for (long j = 0; j < %d; ++j) out[o + j] = x[s + j * %d];" % (last, strides[1][-1]), "  }", "}", ""]
+    return _finish(tag, "\n".join(lines), [n_out, src_count], chunks)
+
+
+def softmax_axis(outer: int, red: int, inner: int, log: bool) -> CKernel:
+    """Softmax (or LogSoftmax) along a middle axis: x viewed as (outer, red, inner)."""
+    items = outer * inner
+    chunks = chunks_for(items, red * 3)
+    per = -(-items // chunks)
+    final = "out[b + k * %d] = x[b + k * %d] - m - logf(s);" % (inner, inner) if log else "out[b + k * %d] = expf(x[b + k * %d] - m) / s;" % (inner, inner)
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;
+  for (long i = i0; i < i1; ++i) {
+    long b = (i / %d) * %d + i %% %d;
+    float m = -(1e39f), s = 0.0f;
+    for (long k = 0; k < %d; ++k) { float v = x[b + k * %d]; m = v > m ? v : m; }
+    for (long k = 0; k < %d; ++k) s += expf(x[b + k * %d] - m);
+    for (long k = 0; k < %d; ++k) %s
+  }
+}
+""" % (per, per, items, per, items, inner, red * inner, inner, red, inner, red, inner, red, final)
+    return _finish("softmax", body, [outer * red * inner, outer * red * inner], chunks)
+
+
+def reduce_axis(outer: int, red: int, inner: int, kind: str) -> CKernel:
+    """Reductions the library lacks (min, prod, sum of squares, L1, L2, log-sum-exp) over (outer, red, inner)."""
+    items = outer * inner
+    chunks = chunks_for(items, red)
+    per = -(-items // chunks)
+    init, step, final = {
+        "min": ("(1e39f)", "a = (v < a || v != v) ? v : a;", "a"),
+        "prod": ("1.0f", "a *= v;", "a"),
+        "sumsquare": ("0.0f", "a += v * v;", "a"),
+        "l1": ("0.0f", "a += __builtin_fabsf(v);", "a"),
+        "l2": ("0.0f", "a += v * v;", "__builtin_sqrtf(a)"),
+        "logsum": ("0.0f", "a += v;", "logf(a)"),
+    }[kind]
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;
+  for (long i = i0; i < i1; ++i) {
+    long b = (i / %d) * %d + i %% %d;
+    float a = %s;
+    for (long k = 0; k < %d; ++k) { float v = x[b + k * %d]; %s }
+    out[i] = %s;
+  }
+}
+""" % (per, per, items, per, items, inner, red * inner, inner, init, red, inner, step, final)
+    return _finish("reduce", body, [items, outer * red * inner], chunks)
+
+
+def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float) -> CKernel:
+    """Constant padding (negative pads crop): out[i] = x[i - begin] inside x, ``value`` elsewhere."""
+    rank = len(out_shape)
+    n_out = max(1, int(math.prod(out_shape)))
+    in_strides = contiguous_strides(in_shape)
+    chunks = chunks_for(n_out, 1)
+    per = -(-n_out // chunks)
+    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {",
+             "  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;" % (per, per, n_out, per, n_out),
+             "  for (long i = i0; i < i1; ++i) {", "    long q = i, s = 0; int inside = 1;"]
+    for axis in reversed(range(rank)):
+        lines.append("    { long k = q %% %d - %d; q /= %d; inside &= k >= 0 && k < %d; s += k * %d; }" % (
+            out_shape[axis], begin[axis], out_shape[axis], in_shape[axis], in_strides[axis]))
+    lines += ["    out[i] = inside ? x[s] : %s;" % flt(value), "  }", "}", ""]
+    return _finish("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)

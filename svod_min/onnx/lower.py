@@ -1,0 +1,214 @@
+"""IR -> plan document: library kernel ops, generated C kernels, views, and one arena planned by liveness.
+
+Op lowerings (:mod:`svod_min.onnx.ops`) call :class:`Lowering` to emit plan ops; values are
+named after the model's tensors. Reshape-like ops alias their input (``view``), Concat places
+its inputs straight into its output where the slices are contiguous (``place_into``), and
+after all ops are emitted every value is resolved to a root: a graph input, a graph output, a
+constant (weights, as ``.npy`` data), or a region of one arena whose offsets are reused once a
+region's last reader has run. Peak memory is then weights + inputs/outputs + the largest live set.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .csrc import CKernel
+from .ir import Graph, Value
+
+ARENA = "svod.arena"
+ALIGN = 64
+
+
+@dataclass
+class PlanParts:
+    """What the lowering produced: the plan document, the files it names (entry -> bytes), example inputs."""
+
+    doc: Dict[str, Any]
+    files: Dict[str, bytes]
+    example_inputs: Dict[str, np.ndarray]
+    arena_bytes: int
+    weight_bytes: int
+    kernels: Dict[str, int] = field(default_factory=dict)
+
+
+def npy_bytes(data: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(data), allow_pickle=False)
+    return buf.getvalue()
+
+
+class Lowering:
+    """Collects plan ops, kernels and aliases while the op table lowers each node."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.ops: List[Dict[str, Any]] = []
+        self.access: List[List[str]] = []  # value names each op touches
+        self.kernels: Dict[str, Dict[str, Any]] = {}
+        self.alias: Dict[str, Tuple[str, int]] = {}
+        self.counter = 0
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def value(self, name: str) -> Value:
+        return self.graph.values[name]
+
+    def const(self, data: np.ndarray, hint: str) -> str:
+        return self.graph.add_const(hint, np.ascontiguousarray(data))
+
+    def temp(self, shape: Sequence[int], dtype: str = "float32", hint: str = "t") -> str:
+        self.counter += 1
+        name = "svod.%s%d" % (hint, self.counter)
+        self.graph.values[name] = Value(name, tuple(int(d) for d in shape), dtype)
+        return name
+
+    def root(self, name: str) -> Tuple[str, int]:
+        offset = 0
+        while name in self.alias:
+            name, extra = self.alias[name]
+            offset += extra
+        return name, offset
+
+    def is_free(self, name: str) -> bool:
+        """A value the lowering may place anywhere: computed at run time, not a graph input/output, not aliased."""
+        g = self.graph
+        return (g.values[name].const is None and name not in g.inputs and name not in g.outputs
+                and name not in self.alias and self.root(name)[0] == name)  # fmt: skip
+
+    def subview(self, base: str, byte_offset: int, shape: Sequence[int], dtype: str = "float32") -> str:
+        name = self.temp(shape, dtype, "v")
+        self.alias[name] = (base, byte_offset)
+        return name
+
+    def view(self, out: str, src: str) -> None:
+        """``out`` holds ``src``'s bytes under another shape: an alias, or a copy where ``out`` needs its own buffer."""
+        g = self.graph
+        if out in g.outputs or src in g.outputs and out in g.inputs:
+            self.copy(out, src)
+        else:
+            self.alias[out] = (src, 0)
+
+    def place_into(self, part: str, whole: str, byte_offset: int) -> bool:
+        """Make ``part`` live inside ``whole`` (Concat without a copy); False when ``part`` cannot move."""
+        if not self.is_free(part) or part == whole:
+            return False
+        self.alias[part] = (whole, byte_offset)
+        return True
+
+    # -- ops ------------------------------------------------------------------------------------
+
+    def library(self, kernel: str, params: Dict[str, Any], buffers: Sequence[str], variables: Dict[str, Any]) -> None:
+        key = "lib.%s%s" % (kernel, "".join(".%s=%s" % (k, params[k]) for k in sorted(params) if k != "dtype"))
+        self.kernels.setdefault(key, {"library": kernel, "params": dict(params)})
+        self._op({"kernel": key, "buffers": list(buffers), "vars": dict(variables)}, buffers)
+
+    def source(self, kernel: CKernel, buffers: Sequence[str]) -> None:
+        assert len(buffers) == kernel.buffers, (kernel.name, buffers)
+        self.kernels.setdefault(kernel.name, {
+            "source": kernel.source, "buffers": kernel.buffers, "outputs": [0], "vars": ["core_id"],
+            "global_size": [kernel.chunks, 1, 1], "extents": {str(i): e for i, e in enumerate(kernel.extents)}})  # fmt: skip
+        self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
+
+    def copy(self, dst: str, src: str) -> None:
+        self._op({"copy": {"dst": dst, "src": src}}, [dst, src])
+
+    def _op(self, op: Dict[str, Any], touched: Sequence[str]) -> None:
+        self.ops.append(op)
+        self.access.append(list(touched))
+
+    # -- the document ---------------------------------------------------------------------------
+
+    def finish(self, description: str, seed: int = 0) -> PlanParts:
+        self._outputs_written()
+        used = [n for names in self.access for n in names]
+        roots = {n: self.root(n) for n in dict.fromkeys(used)}
+        offsets, arena = self._plan_arena(roots)
+        files: Dict[str, bytes] = {}
+        buffers: Dict[str, Any] = {}
+        examples = self._declare_roots(roots, buffers, files, seed)
+        weight_bytes = sum(self.graph.values[r].nbytes for r, _ in set(roots.values()) if self.graph.values[r].const is not None)
+        if arena:
+            buffers[ARENA] = {"dtype": "int8", "shape": [arena]}
+        for name, (root, off) in roots.items():
+            if name in buffers:
+                continue
+            base, start = (ARENA, offsets[root] + off) if root in offsets else (root, off)
+            v = self.graph.values[name]
+            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "view_of": base, "offset": start}
+        ops = [dict(op, deps=[i - 1]) if i else dict(op) for i, op in enumerate(self.ops)]
+        doc = {"svod_plan": 1, "description": description, "buffers": buffers, "kernels": self.kernels, "ops": ops}
+        return PlanParts(doc, files, examples, arena, weight_bytes)
+
+    def _outputs_written(self) -> None:
+        """Graph outputs nothing wrote (a constant result, an input passed through) are copied in."""
+        written = {self.root(n)[0] for names in self.access for n in names[:1]}
+        for out in self.graph.outputs:
+            if out in written:
+                continue
+            v = self.graph.values[out]
+            if v.const is not None:
+                src = self.const(v.const, out + "~const")
+                v.const = None
+                self.copy(out, src)
+
+    def _plan_arena(self, roots: Dict[str, Tuple[str, int]]) -> Tuple[Dict[str, int], int]:
+        """Offsets of the arena's roots: first fit over [first use, last use] intervals, in order of first use."""
+        g = self.graph
+        span: Dict[str, List[int]] = {}
+        for i, names in enumerate(self.access):
+            for n in names:
+                r = roots[n][0]
+                if g.values[r].const is None and r not in g.inputs and r not in g.outputs:
+                    s = span.setdefault(r, [i, i])
+                    s[1] = i
+        live: List[Tuple[int, int, int]] = []  # (offset, size, last use)
+        offsets: Dict[str, int] = {}
+        top = 0
+        for r in sorted(span, key=lambda n: span[n][0]):
+            first, last = span[r]
+            size = -(-g.values[r].nbytes // ALIGN) * ALIGN
+            live = sorted((o, s, e) for o, s, e in live if e >= first)
+            at = 0
+            for o, s, _ in live:
+                if at + size <= o:
+                    break
+                at = max(at, o + s)
+            offsets[r] = at
+            live.append((at, size, last))
+            top = max(top, at + size)
+        return offsets, top
+
+    def _declare_roots(self, roots: Dict[str, Tuple[str, int]], buffers: Dict[str, Any], files: Dict[str, bytes],
+                       seed: int) -> Dict[str, np.ndarray]:  # fmt: skip
+        g = self.graph
+        rng = np.random.default_rng(seed)
+        examples: Dict[str, np.ndarray] = {}
+        for i, name in enumerate(g.inputs):
+            v = g.values[name]
+            data = _example(rng, v)
+            examples[name] = data
+            files["data/input%d.npy" % i] = npy_bytes(data)
+            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "init": {"npy": "data/input%d.npy" % i}, "input": True}
+        for name in g.outputs:
+            v = g.values[name]
+            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "output": True}
+        consts = sorted({r for r, _ in roots.values() if g.values[r].const is not None})
+        for i, name in enumerate(consts):
+            v = g.values[name]
+            entry = "data/w%04d.npy" % i
+            files[entry] = npy_bytes(v.const)  # type: ignore[arg-type]
+            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "init": {"npy": entry}}
+        return examples
+
+
+def _example(rng: Any, v: Value) -> np.ndarray:
+    """A seeded example input the bundle runs (and verifies) by default."""
+    if np.dtype(v.dtype).kind == "f":
+        return rng.uniform(-1.0, 1.0, v.shape).astype(v.dtype)
+    if v.dtype == "bool":
+        return rng.integers(0, 2, v.shape).astype(bool)
+    return rng.integers(0, 4, v.shape).astype(v.dtype)

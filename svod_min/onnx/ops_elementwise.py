@@ -1,0 +1,150 @@
+"""Elementwise ops: library kernels where shapes match and the library has the op, generated C otherwise
+(broadcasting, fused activations, ops the library lacks)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import csrc
+from .ir import Graph, Node
+from .lower import Lowering
+from .passes import AFFINE, activation_params
+from .table import ANY, one_of, register
+
+F32 = {"dtype": "float32"}
+LIB_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+             "Neg": "neg", "Abs": "abs"}  # fmt: skip
+LIB_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Sum": "add"}
+C_BINARY = {"Add": "(x0 + x1)", "Sub": "(x0 - x1)", "Mul": "(x0 * x1)", "Div": "(x0 / x1)", "Pow": "powf(x0, x1)",
+            "Max": "((x0 > x1 || x0 != x0) ? x0 : x1)", "Min": "((x0 < x1 || x0 != x0) ? x0 : x1)"}  # fmt: skip
+
+
+def activation_of(node: Node) -> Tuple[Optional[str], Dict[str, float]]:
+    act = node.fused.get("activation")
+    return (act[0], act[1]) if act else (None, {})
+
+
+def apply_activation(L: Lowering, name: str, node: Node) -> None:
+    """Apply ``node``'s fused activation to ``name`` in place (library relu, else generated C)."""
+    kind, params = activation_of(node)
+    if kind is None:
+        return
+    v = L.value(name)
+    if kind == "Relu":
+        L.library("relu", F32, [name, name], {"n": v.size})
+        return
+    L.source(csrc.elementwise(v.shape, [v.shape], csrc.activation(kind, params, "x0"), inplace=True, tag="act"), [name])
+
+
+def unary_expr(node: Node, graph: Graph) -> str:
+    a = node.attrs
+    op = node.op
+    if op in ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"):
+        return csrc.activation(op, activation_params(graph, node), "x0")
+    exprs = {
+        "Exp": "expf(x0)", "Log": "logf(x0)", "Sqrt": "__builtin_sqrtf(x0)", "Neg": "(-x0)", "Abs": "__builtin_fabsf(x0)",
+        "Reciprocal": "(1.0f / x0)", "Floor": "floorf(x0)", "Ceil": "ceilf(x0)", "Erf": "erff(x0)",
+        "Sign": "(x0 > 0.0f ? 1.0f : (x0 < 0.0f ? -1.0f : x0))", "Softsign": "(x0 / (1.0f + __builtin_fabsf(x0)))",
+        "Softplus": "(x0 > 20.0f ? x0 : logf(1.0f + expf(x0)))", "Round": "nearbyintf(x0)",
+        "Elu": "(x0 < 0.0f ? %s * (expf(x0) - 1.0f) : x0)" % csrc.flt(float(a.get("alpha", 1.0))),
+        "Selu": "(%s * (x0 <= 0.0f ? %s * (expf(x0) - 1.0f) : x0))" % (csrc.flt(float(a.get("gamma", 1.05070102214813232421875))), csrc.flt(float(a.get("alpha", 1.67326319217681884765625)))),
+        "ThresholdedRelu": "(x0 > %s ? x0 : 0.0f)" % csrc.flt(float(a.get("alpha", 1.0))),
+        "Celu": "(x0 > 0.0f ? x0 : %s * (expf(x0 / %s) - 1.0f))" % (csrc.flt(float(a.get("alpha", 1.0))), csrc.flt(float(a.get("alpha", 1.0)))),
+    }
+    if op == "Gelu":
+        if a.get("approximate", "none") == "tanh":
+            return "(0.5f * x0 * (1.0f + tanhf(0.7978845608028654f * (x0 + 0.044715f * x0 * x0 * x0))))"
+        return "(0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f)))"
+    return exprs[op]
+
+
+def _clip_check(graph: Graph, node: Node) -> Optional[str]:
+    if any(n and not graph.is_const(n) for n in node.inputs[1:]):
+        return "min/max must be constants (they are compiled into the kernel)"
+    return None
+
+
+@register(["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs"], "library kernel (same-shape)")
+@register(["Reciprocal", "Floor", "Ceil", "Erf", "Sign", "Softsign", "Softplus", "Round"], "generated C")
+@register(["LeakyRelu", "ThresholdedRelu", "Elu", "Celu"], "generated C", alpha=ANY)
+@register(["Selu"], "generated C", alpha=ANY, gamma=ANY)
+@register(["HardSigmoid"], "generated C", alpha=ANY, beta=ANY)
+@register(["HardSwish"], "generated C")
+@register(["Gelu"], "generated C (erf or tanh form)", approximate=one_of("none", "tanh"))
+@register(["Clip"], "generated C; min/max constant", check=_clip_check, min=ANY, max=ANY)
+def lower_unary(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    v = L.value(out)
+    if node.op in LIB_UNARY and not node.fused:
+        L.library(LIB_UNARY[node.op], F32, [out, x], {"n": v.size})
+        return
+    kind, params = activation_of(node)
+    expr = csrc.activation(kind, params, unary_expr(node, L.graph))
+    L.source(csrc.elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
+
+
+def _broadcast_check(graph: Graph, node: Node) -> Optional[str]:
+    if node.op in ("Add", "Sub", "Mul", "Div") and node.attrs.get("broadcast", 1) == 1 and "axis" in node.attrs:
+        shapes = [graph.values[n].shape for n in node.inputs]
+        if len(shapes[1]) and len(shapes[1]) != len(shapes[0]) and node.attrs["axis"] != len(shapes[0]) - len(shapes[1]):
+            return "legacy broadcast with axis=%d (only trailing alignment)" % node.attrs["axis"]
+    return None
+
+
+@register(["Add", "Sub", "Mul", "Div"], "library kernel for equal shapes, generated C for broadcasting (+ fused activation)",
+          check=_broadcast_check, broadcast=ANY, axis=ANY, consumed_inputs=ANY)
+@register(["Pow"], "generated C (broadcasting)")
+@register(["Sum", "Max", "Min", "Mean"], "variadic, broadcasting; library add/max/min for two equal shapes",
+          consumed_inputs=ANY)
+def lower_nary(L: Lowering, node: Node) -> None:
+    out = node.outputs[0]
+    v = L.value(out)
+    ins = [n for n in node.inputs if n]
+    same = all(L.value(n).shape == v.shape for n in ins)
+    if len(ins) == 2 and same and node.op in LIB_BINARY and not node.fused:
+        L.library(LIB_BINARY[node.op], F32, [out] + ins, {"n": v.size})
+        return
+    if len(ins) == 2 and same and node.op in ("Add", "Sum") and activation_of(node)[0] == "Relu":
+        L.library("add_relu", F32, [out] + ins, {"n": v.size})
+        return
+    expr = "x0"
+    for k in range(1, len(ins)):
+        op = "Add" if node.op in ("Sum", "Mean") else node.op
+        expr = C_BINARY[op].replace("x0", "(%s)" % expr).replace("x1", "x%d" % k)
+    if node.op == "Mean":
+        expr = "(%s) / %s" % (expr, csrc.flt(float(len(ins))))
+    kind, params = activation_of(node)
+    L.source(csrc.elementwise(v.shape, [L.value(n).shape for n in ins], csrc.activation(kind, params, expr), tag="ew"), [out] + ins)
+
+
+@register([AFFINE], "x * scale[c] + shift[c] (from BatchNormalization and per-channel Mul/Add)")
+def lower_affine(L: Lowering, node: Node) -> None:
+    x, scale, shift = node.inputs
+    out = node.outputs[0]
+    shape = L.value(x).shape
+    channel = (shape[1],) + (1,) * (len(shape) - 2)
+    s = L.const(L.graph.const(scale).reshape(channel), scale)
+    t = L.const(L.graph.const(shift).reshape(channel), shift)
+    kind, params = activation_of(node)
+    kernel = csrc.elementwise(shape, [shape, channel, channel], csrc.activation(kind, params, "(x0 * x1 + x2)"), tag="affine")
+    L.source(kernel, [out, x, s, t])
+
+
+def _where_check(graph: Graph, node: Node) -> Optional[str]:
+    c = graph.values[node.inputs[0]]
+    return None if c.const is not None or c.dtype == "bool" else "the condition must be bool"
+
+
+@register(["Where"], "generated C; bool condition", check=_where_check, dtypes=("float32", "bool"))
+def lower_where(L: Lowering, node: Node) -> None:
+    c, a, b = node.inputs
+    out = node.outputs[0]
+    cond = c
+    if L.graph.is_const(c):
+        cond = L.const(L.graph.const(c).astype(bool), c)
+    shapes = [L.value(n).shape for n in (cond, a, b)]
+    kernel = csrc.elementwise(L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where",
+                              in_types=["unsigned char", "float", "float"])  # fmt: skip
+    L.source(kernel, [out, cond, a, b])

@@ -1,0 +1,153 @@
+"""Data movement: Reshape-like ops as views, Concat in place, Transpose, Slice, Split, Expand, Pad."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from . import csrc
+from .ir import Graph, Node
+from .lower import Lowering
+from .ops_elementwise import F32
+from .table import ANY, one_of, register
+
+
+@register(["Reshape", "Flatten", "Squeeze", "Unsqueeze"], "a view (no copy); shapes from shape inference",
+          axis=ANY, axes=ANY, allowzero=ANY, shape=ANY)
+@register(["Identity"], "a view")
+@register(["Dropout"], "inference: a view; the mask output is not supported", ratio=ANY, seed=ANY, is_test=ANY,
+          check=lambda g, n: "the mask output" if len(n.outputs) > 1 and n.outputs[1] else
+          ("training_mode must be a constant false" if len(n.inputs) > 2 and n.inputs[2] and not (g.is_const(n.inputs[2]) and not g.const(n.inputs[2]).any()) else None))
+@register(["Cast"], "float32 to float32 only (other casts of run-time tensors are refused)", to=one_of(1), saturate=ANY)
+def lower_view(L: Lowering, node: Node) -> None:
+    L.view(node.outputs[0], node.inputs[0])
+
+
+@register(["Concat"], "inputs written in place into the output where the slices are contiguous; a copy otherwise", axis=ANY)
+def lower_concat(L: Lowering, node: Node) -> None:
+    out = node.outputs[0]
+    shape = L.value(out).shape
+    axis = int(node.attrs["axis"]) % len(shape)
+    outer = int(np.prod(shape[:axis]))
+    inner = int(np.prod(shape[axis + 1:]))
+    at = 0
+    for name in node.inputs:
+        if not name:
+            continue
+        part = L.value(name).shape[axis] * inner
+        if outer == 1:
+            if not L.place_into(name, out, 4 * at):
+                L.copy(L.subview(out, 4 * at, L.value(name).shape), name)
+        elif part:
+            L.source(csrc.slice_copy(outer, part, shape[axis] * inner, at), [out, name])
+        at += part
+
+
+def permuted(L: Lowering, out: str, x: str, out_shape: Sequence[int], src_strides: Sequence[int], offset: int, tag: str) -> None:
+    """out = x read with ``src_strides`` from ``offset``: library permute up to 4 collapsed dims, C beyond."""
+    shape, strides = csrc.collapse(out_shape, [csrc.contiguous_strides(out_shape), list(src_strides)])
+    src = strides[1]
+    if offset == 0 and len(shape) <= 4:
+        pad = 4 - len(shape)
+        e = [1] * pad + list(shape)
+        t = [0] * pad + list(src)
+        L.library("permute", F32, [out, x], dict([("e%d" % i, e[i]) for i in range(4)] + [("t%d" % i, t[i]) for i in range(4)]))
+        return
+    L.source(csrc.gather_copy(out_shape, src_strides, offset, L.value(x).size, tag), [out, x])
+
+
+@register(["Transpose"], "library permute (up to 4 dims after merging), generated C beyond", perm=ANY)
+def lower_transpose(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = L.value(x).shape
+    perm = node.attrs.get("perm", list(reversed(range(len(shape)))))
+    strides = csrc.contiguous_strides(shape)
+    permuted(L, out, x, L.value(out).shape, [strides[p] for p in perm], 0, "transpose")
+
+
+def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
+    shape = graph.values[node.inputs[0]].shape
+    if graph.opset < 10:
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes = node.attrs.get("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        if not all(graph.is_const(n) for n in node.inputs[1:] if n):
+            return None
+        get = lambda i, default: [int(v) for v in graph.const(node.inputs[i]).reshape(-1)] if len(node.inputs) > i and node.inputs[i] else default  # noqa: E731
+        starts, ends = get(1, []), get(2, [])
+        axes = get(3, list(range(len(starts))))
+        steps = get(4, [1] * len(starts))
+    begin = [0] * len(shape)
+    step = [1] * len(shape)
+    for s, e, a, k in zip(starts, ends, axes, steps):
+        a = a % len(shape)
+        dim = shape[a]
+        s = s + dim if s < 0 else s
+        s = min(max(s, 0), dim - 1 if k < 0 else dim)
+        begin[a], step[a] = s, k
+    return begin, step
+
+
+@register(["Slice"], "a strided copy (library permute where it fits); starts/ends/axes/steps constant",
+          check=lambda g, n: None if _slice_params(g, n) is not None else "starts/ends/axes/steps must be constants",
+          starts=ANY, ends=ANY, axes=ANY)
+def lower_slice(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    begin, step = _slice_params(L.graph, node)  # type: ignore[misc]
+    strides = csrc.contiguous_strides(L.value(x).shape)
+    offset = sum(b * s for b, s in zip(begin, strides))
+    permuted(L, out, x, L.value(out).shape, [s * k for s, k in zip(strides, step)], offset, "slice")
+
+
+@register(["Split"], "views where the parts are contiguous, strided copies otherwise; split sizes constant",
+          check=lambda g, n: None if len(n.inputs) < 2 or not n.inputs[1] or g.is_const(n.inputs[1]) else "split sizes must be constants",
+          axis=ANY, split=ANY, num_outputs=ANY)
+def lower_split(L: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    shape = L.value(x).shape
+    axis = int(node.attrs.get("axis", 0)) % len(shape)
+    strides = csrc.contiguous_strides(shape)
+    outer = int(np.prod(shape[:axis]))
+    at = 0
+    for out in node.outputs:
+        part = L.value(out).shape[axis]
+        if out and outer == 1 and out not in L.graph.outputs:
+            L.alias[out] = (x, 4 * at * strides[axis])
+        elif out:
+            permuted(L, out, x, L.value(out).shape, strides, at * strides[axis], "split")
+        at += part
+
+
+@register(["Expand"], "a broadcasting copy (library permute with zero strides where it fits)",
+          check=lambda g, n: None if g.is_const(n.inputs[1]) else "the shape must be a constant")
+def lower_expand(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    out_shape = L.value(out).shape
+    permuted(L, out, x, out_shape, csrc.broadcast_strides(L.value(x).shape, out_shape), 0, "expand")
+
+
+def _pad_check(graph: Graph, node: Node) -> Optional[str]:
+    if node.attrs.get("mode", "constant") != "constant":
+        return "mode=%r (constant only)" % node.attrs.get("mode")
+    if any(n and not graph.is_const(n) for n in node.inputs[1:]):
+        return "pads/value/axes must be constants"
+    return None
+
+
+@register(["Pad"], "constant mode; generated C", check=_pad_check, mode=ANY, pads=ANY, value=ANY)
+def lower_pad(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    in_shape, out_shape = L.value(x).shape, L.value(out).shape
+    rank = len(in_shape)
+    if L.graph.opset < 11:
+        pads, value = list(node.attrs["pads"]), float(node.attrs.get("value", 0.0))
+    else:
+        raw = [int(v) for v in L.graph.const(node.inputs[1]).reshape(-1)]
+        value = float(L.graph.const(node.inputs[2]).reshape(-1)[0]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
+        axes = [int(a) % rank for a in L.graph.const(node.inputs[3]).reshape(-1)] if len(node.inputs) > 3 and node.inputs[3] else list(range(rank))
+        pads = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            pads[a], pads[a + rank] = raw[i], raw[i + len(axes)]
+    L.source(csrc.pad(in_shape, out_shape, pads[:rank], value), [out, x])

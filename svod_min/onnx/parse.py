@@ -1,0 +1,265 @@
+"""ONNX file -> :class:`~svod_min.onnx.ir.Graph`: load, check, bind dynamic dims, fold constants, infer shapes.
+
+Old models (IR < 4) list every initializer among the graph inputs too: such an input is a
+constant here, not something the caller feeds. Constants are folded on the protobuf level
+(shape inference runs again afterwards), so ``Shape -> Gather -> Concat -> Reshape`` chains
+and ``ConstantOfShape`` weights become plain initializers before any lowering sees them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ..error import ModelFileError, UnsupportedModelError
+from .ir import Graph, Node, Value
+
+#: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
+FOLD_LIMIT = 1 << 26
+#: Ops never folded: their result depends on more than their inputs, or they are control flow.
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+              "If", "Loop", "Scan", "Bernoulli"}  # fmt: skip
+
+
+def load_model(path: str) -> onnx.ModelProto:
+    """The model with its external data, checked; ModelFileError for anything that is not a whole ONNX model."""
+    if not os.path.isfile(path):
+        raise ModelFileError("%s: no such file" % path)
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends: the file is not (all) a model
+        raise ModelFileError("%s: not an ONNX model, or truncated/corrupt (%s)" % (path, str(exc)[:200] or type(exc).__name__)) from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelFileError("%s: not an ONNX model (no graph): truncated, corrupt or another format" % path)
+    _load_external_data(model, os.path.dirname(os.path.abspath(path)), path)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise ModelFileError("%s: the ONNX checker refuses the model (truncated or corrupt?): %s" % (path, str(exc).splitlines()[0][:300])) from None
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: str, path: str) -> None:
+    from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        where = os.path.join(base_dir, info.get("location", ""))
+        if not info.get("location") or not os.path.isfile(where):
+            raise ModelFileError("%s: initializer %r keeps its data in %r, which is missing" % (path, tensor.name, info.get("location", "")))
+    try:
+        load_external_data_for_model(model, base_dir)
+    except Exception as exc:
+        raise ModelFileError("%s: external data cannot be read: %s" % (path, exc)) from None
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    """The default-domain opset the model imports."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    raise UnsupportedModelError("the model imports no ai.onnx opset")
+
+
+def bind_inputs(model: onnx.ModelProto, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> List[str]:
+    """Give every real input a static shape: ``--shape`` for a whole input, ``--dim`` for a named dim.
+
+    Returns the real input names (inputs that are initializers are constants). A dim that stays
+    unbound, a name that matches nothing, or a given shape that contradicts the model is an error.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    real = [i for i in model.graph.input if i.name not in inits]
+    names = {i.name for i in real}
+    unknown = sorted(set(shapes) - names)
+    if unknown:
+        raise ModelFileError("--shape names %s, not inputs of the model (inputs: %s)" % (unknown, sorted(names)))
+    used_dims = set()
+    for inp in real:
+        _bind_one(inp, dims, shapes.get(inp.name), used_dims)
+    stray = sorted(set(dims) - used_dims)
+    if stray:
+        raise ModelFileError("--dim names %s, which no input of the model has as a dynamic dim" % stray)
+    return [i.name for i in real]
+
+
+def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]], used: set) -> None:
+    tt = inp.type.tensor_type
+    if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
+        if shape is None:
+            raise ModelFileError("input %r has no shape in the model: give it with --shape %s=D0,D1,..." % (inp.name, inp.name))
+        tt.shape.Clear()
+        for _ in shape:
+            tt.shape.dim.add()
+    declared = list(tt.shape.dim)
+    if shape is not None and len(shape) != len(declared):
+        raise ModelFileError("--shape %s=%s: the model's input has rank %d" % (inp.name, ",".join(map(str, shape)), len(declared)))
+    for axis, dim in enumerate(declared):
+        fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+        symbol = dim.dim_param if dim.HasField("dim_param") and dim.dim_param else None
+        want = shape[axis] if shape is not None else None
+        if want is None and symbol is not None and symbol in dims:
+            want = dims[symbol]
+            used.add(symbol)
+        if fixed is not None and want is not None and want != fixed:
+            raise ModelFileError("input %r dim %d is %d in the model, not %d as given" % (inp.name, axis, fixed, want))
+        value = fixed if fixed is not None else want
+        if value is None:
+            raise ModelFileError("input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..." % (
+                inp.name, axis, symbol or "?", symbol or "NAME", inp.name))
+        if value < 1:
+            raise ModelFileError("input %r dim %d: %d is not a positive size" % (inp.name, axis, value))
+        dim.Clear()
+        dim.dim_value = int(value)
+
+
+def infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        raise ModelFileError("shape inference fails on the model (an input shape that contradicts it?): %s" % str(exc).splitlines()[0][:400]) from None
+
+
+def fold_constants(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """Replace every node whose inputs are all constants (or whose result is a static shape) by initializers."""
+    for _ in range(8):  # each round folds whole chains; a new shape may unlock one more round
+        model = infer(model)
+        if not _fold_round(model, opset):
+            return model
+    return infer(model)
+
+
+def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    shapes = _static_shapes(model)
+    keep, folded = [], False
+    for node in model.graph.node:
+        results = _try_fold(node, consts, shapes, opset)
+        if results is None:
+            keep.append(node)
+            continue
+        folded = True
+        for name, data in zip(node.output, results):
+            if name:
+                consts[name] = np.asarray(data)
+                model.graph.initializer.append(numpy_helper.from_array(np.asarray(data), name))
+    if folded:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        inits = {t.name for t in model.graph.initializer}
+        kept_vi = [vi for vi in model.graph.value_info if vi.name not in inits]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept_vi)
+    return folded
+
+
+def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
+    out = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        shape = value_shape(vi)
+        if shape is not None:
+            out[vi.name] = shape
+    return out
+
+
+def value_shape(vi: Any) -> Optional[Tuple[int, ...]]:
+    """A ValueInfo's static shape, or None when any dim is unknown."""
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        dims.append(int(d.dim_value))
+    return tuple(dims)
+
+
+def _try_fold(node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[int, ...]], opset: int) -> Optional[List[np.ndarray]]:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
+        return None
+    if node.op_type in ("Shape", "Size") and node.input[0] in shapes and node.input[0] not in consts:
+        return _shape_of(node, shapes[node.input[0]])
+    if not all((not name) or name in consts for name in node.input):
+        return None
+    if node.op_type == "Constant" and not node.attribute:
+        return None
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {n: consts[n] for n in node.input if n})
+    except Exception:  # not foldable here: the lowering sees the node and names what it lacks
+        return None
+    if any(np.asarray(r).size > FOLD_LIMIT for r in results):
+        return None
+    return [np.asarray(r) for r in results]
+
+
+def _shape_of(node: Any, shape: Tuple[int, ...]) -> List[np.ndarray]:
+    if node.op_type == "Size":
+        return [np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    rank = len(shape)
+    start = attrs.get("start", 0)
+    end = attrs.get("end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return [np.array(shape[start:end], dtype=np.int64)]
+
+
+def to_graph(model: onnx.ModelProto, inputs: List[str], opset: int) -> Graph:
+    """The IR of a folded, shape-inferred model (every runtime value's shape must be static)."""
+    values: Dict[str, Value] = {}
+    for t in model.graph.initializer:
+        data = numpy_helper.to_array(t)
+        values[t.name] = Value(t.name, tuple(int(d) for d in data.shape), data.dtype.name, data)
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.name in values:
+            continue
+        shape = value_shape(vi)
+        elem = vi.type.tensor_type.elem_type
+        if shape is None or not elem:
+            continue
+        values[vi.name] = Value(vi.name, shape, helper.tensor_dtype_to_np_dtype(elem).name)
+    nodes = [_node(n, i) for i, n in enumerate(model.graph.node)]
+    graph = Graph(values, nodes, list(inputs), [o.name for o in model.graph.output], opset)
+    _check_static(graph, opset)
+    return graph
+
+
+def _node(n: Any, index: int) -> Node:
+    attrs: Dict[str, Any] = {}
+    for a in n.attribute:
+        value = helper.get_attribute_value(a)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif isinstance(value, onnx.TensorProto):
+            value = numpy_helper.to_array(value)
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8", "replace") for v in value]
+        attrs[a.name] = value
+    return Node(n.op_type, n.name, index, list(n.input), list(n.output), attrs, n.domain)
+
+
+def _check_static(graph: Graph, opset: int) -> None:
+    """Every tensor a node reads or that someone uses has a static shape; unused outputs without one are dropped."""
+    used = {n for node in graph.nodes for n in node.inputs if n} | set(graph.outputs)
+    for node in graph.nodes:
+        node.outputs = [n if n in graph.values or n in used else "" for n in node.outputs]
+        for name in list(node.inputs) + list(node.outputs):
+            if name and name not in graph.values:
+                raise UnsupportedModelError("%s, opset %d: tensor %r has no static shape after shape inference (bind the inputs' dims with --dim/--shape)" % (node.label(), opset, name))
+
+
+def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> Graph:
+    """``path`` as an IR graph with the given dims bound and constants folded."""
+    model = load_model(path)
+    opset = opset_of(model)
+    inputs = bind_inputs(model, dims, shapes)
+    model = fold_constants(model, opset)
+    return to_graph(model, inputs, opset)

@@ -1,0 +1,116 @@
+"""The op table: every ONNX op the front end lowers, the attribute values it implements, and the checks.
+
+An op registers its lowering with :func:`register`, naming each attribute the ONNX spec gives it
+and a rule for the values it implements (``ANY``, ``one_of(...)``, or a function returning why a
+value is refused). :func:`check_graph` runs before any pass or any file is written: an op, an
+attribute, a value or a dtype outside the table raises :class:`UnsupportedModelError` naming the
+node (index and name), the op, the opset and what is unsupported. docs/onnx.md's op table is
+:func:`markdown_table`'s output (a test holds the two equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from ..error import UnsupportedModelError
+from .ir import Graph, Node
+
+Rule = Callable[[Any], Optional[str]]
+
+
+def ANY(value: Any) -> Optional[str]:  # noqa: N802 - reads as a constant in the tables
+    return None
+
+
+def one_of(*allowed: Any) -> Rule:
+    def rule(value: Any) -> Optional[str]:
+        return None if value in allowed else "only %s" % " or ".join(repr(a) for a in allowed)
+
+    rule.doc = "|".join(str(a) for a in allowed)  # type: ignore[attr-defined]
+    return rule
+
+
+def all_equal(expected: int) -> Rule:
+    def rule(value: Any) -> Optional[str]:
+        return None if all(v == expected for v in value) else "only all %d" % expected
+
+    rule.doc = "all %d" % expected  # type: ignore[attr-defined]
+    return rule
+
+
+@dataclass
+class OpSpec:
+    """One supported op: its attribute rules, the runtime dtypes it takes, its lowering and a note for the docs."""
+
+    op: str
+    attrs: Dict[str, Rule]
+    lower: Callable[..., None]
+    note: str = ""
+    dtypes: Tuple[str, ...] = ("float32",)
+    check: Optional[Callable[[Graph, Node], Optional[str]]] = field(default=None)
+
+
+OPS: Dict[str, OpSpec] = {}
+
+
+def register(ops: Iterable[str], note: str = "", check: Optional[Callable[[Graph, Node], Optional[str]]] = None,
+             dtypes: Tuple[str, ...] = ("float32",), **attrs: Rule) -> Callable[[Callable[..., None]], Callable[..., None]]:  # fmt: skip
+    def deco(fn: Callable[..., None]) -> Callable[..., None]:
+        for op in ops:
+            OPS[op] = OpSpec(op, dict(attrs), fn, note, dtypes, check)
+        return fn
+
+    return deco
+
+
+def refuse(node: Node, opset: int, what: str) -> UnsupportedModelError:
+    return UnsupportedModelError("%s, opset %d: %s" % (node.label(), opset, what))
+
+
+def check_graph(graph: Graph) -> None:
+    """Every node is one the table lowers, with attribute values and dtypes it implements."""
+    for node in graph.nodes:
+        check_node(graph, node)
+
+
+def check_node(graph: Graph, node: Node) -> None:
+    opset = graph.opset
+    if node.domain not in ("", "ai.onnx"):
+        raise refuse(node, opset, "domain %r is not supported (only the default ONNX domain)" % node.domain)
+    spec = OPS.get(node.op)
+    if spec is None or node.op.startswith("svod."):
+        raise refuse(node, opset, "op %s is not supported (docs/onnx.md lists the ops svod_min lowers)" % node.op)
+    for name, value in node.attrs.items():
+        rule = spec.attrs.get(name)
+        if rule is None:
+            raise refuse(node, opset, "attribute %s is not supported" % name)
+        why = rule(value)
+        if why is not None:
+            raise refuse(node, opset, "attribute %s=%r is not supported (%s)" % (name, value, why))
+    for name in list(node.inputs) + list(node.outputs):
+        if not name:
+            continue
+        v = graph.values[name]
+        if v.const is None and v.dtype not in spec.dtypes:
+            raise refuse(node, opset, "tensor %r is %s; this op runs on %s only" % (name, v.dtype, ", ".join(spec.dtypes)))
+    if spec.check is not None:
+        why = spec.check(graph, node)
+        if why is not None:
+            raise refuse(node, opset, why)
+
+
+def markdown_table() -> str:
+    """The op table of docs/onnx.md: op, attributes (with the values implemented where limited), notes."""
+    lines = ["| op | attributes (implemented values) | notes |", "|---|---|---|"]
+    for op in sorted(OPS):
+        if op.startswith("svod."):
+            continue
+        spec = OPS[op]
+        attrs = ", ".join(name if rule is ANY else "%s (%s)" % (name, getattr(rule, "doc", "limited")) for name, rule in sorted(spec.attrs.items()) if not name.startswith("_"))
+        lines.append("| %s | %s | %s |" % (op, attrs or "-", spec.note or "-"))
+    return "\n".join(lines)
+
+
+def supported_ops() -> List[str]:
+    return sorted(op for op in OPS if not op.startswith("svod."))
