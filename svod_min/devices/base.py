@@ -5,9 +5,10 @@ graph)`` is the model), so the code above never probes a device with ``hasattr``
 
 * :class:`Device` — ``spec``, ``threads``, ``queues_work``, ``allocate``, ``graph``
   (a :class:`GraphRuntime` or ``None``), ``host_pool`` (a thread pool for independent host ops or
-  ``None``), ``new_event``, ``synchronize``, ``close``. Loading is per kernel form and so per device
-  (the CPU's ``load(object)``, CUDA's ``load_ptx``/``load_cubin``/``compile_cuda``/``load_signature``);
-  plan files choose the form by ``spec.kind``.
+  ``None``), ``new_event``, ``synchronize``, ``close``, and program loading: ``program_forms`` (the
+  forms of code it loads, preferred first) and ``load_program`` (a :class:`ProgramSource` of one of
+  those forms -> a :class:`Program`). Plan files, the kernel library and selfcheck pick a form the
+  device lists; none of them names a device kind (docs/devices.md: adding a kind).
 * :class:`Program` — a loaded kernel: its slot counts, ``grid_in_blocks`` (GPU: ``global_size``
   counts blocks), ``native_address`` (a C entry the native runner may call, else ``None``),
   ``closed``, ``bind`` → a :class:`Launch`.
@@ -27,6 +28,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
+from ..error import NotSupportedError
+
 try:
     from typing import Protocol
 except ImportError:  # pragma: no cover - Python 3.7 is not supported; kept for type checkers only
@@ -39,6 +42,85 @@ if TYPE_CHECKING:  # annotations only: plans import this module, and it must sta
     from ..dtypes import DType
 
 Dims = Tuple[int, int, int]
+
+# --- program forms: what ProgramSource.form may name ---------------------------------------------
+
+#: A relocatable ELF object for this host (bytes), as :mod:`svod_min.compiler` makes them.
+OBJECT = "object"
+#: An object already relocated and mapped in this process (anything with jit_loader's
+#: ``LoadedObject.function``/``address``): one image shared by many kernels, such as a prebuilt library.
+MAPPED_OBJECT = "mapped_object"
+#: C source (text); ``options`` are extra compiler flags.
+C_SOURCE = "c"
+#: LLVM IR (text); ``options`` are extra compiler flags.
+LLVM_IR = "llvm_ir"
+#: PTX assembly (text or bytes).
+PTX = "ptx"
+#: A CUBIN image (bytes).
+CUBIN = "cubin"
+#: CUDA C source (text); ``options`` are NVRTC options.
+CUDA_C = "cuda_c"
+
+
+class ProgramSource:
+    """One kernel's code in one form, and what the device needs to wrap its entry point.
+
+    A plain class, not a NamedTuple or dataclass: plans import this module, and building either
+    costs a millisecond at import.
+    """
+
+    __slots__ = ("form", "code", "entry", "buf_count", "var_names", "name", "options", "block", "grid",
+                 "shared_bytes", "signature")  # fmt: skip
+
+    def __init__(
+        self,
+        form: str,
+        code: Any,
+        entry: str,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        *,
+        name: Optional[str] = None,
+        options: Sequence[str] = (),
+        block: Optional[Sequence[int]] = None,
+        grid: Optional[Sequence[Any]] = None,
+        shared_bytes: int = 0,
+        signature: Any = None,
+    ) -> None:
+        self.form = form
+        #: Text (source, PTX), bytes (object, CUBIN) or a mapped image (:data:`MAPPED_OBJECT`).
+        self.code = code
+        self.entry = entry
+        self.buf_count = buf_count
+        self.var_names = tuple(var_names)
+        #: The program's name in messages (None: ``entry``).
+        self.name = name
+        #: Compiler flags for source forms (C, LLVM IR), NVRTC options for CUDA C.
+        self.options = tuple(options)
+        #: GPU forms: the default block (threads per block) when a launch gives none.
+        self.block = block
+        #: GPU forms: the default grid (ints or size expressions over ``var_names``).
+        self.grid = grid
+        #: GPU forms: dynamic shared memory per block, in bytes.
+        self.shared_bytes = shared_bytes
+        #: A kernel-library signature whose buffer checks the program's ``bind`` applies (GPU library kernels).
+        self.signature = signature
+
+    def with_code(self, form: str, code: Any) -> "ProgramSource":
+        """The same kernel in another form (a compiled object of this source, say)."""
+        return ProgramSource(form, code, self.entry, self.buf_count, self.var_names, name=self.name,
+                             options=self.options, block=self.block, grid=self.grid,
+                             shared_bytes=self.shared_bytes, signature=self.signature)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return "<ProgramSource %s %s bufs=%d vars=%s>" % (self.form, self.name or self.entry, self.buf_count,
+                                                          list(self.var_names))  # fmt: skip
+
+
+def form_not_loaded(device: Any, form: str) -> NotSupportedError:
+    """The error of a ``load_program`` given a form the device does not list."""
+    return NotSupportedError("%s does not load %r programs (it loads: %s)"
+                             % (device.spec, form, ", ".join(device.program_forms)))  # fmt: skip
 
 #: :meth:`GraphRuntime.build`'s marker for an op that needs no graph node (a view).
 NO_NODE: Any = object()
@@ -153,6 +235,12 @@ class Device(Protocol):
     #: True when launches and copies are queued and return before the work is done (completion is
     #: seen through events); False when work is done when the call returns (the CPU).
     queues_work: bool
+    #: The :class:`ProgramSource` forms :meth:`load_program` takes, preferred first.
+    program_forms: Tuple[str, ...]
+
+    def load_program(self, source: ProgramSource) -> Program:
+        """Load ``source`` (a form of :attr:`program_forms`; another: :class:`NotSupportedError`)."""
+        ...
 
     def allocate(self, nbytes_or_shape: Any, dtype: Any = "uint8") -> Buffer: ...
 
@@ -193,13 +281,22 @@ RELEASE_EPOCH = ReleaseEpoch()
 
 __all__ = [
     "Buffer",
+    "CUBIN",
+    "CUDA_C",
+    "C_SOURCE",
     "Device",
     "Dims",
     "Event",
     "GraphRuntime",
+    "LLVM_IR",
     "Launch",
+    "MAPPED_OBJECT",
     "NO_NODE",
+    "OBJECT",
+    "PTX",
     "Program",
+    "ProgramSource",
     "RELEASE_EPOCH",
     "ReleaseEpoch",
+    "form_not_loaded",
 ]

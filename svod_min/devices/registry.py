@@ -13,7 +13,7 @@ import ctypes.util
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from .spec import KNOWN_KINDS, DeviceSpec, SpecLike, as_spec, normalise_kind
+from .spec import KNOWN_KINDS, DeviceSpec, SpecLike, add_kind, as_spec, normalise_kind
 from ..error import DeviceError, SvodError, UnsupportedDeviceError
 
 Device = Any  # a device object (CpuDevice, CudaDevice ...)
@@ -55,11 +55,15 @@ class DeviceRegistry:
             except Exception:  # a probe must never break the registry
                 pass
 
-    def register_factory(self, kind: str, factory: Factory) -> None:
-        """Register (or replace) the factory for ``kind`` (case-insensitive; GPU means CUDA)."""
+    def register_factory(self, kind: str, factory: Factory, *, indexed: bool = False) -> None:
+        """Register (or replace) the factory for ``kind`` (case-insensitive; GPU means CUDA).
+
+        A kind outside :data:`KNOWN_KINDS` becomes a valid spec name (``indexed``: ``KIND:N``), so
+        plans and ``--device`` can name it; its devices implement devices/base.py's ``Device``.
+        """
         if not callable(factory):
             raise TypeError("factory must be callable, got %r" % (factory,))
-        key = normalise_kind(kind)
+        key = add_kind(kind, indexed)
         with self._lock:
             self._factories[key] = factory
 

@@ -1,21 +1,27 @@
 """Device specs: ``DeviceSpec.parse("cuda:1")`` turns a user string into a canonical, hashable name.
 
 A leaf module (it imports only the error tree), so devices, kernels and the
-registry can all name a spec without importing each other.
+registry can all name a spec without importing each other. Kinds registered at run time
+(a factory in a ``DeviceRegistry``) parse like the built-in ones.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import List, Optional, Tuple, Union
 
 from ..error import InvalidDeviceError
 
-#: Every kind ``DeviceSpec.parse`` understands (whether or not a factory exists).
+#: The built-in kinds ``DeviceSpec.parse`` understands (whether or not a factory exists); kinds
+#: registered at run time (:func:`add_kind`, called by ``DeviceRegistry.register_factory``) join them.
 KNOWN_KINDS = ("CPU", "CUDA", "METAL", "WEBGPU", "DISK", "AMD")
 _ALIASES = {"GPU": "CUDA"}
-_INDEXED = frozenset(("CUDA", "METAL", "AMD"))  # kinds printed as KIND:N
+_INDEXED = {"CUDA", "METAL", "AMD"}  # kinds printed as KIND:N
+_ADDED: List[str] = []  # run-time kinds, in registration order
+_ADDED_LOCK = threading.Lock()
+_KIND_RE = re.compile(r"[A-Z][A-Z0-9_]{0,31}\Z")
 _INDEX_RE = re.compile(r"[0-9]+\Z")  # ASCII digits only: no sign, no "²"
 _MAX_INDEX = 2**31 - 1
 
@@ -51,10 +57,10 @@ class DeviceSpec:
         kind = _ALIASES.get(head.strip().upper(), head.strip().upper())
         if kind == "DISK":
             return cls._parse_disk(text, rest)
-        if kind not in KNOWN_KINDS:
+        if kind not in KNOWN_KINDS and kind not in _ADDED:
             raise InvalidDeviceError(
                 "invalid device %r: unknown kind %r (expected one of %s, GPU)"
-                % (text, head, ", ".join(KNOWN_KINDS))
+                % (text, head, ", ".join(known_kinds()))
             )
         if not sep:
             return cls(kind)
@@ -85,6 +91,28 @@ def _parse_index(text: str, kind: str, raw: str) -> int:
         # CPU and WEBGPU are single devices; "CPU:0" is tolerated, "CPU:1" is a typo.
         raise InvalidDeviceError("invalid device %r: %s takes no device index" % (text, kind))
     return index
+
+
+def known_kinds() -> Tuple[str, ...]:
+    """The kinds :meth:`DeviceSpec.parse` accepts: the built-in ones, then those added at run time."""
+    return KNOWN_KINDS + tuple(_ADDED)
+
+
+def add_kind(kind: str, indexed: bool = False) -> str:
+    """Make ``kind`` a valid spec name for this process (``indexed``: ``KIND:N`` names several devices).
+
+    Returns the normalised kind. A kind stays known once added: without a factory, asking a
+    registry for it is an :class:`UnsupportedDeviceError` there, not a parse error here.
+    """
+    key = normalise_kind(kind)
+    if not _KIND_RE.match(key):
+        raise InvalidDeviceError("device kind %r: expected a letter, then letters, digits or _ (32 at most)" % (kind,))
+    with _ADDED_LOCK:  # parse reads without the lock: it sees a kind whole or not at all
+        if key not in KNOWN_KINDS and key not in _ADDED:
+            _ADDED.append(key)
+        if indexed:
+            _INDEXED.add(key)
+    return key
 
 
 def as_spec(spec: SpecLike) -> DeviceSpec:

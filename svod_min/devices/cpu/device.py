@@ -25,7 +25,7 @@ from ...compiler.clang import CpuBackend
 from ..spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import BufferAllocationError, ExecutionError, VariableBoundsError
-from ..base import RELEASE_EPOCH
+from ..base import C_SOURCE, LLVM_IR, MAPPED_OBJECT, OBJECT, RELEASE_EPOCH, ProgramSource, form_not_loaded
 from ..common import check_index, product, shape_for
 from .buffer import CpuBuffer, CpuStorage
 from .dispatch import dispatch, mark_worker, on_worker, run_range
@@ -372,6 +372,9 @@ class CpuDevice:
     graph: ClassVar[None] = None
     #: Work is done when a call returns: nothing is queued.
     queues_work: ClassVar[bool] = False
+    #: Host objects first: a plan's C and LLVM IR sources are compiled to objects in one batch
+    #: (fewest compiler runs) before loading; source forms compile one kernel at a time.
+    program_forms: ClassVar[Tuple[str, ...]] = (OBJECT, MAPPED_OBJECT, C_SOURCE, LLVM_IR)
 
     def __init__(self, backend: Optional[CpuBackend] = None, *, threads: Optional[int] = None) -> None:
         self.spec = DeviceSpec("CPU")
@@ -447,6 +450,23 @@ class CpuDevice:
 
     # --- code ---
 
+    def load_program(self, source: ProgramSource) -> CpuProgram:
+        """An object (mapped now), a mapped image (shared, never unmapped by the program) or C / LLVM IR
+        (compiled through the object cache, then mapped) -> a :class:`CpuProgram`."""
+        form = source.form
+        if form == OBJECT:
+            return self.load(source.code, source.entry, buf_count=source.buf_count, var_names=source.var_names,
+                             name=source.name)  # fmt: skip
+        if form == MAPPED_OBJECT:
+            return CpuProgram(source.code, source.entry, buf_count=source.buf_count, var_names=source.var_names,
+                              device=self, name=source.name)  # fmt: skip
+        if form == C_SOURCE or form == LLVM_IR:
+            from ...cache.kernel_cache import compile_cached  # on first compile (see from_object)
+
+            obj = compile_cached(source.code, kind="c" if form == C_SOURCE else "ir", extra_flags=source.options)
+            return self.load_program(source.with_code(OBJECT, obj))
+        raise form_not_loaded(self, form)
+
     def compile_object(self, source: str, *, extra_flags: Sequence[str] = ()) -> bytes:
         """C (or LLVM IR for the LLVM backend) -> ELF object bytes, via the disk cache when present."""
         from ...cache.kernel_cache import compile_cached  # on first compile (see from_object)
@@ -455,10 +475,12 @@ class CpuDevice:
         return compile_cached(source, kind=kind, extra_flags=tuple(extra_flags))
 
     def load(
-        self, obj_bytes: bytes, entry_point: str, *, buf_count: int, var_names: Sequence[str] = ()
+        self, obj_bytes: bytes, entry_point: str, *, buf_count: int, var_names: Sequence[str] = (),
+        name: Optional[str] = None,
     ) -> CpuProgram:
-        """Map an already compiled object and wrap ``entry_point``."""
-        return CpuProgram.from_object(obj_bytes, entry_point, buf_count=buf_count, var_names=var_names, device=self)
+        """Map an already compiled object and wrap ``entry_point`` (:meth:`load_program`'s OBJECT form)."""
+        return CpuProgram.from_object(obj_bytes, entry_point, buf_count=buf_count, var_names=var_names, device=self,
+                                      name=name)  # fmt: skip
 
     def compile(
         self,

@@ -18,7 +18,7 @@ from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import CudaError, ExecutionError, LaunchConfigError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
-from ..base import RELEASE_EPOCH
+from ..base import CUBIN, CUDA_C, PTX, RELEASE_EPOCH, ProgramSource, form_not_loaded
 from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 from .cubin import check_cubin_params
@@ -39,13 +39,16 @@ class CudaDevice:
     """One GPU: its primary context, one stream, memory, modules, and launch limits.
 
     A ``Device`` of devices/base.py: ``spec``, ``threads`` (1: a kernel's threads are the GPU's),
-    ``graph`` (CUDA graphs), ``queues_work`` (True), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
+    ``graph`` (CUDA graphs), ``queues_work`` (True), ``program_forms``/``load_program`` (PTX, CUBIN,
+    CUDA C), ``allocate``, ``host_pool`` (None), ``new_event``, ``synchronize``, ``close``.
     """
 
     #: Host threads one kernel may use: none beyond the caller's (the GPU runs the kernel).
     threads = 1
     #: Launches and copies are queued on the stream; completion is seen through events.
     queues_work = True
+    #: PTX first: the driver JITs it for this GPU; CUDA C needs NVRTC, which a host may lack.
+    program_forms: Tuple[str, ...] = (PTX, CUBIN, CUDA_C)
 
     def __init__(self, driver: Any, ordinal: int) -> None:
         self.driver, self.lib, self.ordinal = driver, driver.lib, ordinal
@@ -360,15 +363,30 @@ class CudaDevice:
         ptx = compile_cuda(source, self.arch, options=options, name=entry + ".cu")
         return self.load_ptx(ptx, entry, buf_count, var_names, lower_version=True, **kwargs)
 
+    def load_program(self, source: ProgramSource) -> CudaProgram:
+        """PTX (:meth:`load_ptx`), a CUBIN (:meth:`load_cubin`) or CUDA C (:meth:`compile_cuda`) -> a
+        :class:`CudaProgram`; a ``signature`` (library kernels) makes ``bind`` check buffers against it."""
+        kwargs = dict(local_size=source.block, grid=source.grid, shared_bytes=source.shared_bytes, name=source.name)
+        args = (source.code, source.entry, source.buf_count, source.var_names)
+        if source.form == PTX:
+            program = self.load_ptx(*args, **kwargs)
+        elif source.form == CUBIN:
+            program = self.load_cubin(*args, **kwargs)
+        elif source.form == CUDA_C:
+            program = self.compile_cuda(*args, options=source.options, **kwargs)
+        else:
+            raise form_not_loaded(self, source.form)
+        if source.signature is not None:
+            program.signature = source.signature
+        return program
+
     def load_signature(self, sig: Any, ptx: str) -> CudaProgram:
         """Load ``ptx`` for a library signature (a :class:`svod_min.kernels.CudaKernelSig`: entry, buffers,
-        variables, grid and block) and wrap its entry; :func:`svod_min.kernels.cuda_library_kernel` calls it."""
-        program = self.load_ptx(
-            ptx, sig.entry, len(sig.buffers), sig.var_names, local_size=sig.block, grid=sig.grid,
-            shared_bytes=0, name="%s%s" % (sig.name, dict(sig.params)),
-        )  # fmt: skip
-        program.signature = sig  # bind() then checks buffer dtypes and sizes against it
-        return program
+        variables, grid and block) and wrap its entry; ``bind`` then checks buffer dtypes and sizes against it."""
+        return self.load_program(ProgramSource(
+            PTX, ptx, sig.entry, len(sig.buffers), sig.var_names, name="%s%s" % (sig.name, dict(sig.params)),
+            block=sig.block, grid=sig.grid, signature=sig,
+        ))  # fmt: skip
 
     # --- timing ---
 
