@@ -208,7 +208,7 @@ def _check_homes(src: Any, dst: Any, src_ctx: DeviceContext, dst_ctx: DeviceCont
     """Each buffer must live on the device it is named with (a buffer of unknown home: trusted)."""
     for ctx, buf, what in ((src_ctx, src, "source"), (dst_ctx, dst, "destination")):
         spec = _buffer_spec(buf)
-        if spec is not None and spec != ctx.device and not (spec.kind == ctx.device.kind == "CPU"):
+        if spec is not None and spec != ctx.device:
             raise ExecutionError("transfer %s buffer lives on %s, not on %s" % (what, spec, ctx.device))
 
 

@@ -1,7 +1,8 @@
-"""The shipped CUDA kernels: find a signature, read its PTX, load it on a CUDA device.
+"""The shipped CUDA kernels: find a signature, read its PTX, load it on a device that loads PTX.
 
-The library hands the device a signature and the PTX text (``device.load_signature``); the
-device knows nothing of the library (the layer rule in ``.importlinter``).
+The library hands the device a :class:`~svod_min.devices.base.ProgramSource` of form PTX that carries
+the signature (entry, buffers, variables, grid, block); the device knows nothing of the library (the
+layer rule in ``.importlinter``).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import resources
+from ..devices.base import PTX, ProgramSource
 from ..dtypes import dtype as to_dtype
 from ..error import NotSupportedError
 from .lookup import cuda_kernels, ptx_path
@@ -39,10 +41,16 @@ def library_ptx(sig: CudaKernelSig) -> str:
     return resources.read_text("kernels/_generated/cuda/%s.ptx" % sig.module)
 
 
+def library_source(sig: CudaKernelSig) -> ProgramSource:
+    """``sig``'s PTX as a program source: its grid and block the defaults, its buffer checks applied by ``bind``."""
+    return ProgramSource(PTX, library_ptx(sig), sig.entry, len(sig.buffers), sig.var_names,
+                         name="%s%s" % (sig.name, dict(sig.params)), block=sig.block, grid=sig.grid,
+                         signature=sig)  # fmt: skip
+
+
 def cuda_library_kernel(device: Any, name: str, **params: Any) -> Any:
-    """A kernel of the shipped PTX library loaded on the CUDA ``device``, grid and block included."""
-    sig = find_cuda_sig(name, **params)
-    return device.load_signature(sig, library_ptx(sig))
+    """A kernel of the shipped PTX library loaded on ``device`` (one that loads PTX), grid and block included."""
+    return device.load_program(library_source(find_cuda_sig(name, **params)))
 
 
-__all__ = ["cuda_library_kernel", "find_cuda_sig", "library_ptx"]
+__all__ = ["cuda_library_kernel", "find_cuda_sig", "library_ptx", "library_source"]

@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import variants
+from .. import expr as size_expr
 from ..cache import kernel_cache
-from ..devices.spec import DeviceSpec
-from ..error import KernelArgumentError, KernelParamError, UnsupportedDeviceError
+from ..devices.base import MAPPED_OBJECT, OBJECT, PTX, ProgramSource
+from ..devices.registry import DEVICE_FACTORIES
+from ..devices.spec import DeviceSpec, as_spec
+from ..error import KernelArgumentError, KernelParamError, NotSupportedError, UnsupportedDeviceError
+from .cuda_library import find_cuda_sig, library_source
 from .lookup import find_sig, use_prebuilt
 from .checks import check_buffers, check_vars
 from .elementwise import c_dtype, fused_entry, render_elementwise
@@ -174,23 +178,43 @@ _kernels: Dict[Tuple[Any, ...], LibraryKernel] = {}
 _key_locks: Dict[Tuple[Any, ...], threading.Lock] = {}
 
 
-def resolve_device(device: Any) -> Any:
-    """The CPU device a kernel runs on: a device string, DeviceSpec or CpuDevice (CUDA: refused)."""
-    if not isinstance(device, (str, DeviceSpec)):
-        if hasattr(device, "compile") and hasattr(device, "threads"):
-            return device  # a CpuDevice instance
-        raise KernelParamError("device must be a device string, DeviceSpec or CpuDevice, got %r" % (device,))
-    spec = device if isinstance(device, DeviceSpec) else DeviceSpec.parse(device)
-    if spec.kind == "CUDA":
-        raise UnsupportedDeviceError(
-            "kernels.get() returns CPU kernels; for %s use svod_min.devices.cuda: "
-            "kernels.cuda_library_kernel(DEVICE_FACTORIES.device(%r), name, dtype=...) (shipped PTX, cuda_kernels() lists them), "
-            "or a plan file's library kernels with --device CUDA" % (spec, str(spec)))
-    if spec.kind != "CPU":
-        raise UnsupportedDeviceError("the kernel library supports CPU (and later CUDA), not %s" % spec)
-    from ..devices.cpu.device import create_cpu_device  # the device layer sits above the library: on demand
+#: The forms the library ships its kernels in: host objects (compiled from the rendered C; a device
+#: that also loads MAPPED_OBJECT gets the prebuilt library, mapped once per process) and PTX.
+LIBRARY_FORMS = (OBJECT, PTX)
 
-    return create_cpu_device()
+_GPU_HINT = ("the library's GPU kernels are shipped PTX: kernels.cuda_library_kernel(device, name, dtype=...) loads them "
+             "on a device that loads PTX (cuda_kernels() lists them), and a plan file's library kernels use them there "
+             "(--device CUDA)")
+
+
+def library_form(device: Any) -> Optional[str]:
+    """The first of ``device``'s program forms the library ships kernels in: OBJECT (:func:`get`), PTX
+    (:func:`~svod_min.kernels.cuda_library_kernel`), or None (no library kernel loads there)."""
+    for form in device.program_forms:
+        if form in LIBRARY_FORMS:
+            return form
+    return None
+
+
+def resolve_device(device: Any) -> Any:
+    """The device a host kernel runs on: a device string or DeviceSpec (through the device registry), or a
+    device that loads host objects; a device that loads only PTX (a GPU) is refused with the way to its kernels."""
+    if isinstance(device, (str, DeviceSpec)):
+        spec = as_spec(device)
+        try:
+            device = DEVICE_FACTORIES.device(spec)
+        except UnsupportedDeviceError as exc:
+            raise UnsupportedDeviceError("kernels.get() returns CPU kernels (host objects); %s; %s"
+                                         % (exc, _GPU_HINT)) from None  # fmt: skip
+    try:
+        forms = device.program_forms
+    except AttributeError:  # not a device at all: a number, a buffer...
+        raise KernelParamError("device must be a device string, DeviceSpec or a device (CpuDevice...), got %r"
+                               % (device,)) from None  # fmt: skip
+    if OBJECT not in forms:
+        raise UnsupportedDeviceError("kernels.get() returns CPU kernels (host objects); %s loads %s programs; %s"
+                                     % (device.spec, ", ".join(forms), _GPU_HINT))  # fmt: skip
+    return device
 
 
 def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
@@ -211,18 +235,25 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
     if shape is not None:  # autotuned params for this shape, when stored (svod_min.perf.autotune)
         params = tuned_params(name, params, shape, prebuilt, variant)
     sig = find_sig(name, variant, **params)
-    use = use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
+    use = (use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
+           and MAPPED_OBJECT in dev.program_forms)
     if prebuilt and not use:
-        why = "no prebuilt object fits this host" if variant is None else "%s does not contain it" % variant
+        why = _no_prebuilt(dev, variant)
         raise KernelParamError("%s %s: prebuilt=True but %s" % (name, dict(sig.params), why))
     key = (sig.entry, sig.params, id(dev), variant if use else None, use)
     return _memo(key, lambda: _make(sig, dev, variant, use))
 
 
+def _no_prebuilt(dev: Any, variant: Optional[str]) -> str:
+    if MAPPED_OBJECT not in dev.program_forms:
+        return "%s does not load mapped objects" % dev.spec
+    return "no prebuilt object fits this host" if variant is None else "%s does not contain it" % variant
+
+
 def _alive(kernel: LibraryKernel) -> bool:
     # A caller may close() a program (a plan tearing down): hand out a fresh one then.
-    # CpuProgram.close() drops its function (the shared library mapping stays).
-    return getattr(kernel.program, "_fn", None) is not None
+    # Closing a prebuilt kernel's program keeps the shared library mapping.
+    return not kernel.program.closed
 
 
 def _memo(key: Tuple[Any, ...], make: Callable[[], LibraryKernel]) -> LibraryKernel:
@@ -243,21 +274,51 @@ def _memo(key: Tuple[Any, ...], make: Callable[[], LibraryKernel]) -> LibraryKer
 
 
 def _make(sig: KernelSig, dev: Any, variant: Optional[str], prebuilt: bool) -> LibraryKernel:
-    from ..devices.cpu.device import CpuProgram  # the device layer sits above the library: on demand
-
     if prebuilt:
         assert variant is not None
-        shared = variants.load_variant(variant)
-        prog = CpuProgram(shared, sig.entry, buf_count=len(sig.buffers), var_names=sig.var_names, device=dev,
-                          name=sig.name)  # fmt: skip
-        return LibraryKernel(sig, prog, True, variant)
+        source = ProgramSource(MAPPED_OBJECT, variants.load_variant(variant), sig.entry, len(sig.buffers),
+                               sig.var_names, name=sig.name)  # fmt: skip
+        return LibraryKernel(sig, dev.load_program(source), True, variant)
     return LibraryKernel(sig, _compile(dev, kernel_source(sig.family, sig.entry), sig, variant), False, variant)
 
 
 def _compile(dev: Any, source: str, sig: KernelSig, variant: Optional[str]) -> Any:
-    """C source -> CpuProgram via the object cache (always C: SVOD_CPU_BACKEND=llvm is for IR plans)."""
+    """C source -> a program via the object cache (always C: SVOD_CPU_BACKEND=llvm is for IR plans)."""
     obj = kernel_cache.compile_cached(source, kind="c", extra_flags=tuple(variants.compile_flags(variant)))
-    return dev.load(obj, sig.entry, buf_count=len(sig.buffers), var_names=sig.var_names)
+    return dev.load_program(ProgramSource(OBJECT, obj, sig.entry, len(sig.buffers), sig.var_names))
+
+
+# --- a library kernel in the form a device loads -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceKernel:
+    """A library kernel loaded on a device in the form the device takes: what a plan binds and checks."""
+
+    program: Any
+    #: ``KernelSig`` (host objects) or ``CudaKernelSig`` (PTX): buffers with roles and counts, variables, work.
+    sig: Any
+    #: The C translation unit ("" for PTX).
+    source: str
+    #: Launch size: ints or expression texts over the variables (blocks when ``local_size`` is set).
+    global_size: Tuple[Any, ...]
+    #: The block (PTX); None for host objects.
+    local_size: Optional[Tuple[int, ...]]
+
+
+def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
+    """Library kernel ``name`` for ``params`` on ``device``, in the first library form the device lists:
+    a host object (:func:`get`) or the shipped PTX (:func:`~svod_min.kernels.cuda_library_kernel`)."""
+    form = library_form(device)
+    if form == OBJECT:
+        lib = get(name, device=device, **params)
+        return DeviceKernel(lib.program, lib.sig, lib.source, tuple(lib.global_size), None)
+    if form == PTX:
+        sig = find_cuda_sig(name, **params)
+        grid = tuple(d if type(d) is int else size_expr.compile_expr(str(d)).text for d in sig.grid)
+        return DeviceKernel(device.load_program(library_source(sig)), sig, "", grid, tuple(sig.block))
+    raise NotSupportedError("library kernel %r: %s loads %s programs, and the library ships %s"
+                            % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS)))  # fmt: skip
 
 
 # --- fused elementwise kernels (rendered and compiled at run time) -------------------------------
@@ -294,4 +355,5 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
     return _memo(("fused", entry, id(dev), variant), make)
 
 
-__all__ = ["LibraryKernel", "fused", "get", "resolve_device"]
+__all__ = ["DeviceKernel", "LIBRARY_FORMS", "LibraryKernel", "device_kernel", "fused", "get", "library_form",
+           "resolve_device"]  # fmt: skip

@@ -1,11 +1,11 @@
 """The built-in kernel check behind ``python -m svod_min selfcheck``.
 
-On the CPU, a handful of kernels that exercise the whole pipeline (compile ->
-relocate -> W^X map -> call): plain loops, libm calls, static tables, ``.bss``
-state and a ``core_id``-threaded kernel. On a GPU, one shipped PTX kernel of
-each library module (elementwise, matmul, softmax, reduce, transpose), timed
-with CUDA events. Each result is compared with a pure-Python reference, so the
-check needs no numpy.
+The check follows the device's program forms. A device that loads C (the CPU) runs a handful of
+kernels that exercise the whole pipeline (compile -> relocate -> W^X map -> call): plain loops,
+libm calls, static tables, ``.bss`` state and a ``core_id``-threaded kernel. A device that loads
+PTX (a GPU) runs one shipped PTX kernel of each library module (elementwise, matmul, softmax,
+reduce, transpose), timed with its own events. Each result is compared with a pure-Python
+reference, so the check needs no numpy.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence
 
+from ..devices.base import C_SOURCE, PTX, ProgramSource
 from ..devices.cpu.device import CpuDevice, create_cpu_device
+from ..error import NotSupportedError
 
 SOURCE = r"""
 #include <math.h>
@@ -80,10 +82,13 @@ def _time(call: Callable[[], None], repeat: int = 5) -> float:
 
 
 def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 64) -> List[CheckResult]:
-    """Compile the built-in kernels, run them, and compare with pure Python."""
+    """Compile the built-in kernels (C), or load the shipped PTX ones, run them, and compare with pure Python."""
     dev = device or create_cpu_device()
-    if dev.spec.kind == "CUDA":
+    form = next((f for f in dev.program_forms if f in (C_SOURCE, PTX)), None)
+    if form == PTX:
         return run_gpu_selfcheck(dev)
+    if form is None:
+        raise NotSupportedError("selfcheck runs C or PTX kernels; %s loads %s" % (dev.spec, ", ".join(dev.program_forms)))
     rng = random.Random(0)
     a = _floats([rng.uniform(-2, 2) for _ in range(n)])
     b = _floats([rng.uniform(-2, 2) for _ in range(n)])
@@ -93,7 +98,7 @@ def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 
     results = []
 
     def check(name: str, program_args: tuple, want: List[float], rtol: float = 1e-5, **kw: object) -> None:
-        prog = dev.compile(SOURCE, name, **program_args)  # type: ignore[arg-type]
+        prog = dev.load_program(ProgramSource(C_SOURCE, SOURCE, name, **program_args))  # type: ignore[arg-type]
         buffers, vals = kw["buffers"], kw.get("vals", ())
         call = prog.bind(buffers, vals, global_size=kw.get("global_size"))  # type: ignore[arg-type]
         elapsed = _time(call)

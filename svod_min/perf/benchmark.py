@@ -380,21 +380,26 @@ def benchmark_kernel(
 
 
 def warmup_thread_pool(device: Any = None) -> int:
-    """Start every worker of a CPU device's pool now (default: the default CPU device).
+    """Start every worker of a device's host pool now (default: the default CPU device's pool).
 
     The first parallel kernel then does not pay for thread creation inside a
-    timing. Returns the pool's worker count.
+    timing. Returns the device's thread count.
     """
     from ..devices.cpu.device import create_cpu_device, ensure_thread_pool
 
     if device is None:
         ensure_thread_pool()
         return create_cpu_device().threads
-    threads = getattr(device, "threads", None)
-    if not _is_int(threads) or threads < 1 or not callable(getattr(getattr(device, "pool", None), "submit", None)):
-        raise DeviceError("warmup_thread_pool needs a CPU device (a pool and threads >= 1), got %s" % type(device).__name__)
-    _touch_workers(device.pool, threads)
-    return int(device.threads)
+    try:  # the Device slots; anything without them is not a device
+        threads, pool = device.threads, device.host_pool()
+    except AttributeError:
+        threads, pool = None, None
+    if not _is_int(threads) or threads < 1:
+        raise DeviceError("warmup_thread_pool needs a CPU device (threads >= 1 and host_pool()), got %s"
+                          % type(device).__name__)  # fmt: skip
+    if pool is not None:  # None: one thread, or called on one of the pool's own workers
+        _touch_workers(pool, threads)
+    return int(threads)
 
 
 def _touch_workers(pool: Any, n: int) -> None:

@@ -1,9 +1,11 @@
 """Plan-file kernels: each form (C or LLVM IR source, a file, a library kernel, CUDA C or PTX) validated and loaded.
 
-:class:`KernelReader` reads a plan's ``kernels`` section: CPU source forms are
-compiled in as few compiler runs as possible (:func:`compile_many_cached`), CUDA
-forms are loaded on the GPU the plan runs on, library kernels come from
-:mod:`svod_min.kernels` with their signature's roles, extents and work.
+:class:`KernelReader` reads a plan's ``kernels`` section. Each kernel is loaded in the first of the
+device's program forms (``device.program_forms``) that it brings: on a device that loads objects, C
+and LLVM IR sources are compiled in as few compiler runs as possible (:func:`compile_many_cached`)
+and precompiled objects of the best target are loaded as they are; a ``cuda`` object brings PTX or
+CUDA C. Library kernels come from :mod:`svod_min.kernels` in the library form the device loads,
+with their signature's roles, extents and work. Nothing here names a device kind.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..compiler.clang import find_compiler
 from ..config import env_str
-from ..error import BufferAllocationError, CompilationError, NoUsableTargetError, NotSupportedError, PlanError, PlanFileError, PtxError, SvodError
+from ..devices.base import CUDA_C, C_SOURCE, LLVM_IR, OBJECT, PTX, ProgramSource
+from ..error import CompilationError, DeviceError, NoUsableTargetError, NotSupportedError, PlanError, PlanFileError, PtxError, SvodError
 from ..jit_loader.arch import host_arch
 from ..expr import compile_expr
 from ..cache.kernel_cache import CachedKernel, compile_many_cached
@@ -26,6 +29,8 @@ from ..compiler.targets import TARGET_ENV, TARGET_NAME, choose_target, host_targ
 
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
 CPU_ONLY_VARS = ("core_id", "core_id_count")
+#: The program form of each host source key of a plan kernel.
+SOURCE_FORMS = {"source": C_SOURCE, "file": C_SOURCE, "llvm_ir": LLVM_IR, "ir_file": LLVM_IR}
 
 
 class KernelReader:
@@ -40,7 +45,6 @@ class KernelReader:
         """Every kernel of the ``kernels`` section, validated, compiled (in batches) and loaded."""
         pending: Dict[str, PendingKernel] = {}
         gpu: Dict[str, PendingCuda] = {}
-        on_gpu = is_gpu(self.device)
         for name, k in spec.items():
             path = "kernels.%s" % name
             k = as_object(k, path)
@@ -56,22 +60,49 @@ class KernelReader:
             need(objects is None or forms != ["library"], path + ".objects", "a library kernel brings its own objects")
             if forms == ["library"]:
                 self.kernels[name] = self._library(name, k, path)
-            elif on_gpu:
-                need(cuda is not None, path, "has no CUDA form, and this plan runs on %s: add a \"cuda\" object "
-                     "(CUDA C or PTX, docs/plan-format.md) or use a library kernel" % self.device.spec)
+                continue
+            form = self._program_form(forms[0] if forms else None, objects, cuda, path)
+            if form in (PTX, CUDA_C):
                 gpu[name] = cuda  # type: ignore[assignment]
+                continue
+            kernel = self._compiled(name, k, forms[0] if forms else None, path)
+            if form != OBJECT:  # the device compiles this source form itself
+                self.kernels[name] = kernel.load_source(self.device, form)
+                continue
+            obj = self._precompiled(objects, kernel, path) if objects is not None else None
+            if obj is not None:
+                self.kernels[name] = kernel.load(self.device, obj)
             else:
-                need(bool(forms) or objects is not None, path, "has only a CUDA form; run the plan on a GPU (--device CUDA)")
-                kernel = self._compiled(name, k, forms[0] if forms else None, path)
-                obj = self._precompiled(objects, kernel, path) if objects is not None else None
-                if obj is not None:
-                    self.kernels[name] = kernel.load(self.device, obj)
-                else:
-                    pending[name] = kernel
+                pending[name] = kernel
         self._compile_and_load(pending)
         for name, cuda in gpu.items():
             self.kernels[name] = cuda.load(self.device)
         return self.kernels
+
+    def _program_form(self, source_key: Optional[str], objects: Optional[List[Dict[str, str]]],
+                      cuda: Optional["PendingCuda"], path: str) -> str:  # fmt: skip
+        """The first of the device's program forms this kernel brings: an object (compiled from its C or
+        LLVM IR, or precompiled), the source itself, or its ``cuda`` object's PTX or CUDA C."""
+        offered = []
+        if source_key is not None or objects is not None:
+            offered.append(OBJECT)
+        if source_key is not None:
+            offered.append(SOURCE_FORMS[source_key])
+        if cuda is not None:
+            offered.append(cuda.program_form)
+        device_forms = self.device.program_forms
+        for form in device_forms:
+            if form in offered:
+                return form
+        spec = self.device.spec
+        need(cuda is not None or not (PTX in device_forms or CUDA_C in device_forms), path,
+             "has no CUDA form, and this plan runs on %s: add a \"cuda\" object (CUDA C or PTX, docs/plan-format.md) "
+             "or use a library kernel" % spec)  # fmt: skip
+        host_device = any(f == OBJECT or f in SOURCE_FORMS.values() for f in device_forms)
+        need(not (host_device and source_key is None and objects is None), path,
+             "has only a CUDA form; run the plan on a GPU (--device CUDA)")
+        raise PlanFileError(path, "device %s loads %s programs; this kernel brings %s"
+                            % (spec, ", ".join(device_forms), ", ".join(offered)))  # fmt: skip
 
     def _precompiled(self, objects: List[Dict[str, str]], kernel: "PendingKernel", path: str) -> Optional[bytes]:
         """The object of the best target for this host; None: compile the source (PendingKernel has it)."""
@@ -120,7 +151,6 @@ class KernelReader:
         entry = as_text(k.get("entry", name), path + ".entry")
         flags = [as_text(f, "%s.flags[%d]" % (path, i)) for i, f in enumerate(as_list(k.get("flags", []), path + ".flags"))]
         gsize = global_size_exprs(k.get("global_size", [1, 1, 1]), path + ".global_size")
-        need(self.device.spec.kind == "CPU", path, "device %s cannot run C kernels" % self.device.spec)
         check_threading(gsize, var_names, path + ".global_size")
         meta = self._meta(k, nbuf, var_names, path)
         kind = "ir" if form in ("llvm_ir", "ir_file") else "c"
@@ -190,34 +220,22 @@ class KernelReader:
         return kernel_var_expr(value, var_names, path)
 
     def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
-        """A ``library`` kernel: :func:`svod_min.kernels.get` on the CPU, the shipped PTX form on a GPU."""
+        """A ``library`` kernel in the first library form the device loads: a host object or the shipped PTX."""
         params = as_object(k.get("params", {}), path + ".params")
         need(not (set(k) - {"library", "params"}), path, "a library kernel takes only library and params")
-        if is_gpu(self.device):
-            return self._cuda_library(as_text(k["library"], path + ".library"), params, path)
-        from .. import kernels as library  # on first use: the library costs ~50 ms to import, most plans need none
+        from ..kernels.library import device_kernel  # on first use: the library costs ~50 ms to import, most plans need none
 
         try:
-            lib = library.get(as_text(k["library"], path + ".library"), device=str(self.device.spec), **params)
-        except (SvodError, TypeError) as exc:
+            lib = device_kernel(self.device, as_text(k["library"], path + ".library"), **params)
+        except DeviceError:
+            raise  # the driver's or the device's own checks: not bad input
+        except (SvodError, TypeError) as exc:  # no such kernel or form, a bad parameter or dtype
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        return self._library_kernel(lib.program, lib.source, lib.entry_point, lib.sig, tuple(lib.global_size), None)
-
-    def _cuda_library(self, lib_name: str, params: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
-        """The shipped PTX form of a library kernel, launched with its own grid and block."""
-        from .. import kernels as library
-
-        try:
-            program = library.cuda_library_kernel(self.device, lib_name, **params)
-        except (NotSupportedError, BufferAllocationError, TypeError) as exc:  # no such form, or a bad dtype
-            raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        sig = program.signature  # driver errors above are device errors, not bad input
-        grid = tuple(d if type(d) is int else compile_expr(str(d)).text for d in sig.grid)
-        return self._library_kernel(program, "", sig.entry, sig, grid, tuple(sig.block))
+        return self._library_kernel(lib.program, lib.source, lib.sig.entry, lib.sig, lib.global_size, lib.local_size)
 
     def _library_kernel(self, program: Any, code: str, entry: str, sig: Any, global_size: Tuple[Any, ...],
                         local_size: Optional[Tuple[int, ...]]) -> Tuple[CachedKernel, Dict[str, Any]]:  # fmt: skip
-        """A library kernel (CPU ``LibraryKernel`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work."""
+        """A library kernel (``KernelSig`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work."""
         from .. import kernels as library
 
         roles = [arg.role for arg in sig.buffers]
@@ -315,7 +333,14 @@ class PendingKernel:
 
     def load(self, device: Any, obj: bytes) -> Tuple[CachedKernel, Dict[str, Any]]:
         """Load the compiled object on ``device`` as a plan kernel."""
-        program = device.load(obj, self.entry, buf_count=self.nbuf, var_names=self.var_names)
+        return self._kernel(device, device.load_program(ProgramSource(OBJECT, obj, self.entry, self.nbuf, self.var_names)))
+
+    def load_source(self, device: Any, form: str) -> Tuple[CachedKernel, Dict[str, Any]]:
+        """Hand the source (``form``: C or LLVM IR) to a device that compiles it itself."""
+        source = ProgramSource(form, self.text, self.entry, self.nbuf, self.var_names, options=self.flags)
+        return self._kernel(device, device.load_program(source))
+
+    def _kernel(self, device: Any, program: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
         ins = [i for i in range(self.nbuf) if i not in self.outputs]
         kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
                               self.outputs, ins, self.parallel_safe, self.gsize)
@@ -339,28 +364,30 @@ class PendingCuda:
     options: Tuple[str, ...]
     meta: Dict[str, Any]
 
+    @property
+    def program_form(self) -> str:
+        """PTX, or CUDA C (compiled by the device with NVRTC)."""
+        return PTX if self.form in ("ptx", "ptx_file") else CUDA_C
+
     def load(self, device: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
-        """Load the PTX (or NVRTC-compiled CUDA C) on the GPU ``device`` as a plan kernel."""
-        kwargs = dict(local_size=self.block, shared_bytes=self.shared_bytes, name=self.entry)
-        if self.form in ("ptx", "ptx_file"):
-            try:
-                program = device.load_ptx(self.text, self.entry, self.nbuf, self.var_names, **kwargs)
-            except PtxError as exc:  # svod's PTX rules, checked before the driver sees it: name the kernel
-                raise PtxError("%s.%s: %s" % (self.path, self.form, exc)) from None
-        else:
-            try:
-                program = device.compile_cuda(self.text, self.entry, self.nbuf, self.var_names, options=self.options, **kwargs)
-            except NotSupportedError as exc:  # no NVRTC: say which kernel needed it
-                raise NotSupportedError("%s: %s" % (self.path, exc)) from None
+        """Load the PTX (or the CUDA C, compiled by the device) on ``device`` as a plan kernel."""
+        form = self.program_form
+        source = ProgramSource(form, self.text, self.entry, self.nbuf, self.var_names, name=self.entry,
+                               options=self.options, block=self.block, shared_bytes=self.shared_bytes)  # fmt: skip
+        try:
+            program = device.load_program(source)
+        except PtxError as exc:  # svod's PTX rules, checked before the driver sees it: name the kernel
+            if form != PTX:
+                raise
+            raise PtxError("%s.%s: %s" % (self.path, self.form, exc)) from None
+        except NotSupportedError as exc:  # no NVRTC: say which kernel needed it
+            if form != CUDA_C:
+                raise
+            raise NotSupportedError("%s: %s" % (self.path, exc)) from None
         ins = [i for i in range(self.nbuf) if i not in self.outputs]
         kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
                               self.outputs, ins, True, self.grid, self.block)
         return kernel, self.meta
-
-
-def is_gpu(device: Any) -> bool:
-    """Kernels on this device take GPU forms (library PTX or a kernel's ``cuda`` object)."""
-    return device.spec.kind == "CUDA"
 
 
 def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKernel:
@@ -370,4 +397,5 @@ def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKern
     return clone
 
 
-__all__ = ["CPU_ONLY_VARS", "KernelReader", "have_compiler", "read_object_list", "check_threading", "global_size_exprs", "is_gpu", "with_global_size"]
+__all__ = ["CPU_ONLY_VARS", "KernelReader", "SOURCE_FORMS", "have_compiler", "read_object_list", "check_threading",
+           "global_size_exprs", "with_global_size"]  # fmt: skip
