@@ -1,10 +1,13 @@
 """Execution plans: prepared kernels, copies, views and custom functions replayed in dependency order.
 
-* :mod:`.execution_plan` — ``ExecutionPlan``: prepare, schedule, run, release.
-* :mod:`.builder` — ``ExecutionPlanBuilder``: ops and buffers in, an ``ExecutionPlan`` out.
+* :mod:`.execution_plan` — ``ExecutionPlanBuilder`` (ops and buffers in, a plan out) and
+  ``ExecutionPlan`` (bind, run, variables, release, replicate).
 * :mod:`.ops` — the prepared op kinds (``PreparedKernel``, ``PreparedCopy``, ``PreparedBufferView``,
-  ``PreparedCustomFunction``).
-* :mod:`.schedule` — levels of independent ops and their hazards.
-* :mod:`.grain` — how much work one core id of a kernel gets.
-* :mod:`.native_replay` — a whole plan replayed by one C call.
+  ``PreparedCustomFunction``) and the custom-function registry.
+* :mod:`.validation` — the checks a builder runs once on buffers, ops and dependencies.
+* :mod:`.variables` — run-time variables: bounds, checked values, the kernel values they set.
+* :mod:`.binding` — one kernel op bound to its device: launch size, extents, threads.
+* :mod:`.schedule` — hazard groups inside each level; device-graph segments.
+* :mod:`.grain` — which ops are too small to hand to the host pool (measured).
+* :mod:`.native_replay` — runs of CPU kernels replayed by one C call.
 """

@@ -1,12 +1,15 @@
 """Pre-compiled execution plans: ops run in dependency order, again and again.
 
 A plan owns its buffers and prepared ops (kernels, copies, views, custom
-functions, :mod:`svod_min.plan.ops`). :class:`ExecutionPlanBuilder` validates
-everything once (:mod:`svod_min.plan.builder`) and computes deterministic Kahn
-levels. Each level is split into groups of ops whose byte ranges on the
-underlying storage do not conflict; groups run in order, and the ops of a group
-overlap on the device's host pool (:mod:`svod_min.plan.schedule` binds and
-packs them into graph or native segments).
+functions, :mod:`svod_min.plan.ops`). :class:`ExecutionPlanBuilder` collects
+them and validates everything once (:mod:`svod_min.plan.validation`), then
+computes deterministic Kahn levels. The plan binds each kernel to its device
+(:mod:`svod_min.plan.binding`) and splits each level into groups of ops whose
+byte ranges on the underlying storage do not conflict
+(:mod:`svod_min.plan.schedule`); groups run in order, and the ops of a group
+overlap on the device's host pool. Runs of kernel groups replay as one call:
+device graphs on a GPU, native runner tables on the CPU
+(:mod:`svod_min.plan.native_replay`).
 
 Variables are checked against their bounds before anything is dispatched; a
 failure part-way poisons the plan, which then refuses to run.
@@ -15,37 +18,124 @@ failure part-way poisons the plan, which then refuses to run.
 from __future__ import annotations
 
 import contextlib
-import numbers
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..cache.kernel_cache import CachedKernel
 from ..config import env_flag
 from ..devices.base import RELEASE_EPOCH
 from ..devices.transfer import copy_buffer, copy_storage, host_views, storage_size, write_back
-from ..error import BufferAllocationError, ExecutionError, PlanError, PlanPoisonedError, SvodError, VariableBoundsError
+from ..error import BufferAllocationError, ExecutionError, PlanError, PlanPoisonedError, SvodError
 from ..expr import compile_expr
-from ..cache.kernel_cache import CachedKernel
-from .native_replay import NativeEntry
 from ..ordering import kahn_levels
-from .grain import GrainSplit
-from .builder import INT32_MAX, INT32_MIN, PlanBuilder, PlanParts
-from .ops import PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, PreparedOp, RuntimeVar, copy_op, custom_function_kinds, register_custom_function, run_custom_function, runtime_vars_of
-from .schedule import PARALLEL_MIN_FLOPS, PlanSchedule
 from ..profiler import KernelProfile
+from .binding import PARALLEL_MIN_FLOPS, bind_kernel, op_env
+from .grain import GrainSplit
+from .native_replay import NativeEntry, pack_segments
+from .ops import PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, PreparedOp, RuntimeVar, copy_op, custom_function_kinds, register_custom_function, run_custom_function
+from .schedule import graph_segments, hazard_groups, kernel_programs
+from .validation import check_buffer, check_op, check_outputs, resolve_dependencies
+from .variables import check_var_values, custom_vars, kernel_vals, plan_runtime_vars
 
 _REENTERED = "plan is already running on this thread (called again from one of its own ops)"
 
 
-class ExecutionPlanBuilder(PlanBuilder):
+@dataclass
+class PlanParts:
+    """A validated plan's pieces, in the order the plan runs them."""
+
+    device: Any
+    buffers: List[Any]
+    ast_to_buffer: Dict[int, int]
+    outputs: List[int]
+    ops: List[PreparedOp]
+    order: List[int]
+    levels: List[List[int]]
+    inputs: List[int]
+    var_values: Dict[str, int]
+
+
+class ExecutionPlanBuilder:
     """Collects buffers and ops, then :meth:`build` validates them into a plan."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._buffers: List[Any] = []
+        self._ast_to_buffer: Dict[int, int] = {}
+        self._outputs: Optional[List[int]] = None
+        self._ops: List[PreparedOp] = []
+        self._instance_deps: Dict[int, List[int]] = {}
+        self._inputs: List[int] = []
+        self._var_values: Dict[str, int] = {}
+
+    def set_var_values(self, values: Mapping[str, int]) -> None:
+        """Current values of the plan variables (needed by ops with ``var_exprs``)."""
+        self._var_values = dict(values)
+
+    def add_buffer(self, ast_id: int, buffer: Any) -> int:
+        """Add a buffer; returns its index. ``ast_id`` names it for :meth:`ExecutionPlan.buffer`."""
+        check_buffer(ast_id, buffer)
+        self._buffers.append(buffer)
+        index = len(self._buffers) - 1
+        self._ast_to_buffer[ast_id] = index
+        return index
+
+    def map_buffer(self, ast_id: int, index: int) -> None:
+        """Make ``ast_id`` another name for the buffer at ``index``."""
+        if not 0 <= index < len(self._buffers):
+            raise PlanError("map_buffer: buffer index out of range: %d (%d buffers)" % (index, len(self._buffers)))
+        self._ast_to_buffer[ast_id] = index
+
+    def set_output_buffer(self, index: int) -> None:
+        self.set_output_buffers([index])
+
+    def set_output_buffers(self, indices: Sequence[int]) -> None:
+        self._outputs = list(indices)
+
+    def declare_input(self, index: int) -> None:
+        """Mark a buffer as a per-replica input (snapshotted by ``replicate``)."""
+        self._inputs.append(index)
+
+    def add_kernel(self, kernel: PreparedKernel) -> int:
+        return self.add_op(kernel)
+
+    def add_op(self, op: PreparedOp) -> int:
+        """Append an op; returns its index."""
+        self._ops.append(op)
+        return len(self._ops) - 1
+
+    def add_op_with_instance_dependencies(self, op: PreparedOp, dependencies: Sequence[int]) -> int:
+        """Append an op that also depends on the ops at these indices."""
+        index = len(self._ops)
+        if not isinstance(dependencies, (list, tuple)) or not all(type(d) is int for d in dependencies):
+            raise PlanError("op %d: instance dependencies must be a list of op indices (ints), got %r" % (index, dependencies))
+        self._instance_deps[self.add_op(op)] = list(dependencies)
+        return index
+
+    @property
+    def op_count(self) -> int:
+        return len(self._ops)
+
+    def validated(self) -> PlanParts:
+        """Validate everything (:mod:`svod_min.plan.validation`); raises PlanError naming the problem."""
+        outputs = check_outputs(self._outputs, self._buffers, self._ops)
+        for index, op in enumerate(self._ops):
+            check_op(index, op, self._buffers, self._var_values)
+        preds = resolve_dependencies(self._ops, self._instance_deps)
+        order, levels = kahn_levels(preds, [op.id for op in self._ops])
+        return PlanParts(
+            device=self.device, buffers=list(self._buffers), ast_to_buffer=dict(self._ast_to_buffer), outputs=outputs,
+            ops=list(self._ops), order=order, levels=levels, inputs=list(self._inputs), var_values=dict(self._var_values),
+        )
 
     def build(self) -> "ExecutionPlan":
         """Validate everything and return the plan; raises PlanError naming the problem."""
         return ExecutionPlan.from_parts(self.validated())
 
 
-class ExecutionPlan(PlanSchedule):
+class ExecutionPlan:
     """A validated, repeatedly executable list of ops (see module docstring)."""
 
     def __init__(
@@ -72,12 +162,13 @@ class ExecutionPlan(PlanSchedule):
         self._owner: Optional[int] = None  # thread holding _lock (re-entry would deadlock: refused)
         self._poisoned: Optional[str] = None
         self._released: Optional[str] = None  # which release_* call dropped the buffers
-        self._launches: List[Any] = []  # per op: its bound Launch (kernels) or None
-        self._calls: List[Optional[Callable[[], None]]] = []  # per op: the launch's __call__, or None
-        self._groups: List[List[List[int]]] = []
-        self._threaded: List[bool] = []
+        # per op, set by _prepare() and _bind_kernel()
+        self._launches: List[Any] = []  # its bound Launch (kernels) or None
+        self._calls: List[Optional[Callable[[], None]]] = []  # the launch's __call__ (one lookup less per replayed op)
+        self._threaded: List[bool] = []  # its core_id invocations are spread over the host pool
         self._tiny: List[bool] = []  # declared work too small to be worth a pool hand-off
-        self._grain = GrainSplit(0)  # measured: ops cheaper than a pool hand-off (set up per binding)
+        self._grain = GrainSplit(0)  # measured: ops cheaper than a pool hand-off
+        self._groups: List[List[List[int]]] = []  # per level, groups of ops that may overlap
         # native replay: how the runner calls each kernel op, and the schedule as segments
         # (a bound table or graph replaying many ops, or a Python group of op indices)
         self._native_entries: Dict[int, NativeEntry] = {}
@@ -99,6 +190,53 @@ class ExecutionPlan(PlanSchedule):
         plan._var_values = dict(parts.var_values)
         plan._prepare()
         return plan
+
+    # -- binding -------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Bind every kernel (launch sizes, extents), group each level by hazards, pack segments."""
+        count = len(self._ops)
+        self._launches, self._calls = [None] * count, [None] * count
+        self._threaded, self._tiny = [False] * count, [False] * count
+        self._grain = GrainSplit(count)  # timed over the first replays of these bindings
+        for index, op in enumerate(self._ops):
+            if isinstance(op, PreparedKernel):
+                self._bind_kernel(index, op)
+        self._programs = kernel_programs(self._ops)
+        self._release_seen = RELEASE_EPOCH.value  # bind refused closed programs
+        self._groups = hazard_groups(self.op_levels, self._ops, self._buffers)
+        self._build_segments()
+
+    def _bind_kernel(self, index: int, op: PreparedKernel) -> None:
+        bound = bind_kernel(op, self._buffers, self._launches[index])
+        self._launches[index], self._calls[index] = bound.launch, bound.launch.__call__
+        self._threaded[index] = bound.threaded
+        if bound.entry is None:
+            self._native_entries.pop(index, None)
+        else:
+            self._native_entries[index], self._tiny[index] = bound.entry, bound.tiny
+
+    def _build_segments(self) -> None:
+        """Pack runs of kernel groups into one-call segments: device graphs on a GPU, C runner tables on the CPU."""
+        self._segments, self._segment_kind = None, None
+        groups = [group for level in self._groups for group in level]
+        graph = self._device.graph
+        if self.graphs and graph is not None and any(c is not None and c.graphable for c in self._launches):
+            self._segments = graph_segments(graph, groups, self._ops, self._buffers, self._launches)
+            self._segment_kind = "graph"
+        elif self.native:
+            self._segments = pack_segments(groups, self._native_entries, self._device.threads)
+            self._segment_kind = None if self._segments is None else "native"
+
+    @property
+    def native_replay(self) -> bool:
+        """True when execute() replays kernels through the native runner."""
+        return self._segment_kind == "native"
+
+    @property
+    def graph_replay(self) -> bool:
+        """True when execute() replays runs of GPU kernels as device graphs (one launch per run)."""
+        return self._segment_kind == "graph"
 
     def set_graph_replay(self, enabled: bool) -> bool:
         """Switch between device-graph and eager launches on a GPU; returns whether graphs are now in use."""
@@ -143,7 +281,7 @@ class ExecutionPlan(PlanSchedule):
             dst, src = (self._buffers[i] for i in op.buffer_indices)
             copy_buffer(dst, src)
         elif isinstance(op, PreparedCustomFunction):
-            _run_custom_on_host(op, [self._buffers[i] for i in op.buffer_indices], self._custom_vars(op))
+            _run_custom_on_host(op, [self._buffers[i] for i in op.buffer_indices], custom_vars(op, self._var_values))
         # views were validated at build time: nothing to do
 
     def _run_group(self, group: List[int]) -> None:
@@ -281,7 +419,7 @@ class ExecutionPlan(PlanSchedule):
         name, kind, flops, moved = "op%d" % op.id, "kernel", None, None
         if isinstance(op, PreparedKernel):
             name = op.kernel.entry_point
-            env = self._env(op)
+            env = op_env(op)
             flops, moved = _work(op.flops, env), _work(op.bytes_moved, env)
         elif isinstance(op, PreparedCopy):
             name, kind, moved = "copy", "copy", 2 * self._buffers[op.buffer_indices[1]].nbytes
@@ -299,35 +437,7 @@ class ExecutionPlan(PlanSchedule):
 
     def runtime_vars(self) -> Dict[str, RuntimeVar]:
         """Every variable the caller may set, by name (bounds intersected across ops)."""
-        out: Dict[str, RuntimeVar] = {}
-        for op in self._ops:
-            for var in runtime_vars_of(op):
-                prev = out.get(var.name)
-                if prev is not None:
-                    var = RuntimeVar(var.name, max(prev.min_val, var.min_val), min(prev.max_val, var.max_val))
-                out[var.name] = var
-        return out
-
-    def _check_vars(self, var_vals: Mapping[str, int]) -> Dict[str, int]:
-        if not isinstance(var_vals, Mapping):
-            raise PlanError("variables must be a mapping of names to ints, got %s" % type(var_vals).__name__)
-        known = self.runtime_vars()
-        checked = {}
-        for name, value in var_vals.items():
-            if name == "core_id":
-                continue  # internal: set per invocation by the dispatcher
-            var = known.get(name)
-            if var is None:
-                raise PlanError("unknown variable %r (plan variables: %s)" % (name, sorted(known)))
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise VariableBoundsError("variable %s=%r must be an int" % (name, value))
-            value = int(value)  # numpy integers are welcome; the kernels get plain ints
-            if not var.min_val <= value <= var.max_val:
-                raise VariableBoundsError(
-                    "variable %s=%d is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val)
-                )
-            checked[name] = value
-        return checked
+        return plan_runtime_vars(self._ops)
 
     def _apply_vars(self, values: Mapping[str, int]) -> None:
         """Patch vals (not fixed vars, not core_id), then re-validate and re-bind. Dispatches nothing."""
@@ -337,7 +447,7 @@ class ExecutionPlan(PlanSchedule):
         for index, op in enumerate(self._ops):
             if not isinstance(op, PreparedKernel):
                 continue
-            new_vals = [self._new_val(op, n, v, values, env) for n, v in zip(op.kernel.var_names, op.vals)]
+            new_vals = kernel_vals(op, values, env)
             if new_vals != op.vals:
                 staged.append((index, op, new_vals))
         old = [(op, op.vals) for _, op, _ in staged]
@@ -356,27 +466,16 @@ class ExecutionPlan(PlanSchedule):
                 self._build_segments()  # the tables hold the old values: repack (graph nodes were patched)
         self._var_values = env
 
-    @staticmethod
-    def _new_val(op: PreparedKernel, name: str, old: int, values: Mapping[str, int], env: Mapping[str, int]) -> int:
-        if name in op.var_exprs:
-            value = compile_expr(op.var_exprs[name])(env)
-            if not INT32_MIN <= value <= INT32_MAX:
-                raise VariableBoundsError("kernel %s: %s = %s = %d does not fit int32" % (op.kernel.entry_point, name, op.var_exprs[name], value))
-            return value
-        if name in values and name not in op.fixedvars and name != "core_id":
-            return values[name]
-        return old
-
     def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
         """Set variables (all checked before any dispatch), then execute.
 
         Both happen under one hold of the plan lock, so a concurrent caller
         can never run the plan with this call's values or vice versa.
         """
-        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
+        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals)))
 
     def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
-        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(self._check_vars(var_vals)))
+        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals)))
 
     # -- buffers ---------------------------------------------------------------------------------
 

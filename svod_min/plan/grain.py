@@ -1,13 +1,12 @@
 """Which ops of a level are too small to hand to the host pool: measured, not guessed.
 
-Handing an op to the pool costs a worker wake-up and a join (~5-30 µs);
-a tiny kernel runs in well under a microsecond. Declared work says little
-(many kernels declare none), so the Python replay path measures instead:
-during the first :data:`MEASURED_REPLAYS` replays each op is timed where
-it runs (the group spread over the pool as before); after them, ops whose
-best time is below the pool's measured round trip (the grain) run on the
-calling thread and only the others are handed to the pool. A re-bound plan
-(new variable values) measures again.
+Handing an op to the pool costs a worker wake-up and a join, many times
+what a tiny kernel takes to run. Declared work says little (many kernels
+declare none), so the Python replay path measures instead: during the first
+:data:`MEASURED_REPLAYS` replays of a plan each op is timed where it runs
+(its group still spread over the pool); after them, ops whose best time is
+below the pool's measured round trip (the grain) run on the calling thread
+and only the others are handed to the pool.
 """
 
 from __future__ import annotations

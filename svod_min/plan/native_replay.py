@@ -165,7 +165,7 @@ def prebuilt_runtime(load: Any) -> Any:
     helpers (None: compile it; SVOD_KERNELS_PREBUILT=0 too).
 
     Shipped with the package so that a cold start (a bundle, the one-file runtime) never waits on a
-    compiler: with a compiler and no object cache, building the runner cost ~0.3 s of every run.
+    compiler, nor needs one.
     """
     if not env_flag("SVOD_KERNELS_PREBUILT", True):
         return None
