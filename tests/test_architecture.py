@@ -184,3 +184,37 @@ def test_plan_code_imports_no_device_inside_functions() -> None:
         if module.split(".")[1:2] and module.split(".")[1] in INTERFACE_USERS:
             found += ["%s:%d %s" % (module, line, name) for line, name in _function_imports(_tree(path)) if "devices" in name]
     assert found == []
+
+
+def _kind_comparisons(tree: ast.Module, kinds: Set[str]) -> Iterator[Tuple[int, str]]:
+    """``x.kind == "CUDA"`` (or ``!=``, ``in (...)``) and ``hasattr(device, ...)`` / ``hasattr(dev, ...)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left] + list(node.comparators)
+            if any(isinstance(o, ast.Attribute) and o.attr == "kind" for o in operands):
+                consts = [c for o in operands for c in ([o] if isinstance(o, ast.Constant) else getattr(o, "elts", []))]
+                named = sorted(c.value for c in consts if isinstance(c, ast.Constant) and c.value in kinds)
+                if named:
+                    yield node.lineno, "compares a kind with %s" % named
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr" and node.args:
+            target = node.args[0]
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in ("dev", "device"):
+                yield node.lineno, "probes a device with hasattr"
+
+
+def test_only_devices_name_device_kinds() -> None:
+    """Above devices/, code asks a device for its slots (program_forms, load_program...), never for its kind."""
+    from svod_min.devices.spec import KNOWN_KINDS
+
+    kinds = set(KNOWN_KINDS) | {"GPU"}
+    found = []
+    for module, path in _modules():
+        if module.split(".")[1:2] != ["devices"]:
+            found += ["%s:%d %s" % (module, line, what) for line, what in _kind_comparisons(_tree(path), kinds)]
+    assert found == []
+
+
+def test_kind_comparison_finder_finds_one() -> None:
+    tree = ast.parse("if device.spec.kind == 'CUDA': pass\nif spec.kind in ('CPU', 'X'): pass\nhasattr(dev, 'compile')\n")
+    assert [line for line, _ in _kind_comparisons(tree, {"CPU", "CUDA"})] == [1, 2, 3]
