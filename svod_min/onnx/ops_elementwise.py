@@ -112,7 +112,7 @@ def lower_nary(L: Lowering, node: Node) -> None:
     expr = "x0"
     for k in range(1, len(ins)):
         op = "Add" if node.op in ("Sum", "Mean") else node.op
-        expr = C_BINARY[op].replace("x0", "(%s)" % expr).replace("x1", "x%d" % k)
+        expr = C_BINARY[op].replace("x1", "x%d" % k).replace("x0", "(%s)" % expr)  # x1 first: expr holds x1
     if node.op == "Mean":
         expr = "(%s) / %s" % (expr, csrc.flt(float(len(ins))))
     kind, params = activation_of(node)
