@@ -30,6 +30,7 @@ _LAZY: Dict[str, str] = {
     "DEVICE_FACTORIES": "devices.registry",
     "DeviceSpec": "devices.registry",
     "DeviceRegistry": "devices.registry",
+    "ProgramSource": "devices.base",
     "create_cpu_device": "devices.cpu.device",
     "create_cpu_device_with_backend": "devices.cpu.device",
     "ensure_thread_pool": "devices.cpu.device",
