@@ -1,7 +1,8 @@
 """Devices: the interface plans and executors use, and its CPU and CUDA implementations.
 
 * :mod:`.base` — the device interface (``Device``, ``Program``, ``Launch``, ``Buffer``, ``Event``,
-  ``GraphRuntime`` Protocols, ``NO_NODE``) and ``RELEASE_EPOCH``, the one close/release counter.
+  ``GraphRuntime`` Protocols, ``NO_NODE``), program loading (``ProgramSource`` and the form names a
+  device's ``program_forms`` lists) and ``RELEASE_EPOCH``, the one close/release counter.
 * :mod:`.cpu` — the host CPU: ``CpuDevice``, ``CpuProgram`` and its ``CpuLaunch``, ``CpuEvent``;
   :mod:`.cpu_buffer` its memory (``CpuStorage``, ``CpuBuffer``); :mod:`.cpu_queue` svod's
   ``CpuQueue`` (recorded launches, copies, waits and signals, run in order at submit).
