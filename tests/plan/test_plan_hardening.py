@@ -1,7 +1,6 @@
 """Plans and the CPU device under stress and bad input: no leaks over 10,000 build/run/release
 cycles, eight threads sharing one kernel, bad sizes, variables, buffers and device specs that
-dispatch nothing (moved from test_hardening.py; they belong with test_execution_plan.py,
-test_cpu_device.py and test_device_registry.py)."""
+dispatch nothing."""
 
 from __future__ import annotations
 

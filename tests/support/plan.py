@@ -3,6 +3,7 @@
 A mock program fills the device interface's ``Program`` slots (no native entry, so the plan
 never replays it natively); its launches call ``execute(buffers, vals, global_size=...,
 core_id_index=...)`` on every dispatch, and each mock records what it was given.
+Test modules import the ``dev`` fixture from here (``# noqa: F401 - fixtures``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,19 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import pytest
+
 from svod_min.devices.cpu.device import CpuBuffer, CpuDevice
-from svod_min.plan.execution_plan import PreparedCopy, PreparedKernel, RuntimeVar
+from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar
 from svod_min.cache.kernel_cache import CachedKernel
+
+SLEEP = 0.03  # the 30 ms of morok's host-parallelism mocks
+
+
+@pytest.fixture(scope="module")
+def dev() -> CpuDevice:
+    """A CPU device with a pool of four threads, one per test module."""
+    return CpuDevice(threads=4)
 
 
 class RecordingLaunch:
@@ -197,3 +208,40 @@ def i32(dev: CpuDevice, values: Sequence[int]) -> CpuBuffer:
     buf = dev.allocate([len(values)], "int32")
     buf.copyin(list(values))
     return buf
+
+
+def custom_op(op_id: int, kind: str, buffers: List[int], **kw: Any) -> PreparedCustomFunction:
+    return PreparedCustomFunction(id=op_id, kind=kind, buffer_indices=buffers, **kw)
+
+
+def var_plan(dev: CpuDevice, prog: Any, *, var: str = "N", lo: int = 1, hi: int = 8, val: int = 1,
+             global_size: Any = (1, 1, 1), fixed: Any = None) -> ExecutionPlan:  # fmt: skip
+    """One mock kernel taking variable ``var`` (bounds [lo, hi], value ``val``) and writing a 4-float buffer."""
+    b = ExecutionPlanBuilder(dev)
+    dst = b.add_buffer(8500, f32(dev, [0.0] * 4))
+    b.add_kernel(prepared(8500, mock_kernel(prog, var_names=[var], global_size=global_size), [dst], vals=[val],
+                          fixedvars=fixed, runtime_vars=[RuntimeVar(var, lo, hi)]))
+    b.set_output_buffer(dst)
+    return b.build()
+
+
+def run_threads(targets: List[Any]) -> List[BaseException]:
+    """Run each target on its own thread and join them all; returns what they raised."""
+    errors: List[BaseException] = []
+
+    def wrap(fn: Any) -> Any:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: B902 - reported by the test
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(t)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    return errors
