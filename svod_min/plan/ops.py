@@ -1,6 +1,6 @@
 """The ops a plan runs (svod's ``Prepared*``), its run-time variables and the custom-function registry.
 
-Plain dataclasses: :mod:`svod_min.plan.builder` validates them, :mod:`svod_min.plan.execution_plan` runs them.
+Plain dataclasses: :mod:`svod_min.plan.validation` checks them, :mod:`svod_min.plan.execution_plan` runs them.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_release_intermediate_buffers(dev: CpuDevice) -> None:
         plan.replicate()
 
 
-def _aliasedExecutionPlanBuilder(dev: CpuDevice) -> ExecutionPlanBuilder:
+def _aliased_builder(dev: CpuDevice) -> ExecutionPlanBuilder:
     """Output buffer 1 (also named 4) <- temporary 2 (also named 3)."""
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(1, f32(dev, [0.0]))
@@ -117,7 +117,7 @@ def _aliasedExecutionPlanBuilder(dev: CpuDevice) -> ExecutionPlanBuilder:
 
 
 def test_release_intermediate_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
-    b = _aliasedExecutionPlanBuilder(dev)
+    b = _aliased_builder(dev)
     plan = b.build()
     removed: List[int] = []
     plan.release_intermediate_buffers(removed.append)
@@ -143,7 +143,7 @@ def test_release_all_buffers_drops_outputs_and_inputs_too(dev: CpuDevice) -> Non
 
 
 def test_release_all_buffers_calls_remove_fn_for_aliases(dev: CpuDevice) -> None:
-    b = _aliasedExecutionPlanBuilder(dev)
+    b = _aliased_builder(dev)
     removed: List[int] = []
     b.build().release_all_buffers(removed.append)
     assert sorted(removed) == [1, 2, 3, 4]
