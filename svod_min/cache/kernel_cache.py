@@ -2,9 +2,9 @@
 
 Three layers, cheapest first (their parts live in :mod:`svod_min.cache`):
 
-* :class:`KernelCache` (:mod:`.cache.memory`) - an in-process LRU map
+* :class:`KernelCache` (:mod:`.memory`) - an in-process LRU map
   ``key -> compiled thing`` whose concurrent misses compile once.
-* :class:`ObjectCache` (:mod:`.cache.disk`, format in :mod:`.cache.disk_format`)
+* :class:`ObjectCache` (:mod:`.disk`, format in :mod:`.disk_format`)
   - one file per key holding relocatable ELF bytes, shared between
   processes, under ``<cache root>/objects``; I/O trouble means "no cache".
 * :func:`compile_cached` - C / LLVM IR source -> object bytes through both;

@@ -1,9 +1,8 @@
 """The in-process kernel cache: an LRU map ``key -> compiled thing``.
 
-Concurrent misses on one key compile **once** (svod compiles twice and lets
-the first insert win); a failure is handed to every waiter and not cached.
-Bounded, so evicted kernels (and their executable pages) can be freed - svod
-never evicts.
+Concurrent misses on one key compile **once** (the others wait for the
+leader); a failure is handed to every waiter and not cached. Bounded, so
+evicted kernels (and their executable pages) can be freed.
 """
 
 from __future__ import annotations

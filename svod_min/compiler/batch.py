@@ -156,7 +156,7 @@ def default_jobs() -> int:
     raw = env_str("SVOD_COMPILE_JOBS") or ""
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    return os.cpu_count() or 1  # an unusable value is ignored, as it always was
+    return os.cpu_count() or 1  # an unusable value is ignored
 
 
 def _split_diagnostics(stderr: str) -> Tuple[Dict[int, List[str]], List[int]]:

@@ -1,9 +1,9 @@
 """Compiler driver: C source or LLVM IR text -> relocatable ELF object bytes.
 
-The public face of :mod:`svod_min.compiler`: probing (:mod:`.compiler.probe`,
-``SVOD_CC``), one source (:mod:`.compiler.run`: clang through pipes, gcc
+The public face of :mod:`svod_min.compiler`: probing (:mod:`.probe`,
+``SVOD_CC``), one source (:mod:`.run`: clang through pipes, gcc
 through a private temp dir) and many sources in one run
-(:mod:`.compiler.batch`). This module adds the CPU backend choice
+(:mod:`.batch`). This module adds the CPU backend choice
 (``SVOD_CPU_BACKEND``) and re-exports the names callers import from here.
 """
 

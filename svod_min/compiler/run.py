@@ -45,8 +45,8 @@ FAMILY_FLAGS: Dict[str, Tuple[str, ...]] = {
 }
 # -fno-trapping-math is clang's default (floating-point exception flags are not
 # observed): without it gcc keeps the selects of exp/log/tanh... as branches and
-# vectorises none of those loops (5-12x slower than clang). Only where the whole
-# kernel suite has checked it: gcc 12 on ppc64le computed tanh wrongly with it.
+# vectorises none of those loops (several times slower than clang). Only where the whole
+# kernel suite has checked it: gcc 12 on ppc64le computes tanh wrongly with it.
 ARCH_FAMILY_FLAGS: Dict[Tuple[str, str], Tuple[str, ...]] = {
     ("gcc", "x86_64"): ("-fno-trapping-math",),
     ("gcc", "aarch64"): ("-fno-trapping-math",),

@@ -5,8 +5,7 @@
   reaches a value.
 * :class:`DeviceContext` reserves timeline values and completes them **in
   order**: if op 2 finishes before op 1 the signal stays at 0 until op 1 is
-  done, so reaching ``v`` always means every op ``<= v`` finished (svod stores
-  the value of whichever op finished last). A failed op still advances the
+  done, so reaching ``v`` always means every op ``<= v`` finished. A failed op still advances the
   timeline, so waiters never hang, but it is recorded and :meth:`DeviceContext.wait_for`
   raises :class:`ExecutionError` instead of reporting success.
 * On a device that queues its work (CUDA) a value completes through an event

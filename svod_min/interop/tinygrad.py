@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..dtypes import DType, dtype as to_dtype, unpack_values
 from ..error import ExportError
 from ..npy import write_npy
-from .tinygrad_loader import loader_stats, restore_tinygrad_loader, svod_loader, use_svod_loader  # noqa: F401 (issue 21's names)
+from .tinygrad_loader import loader_stats, restore_tinygrad_loader, svod_loader, use_svod_loader  # noqa: F401 - re-exported: the bridge's names for the loader hook
 
 #: The tinygrad release line whose schedule structures this module reads.
 SUPPORTED_TINYGRAD = "0.14."

@@ -7,8 +7,8 @@ malformed object gives :class:`ElfFormatError`, never an IndexError or a
 read of the wrong bytes.
 
 Why not pyelftools here: constructing ``elftools.elf.elffile.ELFFile`` alone
-costs ~750 µs on the reference machine, three times the whole cold-load
-budget. pyelftools remains the independent cross-check in the tests and the
+costs several times the whole cold-load budget (figures: docs/ARCHITECTURE.md).
+pyelftools remains the independent cross-check in the tests and the
 source of names in diagnostics (:func:`describe_machine`).
 """
 

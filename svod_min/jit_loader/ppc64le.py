@@ -203,7 +203,7 @@ _RELOCS = {
     59: RelocSpec("R_PPC64_GOT16_LO_DS", 2, GOT, _half(_lo, 0, True, "GOT offset"), anchor=TOC_BASE),
     63: RelocSpec("R_PPC64_TOC16_DS", 2, DIRECT, _half(_ident, 16, True, "offset from the TOC"), anchor=TOC_BASE),
     64: RelocSpec("R_PPC64_TOC16_LO_DS", 2, DIRECT, _half(_lo, 0, True, "offset from the TOC"), anchor=TOC_BASE),
-    # gcc -fno-plt (svod's default flags) calls through inline PLT sequences: the slot is a GOT slot.
+    # gcc -fno-plt (the compiler driver's default flags) calls through inline PLT sequences: the slot is a GOT slot.
     29: RelocSpec("R_PPC64_PLT16_LO", 2, GOT, _half(_lo, 0, False, "PLT slot offset"), anchor=TOC_BASE),
     30: RelocSpec("R_PPC64_PLT16_HI", 2, GOT, _half(_hi, 32, False, "PLT slot offset from the TOC"), anchor=TOC_BASE),
     31: RelocSpec("R_PPC64_PLT16_HA", 2, GOT, _half(_ha, 32, False, "PLT slot offset from the TOC"), anchor=TOC_BASE),

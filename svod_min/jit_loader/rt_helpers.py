@@ -10,8 +10,8 @@ object once and answers for these names only after the host libraries had no ans
 
 ``svod_stream_bytes`` (weak in the kernels' prelude) is the output size from which elementwise
 kernels write with streaming stores on x86-64: half the last-level cache (an add's two inputs and
-its output then no longer fit in it; measured on a 32 MiB-L3 EPYC: streaming lost below 8 MiB,
-won from 16 MiB), ``SVOD_STREAM_BYTES`` to set it, 16 MiB when the cache size is unknown. Kernels
+its output then no longer fit in it, so keeping the output in cache buys nothing),
+``SVOD_STREAM_BYTES`` to set it, 16 MiB when the cache size is unknown. Kernels
 read it at every call, so :func:`set_stream_bytes` applies at once.
 """
 

@@ -149,7 +149,7 @@ def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str,
 
 # --- the generated module's plain rows ---------------------------------------------
 # The signature module holds literals only (dicts of str/int/tuples): unmarshalling
-# those from the .pyc is ~100x faster than building thousands of dataclasses at
+# those from the .pyc costs far less than building thousands of dataclasses at
 # import; a KernelSig is made when a kernel is first asked for.
 
 

@@ -1,6 +1,7 @@
 """Autotuner: pick a library kernel's tuning parameters by measuring them on this machine.
 
-    from svod_min import autotune, kernels
+    from svod_min import kernels
+    from svod_min.perf import autotune
     result = autotune.tune("matmul", dtype="float32", shape={"M": 256, "N": 256, "K": 256})
     result.best_params                  # {"ku": 4, "mr": 6, "nr": 16}, now stored on disk
     kernels.get("matmul", dtype="float32", shape={"M": 256, "N": 256, "K": 256})  # uses it

@@ -65,7 +65,7 @@ def plan_document() -> Dict[str, Any]:
 
 
 def _values(init: Dict[str, Any], count: int) -> List[float]:
-    """The float32 values a ``random`` initialiser produces (same generator as plan_file)."""
+    """The float32 values a ``random`` initialiser produces (the generator of :mod:`svod_min.planfile.data`)."""
     spec = init["random"]
     rng = random.Random(spec["seed"])
     raw = [rng.uniform(spec["low"], spec["high"]) for _ in range(count)]

@@ -37,7 +37,7 @@ from svod_min.perf.bench_suite import format_table, make_row, run_tinygrad_child
 N = 16  # floats per buffer
 GOAL_US = 3.0
 #: Independent tiny kernels on a pooled device: each below the grain runs on the calling thread, so a
-#: kernel costs no more than a ctypes call (issue 18: <= 1 µs, no pool wake-up per kernel).
+#: kernel costs no more than a ctypes call (no pool wake-up per kernel).
 POOLED_GOAL_US = 1.0
 
 
