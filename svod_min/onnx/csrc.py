@@ -361,3 +361,28 @@ def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int],
             out_shape[axis], begin[axis], out_shape[axis], in_shape[axis], in_strides[axis]))
     lines += ["    out[i] = inside ? x[s] : %s;" % flt(value), "  }", "}", ""]
     return _finish("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
+
+
+def im2col(g: ConvGeom) -> CKernel:
+    """col[(c, kh, kw), (oh, ow)] = x[c, ih, iw] (0 in the padding) for N = 1: a convolution becomes one matmul."""
+    rows = g.c * g.kh * g.kw
+    chunks = chunks_for(rows, g.oh * g.ow)
+    per = -(-rows // chunks)
+    body = """void KNAME(float *restrict col, const float *restrict x, int core_id) {
+  long r0 = (long)core_id * %d, r1 = r0 + %d < %d ? r0 + %d : %d;
+  for (long r = r0; r < r1; ++r) {
+    long c = r / %d, kh = (r / %d) %% %d, kw = r %% %d;
+    float *dst = col + r * %d;
+    const float *xc = x + c * %d;
+    for (long oh = 0; oh < %d; ++oh) {
+      long ih = oh * %d - %d + kh * %d;
+      for (long ow = 0; ow < %d; ++ow) {
+        long iw = ow * %d - %d + kw * %d;
+        dst[oh * %d + ow] = (ih >= 0 && ih < %d && iw >= 0 && iw < %d) ? xc[ih * %d + iw] : 0.0f;
+      }
+    }
+  }
+}
+""" % (per, per, rows, per, rows, g.kh * g.kw, g.kw, g.kh, g.kw, g.oh * g.ow, g.h * g.w, g.oh, g.sh, g.pt, g.dh, g.ow,
+       g.sw, g.pl, g.dw, g.ow, g.h, g.w, g.w)  # fmt: skip
+    return _finish("im2col", body, [rows * g.oh * g.ow, g.c * g.h * g.w], chunks)

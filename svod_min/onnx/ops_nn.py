@@ -16,6 +16,8 @@ from .table import ANY, one_of, register
 PAD_MODES = one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: Grouped convolutions of at most this many groups run as one library conv2d per group (N = 1).
 LIBRARY_GROUPS = 8
+#: Largest im2col buffer (bytes) a convolution may use to run as one library matmul (the arena reuses it).
+IM2COL_BYTES = 64 << 20
 
 
 def _spatial_rank(graph: Graph, node: Node) -> int:
@@ -66,7 +68,7 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
                          strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], groups)  # fmt: skip
 
 
-@register(["Conv"], "library conv2d (groups 1, symmetric pads); 1x1 stride-1 as library matmul; grouped N=1 up to 8 groups as conv2d per group; generated C otherwise; bias, BatchNormalization and activation folded in",
+@register(["Conv"], "N=1, groups 1: library matmul (over im2col columns unless 1x1 stride 1); library conv2d (groups 1, symmetric pads); grouped N=1 up to 8 groups as conv2d per group; generated C otherwise; bias, BatchNormalization and activation folded in",
           check=_window_check, auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_conv(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
@@ -78,6 +80,10 @@ def lower_conv(L: Lowering, node: Node) -> None:
     kind, _ = activation_of(node)
     if g.groups == 1 and g.n == 1 and (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0):
         _conv_as_matmul(L, node, g, x, w, bias, out)
+    elif g.groups == 1 and g.n == 1 and 4 * g.c * g.kh * g.kw * g.oh * g.ow <= IM2COL_BYTES:
+        col = L.temp((g.c * g.kh * g.kw, g.oh * g.ow), hint="col")
+        L.source(csrc.im2col(g), [col, x])
+        _conv_as_matmul(L, node, g, col, w, bias, out, k=g.c * g.kh * g.kw)
     elif symmetric and (g.groups == 1 or (g.n == 1 and g.groups <= LIBRARY_GROUPS)) and kind in (None, "Relu"):
         _conv_library(L, g, x, w, bias, out)
         apply_activation(L, out, node)
@@ -102,10 +108,11 @@ def _conv_library(L: Lowering, g: csrc.ConvGeom, x: str, w: str, bias: str, out:
         L.library("conv2d", params, [bo, bx, bw] + ([bb] if bias else []), variables)
 
 
-def _conv_as_matmul(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: str, bias: str, out: str) -> None:
-    """1x1, stride 1, no padding, N = 1: out[OC, HW] = W[OC, C] @ x[C, HW], then bias and activation in place."""
-    hw = g.h * g.w
-    L.library("matmul", F32, [out, w, x], {"M": g.oc, "N": hw, "K": g.c})
+def _conv_as_matmul(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: str, bias: str, out: str, k: int = 0) -> None:
+    """N = 1: out[OC, OH*OW] = W[OC, K] @ x[K, OH*OW] (x: the input of a 1x1 stride-1 unpadded conv, or its im2col
+    columns), then bias and activation in place."""
+    hw = g.oh * g.ow
+    L.library("matmul", F32, [out, w, x], {"M": g.oc, "N": hw, "K": k or g.c})
     _epilogue(L, node, out, (g.oc, hw), bias, (g.oc, 1))
 
 
