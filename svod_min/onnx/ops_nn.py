@@ -84,6 +84,8 @@ def lower_conv(L: Lowering, node: Node) -> None:
         col = L.temp((g.c * g.kh * g.kw, g.oh * g.ow), hint="col")
         L.source(csrc.im2col(g), [col, x])
         _conv_as_matmul(L, node, g, col, w, bias, out, k=g.c * g.kh * g.kw)
+    elif g.n == 1 and (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0) and g.groups <= 64:
+        _grouped_pointwise(L, node, g, x, w, bias, out)
     elif symmetric and (g.groups == 1 or (g.n == 1 and g.groups <= LIBRARY_GROUPS)) and kind in (None, "Relu"):
         _conv_library(L, g, x, w, bias, out)
         apply_activation(L, out, node)
@@ -113,6 +115,17 @@ def _conv_as_matmul(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: str, b
     columns), then bias and activation in place."""
     hw = g.oh * g.ow
     L.library("matmul", F32, [out, w, x], {"M": g.oc, "N": hw, "K": k or g.c})
+    _epilogue(L, node, out, (g.oc, hw), bias, (g.oc, 1))
+
+
+def _grouped_pointwise(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: str, bias: str, out: str) -> None:
+    """A grouped 1x1 convolution (N = 1): one library matmul per group on views, then one bias/activation epilogue."""
+    cg, ocg, hw = g.c // g.groups, g.oc // g.groups, g.h * g.w
+    for k in range(g.groups):
+        bo = L.subview(out, 4 * k * ocg * hw, (ocg, hw))
+        bw = L.subview(w, 4 * k * ocg * cg, (ocg, cg))
+        bx = L.subview(x, 4 * k * cg * hw, (cg, hw))
+        L.library("matmul", F32, [bo, bw, bx], {"M": ocg, "N": hw, "K": cg})
     _epilogue(L, node, out, (g.oc, hw), bias, (g.oc, 1))
 
 

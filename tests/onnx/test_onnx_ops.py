@@ -49,6 +49,7 @@ CASES = [
     ("conv_stride_dil", "Conv", [("x", (2, 3, 11, 10))], {"w": _w(4, 3, 3, 2)}, {"strides": [2, 1], "dilations": [2, 1]}),
     ("conv_1x1", "Conv", [("x", (1, 8, 5, 5))], {"w": _w(6, 8, 1, 1), "b": _w(6)}, {}),
     ("conv_groups", "Conv", [("x", (1, 4, 6, 6))], {"w": _w(6, 2, 3, 3), "b": _w(6)}, {"group": 2, "pads": [1, 1, 1, 1]}),
+    ("conv_groups_1x1", "Conv", [("x", (1, 8, 5, 5))], {"w": _w(6, 4, 1, 1), "b": _w(6)}, {"group": 2}),
     ("conv_depthwise", "Conv", [("x", (2, 12, 6, 6))], {"w": _w(12, 1, 3, 3)}, {"group": 12, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
     ("conv_asym", "Conv", [("x", (1, 3, 7, 7))], {"w": _w(2, 3, 3, 3)}, {"pads": [0, 1, 2, 1]}),
     ("conv_same_upper", "Conv", [("x", (1, 3, 7, 8))], {"w": _w(2, 3, 3, 3)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
@@ -109,7 +110,7 @@ def test_fused_conv_bn_relu_chain_matches(tmp_path):
     """Conv -> BatchNormalization -> Mul -> Add -> Relu folds into one conv with bias and activation."""
     from onnx import helper
 
-    from support.onnx_models import _graph_model
+    from support.onnx_models import graph_model
 
     consts = {"w": _w(4, 3, 3, 3), "s": _w(4) + 1, "bb": _w(4), "m": _w(4), "v": np.abs(_w(4)) + 0.5,
               "k": (_w(4, 1, 1) + 1), "t": _w(4, 1, 1)}  # fmt: skip
@@ -117,7 +118,7 @@ def test_fused_conv_bn_relu_chain_matches(tmp_path):
              helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
              helper.make_node("Mul", ["n", "k"], ["p"]), helper.make_node("Add", ["p", "t"], ["q"]),
              helper.make_node("Relu", ["q"], ["y"])]  # fmt: skip
-    model = _graph_model(nodes, [("x", (1, 3, 8, 8))], ["y"], 13, consts)
+    model = graph_model(nodes, [("x", (1, 3, 8, 8))], ["y"], 13, consts)
     feeds = random_inputs(model)
     want = run_ort(model, feeds)[0]
     m = build_and_load(model, str(tmp_path))

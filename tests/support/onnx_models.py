@@ -34,10 +34,10 @@ def single_node(op: str, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: S
     """A model of one node: float32 inputs by (name, shape), constant inputs as initializers, shapes inferred."""
     consts = consts or {}
     node = helper.make_node(op, [n for n, _ in inputs] + [n for n in consts if n not in dict(inputs)], list(outputs), **attrs)
-    return _graph_model([node], inputs, outputs, opset, consts)
+    return graph_model([node], inputs, outputs, opset, consts)
 
 
-def _graph_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int,
+def graph_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int,
                  consts: Dict[str, np.ndarray]) -> onnx.ModelProto:  # fmt: skip
     graph = helper.make_graph(
         nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs],
