@@ -110,6 +110,18 @@ def randomized(name: str, seed: int = 0) -> onnx.ModelProto:
     _keep_only(model.graph.initializer, lambda t: t.name in used)
     _keep_only(model.graph.input, lambda i: i.name in used)
     model.ir_version = 4  # initializers need not be graph inputs from IR 4 on
+    return _logits_as_output(model)
+
+
+def _logits_as_output(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Random weights through 50+ layers saturate the final softmax (one-hot outputs compare exactly): the
+    softmax's input becomes an output too, so the comparison sees every logit."""
+    softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
+    if not softmax:
+        return model
+    inferred = onnx.shape_inference.infer_shapes(model)
+    info = [vi for vi in inferred.graph.value_info if vi.name == softmax[-1].input[0]]
+    model.graph.output.extend(info)
     return model
 
 
