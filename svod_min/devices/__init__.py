@@ -4,7 +4,7 @@
   ``GraphRuntime`` Protocols, ``NO_NODE``), program loading (``ProgramSource`` and the form names a
   device's ``program_forms`` lists) and ``RELEASE_EPOCH``, the one close/release counter.
 * :mod:`.cpu` — the host CPU: ``CpuDevice``, ``CpuProgram`` and its ``CpuLaunch``, ``CpuEvent``;
-  :mod:`.cpu_buffer` its memory (``CpuStorage``, ``CpuBuffer``); :mod:`.cpu_queue` svod's
+  :mod:`.cpu.buffer` its memory (``CpuStorage``, ``CpuBuffer``); :mod:`.cpu.queue` svod's
   ``CpuQueue`` (recorded launches, copies, waits and signals, run in order at submit).
 * :mod:`.cuda` — NVIDIA GPUs through the driver API (graphs packed by :mod:`.graph_segments`).
 * :mod:`.transfer` — copies between buffers of any devices; :mod:`.common` — host buffer helpers.

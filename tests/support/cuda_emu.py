@@ -1,5 +1,5 @@
 """Builds the stand-in driver (tests/support/fake_libcuda.c) and the host emulation of svod_min's CUDA kernel
-library (tests/cuda_host_emu.*).
+library (tests/support/cuda_host_emu.*).
 
 The shipped ``.cu`` sources (the ones the shipped PTX was compiled from) are
 compiled as C++ for the host, each entry point wrapped by ``SVOD_EMU_ENTRY``,

@@ -1,7 +1,7 @@
 /* Host emulation of the CUDA C subset svod_min's kernel templates use, for tests on machines without a GPU.
  *
  * Included (g++ -include) before a generated .cu file, it turns the CUDA keywords into C++ and
- * threadIdx / blockIdx / blockDim / gridDim into globals that tests/cuda_host_emu.cpp sets while it
+ * threadIdx / blockIdx / blockDim / gridDim into globals that tests/support/cuda_host_emu.cpp sets while it
  * runs every thread of a block as a fiber (ucontext) and __syncthreads() as a real barrier across them.
  * __shared__ arrays become function statics: blocks run one after another, so one copy is the block's.
  *

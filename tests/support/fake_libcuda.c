@@ -1,4 +1,4 @@
-/* A strict stand-in for libcuda.so.1 used by the CUDA tests (tests/cuda_support.py builds it) on machines
+/* A strict stand-in for libcuda.so.1 used by the CUDA tests (tests/support/cuda.py builds it) on machines
  * without a GPU.
  *
  * It exports the driver entry points svod_min binds, with the same C ABI, so the real binding code
@@ -33,7 +33,7 @@
  * "not ready"), fake_fail_memcpy_nodes(1) (a driver without graph memcpy nodes), fake_counter(name),
  * fake_last_launch(...), fake_set_graph_order(fifo) (graph nodes run newest-ready-first by default),
  * fake_load_emulator(path) or FAKE_CUDA_EMULATOR=path (run the real kernel library's code on the host,
- * see tests/cuda_emu_support.py), fake_check_guards() (allocations whose guard zones were overwritten),
+ * see tests/support/cuda_emu.py), fake_check_guards() (allocations whose guard zones were overwritten),
  * fake_context_refs(ordinal) (references to a device's primary context).
  *
  * Build: gcc -shared -fPIC -O1 -o libfakecuda.so fake_libcuda.c -ldl -pthread
@@ -514,7 +514,7 @@ struct Function {
     unsigned maxntid[3], reqntid[3]; int static_shared, max_dynamic_shared; EmuEntry emu;
 };
 
-/* The host emulation of the real kernel library (tests/cuda_host_emu.*): once loaded, an entry that the
+/* The host emulation of the real kernel library (tests/support/cuda_host_emu.*): once loaded, an entry that the
  * emulator exports as svod_emu_<name> runs its real CUDA C code, every thread of every block. */
 static int (*g_emu_launch)(EmuEntry, const unsigned char *, const unsigned *);
 int fake_load_emulator(const char *path) {

@@ -1,11 +1,11 @@
-"""The CPU device: JIT-loaded kernels, their launches, a thread pool (buffers: :mod:`.cpu_buffer`).
+"""The CPU device: JIT-loaded kernels, their launches, a thread pool (buffers: :mod:`.buffer`).
 
 Calling convention (svod's): ``void k(T* restrict buf0, .., const int var0, ..)``:
 buffers first in slot order as ``c_void_p``, then integer variables as
 ``c_int32``. A kernel whose ``global_size[0]`` is ``n > 1`` is invoked ``n``
 times with ``vals[core_id] = 0..n-1``, spread over the device's thread pool
 (ctypes releases the GIL around foreign calls, so the calls really run in
-parallel; how they share the ids: :mod:`.cpu_dispatch`).
+parallel; how they share the ids: :mod:`.dispatch`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Constants of the CUDA driver API (values from ``cuda.h``), named as svod_min uses them.
 
 ``ATTR_X`` is ``CU_DEVICE_ATTRIBUTE_X`` and ``FUNC_ATTR_X`` is ``CU_FUNC_ATTRIBUTE_X``; every other
-name is the header's own. tests/test_cuda_abi.py checks each value against a real ``cuda.h``.
+name is the header's own. tests/devices/cuda/test_cuda_abi.py checks each value against a real ``cuda.h``.
 """
 
 from __future__ import annotations
