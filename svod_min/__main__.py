@@ -78,11 +78,12 @@ def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
 
 
 def _saved_outputs(loaded: "LoadedPlan") -> Dict[str, Any]:
-    """Output buffers by name; a name that is not a plain file name is refused (it would leave --save's folder)."""
+    """Output buffers by name; a name with a "." or ".." part is refused (it would leave --save's folder)."""
     outputs = {id(b) for b in loaded.plan.output_buffers()}
     chosen = {name: buf for name, buf in loaded.buffers.items() if id(buf) in outputs}
     for name in chosen:
-        if _file_name(name) in (".", "..", "") or "\0" in name:
+        parts = name.replace("\\", "/").split("/")
+        if not name or "\0" in name or any(p in (".", "..") for p in parts):
             raise PlanError("--save: output buffer %r is not a plain file name" % name)
     return chosen
 
