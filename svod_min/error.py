@@ -37,7 +37,9 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   ├── KernelParamError           2  a library kernel request that cannot be served
     │   │   └── KernelNotFoundError    2  no kernel of that name
     │   ├── PlanFileError              2  with the JSON path of the offending value
-    │   └── BundleError                2  a bad model bundle (.svod), naming the entry
+    │   ├── BundleError                2  a bad model bundle (.svod), naming the entry
+    │   ├── UnsupportedModelError      2  an ONNX node (op, attribute, dtype) svod_min cannot lower
+    │   └── ModelFileError             2  not ONNX, truncated, external data missing, bad dims
     ├── ExecutionError                 3  a dispatch failed
     │   ├── PlanPoisonedError          3  plan failed earlier and refuses to run
     │   └── KernelArgumentError        2  buffers / variables that do not match a kernel

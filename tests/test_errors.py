@@ -24,7 +24,7 @@ EXPECTED_EXIT_CODES: Dict[str, int] = {
     "DeviceError": 3, "InvalidDeviceError": 2, "UnsupportedDeviceError": 3, "BufferAllocationError": 2,
     "CacheError": 3, "ConfigError": 2, "PlanError": 2, "VariableBoundsError": 2, "ExecutionError": 3,
     "PlanPoisonedError": 3, "NotSupportedError": 3, "ExportError": 2, "KernelParamError": 2,
-    "KernelNotFoundError": 2, "KernelArgumentError": 2, "PlanFileError": 2, "BundleError": 2, "NoUsableTargetError": 3, "CudaError": 3, "CudaSymbolError": 3,
+    "KernelNotFoundError": 2, "KernelArgumentError": 2, "PlanFileError": 2, "BundleError": 2, "UnsupportedModelError": 2, "ModelFileError": 2, "NoUsableTargetError": 3, "CudaError": 3, "CudaSymbolError": 3,
     "PtxError": 2, "LaunchConfigError": 2, "ArgumentRangeError": 2, "KernelVariableError": 2,
     "ForkedChildError": 3, "ReleasedError": 3, "FreedBufferError": 2,
     "TinygradHookError": 2, "TinygradVersionError": 2, "TinygradProgramError": 3,
