@@ -108,8 +108,9 @@ def collapse(out_shape: Sequence[int], strides: List[List[int]]) -> Tuple[List[i
 
 
 def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], expr: str, *, inplace: bool = False,
-                tag: str = "ew", in_types: Optional[Sequence[str]] = None) -> CKernel:  # fmt: skip
-    """``out = expr(x0, x1, ...)`` with numpy broadcasting; ``inplace``: x0 is ``out`` itself (one buffer fewer)."""
+                tag: str = "ew", in_types: Optional[Sequence[str]] = None, out_type: str = "float") -> CKernel:  # fmt: skip
+    """``out = expr(x0, x1, ...)`` with numpy broadcasting; ``inplace``: x0 is ``out`` itself (one buffer fewer);
+    ``out_type``: the C type stored (``unsigned char`` for a bool result)."""
     n_out = max(1, int(math.prod(out_shape)))
     arrays = [contiguous_strides(out_shape)] + [broadcast_strides(s, out_shape) for s in in_shapes]
     shape, strides = collapse(out_shape, arrays)
@@ -122,7 +123,7 @@ def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], ex
     per = -(-rows // chunks)
     types = list(in_types or ["float"] * len(in_shapes))
     first = 1 if inplace else 0
-    params = ["float *restrict out"] + ["const %s *restrict in%d" % (types[k], k) for k in range(first, len(in_shapes))]
+    params = ["%s *restrict out" % out_type] + ["const %s *restrict in%d" % (types[k], k) for k in range(first, len(in_shapes))]
     lines = ["void KNAME(%s, int core_id) {" % ", ".join(params),
              "  const long rows = %d, per = %d;" % (rows, per),
              "  long r0 = (long)core_id * per, r1 = r0 + per < rows ? r0 + per : rows;",

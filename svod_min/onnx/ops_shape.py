@@ -6,7 +6,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from . import csrc
+from . import csrc, csrc_more
 from .ir import Graph, Node
 from .lower import Lowering
 from .ops_elementwise import F32
@@ -129,14 +129,13 @@ def lower_expand(L: Lowering, node: Node) -> None:
 
 
 def _pad_check(graph: Graph, node: Node) -> Optional[str]:
-    if node.attrs.get("mode", "constant") != "constant":
-        return "mode=%r (constant only)" % node.attrs.get("mode")
     if any(n and not graph.is_const(n) for n in node.inputs[1:]):
         return "pads/value/axes must be constants"
     return None
 
 
-@register(["Pad"], "constant mode; generated C", check=_pad_check, mode=ANY, pads=ANY, value=ANY)
+@register(["Pad"], "constant, reflect, edge and wrap modes; generated C; pads constant", check=_pad_check,
+          mode=one_of("constant", "reflect", "edge", "wrap"), pads=ANY, value=ANY)
 def lower_pad(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
@@ -150,4 +149,8 @@ def lower_pad(L: Lowering, node: Node) -> None:
         pads = [0] * (2 * rank)
         for i, a in enumerate(axes):
             pads[a], pads[a + rank] = raw[i], raw[i + len(axes)]
-    L.source(csrc.pad(in_shape, out_shape, pads[:rank], value), [out, x])
+    mode = node.attrs.get("mode", "constant")
+    if mode == "constant":
+        L.source(csrc.pad(in_shape, out_shape, pads[:rank], value), [out, x])
+    else:
+        L.source(csrc_more.pad_index(in_shape, out_shape, pads[:rank], mode), [out, x])

@@ -143,3 +143,15 @@ def _weight(rng: Any, shape: List[int], uses: List[Tuple[Any, int]], readers: Di
     if op == "BatchNormalization" and index in (1, 4) or op == "Mul":
         return rng.uniform(0.5, 1.5, shape).astype(np.float32)
     return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+
+
+def typed_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int], int]], outputs: Sequence[str], opset: int,
+                consts: Dict[str, np.ndarray]) -> onnx.ModelProto:  # fmt: skip
+    """:func:`graph_model` with an element type per input (``TensorProto.INT64``, ``BOOL``, ...)."""
+    graph = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(n, t, list(s)) for n, s, t in inputs],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        [numpy_helper.from_array(v, n) for n, v in consts.items()])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)

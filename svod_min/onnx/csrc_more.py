@@ -1,0 +1,189 @@
+"""C source of the generated kernels for the index, normalisation, padding, resize and transposed-convolution ops.
+
+Same calling convention as :mod:`svod_min.onnx.csrc` (``void k(T *out, const T *in..., int core_id)``,
+``chunks`` calls, every shape compiled in, no header). Tables a kernel needs (Resize's source
+indices and weights) are compiled in as ``static const`` arrays: they are small (one entry per
+output position of one axis) and known at build time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Sequence
+
+from .csrc import PROTOTYPES, CKernel, chunks_for, contiguous_strides, flt
+
+#: C type of each run-time dtype a generated kernel reads or writes.
+C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}
+
+
+def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int) -> CKernel:
+    """A CKernel named after the hash of its body (equal bodies share one compiled kernel)."""
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:12]
+    name = "svod_onnx_%s_%s" % (tag, digest)
+    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents), max(1, int(chunks)))
+
+
+def _range_head(per: int, total: int, var: str = "i") -> str:
+    return "  long %s0 = (long)core_id * %d, %s1 = %s0 + %d < %d ? %s0 + %d : %d;" % (var, per, var, var, per, total, var, per, total)
+
+
+def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str) -> CKernel:
+    """``out[o, j, i] = x[o, idx[j], i]``; a negative index counts from the end, and an index out of range
+    is clamped (ONNX calls it an error; a clamp keeps the read inside the buffer)."""
+    rows = outer * count
+    chunks = chunks_for(rows, inner)
+    per = -(-rows // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, const %s *restrict idx, int core_id) {
+%s
+  for (long r = r0; r < r1; ++r) {
+    long o = r / %d, j = r %% %d;
+    long k = (long)idx[j];
+    if (k < 0) k += %d;
+    if (k < 0) k = 0;
+    if (k >= %d) k = %d;
+    const float *src = x + (o * %d + k) * %d;
+    float *dst = out + r * %d;
+    for (long i = 0; i < %d; ++i) dst[i] = src[i];
+  }
+}
+""" % (index_type, _range_head(per, rows, "r"), count, count, axis_len, axis_len, axis_len - 1, axis_len, inner, inner, inner)
+    return make_kernel("gather", body, [rows * inner, outer * axis_len * inner, count], chunks)
+
+
+def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool) -> CKernel:
+    """ArgMax/ArgMin over (outer, red, inner) as int64; ties go to the first index, or the last with ``last``."""
+    items = outer * inner
+    chunks = chunks_for(items, red)
+    per = -(-items // chunks)
+    cmp = (">=" if last else ">") if largest else ("<=" if last else "<")
+    body = """void KNAME(long long *restrict out, const float *restrict x, int core_id) {
+%s
+  for (long i = i0; i < i1; ++i) {
+    const float *p = x + (i / %d) * %d + i %% %d;
+    float best = p[0]; long at = 0;
+    for (long k = 1; k < %d; ++k) { float v = p[k * %d]; if (v %s best) { best = v; at = k; } }
+    out[i] = at;
+  }
+}
+""" % (_range_head(per, items), inner, red * inner, inner, red, inner, cmp)
+    return make_kernel("arg", body, [items, outer * red * inner], chunks)
+
+
+def instance_norm(planes: int, channels: int, size: int, epsilon: float) -> CKernel:
+    """InstanceNormalization: each (n, c) plane normalised by its own mean and variance, then scale[c], bias[c]."""
+    chunks = chunks_for(planes, size * 3)
+    per = -(-planes // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, const float *restrict scale, const float *restrict bias, int core_id) {
+%s
+  for (long p = p0; p < p1; ++p) {
+    const float *xp = x + p * %d;
+    float *op = out + p * %d;
+    double sum = 0.0, sq = 0.0;
+    for (long i = 0; i < %d; ++i) sum += xp[i];
+    float mean = (float)(sum / %d);
+    for (long i = 0; i < %d; ++i) { float d = xp[i] - mean; sq += (double)d * d; }
+    float var = (float)(sq / %d);
+    long c = p %% %d;
+    float k = scale[c] / __builtin_sqrtf(var + %s), b = bias[c];
+    for (long i = 0; i < %d; ++i) op[i] = (xp[i] - mean) * k + b;
+  }
+}
+""" % (_range_head(per, planes, "p"), size, size, size, size, size, size, channels, flt(epsilon), size)
+    return make_kernel("instnorm", body, [planes * size, planes * size, channels, channels], chunks)
+
+
+def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str) -> CKernel:
+    """Pad in reflect, edge or wrap mode: each output index maps to an input index along every axis."""
+    rank = len(out_shape)
+    n_out = max(1, int(math.prod(out_shape)))
+    in_strides = contiguous_strides(in_shape)
+    chunks = chunks_for(n_out, 1)
+    per = -(-n_out // chunks)
+    fold = {
+        "reflect": "if (k < 0) k = -k; if (k >= n) k = 2 * (n - 1) - k; if (k < 0) k = 0;",
+        "edge": "if (k < 0) k = 0; if (k >= n) k = n - 1;",
+        "wrap": "k %= n; if (k < 0) k += n;",
+    }[mode]
+    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {", _range_head(per, n_out),
+             "  for (long i = i0; i < i1; ++i) {", "    long q = i, s = 0;"]
+    for axis in reversed(range(rank)):
+        lines.append("    { long n = %d, k = q %% %d - %d; q /= %d; %s s += k * %d; }" % (
+            in_shape[axis], out_shape[axis], begin[axis], out_shape[axis], fold, in_strides[axis]))
+    lines += ["    out[i] = x[s];", "  }", "}", ""]
+    return make_kernel("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
+
+
+def taps(outer: int, n_in: int, n_out: int, inner: int, index: Sequence[int], weight: Sequence[float], per_out: int) -> CKernel:
+    """One axis of a separable resize: ``out[o, j, i] = sum_t weight[j, t] * x[o, index[j, t], i]`` with
+    ``per_out`` taps per output position (1 for nearest, 2 for linear)."""
+    rows = outer * n_out
+    chunks = chunks_for(rows, inner * per_out)
+    per = -(-rows // chunks)
+    idx = ", ".join(str(int(v)) for v in index)
+    wts = ", ".join(flt(float(v)) for v in weight)
+    if per_out == 1:
+        inner_loop = "for (long i = 0; i < %d; ++i) dst[i] = s0[i];" % inner
+        pointers = "const float *s0 = x + (o * %d + IDX[j]) * %d;" % (n_in, inner)
+    else:
+        terms = " + ".join("w%d * s%d[i]" % (t, t) for t in range(per_out))
+        pointers = " ".join("const float *s%d = x + (o * %d + IDX[j * %d + %d]) * %d; const float w%d = WT[j * %d + %d];" % (
+            t, n_in, per_out, t, inner, t, per_out, t) for t in range(per_out))
+        inner_loop = "for (long i = 0; i < %d; ++i) dst[i] = %s;" % (inner, terms)
+    body = """static const int IDX[%d] = {%s};
+static const float WT[%d] = {%s};
+void KNAME(float *restrict out, const float *restrict x, int core_id) {
+%s
+  for (long r = r0; r < r1; ++r) {
+    long o = r / %d, j = r %% %d;
+    float *dst = out + r * %d;
+    %s
+    %s
+  }
+}
+""" % (len(index), idx, len(weight), wts, _range_head(per, rows, "r"), n_out, n_out, inner, pointers, inner_loop)
+    return make_kernel("resize", body, [rows * inner, outer * n_in * inner], chunks)
+
+
+def conv_transpose(n: int, c: int, h: int, w: int, oc: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
+                   pt: int, pl: int, dh: int, dw: int, groups: int, bias: bool) -> CKernel:  # fmt: skip
+    """ConvTranspose as a gather: out[n, oc, y, x] = bias + sum of x[n, c, iy, ix] * w[c, oc % ocg, ky, kx] over
+    the taps with y + pt = iy * sh + ky * dh (and the same for x)."""
+    cg, ocg = c // groups, oc // groups
+    planes = n * oc
+    chunks = chunks_for(planes, oh * ow * cg * kh * kw)
+    per = -(-planes // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, const float *restrict wt%s, int core_id) {
+%s
+  for (long p = p0; p < p1; ++p) {
+    long b = p / %d, o = p %% %d, grp = o / %d, oo = o %% %d;
+    const float *xg = x + (b * %d + grp * %d) * %d;
+    float *dst = out + p * %d;
+    for (long y = 0; y < %d; ++y) {
+      for (long xx = 0; xx < %d; ++xx) {
+        float acc = %s;
+        for (long ky = 0; ky < %d; ++ky) {
+          long ty = y + %d - ky * %d;
+          if (ty < 0 || ty %% %d) continue;
+          long iy = ty / %d;
+          if (iy >= %d) continue;
+          for (long kx = 0; kx < %d; ++kx) {
+            long tx = xx + %d - kx * %d;
+            if (tx < 0 || tx %% %d) continue;
+            long ix = tx / %d;
+            if (ix >= %d) continue;
+            for (long ci = 0; ci < %d; ++ci)
+              acc += xg[(ci * %d + iy) * %d + ix] * wt[(((grp * %d + ci) * %d + oo) * %d + ky) * %d + kx];
+          }
+        }
+        dst[y * %d + xx] = acc;
+      }
+    }
+  }
+}
+""" % (", const float *restrict bias" if bias else "", _range_head(per, planes, "p"), oc, oc, ocg, ocg, c, cg, h * w,
+       oh * ow, oh, ow, "bias[o]" if bias else "0.0f", kh, pt, dh, sh, sh, h, kw, pl, dw, sw, sw, w, cg, h, w, cg, ocg,
+       kh, kw, ow)  # fmt: skip
+    extents = [n * oc * oh * ow, n * c * h * w, c * ocg * kh * kw] + ([oc] if bias else [])
+    return make_kernel("convt", body, extents, chunks)
