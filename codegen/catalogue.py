@@ -38,6 +38,8 @@ PREFERRED: Dict[str, Dict[str, Dict[str, Dict[str, int]]]] = {
     # exist for both dtypes (the catalogue's default 6x16 has no float64 instance).
     "": {"matmul": {"float32": {"mr": 4, "nr": 8}, "float64": {"mr": 4, "nr": 4}}},
 }
+for _prefs in PREFERRED.values():  # conv2d_gemm runs on matmul's register tile: the same one per variant
+    _prefs["conv2d_gemm"] = _prefs["matmul"]
 MATMUL_TILES = {"float32": ((4, 8), (6, 16), (8, 8), (8, 32)), "float64": ((4, 4), (6, 8), (4, 8), (8, 16))}
 
 
@@ -348,6 +350,176 @@ def conv_family() -> Family:
     return fam
 
 
+# --- convolution as GEMM, depthwise convolution, pooling ---------------------------------
+
+#: The fused epilogue's activations, in the order of their codes in templates/c/conv_epilogue.c.j2,
+#: with the float32 variables each one takes (clip's bounds, leaky_relu's slope, hardsigmoid's alpha x + beta).
+ACTS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("none", ()), ("relu", ()), ("clip", ("clip_min", "clip_max")), ("leaky_relu", ("alpha",)), ("sigmoid", ()),
+    ("hardsigmoid", ("alpha", "beta")), ("hardswish", ()), ("tanh", ()),
+)
+ACT_NAMES = tuple(a for a, _ in ACTS)
+#: conv2d_gemm's register tiles: matmul's tile preferred by some variant (PREFERRED), per dtype.
+CONV_TILES = {"float32": ((4, 8), (6, 16), (8, 32)), "float64": ((4, 4), (6, 8), (8, 16))}
+#: Output pixels per work item of conv2d_gemm (the width of the packed im2col tile: a multiple of every nr).
+CONV_NC = 256
+PAD_OH = "((H+pt+pb-dh*(KH-1)-1)//sh+1)"
+PAD_OW = "((W+pl+pr-dw*(KW-1)-1)//sw+1)"
+CONV_NAMES = ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw", "groups")
+DW_NAMES = ("N", "C", "H", "W", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw")
+EPILOGUE_DOC = ("; epilogue: + bias[oc] (bias=True), + residual (residual=True: a second input shaped as out), "
+                "then act (none, relu, clip(clip_min, clip_max), leaky_relu(alpha), sigmoid, "
+                "hardsigmoid(alpha, beta), hardswish, tanh; float32 variables)")
+
+
+#: The activations float64 instances have: every instance carries its own copy of the shared code (a block
+#: compiles alone), so the float64 ones are kept to what CNNs in double use.
+F64_ACTS = ("none", "relu")
+
+
+def _epilogues(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool]]:
+    """(act, its float variables, its code, bias, residual) for every fused epilogue of ``dtype``."""
+    return [(act, fvars, code, bias, res) for code, (act, fvars) in enumerate(ACTS)
+            if dtype == "float32" or act in F64_ACTS for bias in (False, True) for res in (False, True)]  # fmt: skip
+
+
+def _epilogue_suffix(act: str, bias: bool, res: bool) -> str:
+    return "_" + act + ("_bias" if bias else "") + ("_res" if res else "")
+
+
+def _conv_vars(names: Sequence[str], fvars: Sequence[str]) -> Tuple[VarArg, ...]:
+    ints = tuple(VarArg(n, 0 if n in ("pt", "pl", "pb", "pr") else 1) for n in names)
+    return ints + tuple(VarArg(f, INT32_MIN, "f32") for f in fvars) + CORE_VARS
+
+
+def conv_gemm_family() -> Family:
+    fam = Family("conv_gemm", "c/conv_gemm.c.j2")
+    fam.infos.append(KernelInfo(
+        "conv2d_gemm", "conv_gemm",
+        {"dtype": ("float32", F32_64), "act": ("none", ACT_NAMES), "bias": (False, (False, True)),
+         "residual": (False, (False, True)), "mr": (6, (4, 6, 8)), "nr": (16, (4, 8, 16, 32))},
+        "NCHW conv2d as a GEMM on matmul's register tile: weight (OC, C/groups, KH, KW) as A, im2col tiles "
+        "of the input packed in cache as B (pointwise convs read the input rows); groups, stride (sh, sw), "
+        "pads (pt, pl, pb, pr), dilation (dh, dw); out (N, OC, OH, OW), OH = (H + pt + pb - dh(KH-1) - 1) // sh + 1"
+        + EPILOGUE_DOC + ". Tile per prebuilt variant as matmul (PREFERRED)",
+        "within 2 K eps (|x| * |w|), K = C/groups KH KW; epilogue as its ops",
+        "(mr, nr) in %s; float64: act in %s" % ({k: list(v) for k, v in CONV_TILES.items()}, list(F64_ACTS)),
+    ))  # fmt: skip
+    checks = ("H+pt+pb-dh*(KH-1)-1 >= 0", "W+pl+pr-dw*(KW-1)-1 >= 0", "C % groups == 0", "OC % groups == 0")
+    out_count = "N*OC*%s*%s" % (PAD_OH, PAD_OW)
+    for dt in F32_64:
+        d = _dt(dt)
+        kc = 384 if d.itemsize == 4 else 192
+        for mr, nr in CONV_TILES[dt]:
+            core = "svod_convgemm_%s_%dx%d" % (d.short, mr, nr)
+            for act, fvars, code, bias, res in _epilogues(dt):
+                entry = "svod_conv2d_gemm_%s_%dx%d%s" % (d.short, mr, nr, _epilogue_suffix(act, bias, res))
+                bufs = [BufferArg("out", dt, "w", out_count), BufferArg("x", dt, "r", "N*C*H*W"),
+                        BufferArg("w", dt, "r", "OC*(C//groups)*KH*KW")]  # fmt: skip
+                if bias:
+                    bufs.append(BufferArg("bias", dt, "r", "OC"))
+                if res:
+                    bufs.append(BufferArg("residual", dt, "r", out_count))
+                work = "N*OC*%s*%s*(C//groups)*KH*KW" % (PAD_OH, PAD_OW)
+                sig = KernelSig(
+                    "conv2d_gemm", _p(dtype=dt, act=act, bias=bias, residual=res, mr=mr, nr=nr), entry, "conv_gemm",
+                    tuple(bufs), _conv_vars(CONV_NAMES, fvars), GS, flops="2*" + work,
+                    bytes="%d*(N*C*H*W+OC*(C//groups)*KH*KW+%d*%s)" % (d.itemsize, 2 if res else 1, out_count),
+                    work=work, grain=1 << 20,
+                    parallelism="N*groups*ceildiv(%s*%s,%d)*ceildiv(OC//groups,%d)" % (PAD_OH, PAD_OW, CONV_NC, mr),
+                    ids_per_thread=1, checks=checks, doc="NCHW conv2d as a GEMM; out = act(conv + bias + residual)",
+                )  # fmt: skip
+                ctx = dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, mr=mr, nr=nr, kc=kc,
+                           mc=mr * max(1, 48 // mr), nc=CONV_NC, ku=4, act=code, bias=bias, residual=res,
+                           fvars=fvars)  # fmt: skip
+                fam.add(sig, ctx)
+    return fam
+
+
+def depthwise_family() -> Family:
+    fam = Family("depthwise", "c/depthwise.c.j2")
+    fam.infos.append(KernelInfo(
+        "depthwise_conv2d", "depthwise",
+        {"dtype": ("float32", F32_64), "act": ("none", ACT_NAMES), "bias": (False, (False, True)),
+         "residual": (False, (False, True))},
+        "depthwise NCHW conv2d (groups = C = OC): weight (C, 1, KH, KW), stride, pads (pt, pl, pb, pr), dilation; "
+        "output rows split over core ids, interior columns vectorised (3-wide filters unrolled)" + EPILOGUE_DOC,
+        "within 2 KH KW eps (|x| * |w|); epilogue as its ops", "float64: act in %s" % list(F64_ACTS),
+    ))  # fmt: skip
+    checks = ("H+pt+pb-dh*(KH-1)-1 >= 0", "W+pl+pr-dw*(KW-1)-1 >= 0")
+    out_count = "N*C*%s*%s" % (PAD_OH, PAD_OW)
+    for dt in F32_64:
+        d = _dt(dt)
+        core = "svod_dwconv_%s" % d.short
+        for act, fvars, code, bias, res in _epilogues(dt):
+            entry = "svod_depthwise_conv2d_%s%s" % (d.short, _epilogue_suffix(act, bias, res))
+            bufs = [BufferArg("out", dt, "w", out_count), BufferArg("x", dt, "r", "N*C*H*W"),
+                    BufferArg("w", dt, "r", "C*KH*KW")]  # fmt: skip
+            if bias:
+                bufs.append(BufferArg("bias", dt, "r", "C"))
+            if res:
+                bufs.append(BufferArg("residual", dt, "r", out_count))
+            work = "N*C*%s*%s*KH*KW" % (PAD_OH, PAD_OW)
+            sig = KernelSig(
+                "depthwise_conv2d", _p(dtype=dt, act=act, bias=bias, residual=res), entry, "depthwise", tuple(bufs),
+                _conv_vars(DW_NAMES, fvars), GS, flops="2*" + work,
+                bytes="%d*(N*C*H*W+C*KH*KW+%d*%s)" % (d.itemsize, 2 if res else 1, out_count), work=work,
+                grain=1 << 18, parallelism="N*C*%s" % PAD_OH, checks=checks,
+                doc="depthwise NCHW conv2d; out = act(conv + bias + residual)",
+            )  # fmt: skip
+            fam.add(sig, dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, act=code, bias=bias,
+                              residual=res, fvars=fvars))  # fmt: skip
+    return fam
+
+
+def pool_family() -> Family:
+    fam = Family("pool", "c/pool.c.j2")
+    fam.infos.append(KernelInfo(
+        "maxpool2d", "pool", {"dtype": ("float32", F32_64)},
+        "NCHW max pooling: window (KH, KW), stride, pads (pt, pl) before, dilation; the caller gives OH, OW "
+        "(floor or ceil mode); windows are clipped to the input; nan propagates; a window with no input "
+        "element gives -inf", "exact",
+    ))  # fmt: skip
+    fam.infos.append(KernelInfo(
+        "avgpool2d", "pool", {"dtype": ("float32", F32_64)},
+        "NCHW average pooling: window (KH, KW), stride, pads (pt, pl, pb, pr); the caller gives OH, OW; "
+        "count_include_pad 1 divides by the window clipped to the padded input, 0 by its input elements",
+        "within (KH KW + 1) eps |mean|",
+    ))  # fmt: skip
+    fam.infos.append(KernelInfo(
+        "global_avgpool", "pool", {"dtype": ("float32", F32_64)},
+        "NCHW global average pooling: out (N, C) = mean over H x W (16 lane partial sums)",
+        "16 lane partial sums: ~sqrt(H W / 16) eps relative",
+    ))  # fmt: skip
+    window = ("N", "C", "H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "pt", "pl")
+    for dt in F32_64:
+        d = _dt(dt)
+        base = dict(t=d.storage, s=d.sfx, size=d.itemsize)
+        for op, extra in (("max", ("dh", "dw")), ("avg", ("pb", "pr", "count_include_pad"))):
+            name = op + "pool2d"
+            entry = "svod_%s_%s" % (name, d.short)
+            vars_ = tuple(VarArg(n, 0 if n in ("pt", "pl", "pb", "pr", "count_include_pad") else 1)
+                          for n in window + extra) + CORE_VARS  # fmt: skip
+            checks = ["(OH-1)*sh < H+pt", "(OW-1)*sw < W+pl"]
+            if op == "avg":
+                checks.append("count_include_pad <= 1")
+            bufs = (BufferArg("out", dt, "w", "N*C*OH*OW"), BufferArg("x", dt, "r", "N*C*H*W"))
+            fam.add(KernelSig(
+                name, _p(dtype=dt), entry, "pool", bufs, vars_, GS, flops="N*C*OH*OW*KH*KW",
+                bytes="%d*(N*C*H*W+N*C*OH*OW)" % d.itemsize, work="N*C*OH*OW*KH*KW", grain=1 << 18,
+                parallelism="N*C*OH", checks=tuple(checks), doc=fam.infos[0 if op == "max" else 1].doc,
+            ), dict(base, entry=entry, op=op))  # fmt: skip
+        entry = "svod_global_avgpool_%s" % d.short
+        vars_ = tuple(VarArg(n, 1) for n in ("N", "C", "H", "W")) + CORE_VARS
+        bufs = (BufferArg("out", dt, "w", "N*C"), BufferArg("x", dt, "r", "N*C*H*W"))
+        fam.add(KernelSig(
+            "global_avgpool", _p(dtype=dt), entry, "pool", bufs, vars_, GS, flops="N*C*H*W",
+            bytes="%d*(N*C*H*W+N*C)" % d.itemsize, work="N*C*H*W", grain=1 << 18, parallelism="N*C",
+            doc=fam.infos[2].doc,
+        ), dict(base, entry=entry, op="gavg"))  # fmt: skip
+    return fam
+
+
 # --- fill / arange ------------------------------------------------------------------------
 
 
@@ -385,16 +557,37 @@ def fill_family() -> Family:
 # --- what goes into each prebuilt object --------------------------------------------------
 
 
+#: What of the convolution and pooling kernels the prebuilt objects hold (the rest compiles on demand, from the
+#: same source): float32, and the epilogues ONNX CNNs fuse most (none, relu, clip: relu6), with and without
+#: bias, and residual adds with a bias (a convolution with a folded batch norm has one). Every epilogue entry is a call into one shared core, but each costs ~300 bytes of code,
+#: symbol and relocation, and the objects ship in every wheel (tests/kernels/test_kernels_prebuilt.py's budget).
+PREBUILT_SUBSET: Dict[str, Dict[str, Tuple[Any, ...]]] = {
+    "conv2d_gemm": {"dtype": ("float32",), "act": ("none", "relu", "clip")},
+    "depthwise_conv2d": {"dtype": ("float32",), "act": ("none", "relu", "clip")},
+    "maxpool2d": {"dtype": ("float32",)},
+    "avgpool2d": {"dtype": ("float32",)},
+    "global_avgpool": {"dtype": ("float32",)},
+}
+
+
+def _in_prebuilt_subset(name: str, params: Dict[str, Any]) -> bool:
+    if params.get("residual") and not params.get("bias"):
+        return False
+    return all(params[k] in allowed for k, allowed in PREBUILT_SUBSET[name].items())
+
+
 def excluded_entries(variant: str, families: Sequence[Family]) -> List[str]:
-    """Entries left out of ``variant``'s object (compiled on demand there): matmul tiles it does not prefer."""
-    prefs = PREFERRED.get(variant, {}).get("matmul", {})
+    """Entries left out of ``variant``'s object (compiled on demand there): matmul and conv2d_gemm tiles it
+    does not prefer."""
     out = set()
     for fam in families:
         for sig in fam.sigs:
-            if sig.name != "matmul":
-                continue
             p = sig.param_dict
-            want = prefs.get(p["dtype"])
+            if sig.name in PREBUILT_SUBSET and not _in_prebuilt_subset(sig.name, p):
+                out.add(sig.entry)
+            if sig.name not in ("matmul", "conv2d_gemm"):
+                continue
+            want = PREFERRED.get(variant, {}).get(sig.name, {}).get(p["dtype"])
             if want is None or (p["mr"], p["nr"]) != (want["mr"], want["nr"]):
                 out.add(sig.entry)
     return sorted(out)
@@ -407,7 +600,7 @@ def build_catalogue() -> Tuple[List[Family], List[EwSpec]]:
     """All C families (elementwise first) and the elementwise instances to render."""
     ew: List[EwSpec] = []
     families = [elementwise(ew), reduce_family(), rows_family(), matmul_family(), copy_family(),
-                conv_family(), fill_family()]  # fmt: skip
+                conv_family(), fill_family(), conv_gemm_family(), depthwise_family(), pool_family()]  # fmt: skip
     _check_unique(families)
     return families, ew
 

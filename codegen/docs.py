@@ -84,8 +84,9 @@ def _variant_rows(variants: Dict[str, Dict[str, Any]]) -> List[str]:
 def section(families: Sequence[Family], cuda_sigs: Sequence[Any], variants: Dict[str, Dict[str, Any]]) -> str:
     n_cpu = len({s.entry for f in families for s in f.sigs})
     lines = [BEGIN, NOTE, "",
-             "### CPU kernels (%d entry points; every prebuilt object holds all of them except the matmul tiles "
-             "its variant does not prefer)" % n_cpu, ""]  # fmt: skip
+             "### CPU kernels (%d entry points; every prebuilt object holds all of them except the matmul and "
+             "conv2d_gemm tiles its variant does not prefer and the convolution instances outside "
+             "`codegen.catalogue.PREBUILT_SUBSET`)" % n_cpu, ""]  # fmt: skip
     lines += _cpu_rows(families)
     lines += ["", "Every CPU kernel takes `core_id_count` and `core_id` last and has launch size "
               "`(core_id_count, 1, 1)`; *threads split* is the number of independent chunks.", "",
