@@ -185,7 +185,7 @@ def library_sources() -> List[str]:
 
 @needs_clang
 @pytest.mark.slow
-@pytest.mark.matrix_ends  # ~10-50 s: 154 compile_c runs
+@pytest.mark.python_independent  # ~10-50 s: 154 compile_c runs
 def test_every_library_kernel_cut_from_a_clang_unit_is_compile_cs(monkeypatch) -> None:
     """All library sources in a clang batch (two units): each piece has compile_c's machine code.
 

@@ -21,6 +21,8 @@ pytest.importorskip("elftools")
 import foreign_support as fs  # noqa: E402
 from foreign_cases import CASES  # noqa: E402
 
+pytestmark = pytest.mark.python_independent  # foreign code under qemu
+
 FULL = os.environ.get("SVOD_FOREIGN", "") == "1"
 COMPILERS = {"riscv64": ("gcc", "clang"), "ppc64le": ("gcc", "clang"), "loongarch64": ("zig", "clang16")}
 QUICK_CASES = ("calls", "kitchen")

@@ -29,6 +29,8 @@ from svod_min.jit_loader.layout import ARCHES  # noqa: E402
 from svod_min.kernels import variants  # noqa: E402
 from svod_min.kernels.lookup import generated  # noqa: E402
 
+pytestmark = pytest.mark.python_independent  # foreign code under qemu
+
 FULL = os.environ.get("SVOD_FOREIGN", "") == "1"
 ARCH_NAMES = ("riscv64", "ppc64le", "loongarch64")
 QUICK = ("svod_add_f32", "svod_matmul_f64_4x4", "svod_matmul_f64_6x8", "svod_softmax_f32", "svod_conv2d_f32")

@@ -184,6 +184,7 @@ def test_seed_kernels_are_real_code() -> None:
 # --- hypothesis runs -------------------------------------------------------------------------------
 
 
+@pytest.mark.python_independent  # fuzz rounds
 @pytest.mark.parametrize("kind", fz.KINDS)
 def test_structured_mutations_only_succeed_or_raise_loader_errors(kind: str) -> None:
     stats = _fuzz(cases(kind, max_size=2), DEFAULT_EXAMPLES)
@@ -193,6 +194,7 @@ def test_structured_mutations_only_succeed_or_raise_loader_errors(kind: str) -> 
         assert stats["ok"] + stats["ok, mapped"] > 0, stats
 
 
+@pytest.mark.python_independent  # fuzz rounds
 def test_stacked_mutations_map_and_unmap_without_wx() -> None:
     """Mixed stacks of 1-4 mutations; successful host objects are mapped and /proc/self/maps is checked."""
     stats = _fuzz(cases(None, max_size=4), DEFAULT_EXAMPLES, check_maps=True)
@@ -218,6 +220,7 @@ def test_one_minute_fuzz(request: pytest.FixtureRequest) -> None:
     assert sum(total.values()) >= SLOW_EXAMPLES * 5
 
 
+@pytest.mark.python_independent  # fuzz rounds
 def test_every_truncation_of_every_seed() -> None:
     """Deterministic: every prefix of every seed relocates or raises a LoaderError."""
     outcomes: Counter[str] = collections.Counter()

@@ -45,6 +45,7 @@ HAVE_LLD = shutil.which("ld.lld") is not None
 
 pytestmark = [
     pytest.mark.oracle,
+    pytest.mark.python_independent,
     pytest.mark.skipif(not HAVE_CLANG, reason="clang is not installed (needed to build the oracle objects)"),
 ]
 needs_lld = pytest.mark.skipif(not HAVE_LLD, reason="ld.lld is not installed (the oracle linker)")
