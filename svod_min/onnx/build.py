@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, build_bundle_from_document
-from . import ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_shape  # noqa: F401 - they fill the op table
+from . import ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_rnn, ops_shape  # noqa: F401 - they fill the op table
 from .ir import Graph
 from .lower import Lowering, PlanParts, npy_bytes
 from .parse import read_graph

@@ -106,10 +106,11 @@ class Lowering:
         self.kernels.setdefault(key, {"library": kernel, "params": dict(params)})
         self._op({"kernel": key, "buffers": list(buffers), "vars": dict(variables)}, buffers)
 
-    def source(self, kernel: CKernel, buffers: Sequence[str]) -> None:
+    def source(self, kernel: CKernel, buffers: Sequence[str], outputs: Sequence[int] = (0,)) -> None:
+        """Run generated ``kernel`` on ``buffers``; ``outputs``: the positions it writes (a recurrence writes several)."""
         assert len(buffers) == kernel.buffers, (kernel.name, buffers)
         self.kernels.setdefault(kernel.name, {
-            "source": kernel.source, "buffers": kernel.buffers, "outputs": [0], "vars": ["core_id"],
+            "source": kernel.source, "buffers": kernel.buffers, "outputs": list(outputs), "vars": ["core_id"],
             "global_size": [kernel.chunks, 1, 1], "extents": {str(i): e for i, e in enumerate(kernel.extents)}})  # fmt: skip
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
