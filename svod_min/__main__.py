@@ -142,6 +142,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "device": str(getattr(plan.device, "spec", plan.device)),
         "vars": loaded.defaults,
         "ops": len(plan.prepared_ops()),
+        "memory": dict(loaded.memory),
         # null, not Infinity/NaN: strict JSON has no such numbers (a NaN output gives an infinite error)
         "verify": [{"buffer": b, "ok": ok, "max_abs_error": err if math.isfinite(err) else None} for b, ok, err in checks],
         "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
@@ -163,6 +164,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
     print("plan: %s%s" % (report["plan"], " (%s)" % report["description"] if report["description"] else ""))
     print("device: %s   ops: %d   vars: %s" % (report["device"], report["ops"], report["vars"] or "-"))
+    mem = report["memory"]
+    print("memory: weights %d bytes, arena peak live %d bytes" % (mem["weights_bytes"], mem["arena_peak_live_bytes"]))
     if table:
         print(table)
     t = report["time_s"]

@@ -44,6 +44,8 @@ class LoadedPlan:
     description: str = ""
     inputs: List[str] = field(default_factory=list)
     outputs: List[str] = field(default_factory=list)
+    #: ``weights_bytes`` (constant data) and ``arena_peak_live_bytes`` (the largest set of arena views live at once)
+    memory: Dict[str, int] = field(default_factory=dict)
 
     def verify(self) -> List[Tuple[str, bool, float]]:
         """(buffer, ok, max abs error) for every expectation; NaN where NaN is expected counts as equal."""
@@ -94,6 +96,73 @@ def _check_nan_aware(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     keep = [i for i in range(len(e.values)) if i not in set(nan_at)]
     rest = Expectation(e.buffer, [e.values[i] for i in keep], e.rtol, e.atol)
     return check_expectation(_Values([flat[i] for i in keep]), rest)
+
+
+def memory_figures(specs: Dict[str, Any], ops: List[Any], buffers: Mapping[str, Any]) -> Dict[str, int]:
+    """The plan's two memory figures, read from its buffers and ops.
+
+    Weights: buffers with initial data (not zeros) that are neither inputs nor outputs nor views. Arena
+    peak: the arenas are the bases of views that are neither inputs, outputs nor initialised; a view is
+    live from the first op that names it to the last, and the peak is the largest union of live byte
+    ranges at any op (views that alias one another count once).
+    """
+    def root_of(name: str) -> Tuple[str, int]:
+        offset = 0
+        while "view_of" in specs[name]:
+            offset += int(specs[name].get("offset", 0))
+            name = specs[name]["view_of"]
+        return name, offset
+
+    def is_plain_data(name: str) -> bool:
+        spec = specs[name]
+        return not spec.get("input") and not spec.get("output") and spec.get("init", "zeros") == "zeros"
+
+    weights = sum(int(buffers[n].nbytes) for n, spec in specs.items()
+                  if "view_of" not in spec and spec.get("init", "zeros") != "zeros" and not spec.get("input") and not spec.get("output"))
+    spans: Dict[str, List[int]] = {}
+    for i, op in enumerate(ops):
+        for name in _op_buffer_names(op):
+            if name in specs and "view_of" in specs[name] and is_plain_data(root_of(name)[0]):
+                spans.setdefault(name, [i, i])[1] = i
+    return {"weights_bytes": int(weights), "arena_peak_live_bytes": _peak_live(spans, root_of, buffers)}
+
+
+def _op_buffer_names(op: Any) -> List[str]:
+    if not isinstance(op, dict):
+        return []
+    if isinstance(op.get("copy"), dict):
+        return [n for n in (op["copy"].get("dst"), op["copy"].get("src")) if isinstance(n, str)]
+    if isinstance(op.get("view"), str):
+        return [op["view"]]
+    return [n for n in op.get("buffers", []) if isinstance(n, str)]
+
+
+def _peak_live(spans: Dict[str, List[int]], root_of: Any, buffers: Mapping[str, Any]) -> int:
+    """The largest union of live byte ranges, checked where a view's life starts (the union only grows there)."""
+    lives = []
+    for name, (first, last) in spans.items():
+        root, lo = root_of(name)
+        lives.append((first, last, root, lo, lo + int(buffers[name].nbytes)))
+    lives.sort()
+    peak, active, k = 0, [], 0  # active: the lives begun so far and not yet over
+    for start in sorted({life[0] for life in lives}):
+        while k < len(lives) and lives[k][0] <= start:
+            active.append(lives[k])
+            k += 1
+        active = [life for life in active if life[1] >= start]
+        peak = max(peak, _union_bytes(sorted(life[2:] for life in active)))
+    return peak
+
+
+def _union_bytes(ranges: List[Tuple[str, int, int]]) -> int:
+    """Bytes covered by (root, lo, hi) ranges sorted by root and lo."""
+    total, base, end = 0, None, 0
+    for root, lo, hi in ranges:
+        if root != base:
+            base, end = root, lo
+        total += max(0, hi - max(lo, end))
+        end = max(end, hi)
+    return total
 
 
 class _Values:
@@ -191,7 +260,8 @@ class _PlanReader:
         description = as_text(doc["description"], "description") if doc.get("description", "") != "" else ""
         inputs = [n for n, spec in self.doc["buffers"].items() if spec.get("input")]
         output_names = [n for n, spec in self.doc["buffers"].items() if spec.get("output")]
-        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description, inputs, output_names)
+        memory = memory_figures(self.doc["buffers"], ops, self.buffers)
+        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description, inputs, output_names, memory)
 
     # -- device and variables ------------------------------------------------------------
 
