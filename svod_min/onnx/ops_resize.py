@@ -13,7 +13,7 @@ from .ir import Graph, Node
 from .lower import Lowering
 from .table import ANY, one_of, register
 
-TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")
+TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel_symmetric")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -61,6 +61,10 @@ def source_coordinate(transform: str, j: np.ndarray, scale: np.float32, n_in: in
         return (j + np.float32(0.5)) / scale
     if transform == "pytorch_half_pixel" and n_out <= 1:
         return np.zeros_like(j)
+    if transform == "half_pixel_symmetric":  # half_pixel, shifted so the sampled span stays centred
+        adjustment = np.float32(n_out) / (scale * np.float32(n_in))
+        offset = np.float32(n_in) / np.float32(2) * (np.float32(1) - adjustment)
+        return offset + (j + np.float32(0.5)) / scale - np.float32(0.5)
     return (j + np.float32(0.5)) / scale - np.float32(0.5)
 
 

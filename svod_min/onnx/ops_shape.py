@@ -135,13 +135,14 @@ def _pad_check(graph: Graph, node: Node) -> Optional[str]:
 
 
 @register(["Pad"], "constant, reflect, edge and wrap modes; generated C; pads constant", check=_pad_check,
-          mode=one_of("constant", "reflect", "edge", "wrap"), pads=ANY, value=ANY)
+          mode=one_of("constant", "reflect", "edge", "wrap"), pads=ANY, paddings=ANY, value=ANY)
 def lower_pad(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
     rank = len(in_shape)
     if L.graph.opset < 11:
-        pads, value = list(node.attrs["pads"]), float(node.attrs.get("value", 0.0))
+        pads = list(node.attrs["pads"] if "pads" in node.attrs else node.attrs["paddings"])  # opset 1 says paddings
+        value = float(node.attrs.get("value", 0.0))
     else:
         raw = [int(v) for v in L.graph.const(node.inputs[1]).reshape(-1)]
         value = float(L.graph.const(node.inputs[2]).reshape(-1)[0]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
