@@ -78,12 +78,32 @@ def nearest_index(x: np.ndarray, mode: str, scale: float) -> np.ndarray:
     return np.floor(x) if mode == "floor" else np.ceil(x)
 
 
-def axis_taps(mode: str, transform: str, nearest: str, scale: float, n_in: int, n_out: int) -> Tuple[List[int], List[float], int]:
+def cubic_taps(x: np.ndarray, n_in: int, a: float, exclude_outside: bool) -> Tuple[List[int], List[float], int]:
+    """Four taps around each source coordinate, Keys' cubic kernel with coefficient ``a``; taps past the edge
+    read the edge, or (``exclude_outside``) get weight 0 and the rest are renormalised."""
+    base = np.floor(x)
+    t = (x - base).astype(np.float64)
+    dist = np.stack([t + 1, t, 1 - t, 2 - t], 1)
+    near = ((a + 2) * dist - (a + 3)) * dist * dist + 1
+    far = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
+    weight = np.where(dist <= 1, near, far)
+    index = base.astype(np.int64)[:, None] + np.arange(-1, 3)[None, :]
+    if exclude_outside:
+        weight = np.where((index < 0) | (index >= n_in), 0.0, weight)
+        weight = weight / weight.sum(1, keepdims=True)
+    index = np.clip(index, 0, n_in - 1)
+    return index.reshape(-1).tolist(), weight.astype(np.float32).reshape(-1).tolist(), 4
+
+
+def axis_taps(mode: str, transform: str, nearest: str, scale: float, n_in: int, n_out: int, cubic_a: float = -0.75,
+              exclude_outside: bool = False) -> Tuple[List[int], List[float], int]:  # fmt: skip
     """(indices, weights, taps per output) of one resized axis."""
     x = source_coordinate(transform, np.arange(n_out), np.float32(scale), n_in, n_out)
     if mode == "nearest":
         idx = np.clip(nearest_index(x, nearest, scale), 0, n_in - 1).astype(np.int64)
         return idx.tolist(), [1.0] * n_out, 1
+    if mode == "cubic":
+        return cubic_taps(x, n_in, cubic_a, exclude_outside)
     x = np.clip(x, np.float32(0), np.float32(n_in - 1))
     lo = np.minimum(np.floor(x).astype(np.int64), n_in - 1)
     hi = np.minimum(lo + 1, n_in - 1)
@@ -99,8 +119,8 @@ def _modes(graph: Graph, node: Node) -> Tuple[str, str, str]:
     return mode, node.attrs.get("coordinate_transformation_mode", "half_pixel"), node.attrs.get("nearest_mode", "round_prefer_floor")
 
 
-@register(["Resize"], "separable generated C passes (one per resized axis); nearest and linear; scales/sizes constant",
-          check=_resize_check, mode=one_of("nearest", "linear"), nearest_mode=one_of(*NEAREST_MODES),
+@register(["Resize"], "separable generated C passes (one per resized axis); nearest, linear, cubic; scales/sizes constant",
+          check=_resize_check, mode=one_of("nearest", "linear", "cubic"), nearest_mode=one_of(*NEAREST_MODES),
           coordinate_transformation_mode=one_of(*TRANSFORMS), cubic_coeff_a=ANY, exclude_outside=ANY,
           extrapolation_value=ANY, antialias=one_of(0), axes=ANY,
           keep_aspect_ratio_policy=one_of("stretch", "not_larger", "not_smaller"))  # fmt: skip
@@ -116,7 +136,8 @@ def lower_resize(L: Lowering, node: Node) -> None:
         return
     current, shape = x, list(in_shape)
     for k, a in enumerate(axes):
-        index, weight, per_out = axis_taps(mode, transform, nearest, scales[a], in_shape[a], out_shape[a])
+        index, weight, per_out = axis_taps(mode, transform, nearest, scales[a], in_shape[a], out_shape[a],
+                                           float(node.attrs.get("cubic_coeff_a", -0.75)), bool(node.attrs.get("exclude_outside", 0)))
         shape[a] = out_shape[a]
         target = out if k == len(axes) - 1 else L.temp(shape, hint="resize")
         outer, inner = int(np.prod(shape[:a])), int(np.prod(shape[a + 1:]))

@@ -155,6 +155,13 @@ def test_resize_linear_2d_sizes(transform, tmp_path):
     _resize(tmp_path, (1, 3, 4, 5), {"mode": "linear", "coordinate_transformation_mode": transform}, sizes=[1, 3, 7, 1])
 
 
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("exclude", [0, 1])
+def test_resize_cubic(transform, exclude, tmp_path):
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": transform, "exclude_outside": exclude, "cubic_coeff_a": -0.5}
+    _resize(tmp_path, (1, 2, 5, 6), attrs, scales=[1, 1, 1.6, 0.5])
+
+
 def test_resize_nearest_sizes_axes_and_aspect_policy(tmp_path):
     _resize(tmp_path, (1, 2, 4, 6), {"mode": "nearest"}, sizes=[9, 8], axes=[2, 3])
     _resize(tmp_path, (1, 2, 4, 6), {"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, sizes=[9, 8], axes=[2, 3])
@@ -188,8 +195,8 @@ def _refused(model, tmp_path, match):
 
 
 def test_refusals(tmp_path):
-    cubic = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="cubic")
-    _refused(typed_model([cubic], [("x", (1, 1, 2, 2), TensorProto.FLOAT)], ["y"], 13, {"s": np.array([1, 1, 2, 2], np.float32)}),
+    cubic = helper.make_node("Upsample", ["x", "s"], ["y"], mode="cubic")
+    _refused(typed_model([cubic], [("x", (1, 1, 2, 2), TensorProto.FLOAT)], ["y"], 9, {"s": np.array([1, 1, 2, 2], np.float32)}),
              tmp_path, "attribute mode='cubic'")
     crop = helper.make_node("Resize", ["x", "", "s"], ["y"], coordinate_transformation_mode="tf_crop_and_resize")
     _refused(typed_model([crop], [("x", (1, 1, 2, 2), TensorProto.FLOAT)], ["y"], 13, {"s": np.array([1, 1, 2, 2], np.float32)}),
