@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .csrc import PROTOTYPES, CKernel, chunks_for, contiguous_strides, flt
 
@@ -115,23 +115,27 @@ def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence
     return make_kernel("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
 
 
-def taps(outer: int, n_in: int, n_out: int, inner: int, index: Sequence[int], weight: Sequence[float], per_out: int) -> CKernel:
-    """One axis of a separable resize: ``out[o, j, i] = sum_t weight[j, t] * x[o, index[j, t], i]`` with
-    ``per_out`` taps per output position (1 for nearest, 2 for linear)."""
+def taps(outer: int, n_in: int, n_out: int, inner: int, index: Sequence[int], weight: Sequence[float], per_out: int,
+         fill: Optional[Sequence[float]] = None) -> CKernel:  # fmt: skip
+    """One axis of a separable resize: ``out[o, j, i] = fill[j] + sum_t weight[j, t] * x[o, index[j, t], i]`` with
+    ``per_out`` taps per output position (1 for nearest, 2 for linear, 4 for cubic)."""
     rows = outer * n_out
     chunks = chunks_for(rows, inner * per_out)
     per = -(-rows // chunks)
     idx = ", ".join(str(int(v)) for v in index)
     wts = ", ".join(flt(float(v)) for v in weight)
-    if per_out == 1:
+    extra = ""
+    if fill is not None:
+        extra = "static const float FILL[%d] = {%s};\n" % (len(fill), ", ".join(flt(float(v)) for v in fill))
+    if per_out == 1 and fill is None:
         inner_loop = "for (long i = 0; i < %d; ++i) dst[i] = s0[i];" % inner
         pointers = "const float *s0 = x + (o * %d + IDX[j]) * %d;" % (n_in, inner)
     else:
         terms = " + ".join("w%d * s%d[i]" % (t, t) for t in range(per_out))
         pointers = " ".join("const float *s%d = x + (o * %d + IDX[j * %d + %d]) * %d; const float w%d = WT[j * %d + %d];" % (
             t, n_in, per_out, t, inner, t, per_out, t) for t in range(per_out))
-        inner_loop = "for (long i = 0; i < %d; ++i) dst[i] = %s;" % (inner, terms)
-    body = """static const int IDX[%d] = {%s};
+        inner_loop = "for (long i = 0; i < %d; ++i) dst[i] = %s%s;" % (inner, "FILL[j] + " if fill is not None else "", terms)
+    body = extra + """static const int IDX[%d] = {%s};
 static const float WT[%d] = {%s};
 void KNAME(float *restrict out, const float *restrict x, int core_id) {
 %s

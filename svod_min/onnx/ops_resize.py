@@ -4,6 +4,7 @@ are computed here, at build time, with ONNX's coordinate transforms in float32 a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,7 +14,8 @@ from .ir import Graph, Node
 from .lower import Lowering
 from .table import ANY, one_of, register
 
-TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel_symmetric")
+TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel_symmetric",
+              "tf_crop_and_resize")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -50,9 +52,15 @@ def _scales(graph: Graph, node: Node, in_shape: Sequence[int], out_shape: Sequen
     return full
 
 
-def source_coordinate(transform: str, j: np.ndarray, scale: np.float32, n_in: int, n_out: int) -> np.ndarray:
+def source_coordinate(transform: str, j: np.ndarray, scale: np.float32, n_in: int, n_out: int,
+                      roi: Tuple[float, float] = (0.0, 1.0)) -> np.ndarray:  # fmt: skip
     """Output positions ``j`` -> float32 positions in the input, per coordinate_transformation_mode."""
     j = j.astype(np.float32)
+    if transform == "tf_crop_and_resize":
+        start, end, span = np.float32(roi[0]), np.float32(roi[1]), np.float32(n_in - 1)
+        if n_out <= 1:
+            return np.full_like(j, np.float32(0.5) * (start + end) * span)
+        return start * span + j * (end - start) * span / np.float32(n_out - 1)
     if transform == "align_corners":
         return j * np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.zeros_like(j)
     if transform == "asymmetric":
@@ -95,28 +103,62 @@ def cubic_taps(x: np.ndarray, n_in: int, a: float, exclude_outside: bool) -> Tup
     return index.reshape(-1).tolist(), weight.astype(np.float32).reshape(-1).tolist(), 4
 
 
-def axis_taps(mode: str, transform: str, nearest: str, scale: float, n_in: int, n_out: int, cubic_a: float = -0.75,
-              exclude_outside: bool = False) -> Tuple[List[int], List[float], int]:  # fmt: skip
-    """(indices, weights, taps per output) of one resized axis."""
-    x = source_coordinate(transform, np.arange(n_out), np.float32(scale), n_in, n_out)
-    if mode == "nearest":
-        idx = np.clip(nearest_index(x, nearest, scale), 0, n_in - 1).astype(np.int64)
-        return idx.tolist(), [1.0] * n_out, 1
-    if mode == "cubic":
-        return cubic_taps(x, n_in, cubic_a, exclude_outside)
-    x = np.clip(x, np.float32(0), np.float32(n_in - 1))
-    lo = np.minimum(np.floor(x).astype(np.int64), n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
-    w_hi = (x - lo.astype(np.float32)).astype(np.float32)
-    w_lo = (np.float32(1) - w_hi).astype(np.float32)
-    return np.stack([lo, hi], 1).reshape(-1).tolist(), np.stack([w_lo, w_hi], 1).reshape(-1).tolist(), 2
+@dataclass(frozen=True)
+class Sampling:
+    """How a Resize node samples: mode, coordinate transform, rounding, cubic parameters, extrapolation."""
+
+    mode: str
+    transform: str
+    nearest: str
+    cubic_a: float = -0.75
+    exclude_outside: bool = False
+    extrapolation: float = 0.0
 
 
-def _modes(graph: Graph, node: Node) -> Tuple[str, str, str]:
-    mode = node.attrs.get("mode", "nearest")
+def axis_taps(how: Sampling, scale: float, n_in: int, n_out: int, roi: Tuple[float, float] = (0.0, 1.0)
+              ) -> Tuple[List[int], List[float], int, Optional[List[float]]]:  # fmt: skip
+    """(indices, weights, taps per output, constant per output or None) of one resized axis; tf_crop_and_resize
+    positions outside the input read nothing and hold the extrapolation value."""
+    x = source_coordinate(how.transform, np.arange(n_out), np.float32(scale), n_in, n_out, roi)
+    if how.mode == "nearest":
+        idx = np.clip(nearest_index(x, how.nearest, scale), 0, n_in - 1).astype(np.int64)
+        index, weight, per_out = idx.tolist(), [1.0] * n_out, 1
+    elif how.mode == "cubic":
+        index, weight, per_out = cubic_taps(x, n_in, how.cubic_a, how.exclude_outside)
+    else:
+        xc = np.clip(x, np.float32(0), np.float32(n_in - 1))
+        lo = np.minimum(np.floor(xc).astype(np.int64), n_in - 1)
+        hi = np.minimum(lo + 1, n_in - 1)
+        w_hi = (xc - lo.astype(np.float32)).astype(np.float32)
+        w_lo = (np.float32(1) - w_hi).astype(np.float32)
+        index, weight, per_out = np.stack([lo, hi], 1).reshape(-1).tolist(), np.stack([w_lo, w_hi], 1).reshape(-1).tolist(), 2
+    if how.transform != "tf_crop_and_resize":
+        return index, weight, per_out, None
+    outside = (x < 0) | (x > np.float32(n_in - 1))
+    weight = [0.0 if outside[i // per_out] else w for i, w in enumerate(weight)]
+    return index, weight, per_out, [how.extrapolation if o else 0.0 for o in outside.tolist()]
+
+
+def _roi(graph: Graph, node: Node, rank: int) -> List[Tuple[float, float]]:
+    """(start, end) per axis from the roi input (only read by tf_crop_and_resize)."""
+    full = [(0.0, 1.0)] * rank
+    roi = _input(node, 1)
+    if not roi or graph.opset < 11 or not graph.const(roi).size:
+        return full
+    axes = [int(a) % rank for a in node.attrs.get("axes", range(rank))]
+    values = graph.const(roi).reshape(-1).astype(np.float32).tolist()
+    for k, a in enumerate(axes):
+        full[a] = (values[k], values[k + len(axes)])
+    return full
+
+
+def _sampling(graph: Graph, node: Node) -> Sampling:
+    a = node.attrs
+    mode = a.get("mode", "nearest")
     if node.op == "Upsample" or graph.opset < 11:
-        return mode, "asymmetric", "simple"
-    return mode, node.attrs.get("coordinate_transformation_mode", "half_pixel"), node.attrs.get("nearest_mode", "round_prefer_floor")
+        return Sampling(mode, "asymmetric", "simple")
+    return Sampling(mode, a.get("coordinate_transformation_mode", "half_pixel"), a.get("nearest_mode", "round_prefer_floor"),
+                    float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)), float(a.get("extrapolation_value", 0.0)))
 
 
 @register(["Resize"], "separable generated C passes (one per resized axis); nearest, linear, cubic; scales/sizes constant",
@@ -129,17 +171,17 @@ def lower_resize(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
     scales = _scales(L.graph, node, in_shape, out_shape)
-    mode, transform, nearest = _modes(L.graph, node)
-    axes = [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1.0]
+    how = _sampling(L.graph, node)
+    roi = _roi(L.graph, node, len(in_shape)) if how.transform == "tf_crop_and_resize" else [(0.0, 1.0)] * len(in_shape)
+    axes = [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1.0 or roi[a] != (0.0, 1.0)]
     if not axes:
         L.copy(out, x)
         return
     current, shape = x, list(in_shape)
     for k, a in enumerate(axes):
-        index, weight, per_out = axis_taps(mode, transform, nearest, scales[a], in_shape[a], out_shape[a],
-                                           float(node.attrs.get("cubic_coeff_a", -0.75)), bool(node.attrs.get("exclude_outside", 0)))
+        index, weight, per_out, fill = axis_taps(how, scales[a], in_shape[a], out_shape[a], roi[a])
         shape[a] = out_shape[a]
         target = out if k == len(axes) - 1 else L.temp(shape, hint="resize")
         outer, inner = int(np.prod(shape[:a])), int(np.prod(shape[a + 1:]))
-        L.source(csrc_more.taps(outer, in_shape[a], out_shape[a], inner, index, weight, per_out), [target, current])
+        L.source(csrc_more.taps(outer, in_shape[a], out_shape[a], inner, index, weight, per_out, fill), [target, current])
         current = target

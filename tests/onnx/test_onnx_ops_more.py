@@ -162,6 +162,19 @@ def test_resize_cubic(transform, exclude, tmp_path):
     _resize(tmp_path, (1, 2, 5, 6), attrs, scales=[1, 1, 1.6, 0.5])
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_tf_crop_and_resize(mode, tmp_path):
+    """roi crops (partly outside the input: those positions hold extrapolation_value), sizes or scales."""
+    roi = np.array([0, 0, -0.2, 0.3, 1, 1, 0.8, 1.4], np.float32)
+    attrs = {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize", "extrapolation_value": 7.5}
+    node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], **attrs)
+    consts = {"roi": roi, "sizes": np.array([1, 2, 6, 5], np.int64)}
+    _compare(typed_model([node], [("x", (1, 2, 5, 6), TensorProto.FLOAT)], ["y"], 13, consts), tmp_path)
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], axes=[3], **attrs)
+    consts = {"roi": np.array([0.25, 0.75], np.float32), "scales": np.array([1.5], np.float32)}
+    _compare(typed_model([node], [("x", (1, 2, 5, 6), TensorProto.FLOAT)], ["y"], 18, consts), tmp_path)
+
+
 def test_resize_nearest_sizes_axes_and_aspect_policy(tmp_path):
     _resize(tmp_path, (1, 2, 4, 6), {"mode": "nearest"}, sizes=[9, 8], axes=[2, 3])
     _resize(tmp_path, (1, 2, 4, 6), {"mode": "linear", "keep_aspect_ratio_policy": "not_larger"}, sizes=[9, 8], axes=[2, 3])
@@ -198,9 +211,9 @@ def test_refusals(tmp_path):
     cubic = helper.make_node("Upsample", ["x", "s"], ["y"], mode="cubic")
     _refused(typed_model([cubic], [("x", (1, 1, 2, 2), TensorProto.FLOAT)], ["y"], 9, {"s": np.array([1, 1, 2, 2], np.float32)}),
              tmp_path, "attribute mode='cubic'")
-    crop = helper.make_node("Resize", ["x", "", "s"], ["y"], coordinate_transformation_mode="tf_crop_and_resize")
+    crop = helper.make_node("Resize", ["x", "", "s"], ["y"], coordinate_transformation_mode="half_pixel_bogus")
     _refused(typed_model([crop], [("x", (1, 1, 2, 2), TensorProto.FLOAT)], ["y"], 13, {"s": np.array([1, 1, 2, 2], np.float32)}),
-             tmp_path, "coordinate_transformation_mode='tf_crop_and_resize'")
+             tmp_path, "coordinate_transformation_mode='half_pixel_bogus'")
     anti = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1)
     _refused(typed_model([anti], [("x", (1, 1, 4, 4), TensorProto.FLOAT)], ["y"], 18, {"s": np.array([1, 1, 0.5, 0.5], np.float32)}),
              tmp_path, "antialias=1")
