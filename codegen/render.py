@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+import re
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import jinja2
 
@@ -82,7 +83,32 @@ def library_source(variant: str, prelude: str, bodies: Sequence[str], exclude: S
     skip = set(exclude)
     blocks = [b for body in bodies for e, b in split_blocks(body).items() if e not in skip]
     head = c_banner("templates/c (the prebuilt library translation unit of %s)" % variant)
-    return head + prelude + "\n" + "\n".join(blocks)
+    return head + prelude + "\n" + "\n".join(dedupe_shared(blocks))
+
+
+_SHARED_RE = re.compile(r"^/\* SHARED BEGIN (\w+) \*/\n.*?^/\* SHARED END \1 \*/\n", re.MULTILINE | re.DOTALL)
+
+
+def dedupe_shared(blocks: Sequence[str]) -> List[str]:
+    """``blocks`` with each SHARED BEGIN/END section kept only where it first appears.
+
+    Kernels that share code (the convolutions' packing, tile and driver, one per dtype and tile) carry
+    it in every block, inlined into the entry, so that a block compiles alone to one function; one
+    translation unit needs it once, its driver ``<name>_run`` out of line and called by every entry.
+    """
+    seen: Set[str] = set()
+
+    def keep_first(match: "re.Match[str]") -> str:
+        name = match.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        inline = "__attribute__((always_inline)) static inline void %s_run(" % name
+        if inline not in match.group(0):
+            raise ValueError("shared section %s has no %s_run driver" % (name, name))
+        return match.group(0).replace(inline, "__attribute__((noinline)) static void %s_run(" % name)
+
+    return [_SHARED_RE.sub(keep_first, b) for b in blocks]
 
 
 # --- the signature module ------------------------------------------------------------

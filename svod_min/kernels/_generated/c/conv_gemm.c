@@ -2,9 +2,8 @@
 #include "prelude.h"
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_none */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -30,7 +29,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -45,7 +44,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -91,7 +90,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -167,7 +166,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -218,7 +217,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -273,7 +272,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_none(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -287,9 +286,8 @@ void svod_conv2d_gemm_f32_4x8_none(float *restrict out, const float *restrict x,
 /* END svod_conv2d_gemm_f32_4x8_none */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_none_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -315,7 +313,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -330,7 +328,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -376,7 +374,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -452,7 +450,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -503,7 +501,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -558,7 +556,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_none_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -572,9 +570,8 @@ void svod_conv2d_gemm_f32_4x8_none_res(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_4x8_none_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_none_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -600,7 +597,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -615,7 +612,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -661,7 +658,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -737,7 +734,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -788,7 +785,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -843,7 +840,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_none_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -857,9 +854,8 @@ void svod_conv2d_gemm_f32_4x8_none_bias(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_4x8_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_none_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -885,7 +881,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -900,7 +896,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -946,7 +942,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -1022,7 +1018,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1073,7 +1069,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1128,7 +1124,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_none_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -1142,9 +1138,8 @@ void svod_conv2d_gemm_f32_4x8_none_bias_res(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_4x8_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_relu */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -1170,7 +1165,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -1185,7 +1180,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -1231,7 +1226,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -1307,7 +1302,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1358,7 +1353,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1413,7 +1408,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -1427,9 +1422,8 @@ void svod_conv2d_gemm_f32_4x8_relu(float *restrict out, const float *restrict x,
 /* END svod_conv2d_gemm_f32_4x8_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_relu_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -1455,7 +1449,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -1470,7 +1464,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -1516,7 +1510,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -1592,7 +1586,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1643,7 +1637,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1698,7 +1692,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -1712,9 +1706,8 @@ void svod_conv2d_gemm_f32_4x8_relu_res(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_4x8_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -1740,7 +1733,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -1755,7 +1748,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -1801,7 +1794,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -1877,7 +1870,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1928,7 +1921,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1983,7 +1976,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -1997,9 +1990,8 @@ void svod_conv2d_gemm_f32_4x8_relu_bias(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_4x8_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -2025,7 +2017,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -2040,7 +2032,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -2086,7 +2078,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -2162,7 +2154,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2213,7 +2205,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2268,7 +2260,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -2282,9 +2274,8 @@ void svod_conv2d_gemm_f32_4x8_relu_bias_res(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_4x8_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_clip */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -2310,7 +2301,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -2325,7 +2316,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -2371,7 +2362,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -2447,7 +2438,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2498,7 +2489,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2553,7 +2544,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_clip(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -2567,9 +2558,8 @@ void svod_conv2d_gemm_f32_4x8_clip(float *restrict out, const float *restrict x,
 /* END svod_conv2d_gemm_f32_4x8_clip */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_clip_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -2595,7 +2585,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -2610,7 +2600,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -2656,7 +2646,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -2732,7 +2722,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2783,7 +2773,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2838,7 +2828,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_clip_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -2852,9 +2842,8 @@ void svod_conv2d_gemm_f32_4x8_clip_res(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_4x8_clip_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_clip_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -2880,7 +2869,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -2895,7 +2884,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -2941,7 +2930,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -3017,7 +3006,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3068,7 +3057,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3123,7 +3112,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_clip_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -3137,9 +3126,8 @@ void svod_conv2d_gemm_f32_4x8_clip_bias(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_4x8_clip_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_clip_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -3165,7 +3153,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -3180,7 +3168,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -3226,7 +3214,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -3302,7 +3290,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3353,7 +3341,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3408,7 +3396,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_clip_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -3422,9 +3410,8 @@ void svod_conv2d_gemm_f32_4x8_clip_bias_res(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_4x8_clip_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -3450,7 +3437,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -3465,7 +3452,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -3511,7 +3498,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -3587,7 +3574,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3638,7 +3625,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3693,7 +3680,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_leaky_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -3707,9 +3694,8 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_4x8_leaky_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -3735,7 +3721,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -3750,7 +3736,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -3796,7 +3782,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -3872,7 +3858,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3923,7 +3909,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3978,7 +3964,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_leaky_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -3992,9 +3978,8 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_4x8_leaky_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -4020,7 +4005,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -4035,7 +4020,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -4081,7 +4066,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -4157,7 +4142,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4208,7 +4193,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4263,7 +4248,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_leaky_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -4277,9 +4262,8 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_bias(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_4x8_leaky_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -4305,7 +4289,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -4320,7 +4304,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -4366,7 +4350,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -4442,7 +4426,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4493,7 +4477,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4548,7 +4532,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -4562,9 +4546,8 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res(float *restrict out, const flo
 /* END svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -4590,7 +4573,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -4605,7 +4588,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -4651,7 +4634,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -4727,7 +4710,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4778,7 +4761,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4833,7 +4816,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_sigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -4847,9 +4830,8 @@ void svod_conv2d_gemm_f32_4x8_sigmoid(float *restrict out, const float *restrict
 /* END svod_conv2d_gemm_f32_4x8_sigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -4875,7 +4857,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -4890,7 +4872,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -4936,7 +4918,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -5012,7 +4994,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -5063,7 +5045,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -5118,7 +5100,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_sigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -5132,9 +5114,8 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_res(float *restrict out, const float *rest
 /* END svod_conv2d_gemm_f32_4x8_sigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -5160,7 +5141,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -5175,7 +5156,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -5221,7 +5202,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -5297,7 +5278,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -5348,7 +5329,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -5403,7 +5384,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_sigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -5417,9 +5398,8 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_bias(float *restrict out, const float *res
 /* END svod_conv2d_gemm_f32_4x8_sigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -5445,7 +5425,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -5460,7 +5440,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -5506,7 +5486,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -5582,7 +5562,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -5633,7 +5613,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -5688,7 +5668,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_sigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -5702,9 +5682,8 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_bias_res(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_4x8_sigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -5730,7 +5709,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -5745,7 +5724,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -5791,7 +5770,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -5867,7 +5846,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -5918,7 +5897,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -5973,7 +5952,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardsigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -5987,9 +5966,8 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid(float *restrict out, const float *rest
 /* END svod_conv2d_gemm_f32_4x8_hardsigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -6015,7 +5993,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -6030,7 +6008,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -6076,7 +6054,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -6152,7 +6130,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -6203,7 +6181,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -6258,7 +6236,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardsigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -6272,9 +6250,8 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_res(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_4x8_hardsigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -6300,7 +6277,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -6315,7 +6292,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -6361,7 +6338,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -6437,7 +6414,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -6488,7 +6465,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -6543,7 +6520,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -6557,9 +6534,8 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_4x8_hardsigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -6585,7 +6561,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -6600,7 +6576,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -6646,7 +6622,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -6722,7 +6698,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -6773,7 +6749,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -6828,7 +6804,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -6842,9 +6818,8 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res(float *restrict out, const fl
 /* END svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardswish */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -6870,7 +6845,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -6885,7 +6860,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -6931,7 +6906,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -7007,7 +6982,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -7058,7 +7033,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -7113,7 +7088,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardswish(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -7127,9 +7102,8 @@ void svod_conv2d_gemm_f32_4x8_hardswish(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_4x8_hardswish */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardswish_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -7155,7 +7129,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -7170,7 +7144,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -7216,7 +7190,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -7292,7 +7266,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -7343,7 +7317,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -7398,7 +7372,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardswish_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -7412,9 +7386,8 @@ void svod_conv2d_gemm_f32_4x8_hardswish_res(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_4x8_hardswish_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardswish_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -7440,7 +7413,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -7455,7 +7428,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -7501,7 +7474,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -7577,7 +7550,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -7628,7 +7601,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -7683,7 +7656,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardswish_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -7697,9 +7670,8 @@ void svod_conv2d_gemm_f32_4x8_hardswish_bias(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_4x8_hardswish_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_hardswish_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -7725,7 +7697,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -7740,7 +7712,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -7786,7 +7758,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -7862,7 +7834,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -7913,7 +7885,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -7968,7 +7940,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_hardswish_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -7982,9 +7954,8 @@ void svod_conv2d_gemm_f32_4x8_hardswish_bias_res(float *restrict out, const floa
 /* END svod_conv2d_gemm_f32_4x8_hardswish_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_tanh */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -8010,7 +7981,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -8025,7 +7996,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -8071,7 +8042,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -8147,7 +8118,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -8198,7 +8169,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -8253,7 +8224,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_tanh(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -8267,9 +8238,8 @@ void svod_conv2d_gemm_f32_4x8_tanh(float *restrict out, const float *restrict x,
 /* END svod_conv2d_gemm_f32_4x8_tanh */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_tanh_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -8295,7 +8265,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -8310,7 +8280,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -8356,7 +8326,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -8432,7 +8402,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -8483,7 +8453,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -8538,7 +8508,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_tanh_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -8552,9 +8522,8 @@ void svod_conv2d_gemm_f32_4x8_tanh_res(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_4x8_tanh_res */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_tanh_bias */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -8580,7 +8549,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -8595,7 +8564,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -8641,7 +8610,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -8717,7 +8686,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -8768,7 +8737,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -8823,7 +8792,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_tanh_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -8837,9 +8806,8 @@ void svod_conv2d_gemm_f32_4x8_tanh_bias(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_4x8_tanh_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_4x8_tanh_bias_res */
-#ifndef SVOD_CONVGEMM_F32_4X8_DEFINED
-#define SVOD_CONVGEMM_F32_4X8_DEFINED
-static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const float *rows[4];
@@ -8865,7 +8833,7 @@ static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         float *dst = bp + j0 * kc + kk * 8;
@@ -8880,7 +8848,7 @@ static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -8926,7 +8894,7 @@ static void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, s
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
@@ -9002,7 +8970,7 @@ static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -9053,7 +9021,7 @@ static void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svo
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -9108,7 +9076,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_4x8_run(float *restrict 
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_4x8 */
 
 void svod_conv2d_gemm_f32_4x8_tanh_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -9122,9 +9090,8 @@ void svod_conv2d_gemm_f32_4x8_tanh_bias_res(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_4x8_tanh_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_none */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -9150,7 +9117,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -9165,7 +9132,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -9211,7 +9178,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -9294,7 +9261,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -9345,7 +9312,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -9400,7 +9367,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_none(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -9414,9 +9381,8 @@ void svod_conv2d_gemm_f32_6x16_none(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_6x16_none */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_none_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -9442,7 +9408,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -9457,7 +9423,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -9503,7 +9469,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -9586,7 +9552,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -9637,7 +9603,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -9692,7 +9658,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_none_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -9706,9 +9672,8 @@ void svod_conv2d_gemm_f32_6x16_none_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_6x16_none_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_none_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -9734,7 +9699,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -9749,7 +9714,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -9795,7 +9760,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -9878,7 +9843,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -9929,7 +9894,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -9984,7 +9949,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_none_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -9998,9 +9963,8 @@ void svod_conv2d_gemm_f32_6x16_none_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_6x16_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_none_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -10026,7 +9990,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -10041,7 +10005,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -10087,7 +10051,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -10170,7 +10134,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -10221,7 +10185,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -10276,7 +10240,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_none_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -10290,9 +10254,8 @@ void svod_conv2d_gemm_f32_6x16_none_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_6x16_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_relu */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -10318,7 +10281,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -10333,7 +10296,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -10379,7 +10342,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -10462,7 +10425,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -10513,7 +10476,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -10568,7 +10531,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -10582,9 +10545,8 @@ void svod_conv2d_gemm_f32_6x16_relu(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_6x16_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_relu_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -10610,7 +10572,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -10625,7 +10587,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -10671,7 +10633,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -10754,7 +10716,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -10805,7 +10767,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -10860,7 +10822,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -10874,9 +10836,8 @@ void svod_conv2d_gemm_f32_6x16_relu_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_6x16_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -10902,7 +10863,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -10917,7 +10878,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -10963,7 +10924,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -11046,7 +11007,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -11097,7 +11058,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -11152,7 +11113,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -11166,9 +11127,8 @@ void svod_conv2d_gemm_f32_6x16_relu_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_6x16_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -11194,7 +11154,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -11209,7 +11169,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -11255,7 +11215,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -11338,7 +11298,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -11389,7 +11349,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -11444,7 +11404,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -11458,9 +11418,8 @@ void svod_conv2d_gemm_f32_6x16_relu_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_6x16_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_clip */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -11486,7 +11445,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -11501,7 +11460,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -11547,7 +11506,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -11630,7 +11589,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -11681,7 +11640,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -11736,7 +11695,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_clip(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -11750,9 +11709,8 @@ void svod_conv2d_gemm_f32_6x16_clip(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_6x16_clip */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_clip_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -11778,7 +11736,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -11793,7 +11751,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -11839,7 +11797,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -11922,7 +11880,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -11973,7 +11931,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -12028,7 +11986,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_clip_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -12042,9 +12000,8 @@ void svod_conv2d_gemm_f32_6x16_clip_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_6x16_clip_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_clip_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -12070,7 +12027,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -12085,7 +12042,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -12131,7 +12088,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -12214,7 +12171,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -12265,7 +12222,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -12320,7 +12277,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_clip_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -12334,9 +12291,8 @@ void svod_conv2d_gemm_f32_6x16_clip_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_6x16_clip_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_clip_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -12362,7 +12318,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -12377,7 +12333,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -12423,7 +12379,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -12506,7 +12462,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -12557,7 +12513,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -12612,7 +12568,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_clip_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -12626,9 +12582,8 @@ void svod_conv2d_gemm_f32_6x16_clip_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_6x16_clip_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -12654,7 +12609,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -12669,7 +12624,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -12715,7 +12670,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -12798,7 +12753,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -12849,7 +12804,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -12904,7 +12859,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_leaky_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -12918,9 +12873,8 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu(float *restrict out, const float *rest
 /* END svod_conv2d_gemm_f32_6x16_leaky_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -12946,7 +12900,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -12961,7 +12915,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -13007,7 +12961,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -13090,7 +13044,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -13141,7 +13095,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -13196,7 +13150,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_leaky_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -13210,9 +13164,8 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_res(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_6x16_leaky_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -13238,7 +13191,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -13253,7 +13206,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -13299,7 +13252,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -13382,7 +13335,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -13433,7 +13386,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -13488,7 +13441,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_leaky_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -13502,9 +13455,8 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_bias(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_6x16_leaky_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -13530,7 +13482,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -13545,7 +13497,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -13591,7 +13543,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -13674,7 +13626,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -13725,7 +13677,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -13780,7 +13732,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -13794,9 +13746,8 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res(float *restrict out, const fl
 /* END svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -13822,7 +13773,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -13837,7 +13788,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -13883,7 +13834,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -13966,7 +13917,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -14017,7 +13968,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -14072,7 +14023,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_sigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -14086,9 +14037,8 @@ void svod_conv2d_gemm_f32_6x16_sigmoid(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_6x16_sigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -14114,7 +14064,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -14129,7 +14079,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -14175,7 +14125,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -14258,7 +14208,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -14309,7 +14259,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -14364,7 +14314,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_sigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -14378,9 +14328,8 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_res(float *restrict out, const float *res
 /* END svod_conv2d_gemm_f32_6x16_sigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -14406,7 +14355,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -14421,7 +14370,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -14467,7 +14416,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -14550,7 +14499,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -14601,7 +14550,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -14656,7 +14605,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_sigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -14670,9 +14619,8 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_bias(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_6x16_sigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -14698,7 +14646,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -14713,7 +14661,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -14759,7 +14707,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -14842,7 +14790,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -14893,7 +14841,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -14948,7 +14896,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_sigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -14962,9 +14910,8 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_bias_res(float *restrict out, const float
 /* END svod_conv2d_gemm_f32_6x16_sigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -14990,7 +14937,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -15005,7 +14952,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -15051,7 +14998,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -15134,7 +15081,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -15185,7 +15132,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -15240,7 +15187,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardsigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -15254,9 +15201,8 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid(float *restrict out, const float *res
 /* END svod_conv2d_gemm_f32_6x16_hardsigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -15282,7 +15228,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -15297,7 +15243,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -15343,7 +15289,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -15426,7 +15372,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -15477,7 +15423,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -15532,7 +15478,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardsigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -15546,9 +15492,8 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_res(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_6x16_hardsigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -15574,7 +15519,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -15589,7 +15534,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -15635,7 +15580,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -15718,7 +15663,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -15769,7 +15714,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -15824,7 +15769,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -15838,9 +15783,8 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias(float *restrict out, const float
 /* END svod_conv2d_gemm_f32_6x16_hardsigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -15866,7 +15810,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -15881,7 +15825,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -15927,7 +15871,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -16010,7 +15954,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -16061,7 +16005,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -16116,7 +16060,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -16130,9 +16074,8 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res(float *restrict out, const f
 /* END svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardswish */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -16158,7 +16101,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -16173,7 +16116,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -16219,7 +16162,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -16302,7 +16245,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -16353,7 +16296,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -16408,7 +16351,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardswish(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -16422,9 +16365,8 @@ void svod_conv2d_gemm_f32_6x16_hardswish(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_6x16_hardswish */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardswish_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -16450,7 +16392,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -16465,7 +16407,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -16511,7 +16453,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -16594,7 +16536,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -16645,7 +16587,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -16700,7 +16642,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardswish_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -16714,9 +16656,8 @@ void svod_conv2d_gemm_f32_6x16_hardswish_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_6x16_hardswish_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardswish_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -16742,7 +16683,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -16757,7 +16698,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -16803,7 +16744,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -16886,7 +16827,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -16937,7 +16878,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -16992,7 +16933,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardswish_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -17006,9 +16947,8 @@ void svod_conv2d_gemm_f32_6x16_hardswish_bias(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_6x16_hardswish_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_hardswish_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -17034,7 +16974,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -17049,7 +16989,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -17095,7 +17035,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -17178,7 +17118,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -17229,7 +17169,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -17284,7 +17224,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_hardswish_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -17298,9 +17238,8 @@ void svod_conv2d_gemm_f32_6x16_hardswish_bias_res(float *restrict out, const flo
 /* END svod_conv2d_gemm_f32_6x16_hardswish_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_tanh */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -17326,7 +17265,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -17341,7 +17280,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -17387,7 +17326,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -17470,7 +17409,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -17521,7 +17460,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -17576,7 +17515,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_tanh(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -17590,9 +17529,8 @@ void svod_conv2d_gemm_f32_6x16_tanh(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_6x16_tanh */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_tanh_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -17618,7 +17556,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -17633,7 +17571,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -17679,7 +17617,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -17762,7 +17700,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -17813,7 +17751,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -17868,7 +17806,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_tanh_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -17882,9 +17820,8 @@ void svod_conv2d_gemm_f32_6x16_tanh_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_6x16_tanh_res */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_tanh_bias */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -17910,7 +17847,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -17925,7 +17862,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -17971,7 +17908,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -18054,7 +17991,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -18105,7 +18042,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -18160,7 +18097,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_tanh_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -18174,9 +18111,8 @@ void svod_conv2d_gemm_f32_6x16_tanh_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_6x16_tanh_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_tanh_bias_res */
-#ifndef SVOD_CONVGEMM_F32_6X16_DEFINED
-#define SVOD_CONVGEMM_F32_6X16_DEFINED
-static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const float *rows[6];
@@ -18202,7 +18138,7 @@ static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         float *dst = bp + j0 * kc + kk * 16;
@@ -18217,7 +18153,7 @@ static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -18263,7 +18199,7 @@ static void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -18346,7 +18282,7 @@ static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -18397,7 +18333,7 @@ static void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -18452,7 +18388,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_6x16_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_6x16 */
 
 void svod_conv2d_gemm_f32_6x16_tanh_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -18466,9 +18402,8 @@ void svod_conv2d_gemm_f32_6x16_tanh_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_6x16_tanh_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -18494,7 +18429,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -18509,7 +18444,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -18555,7 +18490,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -18650,7 +18585,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -18701,7 +18636,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -18756,7 +18691,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_none(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -18770,9 +18705,8 @@ void svod_conv2d_gemm_f32_8x32_none(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_8x32_none */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -18798,7 +18732,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -18813,7 +18747,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -18859,7 +18793,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -18954,7 +18888,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -19005,7 +18939,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -19060,7 +18994,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_none_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -19074,9 +19008,8 @@ void svod_conv2d_gemm_f32_8x32_none_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_8x32_none_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -19102,7 +19035,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -19117,7 +19050,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -19163,7 +19096,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -19258,7 +19191,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -19309,7 +19242,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -19364,7 +19297,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_none_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -19378,9 +19311,8 @@ void svod_conv2d_gemm_f32_8x32_none_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_8x32_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -19406,7 +19338,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -19421,7 +19353,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -19467,7 +19399,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -19562,7 +19494,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -19613,7 +19545,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -19668,7 +19600,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_none_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -19682,9 +19614,8 @@ void svod_conv2d_gemm_f32_8x32_none_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_8x32_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_relu */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -19710,7 +19641,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -19725,7 +19656,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -19771,7 +19702,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -19866,7 +19797,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -19917,7 +19848,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -19972,7 +19903,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -19986,9 +19917,8 @@ void svod_conv2d_gemm_f32_8x32_relu(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_8x32_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_relu_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -20014,7 +19944,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -20029,7 +19959,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -20075,7 +20005,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -20170,7 +20100,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -20221,7 +20151,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -20276,7 +20206,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -20290,9 +20220,8 @@ void svod_conv2d_gemm_f32_8x32_relu_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_8x32_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -20318,7 +20247,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -20333,7 +20262,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -20379,7 +20308,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -20474,7 +20403,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -20525,7 +20454,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -20580,7 +20509,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -20594,9 +20523,8 @@ void svod_conv2d_gemm_f32_8x32_relu_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_8x32_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -20622,7 +20550,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -20637,7 +20565,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -20683,7 +20611,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -20778,7 +20706,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -20829,7 +20757,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -20884,7 +20812,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -20898,9 +20826,8 @@ void svod_conv2d_gemm_f32_8x32_relu_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_8x32_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_clip */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -20926,7 +20853,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -20941,7 +20868,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -20987,7 +20914,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -21082,7 +21009,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -21133,7 +21060,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -21188,7 +21115,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_clip(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -21202,9 +21129,8 @@ void svod_conv2d_gemm_f32_8x32_clip(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_8x32_clip */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_clip_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -21230,7 +21156,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -21245,7 +21171,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -21291,7 +21217,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -21386,7 +21312,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -21437,7 +21363,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -21492,7 +21418,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_clip_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -21506,9 +21432,8 @@ void svod_conv2d_gemm_f32_8x32_clip_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_8x32_clip_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_clip_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -21534,7 +21459,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -21549,7 +21474,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -21595,7 +21520,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -21690,7 +21615,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -21741,7 +21666,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -21796,7 +21721,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_clip_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -21810,9 +21735,8 @@ void svod_conv2d_gemm_f32_8x32_clip_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_8x32_clip_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_clip_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -21838,7 +21762,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -21853,7 +21777,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -21899,7 +21823,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -21994,7 +21918,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -22045,7 +21969,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -22100,7 +22024,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_clip_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -22114,9 +22038,8 @@ void svod_conv2d_gemm_f32_8x32_clip_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_8x32_clip_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -22142,7 +22065,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -22157,7 +22080,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -22203,7 +22126,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -22298,7 +22221,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -22349,7 +22272,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -22404,7 +22327,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_leaky_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -22418,9 +22341,8 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu(float *restrict out, const float *rest
 /* END svod_conv2d_gemm_f32_8x32_leaky_relu */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -22446,7 +22368,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -22461,7 +22383,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -22507,7 +22429,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -22602,7 +22524,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -22653,7 +22575,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -22708,7 +22630,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_leaky_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -22722,9 +22644,8 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_res(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_8x32_leaky_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -22750,7 +22671,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -22765,7 +22686,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -22811,7 +22732,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -22906,7 +22827,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -22957,7 +22878,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -23012,7 +22933,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_leaky_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -23026,9 +22947,8 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_bias(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_8x32_leaky_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -23054,7 +22974,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -23069,7 +22989,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -23115,7 +23035,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -23210,7 +23130,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -23261,7 +23181,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -23316,7 +23236,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -23330,9 +23250,8 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res(float *restrict out, const fl
 /* END svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -23358,7 +23277,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -23373,7 +23292,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -23419,7 +23338,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -23514,7 +23433,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -23565,7 +23484,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -23620,7 +23539,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_sigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -23634,9 +23553,8 @@ void svod_conv2d_gemm_f32_8x32_sigmoid(float *restrict out, const float *restric
 /* END svod_conv2d_gemm_f32_8x32_sigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -23662,7 +23580,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -23677,7 +23595,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -23723,7 +23641,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -23818,7 +23736,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -23869,7 +23787,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -23924,7 +23842,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_sigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -23938,9 +23856,8 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_res(float *restrict out, const float *res
 /* END svod_conv2d_gemm_f32_8x32_sigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -23966,7 +23883,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -23981,7 +23898,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -24027,7 +23944,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -24122,7 +24039,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -24173,7 +24090,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -24228,7 +24145,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_sigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -24242,9 +24159,8 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_bias(float *restrict out, const float *re
 /* END svod_conv2d_gemm_f32_8x32_sigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -24270,7 +24186,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -24285,7 +24201,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -24331,7 +24247,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -24426,7 +24342,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -24477,7 +24393,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -24532,7 +24448,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_sigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -24546,9 +24462,8 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_bias_res(float *restrict out, const float
 /* END svod_conv2d_gemm_f32_8x32_sigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -24574,7 +24489,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -24589,7 +24504,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -24635,7 +24550,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -24730,7 +24645,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -24781,7 +24696,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -24836,7 +24751,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardsigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -24850,9 +24765,8 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid(float *restrict out, const float *res
 /* END svod_conv2d_gemm_f32_8x32_hardsigmoid */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -24878,7 +24792,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -24893,7 +24807,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -24939,7 +24853,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -25034,7 +24948,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -25085,7 +24999,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -25140,7 +25054,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardsigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -25154,9 +25068,8 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_res(float *restrict out, const float 
 /* END svod_conv2d_gemm_f32_8x32_hardsigmoid_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -25182,7 +25095,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -25197,7 +25110,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -25243,7 +25156,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -25338,7 +25251,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -25389,7 +25302,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -25444,7 +25357,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -25458,9 +25371,8 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias(float *restrict out, const float
 /* END svod_conv2d_gemm_f32_8x32_hardsigmoid_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -25486,7 +25398,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -25501,7 +25413,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -25547,7 +25459,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -25642,7 +25554,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -25693,7 +25605,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -25748,7 +25660,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -25762,9 +25674,8 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res(float *restrict out, const f
 /* END svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardswish */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -25790,7 +25701,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -25805,7 +25716,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -25851,7 +25762,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -25946,7 +25857,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -25997,7 +25908,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -26052,7 +25963,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardswish(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -26066,9 +25977,8 @@ void svod_conv2d_gemm_f32_8x32_hardswish(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_8x32_hardswish */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardswish_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -26094,7 +26004,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -26109,7 +26019,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -26155,7 +26065,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -26250,7 +26160,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -26301,7 +26211,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -26356,7 +26266,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardswish_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -26370,9 +26280,8 @@ void svod_conv2d_gemm_f32_8x32_hardswish_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_8x32_hardswish_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardswish_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -26398,7 +26307,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -26413,7 +26322,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -26459,7 +26368,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -26554,7 +26463,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -26605,7 +26514,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -26660,7 +26569,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardswish_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -26674,9 +26583,8 @@ void svod_conv2d_gemm_f32_8x32_hardswish_bias(float *restrict out, const float *
 /* END svod_conv2d_gemm_f32_8x32_hardswish_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_hardswish_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -26702,7 +26610,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -26717,7 +26625,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -26763,7 +26671,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -26858,7 +26766,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -26909,7 +26817,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -26964,7 +26872,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_hardswish_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -26978,9 +26886,8 @@ void svod_conv2d_gemm_f32_8x32_hardswish_bias_res(float *restrict out, const flo
 /* END svod_conv2d_gemm_f32_8x32_hardswish_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_tanh */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -27006,7 +26913,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -27021,7 +26928,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -27067,7 +26974,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -27162,7 +27069,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -27213,7 +27120,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -27268,7 +27175,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_tanh(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -27282,9 +27189,8 @@ void svod_conv2d_gemm_f32_8x32_tanh(float *restrict out, const float *restrict x
 /* END svod_conv2d_gemm_f32_8x32_tanh */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_tanh_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -27310,7 +27216,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -27325,7 +27231,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -27371,7 +27277,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -27466,7 +27372,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -27517,7 +27423,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -27572,7 +27478,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_tanh_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -27586,9 +27492,8 @@ void svod_conv2d_gemm_f32_8x32_tanh_res(float *restrict out, const float *restri
 /* END svod_conv2d_gemm_f32_8x32_tanh_res */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_tanh_bias */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -27614,7 +27519,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -27629,7 +27534,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -27675,7 +27580,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -27770,7 +27675,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -27821,7 +27726,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -27876,7 +27781,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_tanh_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -27890,9 +27795,8 @@ void svod_conv2d_gemm_f32_8x32_tanh_bias(float *restrict out, const float *restr
 /* END svod_conv2d_gemm_f32_8x32_tanh_bias */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_tanh_bias_res */
-#ifndef SVOD_CONVGEMM_F32_8X32_DEFINED
-#define SVOD_CONVGEMM_F32_8X32_DEFINED
-static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const float *rows[8];
@@ -27918,7 +27822,7 @@ static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 32 <= nc; j0 += 32) {
         float *dst = bp + j0 * kc + kk * 32;
@@ -27933,7 +27837,7 @@ static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -27979,7 +27883,7 @@ static void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
                                       float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
@@ -28074,7 +27978,7 @@ static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
     }
 }
-static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -28125,7 +28029,7 @@ static void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -28180,7 +28084,7 @@ __attribute__((noinline)) static void svod_convgemm_f32_8x32_run(float *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f32_8x32 */
 
 void svod_conv2d_gemm_f32_8x32_tanh_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -28194,9 +28098,8 @@ void svod_conv2d_gemm_f32_8x32_tanh_bias_res(float *restrict out, const float *r
 /* END svod_conv2d_gemm_f32_8x32_tanh_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -28222,7 +28125,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -28237,7 +28140,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -28283,7 +28186,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -28359,7 +28262,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -28410,7 +28313,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -28465,7 +28368,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_none(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -28479,9 +28382,8 @@ void svod_conv2d_gemm_f64_4x4_none(double *restrict out, const double *restrict 
 /* END svod_conv2d_gemm_f64_4x4_none */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none_res */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -28507,7 +28409,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -28522,7 +28424,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -28568,7 +28470,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -28644,7 +28546,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -28695,7 +28597,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -28750,7 +28652,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_none_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -28764,9 +28666,8 @@ void svod_conv2d_gemm_f64_4x4_none_res(double *restrict out, const double *restr
 /* END svod_conv2d_gemm_f64_4x4_none_res */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none_bias */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -28792,7 +28693,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -28807,7 +28708,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -28853,7 +28754,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -28929,7 +28830,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -28980,7 +28881,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -29035,7 +28936,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_none_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -29049,9 +28950,8 @@ void svod_conv2d_gemm_f64_4x4_none_bias(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_4x4_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none_bias_res */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -29077,7 +28977,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -29092,7 +28992,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -29138,7 +29038,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -29214,7 +29114,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -29265,7 +29165,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -29320,7 +29220,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_none_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -29334,9 +29234,8 @@ void svod_conv2d_gemm_f64_4x4_none_bias_res(double *restrict out, const double *
 /* END svod_conv2d_gemm_f64_4x4_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_relu */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -29362,7 +29261,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -29377,7 +29276,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -29423,7 +29322,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -29499,7 +29398,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -29550,7 +29449,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -29605,7 +29504,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_relu(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -29619,9 +29518,8 @@ void svod_conv2d_gemm_f64_4x4_relu(double *restrict out, const double *restrict 
 /* END svod_conv2d_gemm_f64_4x4_relu */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_relu_res */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -29647,7 +29545,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -29662,7 +29560,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -29708,7 +29606,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -29784,7 +29682,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -29835,7 +29733,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -29890,7 +29788,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_relu_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -29904,9 +29802,8 @@ void svod_conv2d_gemm_f64_4x4_relu_res(double *restrict out, const double *restr
 /* END svod_conv2d_gemm_f64_4x4_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_relu_bias */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -29932,7 +29829,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -29947,7 +29844,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -29993,7 +29890,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -30069,7 +29966,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -30120,7 +30017,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -30175,7 +30072,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_relu_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -30189,9 +30086,8 @@ void svod_conv2d_gemm_f64_4x4_relu_bias(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_4x4_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F64_4X4_DEFINED
-#define SVOD_CONVGEMM_F64_4X4_DEFINED
-static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_4x4 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
         if (i0 + 4 <= mc) {
             const double *rows[4];
@@ -30217,7 +30113,7 @@ static inline void svod_convgemm_f64_4x4_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 4 <= nc; j0 += 4) {
         double *dst = bp + j0 * kc + kk * 4;
@@ -30232,7 +30128,7 @@ static inline void svod_convgemm_f64_4x4_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -30278,7 +30174,7 @@ static void svod_convgemm_f64_4x4_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
@@ -30354,7 +30250,7 @@ static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
     }
 }
-static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -30405,7 +30301,7 @@ static void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -30460,7 +30356,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_4x4_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_4x4 */
 
 void svod_conv2d_gemm_f64_4x4_relu_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -30474,9 +30370,8 @@ void svod_conv2d_gemm_f64_4x4_relu_bias_res(double *restrict out, const double *
 /* END svod_conv2d_gemm_f64_4x4_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_none */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -30502,7 +30397,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -30517,7 +30412,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -30563,7 +30458,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -30646,7 +30541,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -30697,7 +30592,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -30752,7 +30647,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_none(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -30766,9 +30661,8 @@ void svod_conv2d_gemm_f64_6x8_none(double *restrict out, const double *restrict 
 /* END svod_conv2d_gemm_f64_6x8_none */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_none_res */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -30794,7 +30688,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -30809,7 +30703,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -30855,7 +30749,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -30938,7 +30832,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -30989,7 +30883,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -31044,7 +30938,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_none_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -31058,9 +30952,8 @@ void svod_conv2d_gemm_f64_6x8_none_res(double *restrict out, const double *restr
 /* END svod_conv2d_gemm_f64_6x8_none_res */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_none_bias */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -31086,7 +30979,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -31101,7 +30994,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -31147,7 +31040,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -31230,7 +31123,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -31281,7 +31174,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -31336,7 +31229,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_none_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -31350,9 +31243,8 @@ void svod_conv2d_gemm_f64_6x8_none_bias(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_6x8_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_none_bias_res */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -31378,7 +31270,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -31393,7 +31285,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -31439,7 +31331,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -31522,7 +31414,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -31573,7 +31465,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -31628,7 +31520,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_none_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -31642,9 +31534,8 @@ void svod_conv2d_gemm_f64_6x8_none_bias_res(double *restrict out, const double *
 /* END svod_conv2d_gemm_f64_6x8_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_relu */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -31670,7 +31561,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -31685,7 +31576,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -31731,7 +31622,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -31814,7 +31705,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -31865,7 +31756,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -31920,7 +31811,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_relu(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -31934,9 +31825,8 @@ void svod_conv2d_gemm_f64_6x8_relu(double *restrict out, const double *restrict 
 /* END svod_conv2d_gemm_f64_6x8_relu */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_relu_res */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -31962,7 +31852,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -31977,7 +31867,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -32023,7 +31913,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -32106,7 +31996,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -32157,7 +32047,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -32212,7 +32102,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_relu_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -32226,9 +32116,8 @@ void svod_conv2d_gemm_f64_6x8_relu_res(double *restrict out, const double *restr
 /* END svod_conv2d_gemm_f64_6x8_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_relu_bias */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -32254,7 +32143,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -32269,7 +32158,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -32315,7 +32204,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -32398,7 +32287,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -32449,7 +32338,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -32504,7 +32393,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_relu_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -32518,9 +32407,8 @@ void svod_conv2d_gemm_f64_6x8_relu_bias(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_6x8_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_6x8_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F64_6X8_DEFINED
-#define SVOD_CONVGEMM_F64_6X8_DEFINED
-static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_6x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
         if (i0 + 6 <= mc) {
             const double *rows[6];
@@ -32546,7 +32434,7 @@ static inline void svod_convgemm_f64_6x8_pack_a(svod_i64 mc, svod_i64 kc, const 
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 8 <= nc; j0 += 8) {
         double *dst = bp + j0 * kc + kk * 8;
@@ -32561,7 +32449,7 @@ static inline void svod_convgemm_f64_6x8_scatter(const double *restrict row, svo
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -32607,7 +32495,7 @@ static void svod_convgemm_f64_6x8_pack_b(const double *restrict xg, svod_i64 H, 
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -32690,7 +32578,7 @@ static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restric
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
     }
 }
-static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -32741,7 +32629,7 @@ static void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, sv
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -32796,7 +32684,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_6x8_run(double *restrict
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_6x8 */
 
 void svod_conv2d_gemm_f64_6x8_relu_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -32810,9 +32698,8 @@ void svod_conv2d_gemm_f64_6x8_relu_bias_res(double *restrict out, const double *
 /* END svod_conv2d_gemm_f64_6x8_relu_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_none */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -32838,7 +32725,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -32853,7 +32740,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -32899,7 +32786,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -32994,7 +32881,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -33045,7 +32932,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -33100,7 +32987,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_none(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -33114,9 +33001,8 @@ void svod_conv2d_gemm_f64_8x16_none(double *restrict out, const double *restrict
 /* END svod_conv2d_gemm_f64_8x16_none */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_none_res */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -33142,7 +33028,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -33157,7 +33043,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -33203,7 +33089,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -33298,7 +33184,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -33349,7 +33235,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -33404,7 +33290,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_none_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -33418,9 +33304,8 @@ void svod_conv2d_gemm_f64_8x16_none_res(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_8x16_none_res */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_none_bias */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -33446,7 +33331,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -33461,7 +33346,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -33507,7 +33392,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -33602,7 +33487,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -33653,7 +33538,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -33708,7 +33593,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_none_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -33722,9 +33607,8 @@ void svod_conv2d_gemm_f64_8x16_none_bias(double *restrict out, const double *res
 /* END svod_conv2d_gemm_f64_8x16_none_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_none_bias_res */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -33750,7 +33634,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -33765,7 +33649,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -33811,7 +33695,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -33906,7 +33790,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -33957,7 +33841,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -34012,7 +33896,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_none_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -34026,9 +33910,8 @@ void svod_conv2d_gemm_f64_8x16_none_bias_res(double *restrict out, const double 
 /* END svod_conv2d_gemm_f64_8x16_none_bias_res */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_relu */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -34054,7 +33937,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -34069,7 +33952,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -34115,7 +33998,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -34210,7 +34093,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -34261,7 +34144,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -34316,7 +34199,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_relu(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -34330,9 +34213,8 @@ void svod_conv2d_gemm_f64_8x16_relu(double *restrict out, const double *restrict
 /* END svod_conv2d_gemm_f64_8x16_relu */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_relu_res */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -34358,7 +34240,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -34373,7 +34255,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -34419,7 +34301,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -34514,7 +34396,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -34565,7 +34447,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -34620,7 +34502,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_relu_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -34634,9 +34516,8 @@ void svod_conv2d_gemm_f64_8x16_relu_res(double *restrict out, const double *rest
 /* END svod_conv2d_gemm_f64_8x16_relu_res */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_relu_bias */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -34662,7 +34543,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -34677,7 +34558,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -34723,7 +34604,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -34818,7 +34699,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -34869,7 +34750,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -34924,7 +34805,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_relu_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
@@ -34938,9 +34819,8 @@ void svod_conv2d_gemm_f64_8x16_relu_bias(double *restrict out, const double *res
 /* END svod_conv2d_gemm_f64_8x16_relu_bias */
 
 /* BEGIN svod_conv2d_gemm_f64_8x16_relu_bias_res */
-#ifndef SVOD_CONVGEMM_F64_8X16_DEFINED
-#define SVOD_CONVGEMM_F64_8X16_DEFINED
-static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
+/* SHARED BEGIN svod_convgemm_f64_8x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const double *restrict a, svod_i64 lda, double *restrict ap) {
     for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
         if (i0 + 8 <= mc) {
             const double *rows[8];
@@ -34966,7 +34846,7 @@ static inline void svod_convgemm_f64_8x16_pack_a(svod_i64 mc, svod_i64 kc, const
 }
 
 /* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
-static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, double *restrict bp) {
     svod_i64 j0 = 0;
     for (; j0 + 16 <= nc; j0 += 16) {
         double *dst = bp + j0 * kc + kk * 16;
@@ -34981,7 +34861,7 @@ static inline void svod_convgemm_f64_8x16_scatter(const double *restrict row, sv
 /* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
    Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
    are a contiguous range (computed, not tested per pixel); the rest is padding. */
-static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
         svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, double *restrict bp, double *restrict row) {
     const svod_i64 taps = KH * KW;
@@ -35027,7 +34907,7 @@ static void svod_convgemm_f64_8x16_pack_b(const double *restrict xg, svod_i64 H,
 }
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
                                       double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
@@ -35122,7 +35002,7 @@ static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restri
                 c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
     }
 }
-static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -35173,7 +35053,7 @@ static void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, s
     }
 }
 
-__attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -35228,7 +35108,7 @@ __attribute__((noinline)) static void svod_convgemm_f64_8x16_run(double *restric
         }
     }
 }
-#endif
+/* SHARED END svod_convgemm_f64_8x16 */
 
 void svod_conv2d_gemm_f64_8x16_relu_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,

@@ -2,11 +2,10 @@
 #include "prelude.h"
 
 /* BEGIN svod_depthwise_conv2d_f32_none */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -57,37 +56,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -100,7 +70,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -130,9 +100,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -143,8 +159,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_none(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -157,11 +172,10 @@ void svod_depthwise_conv2d_f32_none(float *restrict out, const float *restrict x
 /* END svod_depthwise_conv2d_f32_none */
 
 /* BEGIN svod_depthwise_conv2d_f32_none_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -212,37 +226,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -255,7 +240,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -285,9 +270,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -298,8 +329,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_none_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -312,11 +342,10 @@ void svod_depthwise_conv2d_f32_none_res(float *restrict out, const float *restri
 /* END svod_depthwise_conv2d_f32_none_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_none_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -367,37 +396,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -410,7 +410,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -440,9 +440,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -453,8 +499,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_none_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -467,11 +512,10 @@ void svod_depthwise_conv2d_f32_none_bias(float *restrict out, const float *restr
 /* END svod_depthwise_conv2d_f32_none_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_none_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -522,37 +566,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -565,7 +580,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -595,9 +610,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -608,8 +669,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_none_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -622,11 +682,10 @@ void svod_depthwise_conv2d_f32_none_bias_res(float *restrict out, const float *r
 /* END svod_depthwise_conv2d_f32_none_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_relu */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -677,37 +736,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -720,7 +750,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -750,9 +780,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -763,8 +839,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -777,11 +852,10 @@ void svod_depthwise_conv2d_f32_relu(float *restrict out, const float *restrict x
 /* END svod_depthwise_conv2d_f32_relu */
 
 /* BEGIN svod_depthwise_conv2d_f32_relu_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -832,37 +906,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -875,7 +920,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -905,9 +950,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -918,8 +1009,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -932,11 +1022,10 @@ void svod_depthwise_conv2d_f32_relu_res(float *restrict out, const float *restri
 /* END svod_depthwise_conv2d_f32_relu_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_relu_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -987,37 +1076,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1030,7 +1090,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1060,9 +1120,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1073,8 +1179,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -1087,11 +1192,10 @@ void svod_depthwise_conv2d_f32_relu_bias(float *restrict out, const float *restr
 /* END svod_depthwise_conv2d_f32_relu_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_relu_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1142,37 +1246,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1185,7 +1260,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1215,9 +1290,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1228,8 +1349,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -1242,11 +1362,10 @@ void svod_depthwise_conv2d_f32_relu_bias_res(float *restrict out, const float *r
 /* END svod_depthwise_conv2d_f32_relu_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_clip */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1297,37 +1416,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1340,7 +1430,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1370,9 +1460,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1383,8 +1519,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_clip(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int clip_min, int clip_max, int core_id_count, int core_id) {
@@ -1397,11 +1532,10 @@ void svod_depthwise_conv2d_f32_clip(float *restrict out, const float *restrict x
 /* END svod_depthwise_conv2d_f32_clip */
 
 /* BEGIN svod_depthwise_conv2d_f32_clip_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1452,37 +1586,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1495,7 +1600,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1525,9 +1630,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1538,8 +1689,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_clip_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int clip_min, int clip_max, int core_id_count, int core_id) {
@@ -1552,11 +1702,10 @@ void svod_depthwise_conv2d_f32_clip_res(float *restrict out, const float *restri
 /* END svod_depthwise_conv2d_f32_clip_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_clip_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1607,37 +1756,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1650,7 +1770,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1680,9 +1800,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1693,8 +1859,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_clip_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int clip_min, int clip_max, int core_id_count, int core_id) {
@@ -1707,11 +1872,10 @@ void svod_depthwise_conv2d_f32_clip_bias(float *restrict out, const float *restr
 /* END svod_depthwise_conv2d_f32_clip_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_clip_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1762,37 +1926,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1805,7 +1940,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1835,9 +1970,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -1848,8 +2029,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_clip_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int clip_min, int clip_max, int core_id_count, int core_id) {
@@ -1862,11 +2042,10 @@ void svod_depthwise_conv2d_f32_clip_bias_res(float *restrict out, const float *r
 /* END svod_depthwise_conv2d_f32_clip_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_leaky_relu */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -1917,37 +2096,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -1960,7 +2110,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -1990,9 +2140,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2003,8 +2199,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_leaky_relu(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int core_id_count, int core_id) {
@@ -2017,11 +2212,10 @@ void svod_depthwise_conv2d_f32_leaky_relu(float *restrict out, const float *rest
 /* END svod_depthwise_conv2d_f32_leaky_relu */
 
 /* BEGIN svod_depthwise_conv2d_f32_leaky_relu_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2072,37 +2266,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2115,7 +2280,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2145,9 +2310,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2158,8 +2369,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_leaky_relu_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int core_id_count, int core_id) {
@@ -2172,11 +2382,10 @@ void svod_depthwise_conv2d_f32_leaky_relu_res(float *restrict out, const float *
 /* END svod_depthwise_conv2d_f32_leaky_relu_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_leaky_relu_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2227,37 +2436,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2270,7 +2450,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2300,9 +2480,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2313,8 +2539,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_leaky_relu_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int core_id_count, int core_id) {
@@ -2327,11 +2552,10 @@ void svod_depthwise_conv2d_f32_leaky_relu_bias(float *restrict out, const float 
 /* END svod_depthwise_conv2d_f32_leaky_relu_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_leaky_relu_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2382,37 +2606,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2425,7 +2620,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2455,9 +2650,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2468,8 +2709,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_leaky_relu_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int core_id_count, int core_id) {
@@ -2482,11 +2722,10 @@ void svod_depthwise_conv2d_f32_leaky_relu_bias_res(float *restrict out, const fl
 /* END svod_depthwise_conv2d_f32_leaky_relu_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_sigmoid */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2537,37 +2776,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2580,7 +2790,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2610,9 +2820,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2623,8 +2879,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_sigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -2637,11 +2892,10 @@ void svod_depthwise_conv2d_f32_sigmoid(float *restrict out, const float *restric
 /* END svod_depthwise_conv2d_f32_sigmoid */
 
 /* BEGIN svod_depthwise_conv2d_f32_sigmoid_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2692,37 +2946,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2735,7 +2960,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2765,9 +2990,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2778,8 +3049,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_sigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -2792,11 +3062,10 @@ void svod_depthwise_conv2d_f32_sigmoid_res(float *restrict out, const float *res
 /* END svod_depthwise_conv2d_f32_sigmoid_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_sigmoid_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -2847,37 +3116,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -2890,7 +3130,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -2920,9 +3160,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -2933,8 +3219,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_sigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -2947,11 +3232,10 @@ void svod_depthwise_conv2d_f32_sigmoid_bias(float *restrict out, const float *re
 /* END svod_depthwise_conv2d_f32_sigmoid_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_sigmoid_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3002,37 +3286,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3045,7 +3300,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3075,9 +3330,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3088,8 +3389,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_sigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -3102,11 +3402,10 @@ void svod_depthwise_conv2d_f32_sigmoid_bias_res(float *restrict out, const float
 /* END svod_depthwise_conv2d_f32_sigmoid_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardsigmoid */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3157,37 +3456,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3200,7 +3470,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3230,9 +3500,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3243,8 +3559,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardsigmoid(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int beta, int core_id_count, int core_id) {
@@ -3257,11 +3572,10 @@ void svod_depthwise_conv2d_f32_hardsigmoid(float *restrict out, const float *res
 /* END svod_depthwise_conv2d_f32_hardsigmoid */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardsigmoid_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3312,37 +3626,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3355,7 +3640,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3385,9 +3670,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3398,8 +3729,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardsigmoid_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int beta, int core_id_count, int core_id) {
@@ -3412,11 +3742,10 @@ void svod_depthwise_conv2d_f32_hardsigmoid_res(float *restrict out, const float 
 /* END svod_depthwise_conv2d_f32_hardsigmoid_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardsigmoid_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3467,37 +3796,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3510,7 +3810,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3540,9 +3840,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3553,8 +3899,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardsigmoid_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int beta, int core_id_count, int core_id) {
@@ -3567,11 +3912,10 @@ void svod_depthwise_conv2d_f32_hardsigmoid_bias(float *restrict out, const float
 /* END svod_depthwise_conv2d_f32_hardsigmoid_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardsigmoid_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3622,37 +3966,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3665,7 +3980,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3695,9 +4010,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3708,8 +4069,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardsigmoid_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int alpha, int beta, int core_id_count, int core_id) {
@@ -3722,11 +4082,10 @@ void svod_depthwise_conv2d_f32_hardsigmoid_bias_res(float *restrict out, const f
 /* END svod_depthwise_conv2d_f32_hardsigmoid_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardswish */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3777,37 +4136,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3820,7 +4150,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -3850,9 +4180,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -3863,8 +4239,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardswish(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -3877,11 +4252,10 @@ void svod_depthwise_conv2d_f32_hardswish(float *restrict out, const float *restr
 /* END svod_depthwise_conv2d_f32_hardswish */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardswish_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -3932,37 +4306,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -3975,7 +4320,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4005,9 +4350,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4018,8 +4409,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardswish_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4032,11 +4422,10 @@ void svod_depthwise_conv2d_f32_hardswish_res(float *restrict out, const float *r
 /* END svod_depthwise_conv2d_f32_hardswish_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardswish_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4087,37 +4476,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4130,7 +4490,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4160,9 +4520,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4173,8 +4579,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardswish_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4187,11 +4592,10 @@ void svod_depthwise_conv2d_f32_hardswish_bias(float *restrict out, const float *
 /* END svod_depthwise_conv2d_f32_hardswish_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_hardswish_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4242,37 +4646,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4285,7 +4660,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4315,9 +4690,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4328,8 +4749,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_hardswish_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4342,11 +4762,10 @@ void svod_depthwise_conv2d_f32_hardswish_bias_res(float *restrict out, const flo
 /* END svod_depthwise_conv2d_f32_hardswish_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_tanh */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4397,37 +4816,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4440,7 +4830,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4470,9 +4860,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4483,8 +4919,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_tanh(float *restrict out, const float *restrict x, const float *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4497,11 +4932,10 @@ void svod_depthwise_conv2d_f32_tanh(float *restrict out, const float *restrict x
 /* END svod_depthwise_conv2d_f32_tanh */
 
 /* BEGIN svod_depthwise_conv2d_f32_tanh_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4552,37 +4986,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4595,7 +5000,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4625,9 +5030,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4638,8 +5089,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_tanh_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4652,11 +5102,10 @@ void svod_depthwise_conv2d_f32_tanh_res(float *restrict out, const float *restri
 /* END svod_depthwise_conv2d_f32_tanh_res */
 
 /* BEGIN svod_depthwise_conv2d_f32_tanh_bias */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4707,37 +5156,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4750,7 +5170,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4780,9 +5200,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4793,8 +5259,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_tanh_bias(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4807,11 +5272,10 @@ void svod_depthwise_conv2d_f32_tanh_bias(float *restrict out, const float *restr
 /* END svod_depthwise_conv2d_f32_tanh_bias */
 
 /* BEGIN svod_depthwise_conv2d_f32_tanh_bias_res */
-#ifndef SVOD_DWCONV_F32_DEFINED
-#define SVOD_DWCONV_F32_DEFINED
+/* SHARED BEGIN svod_dwconv_f32 */
 typedef float svod_dwconv_f32_vec __attribute__((vector_size(128)));
 typedef float svod_dwconv_f32_vecu __attribute__((vector_size(128), aligned(4)));
-static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
                              const float *res, int act, float alpha, float beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         float *restrict o = c + i * ldc;
@@ -4862,37 +5326,8 @@ static void svod_dwconv_f32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F32_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 32 <= b; ow += 32) {                                                            \
-        svod_dwconv_f32_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const float *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const float *src = xr + kw * dw;                                                      \
-                svod_dwconv_f32_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f32_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;                          \
-                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f32_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     float s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -4905,7 +5340,7 @@ static inline float svod_dwconv_f32_col(const float *xc, const float *wc, svod_i
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, float alpha, float beta, int core_id_count, int core_id) {
@@ -4935,9 +5370,55 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F32_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F32_INTERIOR(KW, )
+    for (; ow + 32 <= b; ow += 32) {
+        svod_dwconv_f32_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const float *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const float *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const float *src = xr + kw * dw;
+                svod_dwconv_f32_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f32_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f32_vec v0 = *(const svod_dwconv_f32_vecu *)src;
+                    const svod_dwconv_f32_vec v1 = *(const svod_dwconv_f32_vecu *)(src + 31);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63);
+                } else {
+                    for (int l = 0; l < 32; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f32_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 32)
                 break;
@@ -4948,8 +5429,7 @@ __attribute__((noinline)) static void svod_dwconv_f32_run(float *restrict out, c
             svod_dwconv_f32_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F32_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f32 */
 
 void svod_depthwise_conv2d_f32_tanh_bias_res(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -4962,11 +5442,10 @@ void svod_depthwise_conv2d_f32_tanh_bias_res(float *restrict out, const float *r
 /* END svod_depthwise_conv2d_f32_tanh_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f64_none */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5017,37 +5496,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5060,7 +5510,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5090,9 +5540,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5103,8 +5599,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_none(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5117,11 +5612,10 @@ void svod_depthwise_conv2d_f64_none(double *restrict out, const double *restrict
 /* END svod_depthwise_conv2d_f64_none */
 
 /* BEGIN svod_depthwise_conv2d_f64_none_res */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5172,37 +5666,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5215,7 +5680,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5245,9 +5710,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5258,8 +5769,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_none_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5272,11 +5782,10 @@ void svod_depthwise_conv2d_f64_none_res(double *restrict out, const double *rest
 /* END svod_depthwise_conv2d_f64_none_res */
 
 /* BEGIN svod_depthwise_conv2d_f64_none_bias */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5327,37 +5836,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5370,7 +5850,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5400,9 +5880,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5413,8 +5939,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_none_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5427,11 +5952,10 @@ void svod_depthwise_conv2d_f64_none_bias(double *restrict out, const double *res
 /* END svod_depthwise_conv2d_f64_none_bias */
 
 /* BEGIN svod_depthwise_conv2d_f64_none_bias_res */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5482,37 +6006,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5525,7 +6020,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5555,9 +6050,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5568,8 +6109,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_none_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5582,11 +6122,10 @@ void svod_depthwise_conv2d_f64_none_bias_res(double *restrict out, const double 
 /* END svod_depthwise_conv2d_f64_none_bias_res */
 
 /* BEGIN svod_depthwise_conv2d_f64_relu */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5637,37 +6176,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5680,7 +6190,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5710,9 +6220,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5723,8 +6279,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_relu(double *restrict out, const double *restrict x, const double *restrict w,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5737,11 +6292,10 @@ void svod_depthwise_conv2d_f64_relu(double *restrict out, const double *restrict
 /* END svod_depthwise_conv2d_f64_relu */
 
 /* BEGIN svod_depthwise_conv2d_f64_relu_res */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5792,37 +6346,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5835,7 +6360,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -5865,9 +6390,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -5878,8 +6449,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_relu_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -5892,11 +6462,10 @@ void svod_depthwise_conv2d_f64_relu_res(double *restrict out, const double *rest
 /* END svod_depthwise_conv2d_f64_relu_res */
 
 /* BEGIN svod_depthwise_conv2d_f64_relu_bias */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -5947,37 +6516,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -5990,7 +6530,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -6020,9 +6560,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -6033,8 +6619,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_relu_bias(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
@@ -6047,11 +6632,10 @@ void svod_depthwise_conv2d_f64_relu_bias(double *restrict out, const double *res
 /* END svod_depthwise_conv2d_f64_relu_bias */
 
 /* BEGIN svod_depthwise_conv2d_f64_relu_bias_res */
-#ifndef SVOD_DWCONV_F64_DEFINED
-#define SVOD_DWCONV_F64_DEFINED
+/* SHARED BEGIN svod_dwconv_f64 */
 typedef double svod_dwconv_f64_vec __attribute__((vector_size(128)));
 typedef double svod_dwconv_f64_vecu __attribute__((vector_size(128), aligned(8)));
-static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
                              const double *res, int act, double alpha, double beta) {
     for (svod_i64 i = 0; i < rows; ++i) {
         double *restrict o = c + i * ldc;
@@ -6102,37 +6686,8 @@ static void svod_dwconv_f64_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64
     }
 }
 
-/* Interior columns [ow, b) of one output row, B at a time: the B accumulators are one generic vector
-   (registers: 2 zmm, 4 ymm or 8 xmm), KW taps per valid input row. Stride 2 loads two vectors and
-   keeps the even elements; the second load starts one element early, so it never reads past the
-   last input element the window needs. */
-#define SVOD_DWCONV_F64_INTERIOR(KWC, UNROLL)                                                         \
-    for (; ow + 16 <= b; ow += 16) {                                                            \
-        svod_dwconv_f64_vec s = {0};                                                                         \
-        for (svod_i64 kh = kh0; kh < kh1; ++kh) {                                                         \
-            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;                                \
-            const double *wr = wc + kh * KW;                                                           \
-            UNROLL                                                                                        \
-            for (svod_i64 kw = 0; kw < (KWC); ++kw) {                                                     \
-                const double *src = xr + kw * dw;                                                      \
-                svod_dwconv_f64_vec xv;                                                                      \
-                if (sw == 1) {                                                                            \
-                    xv = *(const svod_dwconv_f64_vecu *)src;                                                 \
-                } else if (sw == 2) {                                                                     \
-                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;                          \
-                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);         \
-                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);                                    \
-                } else {                                                                                  \
-                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];                                \
-                }                                                                                         \
-                s += wr[kw] * xv;                                                                         \
-            }                                                                                             \
-        }                                                                                                 \
-        *(svod_dwconv_f64_vecu *)(o + ow) = s;                                                               \
-    }
-
 /* One column's valid taps, in (kh, kw) order. */
-static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
+__attribute__((always_inline)) static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svod_i64 W, svod_i64 KW,
         svod_i64 ih0, svod_i64 kh0, svod_i64 kh1, svod_i64 dh, svod_i64 dw, svod_i64 iw0) {
     double s = 0;
     for (svod_i64 kh = kh0; kh < kh1; ++kh) {
@@ -6145,7 +6700,7 @@ static inline double svod_dwconv_f64_col(const double *xc, const double *wc, svo
     return s;
 }
 
-__attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
+__attribute__((always_inline)) static inline void svod_dwconv_f64_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw,
         int act, double alpha, double beta, int core_id_count, int core_id) {
@@ -6175,9 +6730,55 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
            to the same bits (same taps, same order) */
         for (int pass = 0; pass < 2; ++pass) {
             if (KW == 3) {
-                SVOD_DWCONV_F64_INTERIOR(3, _Pragma("clang loop unroll(full)"))
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+#pragma clang loop unroll(full)
+            for (svod_i64 kw = 0; kw < 3; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             } else {
-                SVOD_DWCONV_F64_INTERIOR(KW, )
+    for (; ow + 16 <= b; ow += 16) {
+        svod_dwconv_f64_vec s = {0};
+        for (svod_i64 kh = kh0; kh < kh1; ++kh) {
+            const double *xr = xc + (ih0 + kh * dh) * W - pl + ow * sw;
+            const double *wr = wc + kh * KW;
+
+            for (svod_i64 kw = 0; kw < KW; ++kw) {
+                const double *src = xr + kw * dw;
+                svod_dwconv_f64_vec xv;
+                if (sw == 1) {
+                    xv = *(const svod_dwconv_f64_vecu *)src;
+                } else if (sw == 2) {
+                    const svod_dwconv_f64_vec v0 = *(const svod_dwconv_f64_vecu *)src;
+                    const svod_dwconv_f64_vec v1 = *(const svod_dwconv_f64_vecu *)(src + 15);
+                    xv = __builtin_shufflevector(v0, v1, 0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+                } else {
+                    for (int l = 0; l < 16; ++l) xv[l] = src[l * sw];
+                }
+                s += wr[kw] * xv;
+            }
+        }
+        *(svod_dwconv_f64_vecu *)(o + ow) = s;
+    }
+
             }
             if (ow == b || b - a < 16)
                 break;
@@ -6188,8 +6789,7 @@ __attribute__((noinline)) static void svod_dwconv_f64_run(double *restrict out, 
             svod_dwconv_f64_epi(o, OW, 1, OW, bias ? bias + c : 0, res ? res + (o - out) : 0, act, alpha, beta);
     }
 }
-#undef SVOD_DWCONV_F64_INTERIOR
-#endif
+/* SHARED END svod_dwconv_f64 */
 
 void svod_depthwise_conv2d_f64_relu_bias_res(double *restrict out, const double *restrict x, const double *restrict w, const double *restrict bias, const double *restrict residual,
         int N, int C, int H, int W, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr, int dh, int dw, int core_id_count, int core_id) {
