@@ -220,7 +220,7 @@ def rows_family() -> Family:
         "layernorm", "softmax", {"dtype": ("float32", FLOATS)},
         "(x - mean) / sqrt(var + eps) * weight + bias over the last axis (two-pass variance); "
         "eps is a run-time float32 variable (passed as its bits)",
-        "1 storage rounding + 64 eps (|xhat w| + |b|)",
+        "1 storage rounding + eps ((cols/16+32) mean|x| rstd |w| + (cols/32+25) |xhat w| + 2 |b|)",
     ))  # fmt: skip
     rows = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
     for dt in FLOATS:
