@@ -1,13 +1,16 @@
-"""Convolution, dense layers, pooling, normalisation and softmax: library conv2d / matmul / softmax /
-reductions / layernorm where they fit, generated C (grouped or asymmetric convolution, pooling, LRN) otherwise."""
+"""Convolution, dense layers, pooling, normalisation and softmax: library conv2d_gemm / depthwise_conv2d / pools
+(conv_kernels.py) / matmul / softmax / reductions / layernorm where they fit, generated C (1-D windows, LRN) otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import csrc
+from .conv_kernels import (add_residual, conv_library_applies, lower_conv_library, lower_global_avgpool_library,
+                           lower_pool_library, residual_of)
 from .ir import Graph, Node
 from .lower import Lowering
 from .ops_elementwise import F32, activation_of, apply_activation
@@ -68,7 +71,7 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
                          strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], groups)  # fmt: skip
 
 
-@register(["Conv"], "N=1, groups 1: library matmul (over im2col columns unless 1x1 stride 1); library conv2d (groups 1, symmetric pads); grouped N=1 up to 8 groups as conv2d per group; generated C otherwise; bias, BatchNormalization and activation folded in",
+@register(["Conv"], "2-D float32: library conv2d_gemm (any groups, any N), depthwise_conv2d (groups = C = OC), bias, BatchNormalization, Relu/Clip and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
           check=_window_check, auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_conv(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
@@ -76,6 +79,17 @@ def lower_conv(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     ws = L.value(w).shape
     g = geometry(L, node, ws[2:], ws[0], int(node.attrs.get("group", 1)))
+    if conv_library_applies(L, node, g):
+        lower_conv_library(L, node, g, bias)
+    elif residual_of(node):  # the residual Add and activation run after a plain convolution
+        _lower_conv_generic(L, dataclasses.replace(node, inputs=node.inputs[:3], fused={}), g, x, w, bias, out)
+        add_residual(L, node, out)
+    else:
+        _lower_conv_generic(L, node, g, x, w, bias, out)
+
+
+def _lower_conv_generic(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: str, bias: str, out: str) -> None:
+    """1-D and other convolutions the library kernels leave out: matmul over im2col, conv2d, generated C."""
     symmetric = g.pt == g.pb and g.pl == g.pr
     kind, _ = activation_of(node)
     if g.groups == 1 and g.n == 1 and (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0):
@@ -207,19 +221,23 @@ def _batched_matmul(L: Lowering, out: str, a: str, b: str, a2: Sequence[int], b2
         L.library("matmul", F32, [vo, va, vb], {"M": m, "N": n, "K": k})
 
 
-@register(["MaxPool"], "generated C; 2-D (and 1-D); the Indices output is not supported", check=_window_check,
+@register(["MaxPool"], "library maxpool2d (2-D float32), generated C otherwise (1-D); the Indices output is not supported", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, dilations=ANY, kernel_shape=ANY, pads=ANY, storage_order=ANY, strides=ANY)
-@register(["AveragePool"], "generated C; count_include_pad 0/1, ceil_mode", check=_window_check,
+@register(["AveragePool"], "library avgpool2d (2-D float32, no dilation), generated C otherwise; count_include_pad 0/1, ceil_mode", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, count_include_pad=one_of(0, 1), dilations=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_pool(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape
     g = geometry(L, node, node.attrs["kernel_shape"], xs[1])
+    if lower_pool_library(L, node, g):
+        return
     kernel = csrc.pool2d(g, "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0)))
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
-@register(["GlobalAveragePool", "GlobalMaxPool"], "library reduce_mean / reduce_max over the spatial dims")
+@register(["GlobalAveragePool", "GlobalMaxPool"], "library global_avgpool (4-D float32), else reduce_mean; reduce_max over the spatial dims")
 def lower_global_pool(L: Lowering, node: Node) -> None:
+    if node.op == "GlobalAveragePool" and lower_global_avgpool_library(L, node):
+        return
     xs = L.value(node.inputs[0]).shape
     outer, red = xs[0] * xs[1], int(np.prod(xs[2:]))
     kernel = "reduce_mean" if node.op == "GlobalAveragePool" else "reduce_max"

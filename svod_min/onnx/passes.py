@@ -6,6 +6,8 @@
   (``y = x * scale[c] + shift[c]``); consecutive ones merge into one.
 - ``fold_affine``: an Affine whose input is a Conv's (or constant-weight Gemm's) only use goes into
   the weights and bias: ``W' = W * scale``, ``b' = b * scale + shift``.
+- ``fuse_residual_adds``: an Add of a 2-D Conv's only use and another tensor of the same shape (ResNet's
+  shortcut) becomes the Conv's residual epilogue (input 3); the Conv moves to the Add's place.
 - ``fuse_activations``: Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish that are the
   only reader of a Conv, Gemm, Affine or elementwise node's output become that node's epilogue.
 Nodes are checked against the op table before any pass runs, so passes see valid attributes only.
@@ -26,7 +28,7 @@ ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "
 
 
 def run_passes(graph: Graph) -> Graph:
-    for step in (drop_inference_noops, normalize_gemm, to_affine, merge_affines, fold_affine, fuse_activations):
+    for step in (drop_inference_noops, normalize_gemm, to_affine, merge_affines, fold_affine, fuse_residual_adds, fuse_activations):
         graph = step(graph)
     return graph
 
@@ -209,11 +211,46 @@ def _fold_into(graph: Graph, producer: Node, affine: Node, weight_axis: int) -> 
     producer.inputs = inputs
 
 
+def fuse_residual_adds(graph: Graph) -> Graph:
+    """Add(conv, r) with r shaped as the output: the Conv (2-D, float32) takes r as input 3 and the Add's place."""
+    readers = graph.consumers()
+    nodes = list(graph.nodes)
+    for add in list(nodes):
+        conv = _residual_host(graph, add, readers)
+        if conv is None:
+            continue
+        other = add.inputs[1] if conv.outputs[0] == add.inputs[0] else add.inputs[0]
+        conv.inputs = (list(conv.inputs) + [""] * 3)[:3] + [other]
+        conv.fused["residual"] = True
+        conv.outputs = [add.outputs[0]]
+        nodes.remove(conv)  # it runs where the Add ran: r may be computed after the conv's own inputs
+        nodes[nodes.index(add)] = conv
+        graph.nodes = nodes
+        readers = graph.consumers()
+    graph.nodes = nodes
+    return graph
+
+
+def _residual_host(graph: Graph, add: Node, readers: Dict[str, List[Node]]) -> Optional[Node]:
+    """The Conv an Add can fold into as its residual epilogue, or None."""
+    if add.op != "Add" or add.fused or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+        return None
+    shape = graph.values[add.outputs[0]].shape
+    if any(graph.values[n].shape != shape or graph.values[n].dtype != "float32" for n in add.inputs):
+        return None
+    for name in reversed(add.inputs):
+        conv = _producer(graph, name)
+        if (conv is not None and conv.op == "Conv" and not conv.fused and len(shape) == 4
+                and _single_reader(graph, name, readers) is add):  # fmt: skip
+            return conv
+    return None
+
+
 def fuse_activations(graph: Graph) -> Graph:
     readers = graph.consumers()
     dropped = set()
     for node in graph.nodes:
-        if node.op not in ACTIVATION_HOSTS or node.fused or len(node.outputs) != 1:
+        if node.op not in ACTIVATION_HOSTS or "activation" in node.fused or len(node.outputs) != 1:
             continue
         act = _single_reader(graph, node.outputs[0], readers)
         if act is None or act.op not in ACTIVATIONS or not _activation_static(graph, act):

@@ -124,4 +124,4 @@ def test_fused_conv_bn_relu_chain_matches(tmp_path):
     m = build_and_load(model, str(tmp_path))
     assert max_rel_error(m.run(feeds)["y"], want) < 1e-4
     plan = m.loaded.plan
-    assert len(plan.prepared_ops()) == 3  # im2col, library matmul, one bias+relu epilogue: BN, Mul, Add folded away
+    assert len(plan.prepared_ops()) == 1  # one library conv2d_gemm with bias and relu: BN, Mul, Add folded away

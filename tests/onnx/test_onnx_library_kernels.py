@@ -1,0 +1,129 @@
+"""Convolutions and pools lower to the library's prebuilt conv2d_gemm / depthwise_conv2d / pool kernels with the
+bias, activation and residual Add in the epilogue: the built bundle's plan document names them, and its results
+match onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from typing import Any, Dict, List
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import helper  # noqa: E402
+
+from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
+
+rng = np.random.default_rng(11)
+
+
+def _w(*shape: int) -> Any:
+    return rng.standard_normal(shape).astype(np.float32) * 0.3
+
+
+def _build(model: Any, tmp_path: Any) -> Dict[str, Any]:
+    """Build the bundle, check every output against onnxruntime, return the bundle's plan document."""
+    feeds = random_inputs(model)
+    want = run_ort(model, feeds)
+    m = build_and_load(model, str(tmp_path))
+    got = m.run(feeds)
+    for value, name in zip(want, m.output_names):
+        assert got[name].shape == value.shape
+        assert max_rel_error(got[name], value) < 1e-4, name
+    with zipfile.ZipFile(os.path.join(str(tmp_path), "m.svod")) as zf:
+        return json.loads(zf.read("plan.json"))
+
+
+def _library_ops(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """(library name, params) of each op, in order; generated kernels as ("source", {})."""
+    out = []
+    for op in doc["ops"]:
+        if "kernel" not in op:
+            continue
+        k = doc["kernels"][op["kernel"]]
+        out.append({"library": k.get("library", "source"), "params": k.get("params", {})})
+    return out
+
+
+def test_conv_relu_is_one_library_conv(tmp_path):
+    consts = {"w": _w(8, 3, 3, 3), "b": _w(8)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (2, 3, 11, 9))], ["y"], 13, consts), tmp_path))
+    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": False}}]
+
+
+def test_resnet_block_fuses_residual_and_relu(tmp_path):
+    """conv-BN-relu, conv-BN, Add(shortcut), Relu; the shortcut a strided 1x1 conv-BN as in ResNet's first blocks."""
+    def bn(name: str, c: int) -> Dict[str, Any]:
+        return {name + "s": _w(c) + 1, name + "b": _w(c), name + "m": _w(c), name + "v": np.abs(_w(c)) + 0.5}
+
+    consts = dict(w1=_w(8, 4, 3, 3), w2=_w(8, 8, 3, 3), w3=_w(8, 4, 1, 1), **bn("n1", 8), **bn("n2", 8), **bn("n3", 8))
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c1", "n1s", "n1b", "n1m", "n1v"], ["b1"]),
+             helper.make_node("Relu", ["b1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c2", "n2s", "n2b", "n2m", "n2v"], ["b2"]),
+             helper.make_node("Conv", ["x", "w3"], ["c3"], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c3", "n3s", "n3b", "n3m", "n3v"], ["b3"]),
+             helper.make_node("Add", ["b2", "b3"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (1, 4, 10, 10))], ["y"], 13, consts), tmp_path))
+    assert [o["library"] for o in ops] == ["conv2d_gemm"] * 3
+    assert ops[-1]["params"] == {"dtype": "float32", "act": "relu", "bias": True, "residual": True}
+
+
+def test_identity_shortcut_without_bias_gets_a_zero_bias(tmp_path):
+    """Add(conv(x), x) then Relu: the prebuilt residual instance takes a bias, so a zero one is supplied."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (1, 6, 7, 7))], ["y"], 13, {"w": _w(6, 6, 3, 3)}), tmp_path))
+    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": True}}]
+
+
+@pytest.mark.parametrize("group, oc", [(6, 6), (6, 12), (3, 6), (2, 4)])
+def test_grouped_and_depthwise_conv_with_relu6(group, oc, tmp_path):
+    consts = {"w": _w(oc, 6 // group, 3, 3), "b": _w(oc), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 2, 1], group=group),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (2, 6, 9, 8))], ["y"], 13, consts), tmp_path))
+    kernel = "depthwise_conv2d" if group == 6 == oc else "conv2d_gemm"
+    assert ops == [{"library": kernel, "params": {"dtype": "float32", "act": "clip", "bias": True, "residual": False}}]
+
+
+def test_conv_with_sigmoid_runs_the_activation_after(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["y"])]
+    ops = _library_ops(_build(graph_model(nodes, [("x", (1, 3, 6, 6))], ["y"], 13, {"w": _w(4, 3, 3, 3)}), tmp_path))
+    assert ops[0] == {"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "none", "bias": False, "residual": False}}
+    assert ops[1]["library"] == "source"
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [2, 3], "pads": [1, 1, 0, 1], "dilations": [2, 1]},
+])  # fmt: skip
+def test_maxpool_is_library(attrs, tmp_path):
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], **attrs)]
+    ops = _library_ops(_build(graph_model(nodes, [("x", (2, 3, 10, 9))], ["y"], 13, {}), tmp_path))
+    assert ops == [{"library": "maxpool2d", "params": {"dtype": "float32"}}]
+
+
+@pytest.mark.parametrize("include", [0, 1])
+def test_avgpool_and_global_avgpool_are_library(include, tmp_path):
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                              ceil_mode=1, count_include_pad=include),
+             helper.make_node("GlobalAveragePool", ["p"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (2, 3, 10, 9))], ["y", "p"], 13, {}), tmp_path))
+    assert [o["library"] for o in ops] == ["avgpool2d", "global_avgpool"]
+
+
+def test_1d_conv_and_pool_keep_the_generated_paths(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+             helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2], strides=[2])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (1, 3, 12))], ["y"], 13, {"w": _w(4, 3, 3)}), tmp_path))
+    assert not any(o["library"] in ("conv2d_gemm", "maxpool2d") for o in ops)
