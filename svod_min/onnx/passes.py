@@ -6,8 +6,8 @@
   (``y = x * scale[c] + shift[c]``); consecutive ones merge into one.
 - ``fold_affine``: an Affine whose input is a Conv's (or constant-weight Gemm's) only use goes into
   the weights and bias: ``W' = W * scale``, ``b' = b * scale + shift``.
-- ``fuse_residual_adds``: an Add of a 2-D Conv's only use and another tensor of the same shape (ResNet's
-  shortcut) becomes the Conv's residual epilogue (input 3); the Conv moves to the Add's place.
+- ``fuse_residual_adds``: an Add (or two-input Sum) of a 2-D Conv's only use and another tensor of the same
+  shape (ResNet's shortcut) becomes the Conv's residual epilogue (input 3); the Conv moves to the Add's place.
 - ``fuse_activations``: Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish that are the
   only reader of a Conv, Gemm, Affine or elementwise node's output become that node's epilogue.
 Nodes are checked against the op table before any pass runs, so passes see valid attributes only.
@@ -212,7 +212,8 @@ def _fold_into(graph: Graph, producer: Node, affine: Node, weight_axis: int) -> 
 
 
 def fuse_residual_adds(graph: Graph) -> Graph:
-    """Add(conv, r) with r shaped as the output: the Conv (2-D, float32) takes r as input 3 and the Add's place."""
+    """Add(conv, r) (or a two-input Sum) with r shaped as the output: the Conv (2-D, float32) takes r as input 3 and
+    the Add's place."""
     readers = graph.consumers()
     nodes = list(graph.nodes)
     for add in list(nodes):
@@ -233,7 +234,7 @@ def fuse_residual_adds(graph: Graph) -> Graph:
 
 def _residual_host(graph: Graph, add: Node, readers: Dict[str, List[Node]]) -> Optional[Node]:
     """The Conv an Add can fold into as its residual epilogue, or None."""
-    if add.op != "Add" or add.fused or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+    if add.op not in ("Add", "Sum") or add.fused or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
         return None
     shape = graph.values[add.outputs[0]].shape
     if any(graph.values[n].shape != shape or graph.values[n].dtype != "float32" for n in add.inputs):

@@ -58,7 +58,8 @@ def test_conv_relu_is_one_library_conv(tmp_path):
     assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": False}}]
 
 
-def test_resnet_block_fuses_residual_and_relu(tmp_path):
+@pytest.mark.parametrize("add", ["Add", "Sum"])
+def test_resnet_block_fuses_residual_and_relu(add, tmp_path):
     """conv-BN-relu, conv-BN, Add(shortcut), Relu; the shortcut a strided 1x1 conv-BN as in ResNet's first blocks."""
     def bn(name: str, c: int) -> Dict[str, Any]:
         return {name + "s": _w(c) + 1, name + "b": _w(c), name + "m": _w(c), name + "v": np.abs(_w(c)) + 0.5}
@@ -71,7 +72,7 @@ def test_resnet_block_fuses_residual_and_relu(tmp_path):
              helper.make_node("BatchNormalization", ["c2", "n2s", "n2b", "n2m", "n2v"], ["b2"]),
              helper.make_node("Conv", ["x", "w3"], ["c3"], strides=[2, 2]),
              helper.make_node("BatchNormalization", ["c3", "n3s", "n3b", "n3m", "n3v"], ["b3"]),
-             helper.make_node("Add", ["b2", "b3"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
+             helper.make_node(add, ["b2", "b3"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (1, 4, 10, 10))], ["y"], 13, consts), tmp_path))
     assert [o["library"] for o in ops] == ["conv2d_gemm"] * 3
     assert ops[-1]["params"] == {"dtype": "float32", "act": "relu", "bias": True, "residual": True}
