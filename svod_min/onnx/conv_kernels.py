@@ -40,13 +40,26 @@ def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
     return "none", {}, True
 
 
+#: The library kernels the lowering uses. The library's depthwise_conv2d, maxpool2d and avgpool2d run
+#: slower than the generated C on the light models' shapes (docs/onnx.md, "Lowering"), so depthwise
+#: convolutions and windowed pools stay generated until those kernels catch up; the paths stay tested.
+LIBRARY_KERNELS = frozenset({"conv2d_gemm", "global_avgpool"})
+
+
 def conv_library_applies(L: Lowering, node: Node, g: csrc.ConvGeom) -> bool:
     """2-D float32 convolutions whose output size is the kernel's (all group counts, any N)."""
     if len(L.value(node.inputs[0]).shape) != 4 or L.value(node.inputs[0]).dtype != "float32":
         return False
     oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) // g.sh + 1
     ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) // g.sw + 1
+    if is_depthwise(g) and "depthwise_conv2d" not in LIBRARY_KERNELS:
+        return False
     return (oh, ow) == (g.oh, g.ow) and min(g.pt, g.pl, g.pb, g.pr) >= 0
+
+
+def is_depthwise(g: csrc.ConvGeom) -> bool:
+    """Each group is one channel in and one out."""
+    return g.groups == g.c == g.oc and g.groups > 1
 
 
 def lower_conv_library(L: Lowering, node: Node, g: csrc.ConvGeom, bias: str) -> None:
@@ -58,7 +71,7 @@ def lower_conv_library(L: Lowering, node: Node, g: csrc.ConvGeom, bias: str) -> 
         bias = L.const(np.zeros(g.oc, np.float32), out + "~zero_bias")
     params: Dict[str, Any] = {"dtype": "float32", "act": act, "bias": bool(bias), "residual": bool(residual)}
     variables: Dict[str, Any] = {"N": g.n, "C": g.c, "H": g.h, "W": g.w}
-    depthwise = g.groups == g.c == g.oc and g.groups > 1
+    depthwise = is_depthwise(g)
     if not depthwise:
         variables["OC"] = g.oc
     variables.update({"KH": g.kh, "KW": g.kw, "sh": g.sh, "sw": g.sw, "pt": g.pt, "pl": g.pl, "pb": g.pb,
@@ -84,6 +97,8 @@ def add_residual(L: Lowering, node: Node, out: str) -> None:
 def lower_pool_library(L: Lowering, node: Node, g: csrc.ConvGeom) -> bool:
     """maxpool2d / avgpool2d for a 2-D float32 pool; False where they do not apply (the caller generates C)."""
     x, out = node.inputs[0], node.outputs[0]
+    if ("maxpool2d" if node.op == "MaxPool" else "avgpool2d") not in LIBRARY_KERNELS:
+        return False
     if len(L.value(x).shape) != 4 or L.value(x).dtype != "float32" or min(g.pt, g.pl, g.pb, g.pr) < 0:
         return False
     if not _windows_start_inside(g):

@@ -71,7 +71,7 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
                          strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], groups)  # fmt: skip
 
 
-@register(["Conv"], "2-D float32: library conv2d_gemm (any groups, any N), depthwise_conv2d (groups = C = OC), bias, BatchNormalization, Relu/Clip and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
+@register(["Conv"], "2-D float32: library conv2d_gemm (any groups, any N; depthwise: generated C), bias, BatchNormalization, Relu/Clip and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
           check=_window_check, auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_conv(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
@@ -221,9 +221,9 @@ def _batched_matmul(L: Lowering, out: str, a: str, b: str, a2: Sequence[int], b2
         L.library("matmul", F32, [vo, va, vb], {"M": m, "N": n, "K": k})
 
 
-@register(["MaxPool"], "library maxpool2d (2-D float32), generated C otherwise (1-D); the Indices output is not supported", check=_window_check,
+@register(["MaxPool"], "generated C, 1-D and 2-D; the Indices output is not supported", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, dilations=ANY, kernel_shape=ANY, pads=ANY, storage_order=ANY, strides=ANY)
-@register(["AveragePool"], "library avgpool2d (2-D float32, no dilation), generated C otherwise; count_include_pad 0/1, ceil_mode", check=_window_check,
+@register(["AveragePool"], "generated C, 1-D and 2-D; count_include_pad 0/1, ceil_mode", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, count_include_pad=one_of(0, 1), dilations=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_pool(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape

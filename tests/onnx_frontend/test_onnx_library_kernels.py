@@ -22,6 +22,15 @@ from support.onnx_models import build_and_load, graph_model, max_rel_error, rand
 rng = np.random.default_rng(11)
 
 
+@pytest.fixture
+def every_library_kernel(monkeypatch: Any) -> None:
+    """Lower onto every library kernel, including those the default set leaves to generated C."""
+    from svod_min.onnx import conv_kernels
+
+    kinds = {"conv2d_gemm", "depthwise_conv2d", "maxpool2d", "avgpool2d", "global_avgpool"}
+    monkeypatch.setattr(conv_kernels, "LIBRARY_KERNELS", frozenset(kinds))
+
+
 def _w(*shape: int) -> Any:
     return rng.standard_normal(shape).astype(np.float32) * 0.3
 
@@ -87,7 +96,7 @@ def test_identity_shortcut_without_bias_gets_a_zero_bias(tmp_path):
 
 
 @pytest.mark.parametrize("group, oc", [(6, 6), (6, 12), (3, 6), (2, 4)])
-def test_grouped_and_depthwise_conv_with_relu6(group, oc, tmp_path):
+def test_grouped_and_depthwise_conv_with_relu6(group, oc, tmp_path, every_library_kernel):
     consts = {"w": _w(oc, 6 // group, 3, 3), "b": _w(oc), "lo": np.array(0, np.float32), "hi": np.array(6, np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 0, 2, 1], group=group),
              helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]  # fmt: skip
@@ -108,14 +117,14 @@ def test_conv_with_sigmoid_runs_the_activation_after(tmp_path):
     {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
     {"kernel_shape": [2, 3], "pads": [1, 1, 0, 1], "dilations": [2, 1]},
 ])  # fmt: skip
-def test_maxpool_is_library(attrs, tmp_path):
+def test_maxpool_is_library(attrs, tmp_path, every_library_kernel):
     nodes = [helper.make_node("MaxPool", ["x"], ["y"], **attrs)]
     ops = _library_ops(_build(graph_model(nodes, [("x", (2, 3, 10, 9))], ["y"], 13, {}), tmp_path))
     assert ops == [{"library": "maxpool2d", "params": {"dtype": "float32"}}]
 
 
 @pytest.mark.parametrize("include", [0, 1])
-def test_avgpool_and_global_avgpool_are_library(include, tmp_path):
+def test_avgpool_and_global_avgpool_are_library(include, tmp_path, every_library_kernel):
     nodes = [helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
                               ceil_mode=1, count_include_pad=include),
              helper.make_node("GlobalAveragePool", ["p"], ["y"])]  # fmt: skip
@@ -128,3 +137,16 @@ def test_1d_conv_and_pool_keep_the_generated_paths(tmp_path):
              helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2], strides=[2])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (1, 3, 12))], ["y"], 13, {"w": _w(4, 3, 3)}), tmp_path))
     assert not any(o["library"] in ("conv2d_gemm", "maxpool2d") for o in ops)
+
+
+def test_by_default_depthwise_and_windowed_pools_are_generated(tmp_path):
+    consts = {"w": _w(6, 1, 3, 3), "b": _w(6)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=6),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2]),
+             helper.make_node("AveragePool", ["p"], ["q"], kernel_shape=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["q"], ["y"])]  # fmt: skip
+    ops = _library_ops(_build(graph_model(nodes, [("x", (1, 6, 11, 11))], ["y"], 13, consts), tmp_path))
+    names = [o["library"] for o in ops]
+    assert not {"depthwise_conv2d", "maxpool2d", "avgpool2d"} & set(names), names
+    assert names[-1] == "global_avgpool"
