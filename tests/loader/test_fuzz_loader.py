@@ -376,7 +376,7 @@ def test_null_section_header_with_alloc_flag_is_inactive(tmp_path) -> None:
         assert len(result.image) == result.size
     path = tmp_path / "inactive.o"
     path.write_bytes(obj)
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(clang.__file__)))
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(clang.__file__))))  # above svod_min/compiler/
     child = subprocess.run([sys.executable, "-c", _READ_WHOLE_IMAGE, str(path)], capture_output=True, text=True,
                            timeout=60, env=dict(os.environ, PYTHONPATH=package_root))
     assert child.returncode == 0, "child died with %s: %s" % (child.returncode, child.stderr)

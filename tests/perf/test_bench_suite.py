@@ -16,7 +16,7 @@ from svod_min.perf import bench_suite
 from svod_min.error import NotSupportedError
 from support.paths import REPO as REPO_PATH
 
-PACKAGE = Path(bench_suite.__file__).resolve().parent
+PACKAGE = Path(bench_suite.__file__).resolve().parents[1]  # svod_min/, above perf/
 CHECKOUT_BENCH = REPO_PATH / "bench"  # tox tests an installed copy: not PACKAGE.parent
 PACKAGED = {"bench_compile.py", "bench_kernels.py", "bench_loader.py", "bench_plan.py"}
 
