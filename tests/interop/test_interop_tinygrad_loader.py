@@ -32,7 +32,7 @@ from svod_min.jit_loader import host_arch
 
 from support.maps import mapping_perms
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: where tinygrad_hook_plugin.py is
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
 HAVE_LLD = shutil.which("ld.lld") is not None
 HAVE_TINYGRAD = sys.version_info >= (3, 11) and importlib.util.find_spec("tinygrad") is not None
