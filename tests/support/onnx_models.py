@@ -2,9 +2,8 @@
 shadow the onnx package where it is not installed): single-node models, the light CNNs with random weights, svod vs onnxruntime.
 
 The light models in the onnx wheel make every weight with ``ConstantOfShape(0.02)``: every output
-is then uniform and proves nothing, so :func:`randomized` replaces those weights with seeded
-random initializers (He scale for Conv/Gemm weights, BatchNormalization scale/var in [0.5, 1.5],
-mean/bias and other shifts small).
+is then uniform and proves nothing, so ``randomized`` (from :mod:`svod_min.perf.light_models`, which the
+ONNX benchmark shares) replaces those weights with seeded random initializers.
 """
 
 from __future__ import annotations
@@ -15,6 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from svod_min.perf.light_models import randomized, random_inputs  # noqa: F401 - one implementation, for the tests and the bench
 
 LIGHT_MODELS = ("bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "inception_v1", "inception_v2", "resnet50",
                 "vgg19", "densenet121")  # fmt: skip
@@ -49,18 +50,6 @@ def graph_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int]]], o
     return onnx.shape_inference.infer_shapes(model)
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> Dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
-    out = {}
-    for i in model.graph.input:
-        if i.name in inits:
-            continue
-        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
-        out[i.name] = rng.uniform(-2, 2, shape).astype(np.float32)
-    return out
-
-
 def run_ort(model: onnx.ModelProto, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
     import onnxruntime as ort
 
@@ -86,64 +75,6 @@ def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| / max(|want|, 1e-3 * max |want|): relative, without blowing up near zero."""
     floor = max(1e-3 * float(np.max(np.abs(want))) if want.size else 0.0, 1e-12)
     return float(np.max(np.abs(got.astype(np.float64) - want) / np.maximum(np.abs(want), floor))) if want.size else 0.0
-
-
-def randomized(name: str, seed: int = 0) -> onnx.ModelProto:
-    """A light model with its ConstantOfShape weights replaced by seeded random initializers."""
-    model = onnx.load(light_path(name))
-    rng = np.random.default_rng(seed)
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    readers: Dict[str, List[Tuple[Any, int]]] = {}
-    for node in model.graph.node:
-        for i, n in enumerate(node.input):
-            readers.setdefault(n, []).append((node, i))
-    keep = []
-    for node in model.graph.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in inits:
-            shape = [int(d) for d in inits[node.input[0]]]
-            data = _weight(rng, shape, readers.get(node.output[0], []), readers)
-            model.graph.initializer.append(numpy_helper.from_array(data, node.output[0]))
-            continue
-        keep.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(keep)
-    used = {n for node in keep for n in node.input}
-    _keep_only(model.graph.initializer, lambda t: t.name in used)
-    _keep_only(model.graph.input, lambda i: i.name in used)
-    model.ir_version = 4  # initializers need not be graph inputs from IR 4 on
-    return _logits_as_output(model)
-
-
-def _logits_as_output(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Random weights through 50+ layers saturate the final softmax (one-hot outputs compare exactly): the
-    softmax's input becomes an output too, so the comparison sees every logit."""
-    softmax = [n for n in model.graph.node if n.op_type == "Softmax"]
-    if not softmax:
-        return model
-    inferred = onnx.shape_inference.infer_shapes(model)
-    info = [vi for vi in inferred.graph.value_info if vi.name == softmax[-1].input[0]]
-    model.graph.output.extend(info)
-    return model
-
-
-def _keep_only(field: Any, wanted: Any) -> None:
-    kept = [x for x in field if wanted(x)]
-    del field[:]
-    field.extend(kept)
-
-
-def _weight(rng: Any, shape: List[int], uses: List[Tuple[Any, int]], readers: Dict[str, List[Tuple[Any, int]]]) -> np.ndarray:
-    node, index = uses[0] if uses else (None, -1)
-    op = node.op_type if node is not None else ""
-    if op == "Unsqueeze":  # densenet's per-channel scale/shift: judge by what reads the unsqueezed value
-        nxt = readers.get(node.output[0], [(None, -1)])[0][0]
-        op, index = ("Mul", 1) if nxt is not None and nxt.op_type == "Mul" else ("Add", 1)
-    if op in ("Conv", "Gemm") and index == 1:
-        fan_in = int(np.prod(shape[1:])) if op == "Conv" else shape[-1]
-        return (rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))).astype(np.float32)
-    if op == "BatchNormalization" and index in (1, 4) or op == "Mul":
-        return rng.uniform(0.5, 1.5, shape).astype(np.float32)
-    return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
 
 
 def typed_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int], int]], outputs: Sequence[str], opset: int,
