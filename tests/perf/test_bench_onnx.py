@@ -1,0 +1,117 @@
+"""``bench --only onnx`` (svod_min/perf/benchmarks/bench_onnx.py): its rows on one tiny model, its skip rows.
+
+The light models take minutes; these tests give the benchmark a three-node model built with
+onnx.helper, at one thread, in quick mode, and check the rows' fields and arithmetic (never the
+times themselves: speed lives in the benchmark's ratios).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from svod_min.perf.bench_suite import KEYS
+from svod_min.perf.benchmarks import bench_onnx
+
+
+def _tiny_model() -> Any:
+    """Conv 3->8 3x3 + Relu + GlobalAveragePool on 1x3x16x16, weights as initializers."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.uniform(-0.1, 0.1, 8).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])]  # fmt: skip
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16]),
+                                              helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 3, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _by_kind(table: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    kinds = {"geometric mean": "mean", "median run": "speed", "peak RSS": "rss", "cold start": "cold", "profile": "profile"}
+    found = {}
+    for row in table:
+        kind = [k for text, k in kinds.items() if text in row["measure"]]
+        assert len(kind) == 1, row["measure"]
+        assert kind[0] not in found, row["measure"]
+        found[kind[0]] = row
+    return found
+
+
+def test_rows_of_one_tiny_model(pyz: str) -> None:
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    table = bench_onnx.rows(quick=True, threads=(1,), models=[("tiny", _tiny_model)], profile="all", pyz=pyz)
+    assert all(set(row) == set(KEYS) for row in table)
+    assert not [row for row in table if "failed" in row["measure"]], table
+    rows = _by_kind(table)
+    assert set(rows) == {"mean", "speed", "rss", "cold", "profile"}
+    speed = rows["speed"]
+    assert speed["measure"] == "onnx tiny, 1 thread: median run [ms]" and "1 thread" in speed["peer"]
+    assert speed["svod_min"] > 0 and speed["peer_value"] > 0
+    assert speed["ratio"] == pytest.approx(speed["peer_value"] / speed["svod_min"], rel=0.05, abs=0.02)
+    assert speed["met"] == (speed["ratio"] >= bench_onnx.GOAL_FLOOR)
+    assert rows["mean"]["ratio"] == speed["ratio"] and rows["mean"]["met"] == (speed["ratio"] >= bench_onnx.GOAL_GEOMEAN)
+    for kind in ("rss", "cold"):
+        row = rows[kind]
+        assert row["svod_min"] > 0 and row["peer_value"] > 0 and row["peer"].startswith("onnxruntime ")
+        assert row["ratio"] == pytest.approx(row["peer_value"] / row["svod_min"], rel=0.05, abs=0.02)
+    assert rows["rss"]["svod_min"] < 1024  # MiB: a tiny model's process, not the benchmark's own size
+    assert rows["rss"]["met"] == (rows["rss"]["svod_min"] <= bench_onnx.GOAL_RSS * rows["rss"]["peer_value"])
+    assert rows["cold"]["met"] == (rows["cold"]["svod_min"] <= rows["cold"]["peer_value"])
+    assert "conv" in rows["profile"]["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in rows["profile"]["measure"]
+
+
+def test_a_model_svod_min_refuses_is_a_failed_row_and_the_others_still_run() -> None:
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    def refused() -> Any:
+        node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="svod.test")
+        graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])  # fmt: skip
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("svod.test", 1)])
+
+    table = bench_onnx.rows(quick=True, threads=(1,), models=[("bad", refused)], profile="none")
+    assert len(table) == 1 and table[0]["measure"].startswith("onnx bad: failed: svod_min build bad.onnx failed")
+    assert table[0]["met"] is False and "NoSuchOp" in table[0]["measure"]
+
+
+def test_without_onnxruntime_every_model_gets_a_skip_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now raises ImportError
+    names = ["squeezenet", "resnet50"]
+    table = bench_onnx.rows(quick=True, models=[(n, lambda: pytest.fail("nothing is built")) for n in names])
+    assert [row["measure"] for row in table] == ["onnx squeezenet", "onnx resnet50"]
+    why = bench_onnx.missing_dependency()
+    assert why is not None and why.startswith("skipped: needs ")
+    assert all(row["peer"] == why and row["met"] is None and row["ratio"] is None for row in table)
+    try:
+        import numpy  # noqa: F401
+        import onnx  # noqa: F401
+    except ImportError:
+        return
+    assert why == "skipped: needs onnxruntime"
+
+
+def test_initializers_leave_the_graph_inputs() -> None:
+    model = bench_onnx.constant_initializers(_tiny_model())
+    assert [i.name for i in model.graph.input] == ["x"]
+    assert sorted(t.name for t in model.graph.initializer) == ["b", "w"]
+
+
+def test_the_geometric_mean_row() -> None:
+    row = bench_onnx.geomean_row(2, [0.5, 2.0, 1.0], "peer")
+    assert row["ratio"] == 1.0 and row["met"] is True and "3 models" in row["measure"] and "2 threads" in row["measure"]
+    row = bench_onnx.geomean_row(1, [0.5, 0.5], "peer")
+    assert math.isclose(row["ratio"], 0.5) and row["met"] is False
