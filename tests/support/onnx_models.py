@@ -87,3 +87,38 @@ def typed_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int], int
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
+
+
+def bare_python38() -> Optional[str]:
+    """A CPython 3.8 to run the one-file runtime with: ``python3.8`` on PATH (.ci/run puts pyenv's there), else
+    pyenv's ``versions/3.8.*`` (PYENV_ROOT or ~/.pyenv); None when there is none."""
+    import glob
+    import shutil
+
+    found = shutil.which("python3.8")
+    if found and "shims" not in found.split(os.sep):  # a pyenv shim needs PATH and pyenv itself to start
+        return found
+    root = os.environ.get("PYENV_ROOT") or os.path.join(os.path.expanduser("~"), ".pyenv")
+    candidates = sorted(glob.glob(os.path.join(root, "versions", "3.8.*", "bin", "python3.8")))
+    return candidates[-1] if candidates else None
+
+
+def build_pyz_case(name: str, directory: str, seed: int = 0) -> Dict[str, Any]:
+    """A light model with random weights built for this host's target at ``directory/NAME.svod``, its random
+    inputs written as .npy files, onnxruntime's outputs: what a zipapp run with ``--input``/``--save`` needs."""
+    from svod_min.onnx import build_onnx
+
+    model = randomized(name, seed)
+    feeds = random_inputs(model, seed)
+    want = run_ort(model, feeds)
+    path = os.path.join(directory, name + ".onnx")
+    onnx.save(model, path)
+    bundle = os.path.join(directory, name + ".svod")
+    build_onnx(path, bundle, targets=[host_target()], expect=False)
+    os.remove(path)  # the big models' weights twice over would cost disk for nothing
+    inputs = {}
+    for i, (input_name, value) in enumerate(sorted(feeds.items())):
+        inputs[input_name] = os.path.join(directory, "%s-input-%d.npy" % (name, i))
+        np.save(inputs[input_name], value)
+    return {"name": name, "bundle": bundle, "inputs": inputs, "out_dir": os.path.join(directory, name + "-out"),
+            "want": {o.name: w for o, w in zip(model.graph.output, want)}}  # fmt: skip
