@@ -5,7 +5,8 @@
     objects/K/T.o   relocatable objects, one per kernel and target
     data/, expect/, kernels/ ...   the files the plan names, at the paths it names them by
 
-:func:`open_bundle` reads the bundle in place (nothing is extracted to disk) and refuses a bad one
+:func:`open_bundle` reads the bundle in place (nothing is extracted to disk), from a path or from its bytes
+in memory (a bundle shipped to a worker), and refuses a bad one
 before anything runs, naming the entry: a corrupt or truncated zip, an unknown format version, an
 entry path that escapes the bundle, an entry over the size limits (declared or actual: zip bombs),
 a hash mismatch, an entry the manifest does not list or lists but the zip lacks, an object whose ELF
@@ -16,6 +17,7 @@ machine is not its target's, a file the plan names that the bundle does not hold
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -23,7 +25,7 @@ import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
 from ..error import BundleError, PlanError
 from .schema import parse_plan_bytes
@@ -48,6 +50,29 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+#: What a bundle is read from: a path, or the bundle's bytes in memory.
+BundleSource = Union[str, bytes, bytearray, memoryview]
+
+
+def is_bundle_bytes(source: Any) -> bool:
+    """Whether ``source`` is a bundle held in memory: bytes (or a bytearray, memoryview) starting as a zip does."""
+    return isinstance(source, (bytes, bytearray, memoryview)) and bytes(source[:4]) == ZIP_MAGIC
+
+
+def bundle_digest(source: BundleSource) -> str:
+    """The sha256 of a bundle's bytes (read from ``source``, a path or the bytes): one name for one content,
+    wherever it lies (workers key their loaded models by it)."""
+    if not isinstance(source, str):
+        return sha256(bytes(source))
+    digest = hashlib.sha256()
+    try:
+        with open(source, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise BundleError("%s: cannot read the bundle (%s)" % (source, exc.strerror or exc)) from None
+    return digest.hexdigest()
 
 
 def is_bundle(path: str) -> bool:
@@ -230,10 +255,12 @@ def describe_bundle(bundle: Bundle) -> List[str]:
     return lines
 
 
-def open_bundle(path: str, limits: Limits = DEFAULT_LIMITS) -> Bundle:
-    """Read and check the bundle at ``path`` whole; BundleError (naming the entry) for anything wrong."""
+def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS) -> Bundle:
+    """Read and check the bundle at ``source`` (a path, or the bundle's bytes) whole; BundleError (naming the
+    entry) for anything wrong. A bundle read from bytes is named ``<bundle in memory, N bytes>`` in messages."""
+    path, opened = _zip_source(source)
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(opened)
     except FileNotFoundError:
         raise BundleError("%s: no such bundle" % path) from None
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
@@ -245,6 +272,16 @@ def open_bundle(path: str, limits: Limits = DEFAULT_LIMITS) -> Bundle:
     plan = _plan(entries, path)
     _check_plan_files(plan, entries, path)
     return Bundle(path, manifest, plan, entries)
+
+
+def _zip_source(source: BundleSource) -> Tuple[str, Any]:
+    """The name messages give the bundle, and what :class:`zipfile.ZipFile` opens (the path, or a buffer)."""
+    if isinstance(source, str):
+        return source, source
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        return "<bundle in memory, %d bytes>" % len(data), io.BytesIO(data)
+    raise BundleError("a bundle is a path or its bytes, not %s" % type(source).__name__)
 
 
 def _checked_infos(zf: zipfile.ZipFile, path: str, limits: Limits) -> Dict[str, zipfile.ZipInfo]:
@@ -364,5 +401,5 @@ def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str
                 raise BundleError("%s: entry %r does not match the sha256 kernel %s gives it" % (path, name, kname))
 
 
-__all__ = ["BUNDLE_FORMAT", "Bundle", "BundleFiles", "DEFAULT_LIMITS", "Limits", "MANIFEST", "PLAN", "check_entry_name",
-           "describe_bundle", "file_references", "is_bundle", "open_bundle", "plan_file_entry", "sha256", "write_bundle", "write_fixed_zip"]  # fmt: skip
+__all__ = ["BUNDLE_FORMAT", "Bundle", "BundleFiles", "BundleSource", "DEFAULT_LIMITS", "Limits", "MANIFEST", "PLAN", "check_entry_name",
+           "bundle_digest", "describe_bundle", "file_references", "is_bundle", "is_bundle_bytes", "open_bundle", "plan_file_entry", "sha256", "write_bundle", "write_fixed_zip"]  # fmt: skip

@@ -18,9 +18,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from .bundle import is_bundle, open_bundle
+from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from ..devices.registry import DEVICE_FACTORIES
-from ..error import PlanError, PlanFileError, SvodError
+from ..error import BundleError, PlanError, PlanFileError, SvodError
 from ..plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar
 from ..expr import compile_expr
 from ..cache.kernel_cache import CachedKernel
@@ -65,8 +65,11 @@ class LoadedPlan:
 def load_plan(
     source: Any, *, device: Any = None, base_dir: Optional[str] = None, var_values: Optional[Mapping[str, int]] = None
 ) -> LoadedPlan:
-    """Build a plan from a path (a plan file, or a model bundle ``.svod``) or an already parsed document."""
-    if isinstance(source, str) and is_bundle(source):
+    """Build a plan from a path (a plan file, or a model bundle ``.svod``), a bundle's bytes (in memory, as
+    shipped to a worker) or an already parsed document."""
+    if isinstance(source, (bytes, bytearray, memoryview)) and not is_bundle_bytes(source):
+        raise BundleError("%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source))
+    if (isinstance(source, str) and is_bundle(source)) or is_bundle_bytes(source):
         bundle = open_bundle(source)  # checked whole before anything is built
         return _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
     if isinstance(source, str):
@@ -191,19 +194,23 @@ class Model:
         self._lock = threading.Lock()
 
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
+        return self.run(inputs)
+
+    def run(self, inputs: Mapping[str, Any], var_values: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
+        """The same call with a mapping (input names need not be identifiers: ``gpu_0/data_0``); ``var_values``
+        sets plan variables for this run (a symbolic batch: ``{"batch": 9}``), checked against their bounds."""
         import numpy as np
 
         with self._lock:
             for name, value in inputs.items():
                 arr = np.ascontiguousarray(value)
                 self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), arr.tobytes())
-            self.loaded.plan.execute()
+            if var_values:
+                self.loaded.plan.execute_with_vars(var_values)
+            else:
+                self.loaded.plan.execute()
             self.loaded.plan.synchronize()
             return {name: self._array(name) for name in self.output_names}
-
-    def run(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
-        """The same call with a mapping (input names need not be identifiers: ``gpu_0/data_0``)."""
-        return self(**dict(inputs))
 
     def _array(self, name: str) -> Any:
         import numpy as np
@@ -214,7 +221,7 @@ class Model:
 
 
 def load_model(source: Any, *, device: Any = None) -> Model:
-    """A plan file or model bundle (``.svod``) ready to call: ``load_model("m.svod")(x=array)``."""
+    """A plan file or model bundle (``.svod``, a path or its bytes) ready to call: ``load_model("m.svod")(x=array)``."""
     return Model(load_plan(source, device=device))
 
 
