@@ -293,6 +293,15 @@ def process_rows(name: str, runs: Dict[str, List[ChildRun]], peer: str) -> List[
     ]  # fmt: skip
 
 
+def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, ...]]) -> Dict[str, Any]:
+    """The machine's load average (1, 5, 15 min) when the run began and ended: how shared the cores were."""
+    def text(load: Optional[Tuple[float, ...]]) -> str:
+        return "unknown" if load is None else " ".join("%.2f" % v for v in load)
+
+    return {"measure": "onnx: load average (1, 5, 15 min) at the start: %s; at the end: %s; %d CPUs" % (text(before), text(after), os.cpu_count() or 0),
+            "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": "info", "met": None}  # fmt: skip
+
+
 def failed_row(name: str, exc: BaseException) -> Dict[str, Any]:
     return {"measure": "onnx %s: failed: %s" % (name, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__),
             "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": None, "met": False}  # fmt: skip
@@ -314,6 +323,7 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
         return skip_rows([name for name, _ in sources], why)
     import onnxruntime
 
+    load_before = _load_average()
     model_rows: List[Dict[str, Any]] = []
     ratios: Dict[int, List[float]] = {t: [] for t in threads}
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
@@ -325,7 +335,7 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
             except Exception as exc:  # one model failing must not hide the others
                 model_rows.append(failed_row(name, exc))
     means = [geomean_row(t, ratios[t], settings.peer) for t in threads if ratios[t]]
-    return means + model_rows
+    return means + model_rows + [load_row(load_before, _load_average())]
 
 
 def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Dict[int, List[float]]) -> List[Dict[str, Any]]:
@@ -345,6 +355,13 @@ def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Di
     for path in (prepared.svod_path, prepared.onnx_path):
         os.unlink(path)  # vgg19's bundle alone is half a gigabyte
     return out
+
+
+def _load_average() -> Optional[Tuple[float, ...]]:
+    try:
+        return tuple(os.getloadavg())
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 def _sig(value: float, digits: int = 3) -> float:
