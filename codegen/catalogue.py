@@ -246,6 +246,15 @@ def rows_family() -> Family:
 # --- matmul ---------------------------------------------------------------------------
 
 
+#: The most rows of A that take matmul's unpacked path (B streamed once, columns split over core ids).
+MATMUL_THIN_ROWS = 4
+
+
+def _matmul_parallelism(mr: int, itemsize: int) -> str:
+    """Row strips of mr, or for M <= MATMUL_THIN_ROWS column blocks of 256 bytes (the unpacked path's split)."""
+    return "ceildiv(N,%d) if M <= %d else ceildiv(M,%d)" % (256 // itemsize, MATMUL_THIN_ROWS, mr)
+
+
 def matmul_family() -> Family:
     fam = Family("matmul", "c/matmul.c.j2")
     tiles = sorted({t for ts in MATMUL_TILES.values() for t in ts})
@@ -272,9 +281,10 @@ def matmul_family() -> Family:
             sig = KernelSig(
                 "matmul", _p(dtype=dt, mr=mr, nr=nr, ku=4), entry, "matmul", bufs, vars_, GS, flops="2*M*N*K",
                 bytes="%d*(M*K+K*N+M*N)" % d.itemsize, work="M*N*K", grain=1 << 18,
-                parallelism="ceildiv(M,%d)" % mr, ids_per_thread=1, doc=fam.infos[0].doc,
+                parallelism=_matmul_parallelism(mr, d.itemsize), ids_per_thread=1, doc=fam.infos[0].doc,
             )  # fmt: skip
-            ctx = dict(entry=entry, t=d.storage, size=d.itemsize, mr=mr, nr=nr, kc=kc, mc=mc, nc=384, ku=4)
+            ctx = dict(entry=entry, t=d.storage, size=d.itemsize, mr=mr, nr=nr, kc=kc, mc=mc, nc=384, ku=4,
+                       thin=MATMUL_THIN_ROWS, thin_nb=8192 // d.itemsize, thin_align=64 // d.itemsize)  # fmt: skip
             fam.add(sig, ctx)
     return fam
 

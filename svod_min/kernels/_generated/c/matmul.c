@@ -127,7 +127,44 @@ static inline void svod_matmul_f32_4x8_tile(svod_i64 kc, const float *restrict a
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f32_4x8_thin(float *restrict c, const float *restrict a, const float *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 2048) {
+        const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const float *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float a0 = a[m * K + p];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f32_4x8(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 16, &n0, &n1);
+        svod_matmul_f32_4x8_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     float ap[18432] __attribute__((aligned(64)));
     float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -283,7 +320,44 @@ static inline void svod_matmul_f32_6x16_tile(svod_i64 kc, const float *restrict 
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f32_6x16_thin(float *restrict c, const float *restrict a, const float *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 2048) {
+        const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const float *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float a0 = a[m * K + p];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f32_6x16(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 16, &n0, &n1);
+        svod_matmul_f32_6x16_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     float ap[18432] __attribute__((aligned(64)));
     float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -440,7 +514,44 @@ static inline void svod_matmul_f32_8x8_tile(svod_i64 kc, const float *restrict a
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f32_8x8_thin(float *restrict c, const float *restrict a, const float *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 2048) {
+        const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const float *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float a0 = a[m * K + p];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f32_8x8(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 16, &n0, &n1);
+        svod_matmul_f32_8x8_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     float ap[18432] __attribute__((aligned(64)));
     float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -608,7 +719,44 @@ static inline void svod_matmul_f32_8x32_tile(svod_i64 kc, const float *restrict 
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (2048 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f32_8x32_thin(float *restrict c, const float *restrict a, const float *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 2048) {
+        const svod_i64 nb = n1 - jb < 2048 ? n1 - jb : 2048;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const float *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const float *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const float a0 = a[m * K + p];
+                float *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f32_8x32(float *restrict c, const float *restrict a, const float *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 16, &n0, &n1);
+        svod_matmul_f32_8x32_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     float ap[18432] __attribute__((aligned(64)));
     float bp[147456] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -757,7 +905,44 @@ static inline void svod_matmul_f64_4x4_tile(svod_i64 kc, const double *restrict 
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f64_4x4_thin(double *restrict c, const double *restrict a, const double *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 1024) {
+        const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const double *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double a0 = a[m * K + p];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f64_4x4(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 8, &n0, &n1);
+        svod_matmul_f64_4x4_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     double ap[9216] __attribute__((aligned(64)));
     double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -913,7 +1098,44 @@ static inline void svod_matmul_f64_6x8_tile(svod_i64 kc, const double *restrict 
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f64_6x8_thin(double *restrict c, const double *restrict a, const double *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 1024) {
+        const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const double *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double a0 = a[m * K + p];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f64_6x8(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 8, &n0, &n1);
+        svod_matmul_f64_6x8_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     double ap[9216] __attribute__((aligned(64)));
     double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -1065,7 +1287,44 @@ static inline void svod_matmul_f64_4x8_tile(svod_i64 kc, const double *restrict 
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f64_4x8_thin(double *restrict c, const double *restrict a, const double *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 1024) {
+        const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const double *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double a0 = a[m * K + p];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f64_4x8(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 8, &n0, &n1);
+        svod_matmul_f64_4x8_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     double ap[9216] __attribute__((aligned(64)));
     double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
@@ -1233,7 +1492,44 @@ static inline void svod_matmul_f64_8x16_tile(svod_i64 kc, const double *restrict
     }
 }
 
+/* C = A @ B for a few rows of A (M <= 4: a batch-1 fully connected layer is M = 1): B streams
+   from memory once, in order, four rows at a time, each multiplied into the M rows of C that stay in L1
+   (1024 columns at a time); no packing, and no register tile padded from M rows to mr. Columns
+   are split over core ids, so the threads stream disjoint halves of B; the K order is the same
+   whatever the split. Out of line: the entry's own code stays the register tile's. */
+__attribute__((noinline)) static void svod_matmul_f64_8x16_thin(double *restrict c, const double *restrict a, const double *restrict b,
+                                      svod_i64 M, svod_i64 N, svod_i64 K, svod_i64 n0, svod_i64 n1) {
+    for (svod_i64 jb = n0; jb < n1; jb += 1024) {
+        const svod_i64 nb = n1 - jb < 1024 ? n1 - jb : 1024;
+        for (svod_i64 m = 0; m < M; ++m)
+            for (svod_i64 j = 0; j < nb; ++j) c[m * N + jb + j] = 0;
+        svod_i64 p = 0;
+        for (; p + 4 <= K; p += 4) {
+            const double *restrict b0 = b + p * N + jb, *restrict b1 = b0 + N, *restrict b2 = b1 + N, *restrict b3 = b2 + N;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double *am = a + m * K + p, a0 = am[0], a1 = am[1], a2 = am[2], a3 = am[3];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+            }
+        }
+        for (; p < K; ++p) {
+            const double *restrict b0 = b + p * N + jb;
+            for (svod_i64 m = 0; m < M; ++m) {
+                const double a0 = a[m * K + p];
+                double *restrict cm = c + m * N + jb;
+                for (svod_i64 j = 0; j < nb; ++j) cm[j] += a0 * b0[j];
+            }
+        }
+    }
+}
+
 void svod_matmul_f64_8x16(double *restrict c, const double *restrict a, const double *restrict b, int M, int N, int K, int core_id_count, int core_id) {
+    if (M <= 4) {
+        svod_i64 n0, n1;
+        svod_chunk(N, core_id_count, core_id, 8, &n0, &n1);
+        svod_matmul_f64_8x16_thin(c, a, b, M, N, K, n0, n1);
+        return;
+    }
     double ap[9216] __attribute__((aligned(64)));
     double bp[73728] __attribute__((aligned(64)));
     svod_i64 m0, m1;
