@@ -351,7 +351,7 @@ def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Di
     if settings.profile == "all" or settings.profile == "slow" and out[0]["ratio"] < GOAL_FLOOR:
         from svod_min.perf.op_profile import profile_row
 
-        out.append(profile_row(name, prepared.svod_path, {prepared.input_name: prepared.input_array}))
+        out.append(profile_row(name, prepared.svod_path, {prepared.input_name: prepared.input_array}, prepared.onnx_path))
     for path in (prepared.svod_path, prepared.onnx_path):
         os.unlink(path)  # vgg19's bundle alone is half a gigabyte
     return out
