@@ -70,7 +70,10 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert rows["rss"]["svod_min"] < 1024  # MiB: a tiny model's process, not the benchmark's own size
     assert rows["rss"]["met"] == (rows["rss"]["svod_min"] <= bench_onnx.GOAL_RSS * rows["rss"]["peer_value"])
     assert rows["cold"]["met"] == (rows["cold"]["svod_min"] <= rows["cold"]["peer_value"])
-    assert "conv" in rows["profile"]["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in rows["profile"]["measure"]
+    profile = rows["profile"]
+    assert "conv" in profile["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in profile["measure"]
+    assert "svod_min/onnxruntime: Conv " in profile["measure"]  # both engines' time per kind of op
+    assert profile["peer"] == "onnxruntime, a Conv of the same shape" and profile["peer_value"] > 0  # its 8 channels padded to 16
 
 
 def test_a_model_svod_min_refuses_is_a_failed_row() -> None:
@@ -117,3 +120,21 @@ def test_the_geometric_mean_row() -> None:
     assert row["ratio"] == 1.0 and row["met"] is True and "3 models" in row["measure"] and "2 threads" in row["measure"]
     row = bench_onnx.geomean_row(1, [0.5, 0.5], "peer")
     assert math.isclose(row["ratio"], 0.5) and row["met"] is False
+
+
+def test_op_profile_matches_a_convolution_to_onnxruntime_s_padded_one() -> None:
+    from svod_min.perf import op_profile
+
+    fixed = dict(N=1, C=512, H=13, W=13, OC=1000, KH=1, KW=1, sh=1, sw=1, pt=0, pl=0, pb=0, pr=0, dh=1, dw=1, groups=1)
+    key = op_profile.conv_key(fixed)
+    assert key == (1000, 512, 1, 1, 13, 13, 13, 13)
+    strided = op_profile.conv_key(dict(fixed, H=224, W=224, KH=7, KW=7, sh=2, sw=2, pt=3, pl=3, pb=3, pr=3))
+    assert strided is not None and strided[-2:] == (112, 112)
+    nodes = [op_profile.OrtNode("a", "Conv", 0.002, (1008, 512, 1, 1, 13, 13, 13, 13)),  # 1000 channels padded to 1008
+             op_profile.OrtNode("b", "FusedConv", 0.004, (1008, 512, 1, 1, 13, 13, 13, 13)),
+             op_profile.OrtNode("c", "Conv", 1.0, (1024, 512, 1, 1, 13, 13, 13, 13)),  # another layer: more channels
+             op_profile.OrtNode("d", "MaxPool", 1.0, None)]  # fmt: skip
+    assert op_profile.ort_conv_seconds(nodes, key) == pytest.approx(0.003)
+    assert op_profile.conv_key({"N": 1, "C": 4}) is None
+    assert [op_profile.kind_of(n) for n in ("svod_conv2d_gemm_f32", "svod_onnx_pool_1a", "FusedGemm", "svod_onnx_ew")] == \
+        ["Conv", "Pool", "Gemm", "other"]
