@@ -70,6 +70,8 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert rows["rss"]["svod_min"] < 1024  # MiB: a tiny model's process, not the benchmark's own size
     assert rows["rss"]["met"] == (rows["rss"]["svod_min"] <= bench_onnx.GOAL_RSS * rows["rss"]["peer_value"])
     assert rows["cold"]["met"] == (rows["cold"]["svod_min"] <= rows["cold"]["peer_value"])
+    text = bench_onnx.markdown(table)
+    assert "\n| tiny | " in text and text.count("\n| tiny | ") == 1 and "geometric mean of 1 models" in text
     profile = rows["profile"]
     assert "conv" in profile["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in profile["measure"]
     assert "svod_min/onnxruntime: Conv " in profile["measure"]  # both engines' time per kind of op

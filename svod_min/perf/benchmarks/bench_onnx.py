@@ -38,6 +38,8 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from svod_min.perf.bench_suite import format_table
+
 #: Speed: geometric mean of onnxruntime / svod_min over the models, at every thread count.
 GOAL_GEOMEAN = 1.0
 #: Speed: no single model below this ratio.
@@ -380,15 +382,58 @@ def _tail(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
+def markdown(table: List[Dict[str, Any]]) -> str:
+    """The rows as docs/performance.md shows them: one line per model, then the means, the profiles, the load."""
+    models: Dict[str, Dict[str, Any]] = {}
+    notes: List[str] = []
+    for row in table:
+        measure = str(row.get("measure") or "")
+        name = measure[5:].split(",")[0].split(":")[0] if measure.startswith("onnx ") else ""
+        if ": profile" in measure or "failed" in measure or "load average" in measure or "geometric mean" in measure or not name:
+            notes.append(measure if row.get("svod_min") is None else "%s: %s (%s: %s)" % (measure, row["svod_min"], row["peer"], row["peer_value"]))
+            if "geometric mean" in measure:
+                notes[-1] = "%s: **%s** (goal %s: %s)" % (measure, row["ratio"], row["goal"], _met(row["met"]))
+            continue
+        kind = "1" if "1 thread: median" in measure else "2" if "2 threads: median" in measure else "rss" if "peak RSS" in measure else "cold"
+        models.setdefault(name, {})[kind] = row
+    head = ["model", "1 thread ms: svod_min / ort (ratio)", "2 threads ms: svod_min / ort (ratio)",
+            "peak RSS MiB: svod_min / ort (ratio)", "cold start ms: svod_min / ort (ratio)"]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, kinds in models.items():
+        lines.append("| %s | %s |" % (name, " | ".join(_cell(kinds.get(k)) for k in ("1", "2", "rss", "cold"))))
+    return "\n".join(lines + [""] + ["- " + n for n in notes])
+
+
+def _cell(row: Optional[Dict[str, Any]]) -> str:
+    if row is None or row.get("ratio") is None:
+        return "-"
+    return "%s / %s (%.2f%s)" % (_num(row["svod_min"]), _num(row["peer_value"]), row["ratio"], "" if row["met"] else ", **missed**")
+
+
+def _num(value: Any) -> str:
+    return "%.0f" % value if abs(value) >= 100 else "%.3g" % value
+
+
+def _met(met: Any) -> str:
+    return "met" if met else "missed" if met is False else "-"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    p.add_argument("--markdown", action="store_true", help="print the rows as docs/performance.md shows them")
+    p.add_argument("--from-json", metavar="FILE", help="format the rows of an earlier --json run (of this or of `bench --only onnx`) instead of measuring")
     p.add_argument("--quick", action="store_true", help="fewer timed runs and fresh processes")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     p.add_argument("--models", default="", help="light model names, comma-separated (default: all nine)")
     p.add_argument("--profile", choices=("slow", "all", "none"), default="slow",
                    help="a per-op profile row for models below %g at the first thread count (slow), every model, or none" % GOAL_FLOOR)
     args = p.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as fh:
+            table = [r for r in json.load(fh) if str(r.get("measure", "")).startswith("onnx")]
+        print(markdown(table) if args.markdown else format_table(table))
+        return 0
     sources = light_sources()
     if args.models:
         wanted = args.models.split(",")
@@ -397,12 +442,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             p.error("--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources)))
         sources = [s for s in sources if s[0] in wanted]
     table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), sources, args.profile)
-    if args.json:
-        print(json.dumps(table, indent=1))
-    else:
-        from svod_min.perf.bench_suite import format_table
-
-        print(format_table(table))
+    print(json.dumps(table, indent=1) if args.json else markdown(table) if args.markdown else format_table(table))
     return 0
 
 
