@@ -145,6 +145,7 @@ def test_bundle_runs_with_no_compiler_no_cache_and_read_only_home(bundles: Dict[
 
 
 @needs_cc
+@pytest.mark.python_independent  # it runs every bare Python itself, whatever the env's Python is
 @pytest.mark.parametrize("name", list(PLANS))
 def test_bundle_runs_from_the_one_file_runtime_on_bare_pythons(bundles: Dict[str, str], name: str, pyz: str,
                                                                tmp_path: Any) -> None:  # fmt: skip

@@ -281,6 +281,7 @@ def test_reduce_rows_and_columns_of_one_matrix(device: cuda.CudaDevice) -> None:
     assert np.frombuffer(by_col.copyout(), np.float32).tolist() == [sum(values[c::cols]) for c in range(cols)]
 
 
+@pytest.mark.python_independent  # a bash script driving its own python3 child
 def test_gpu_session_smoke_step_dry_run(fake_so: str, emulator_so: str, tmp_path: Path) -> None:
     """`.ci/gpu-session smoke` against the stand-in driver running the library's real code: it passes, and
     it fails when the kernels do not run (the stand-in without the emulator leaves mul_add's output unset)."""
