@@ -103,6 +103,7 @@ def test_without_onnxruntime_every_model_gets_a_skip_row(monkeypatch: pytest.Mon
     why = bench_onnx.missing_dependency()
     assert why is not None and why.startswith("skipped: needs ")
     assert all(row["peer"] == why and row["met"] is None and row["ratio"] is None for row in table)
+    assert bench_onnx.markdown(table).count(": " + why) == 2
     try:
         import numpy  # noqa: F401
         import onnx  # noqa: F401

@@ -389,6 +389,9 @@ def markdown(table: List[Dict[str, Any]]) -> str:
     for row in table:
         measure = str(row.get("measure") or "")
         name = measure[5:].split(",")[0].split(":")[0] if measure.startswith("onnx ") else ""
+        if str(row.get("peer") or "").startswith("skipped"):
+            notes.append("%s: %s" % (measure, row["peer"]))
+            continue
         if ": profile" in measure or "failed" in measure or "load average" in measure or "geometric mean" in measure or not name:
             notes.append(measure if row.get("svod_min") is None else "%s: %s (%s: %s)" % (measure, row["svod_min"], row["peer"], row["peer_value"]))
             if "geometric mean" in measure:
