@@ -81,14 +81,14 @@ def toolchain(arch: str) -> Tuple[Optional[Toolchain], str]:
     return tc, ""
 
 
-def _run(cmd: List[str], cwd: str, what: str) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
+def run_tool(cmd: List[str], cwd: str, what: str, env: Optional[Dict[str, str]] = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     if proc.returncode != 0:
         raise RuntimeError("%s failed (%d): %s\n%s" % (what, proc.returncode, " ".join(cmd), (proc.stderr or proc.stdout)[-3000:]))
     return proc.stdout
 
 
-def _table(name: str, count_name: str, symbols: List[str]) -> str:
+def symbol_table(name: str, count_name: str, symbols: List[str]) -> str:
     lines = ["struct svod_named { const char *name; void *addr; };"]
     # Asm labels keep the C names of builtins (expf, memcpy) out of this file's scope.
     lines += ['extern char svod_%s_%d[] __asm__("%s");' % (name, i, s) for i, s in enumerate(symbols)]
@@ -100,9 +100,15 @@ def _table(name: str, count_name: str, symbols: List[str]) -> str:
 
 def write_image(path: str, layout: Layout, image: bytes, symbols: Dict[str, int]) -> None:
     """Serialise a relocated image for harness.c (format in its header comment)."""
-    out = [b"SVODIMG1", struct.pack("<QQQ", BASE, layout.size, len(layout.segments))]
-    for seg in layout.segments:
-        out.append(struct.pack("<QQQ", seg.offset, seg.size, seg.prot))
+    write_segments_image(path, layout.size, [(s.offset, s.size, s.prot) for s in layout.segments], image, symbols)
+
+
+def write_segments_image(path: str, size: int, segments: Sequence[Tuple[int, int, int]], image: bytes,
+                         symbols: Dict[str, int]) -> None:  # fmt: skip
+    """An image of ``size`` bytes at BASE with its (offset, size, prot) segments: one object or several side by side."""
+    out = [b"SVODIMG1", struct.pack("<QQQ", BASE, size, len(segments))]
+    for offset, nbytes, prot in segments:
+        out.append(struct.pack("<QQQ", offset, nbytes, prot))
     out.append(struct.pack("<Q", len(symbols)))
     for name, address in sorted(symbols.items()):
         out.append(struct.pack("<Q56s", address, name.encode()))
@@ -129,7 +135,7 @@ def object_flags(compiler: str, opt: str) -> List[str]:
 def compile_object(tc: Toolchain, compiler: str, opt: str, source: str, workdir: str) -> bytes:
     with open(os.path.join(workdir, "kernel.c"), "w") as fh:
         fh.write(source)
-    _run(list(tc.compilers[compiler]) + ["-c", *object_flags(compiler, opt), "kernel.c", "-o", "kernel.o"], workdir,
+    run_tool(list(tc.compilers[compiler]) + ["-c", *object_flags(compiler, opt), "kernel.c", "-o", "kernel.o"], workdir,
          "compiling the kernel")
     with open(os.path.join(workdir, "kernel.o"), "rb") as fh:
         return fh.read()
@@ -149,21 +155,21 @@ def run_object(tc: Toolchain, obj: bytes, driver: str, entries: List[str], workd
     with open(os.path.join(workdir, "kernel.o"), "wb") as fh:
         fh.write(obj)
     files = {"driver.c": driver, "provider.c": provider or "int svod_no_provider;\n",
-             "entries.c": _table("svod_entries", "svod_entries_n", entries)}
+             "entries.c": symbol_table("svod_entries", "svod_entries_n", entries)}
     for name, text in files.items():
         with open(os.path.join(workdir, name), "w") as fh:
             fh.write(text)
     shutil.copy(os.path.join(HERE, "harness.c"), workdir)
     common = ["-static", "-O1", "harness.c", "driver.c", "provider.c"]
-    _run(list(tc.link_cc) + list(reference_ld) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"], workdir,
+    run_tool(list(tc.link_cc) + list(reference_ld) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"], workdir,
          "linking the reference")
 
     externals = sorted(plan_layout(obj).externals)
     with open(os.path.join(workdir, "keep.c"), "w") as fh:
-        fh.write(_table("svod_keep", "svod_keep_n", externals))
-    _run(list(tc.link_cc) + common + ["-DSVOD_LOADED", "keep.c", "-lm", "-o", "loaded"], workdir, "linking the harness")
+        fh.write(symbol_table("svod_keep", "svod_keep_n", externals))
+    run_tool(list(tc.link_cc) + common + ["-DSVOD_LOADED", "keep.c", "-lm", "-o", "loaded"], workdir, "linking the harness")
     addresses: Dict[str, int] = {}
-    for line in _run([tc.qemu, "./loaded", "--symbols"], workdir, "reading the harness' symbols").splitlines():
+    for line in run_tool([tc.qemu, "./loaded", "--symbols"], workdir, "reading the harness' symbols").splitlines():
         name, value = line.split()
         addresses[name] = int(value, 16)
     layout = plan_layout(obj)
@@ -172,8 +178,8 @@ def run_object(tc: Toolchain, obj: bytes, driver: str, entries: List[str], workd
     image = apply_layout(layout, BASE, lambda name: addresses[name])
     symbols = {name: BASE + layout.symbols[name] for name in entries}
     write_image(os.path.join(workdir, "kernel.img"), layout, bytes(image), symbols)
-    loaded = _run([tc.qemu, "./loaded", "kernel.img"], workdir, "running the relocated image")
-    reference = _run([tc.qemu, "./reference"], workdir, "running the reference")
+    loaded = run_tool([tc.qemu, "./loaded", "kernel.img"], workdir, "running the relocated image")
+    reference = run_tool([tc.qemu, "./reference"], workdir, "running the reference")
     return Outcome(reference, loaded, addresses)
 
 

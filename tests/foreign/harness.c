@@ -21,6 +21,8 @@
 
 struct svod_named { const char *name; void *addr; };
 
+#define MAX_SEGMENTS 256  /* one object has two or three; a bundle's objects side by side (onnx_replay.py) more */
+
 #ifdef SVOD_LOADED
 extern const struct svod_named svod_keep[];
 extern const int svod_keep_n;
@@ -55,8 +57,8 @@ static void map_image(const char *path) {
         exit(3);
     }
     uint64_t base = read_u64(fh), size = read_u64(fh), nseg = read_u64(fh);
-    uint64_t seg[16][3];
-    if (nseg > 16) { fprintf(stderr, "harness: too many segments\n"); exit(3); }
+    static uint64_t seg[MAX_SEGMENTS][3];
+    if (nseg > MAX_SEGMENTS) { fprintf(stderr, "harness: too many segments\n"); exit(3); }
     for (uint64_t i = 0; i < nseg; i++)
         for (int k = 0; k < 3; k++) seg[i][k] = read_u64(fh);
     nsyms = read_u64(fh);

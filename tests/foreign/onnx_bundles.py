@@ -52,7 +52,10 @@ def build(directory: str, targets: Sequence[str], models: Sequence[str] = MODELS
         source = os.path.join(directory, name + ".onnx")
         onnx.save(model, source)
         bundle = name + ".svod"
-        build_onnx(source, os.path.join(directory, bundle), targets=[host_target(), *targets], compiler=compiler, expect=False)
+        built = build_onnx(source, os.path.join(directory, bundle), targets=[host_target(), *targets], compiler=compiler,
+                           expect=False).report  # fmt: skip
+        if built.skipped:  # a bundle without the objects asked for would need a compiler there
+            raise RuntimeError("%s: targets not built: %s" % (name, "; ".join("%s (%s)" % kv for kv in built.skipped.items())))
         os.remove(source)
         outputs = load_model(os.path.join(directory, bundle)).run(feeds)
         entry = {"name": name, "bundle": bundle, "inputs": {}, "outputs": {}}
@@ -110,12 +113,17 @@ def max_rel_error(got: Sequence[float], want: Sequence[float]) -> float:
     return math.inf if any(math.isnan(e) for e in errors) else max(errors)  # max() would pass over a NaN
 
 
+def saved_file(out_dir: str, name: str) -> str:
+    """Where ``run --save out_dir`` writes output ``name`` (path separators in the name become '_')."""
+    return os.path.join(out_dir, name.replace("/", "_").replace("\\", "_") + ".npy")
+
+
 def compare(directory: str, entry: Dict[str, Any], out_dir: str) -> Tuple[Dict[str, float], List[str]]:
     """Each saved output's relative error against the host's, and what differs (empty: every output within RTOL)."""
     errors: Dict[str, float] = {}
     problems = []
     for name, path in entry["outputs"].items():
-        saved = os.path.join(out_dir, name.replace("/", "_").replace("\\", "_") + ".npy")
+        saved = saved_file(out_dir, name)
         if not os.path.isfile(saved):
             problems.append("%s: output %s was not saved" % (entry["name"], name))
             continue
@@ -133,7 +141,7 @@ def check(directory: str) -> List[str]:
     """Every model of the manifest run here and compared; one line per model on stdout; the problems found."""
     problems = []
     for entry in load_manifest(directory)["models"]:
-        out_dir = os.path.join(directory, entry["name"] + "-out")
+        out_dir = os.path.join(directory, entry["name"] + "-saved")
         proc = run_bundle(directory, entry, out_dir)
         if proc.returncode != 0:
             problems.append("%s: run exited %d: %s" % (entry["name"], proc.returncode, (proc.stdout + proc.stderr)[-2000:]))

@@ -1,9 +1,14 @@
-"""ONNX bundles built on the x86_64 host (tests/foreign/onnx_bundles.py ``build``), run by the one-file runtime
-on another architecture and compared with the host's run of the same bundle.
+"""ONNX bundles built on the x86_64 host (tests/foreign/onnx_bundles.py ``build``), executed on another
+architecture and compared with the host's run of the same bundle.
 
-The emulation stages build the bundles on the host and name their folder in SVOD_ONNX_BUNDLES inside their
-Debian roots (.ci/aarch64-stage: arm64; .ci/ppc64le-root-stage: ppc64el), where this module runs with the
-root's own python3. Elsewhere those tests skip; the comparison's own tests run everywhere.
+- aarch64 and ppc64le: the emulation stages build the bundles on the host and name their folder in
+  SVOD_ONNX_BUNDLES inside their Debian roots (.ci/aarch64-stage: arm64; .ci/ppc64le-root-stage:
+  ppc64el), where this module runs with the root's own python3 and runs them with svod_min.pyz.
+- riscv64 and loongarch64 (no root with Python): .ci/foreign-arch-stage names the folder in
+  SVOD_ONNX_REPLAY_BUNDLES on the host, which replays each bundle's plan through the static harness
+  under qemu-user (tests/foreign/onnx_replay.py).
+
+Elsewhere those tests skip with their reason; the comparison's own tests run everywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from svod_min.jit_loader.arch import host_arch
 from svod_min.npy import write_npy
 
 BUNDLES = os.environ.get("SVOD_ONNX_BUNDLES", "")
+REPLAY_BUNDLES = os.environ.get("SVOD_ONNX_REPLAY_BUNDLES", "")
+REPLAY_ARCHES = ("riscv64", "loongarch64")
 
 
 def _models() -> List[Any]:
@@ -40,6 +47,39 @@ def test_host_built_bundle_runs_here_as_on_the_host(entry: Dict[str, Any], tmp_p
     assert problems == []
     assert sorted(errors) == sorted(entry["outputs"])
     print("%s on %s: max relative error against the host: %s" % (entry["name"], host_arch(), errors))
+
+
+def _replays() -> List[Any]:
+    if not REPLAY_BUNDLES:
+        reason = "SVOD_ONNX_REPLAY_BUNDLES is not set (.ci/foreign-arch-stage sets it to bundles built for riscv64 and loongarch64)"
+        return [pytest.param(arch, None, marks=pytest.mark.skip(reason=reason), id="%s-no-bundles" % arch) for arch in REPLAY_ARCHES]
+    models = ob.load_manifest(REPLAY_BUNDLES)["models"]
+    return [pytest.param(arch, m, id="%s-%s" % (arch, m["name"])) for arch in REPLAY_ARCHES for m in models]
+
+
+@pytest.mark.python_independent  # foreign code under qemu
+@pytest.mark.parametrize("arch, entry", _replays())
+def test_host_built_bundle_replayed_on_arch_as_on_the_host(arch: str, entry: Dict[str, Any], tmp_path) -> None:
+    import foreign_support as fs
+    import onnx_replay
+
+    tc, reason = fs.toolchain(arch)
+    if tc is None:
+        pytest.skip("%s: %s" % (arch, reason))
+    manifest = ob.load_manifest(REPLAY_BUNDLES)
+    if arch not in manifest["targets"]:  # loongarch64 objects need clang 16 or later to build
+        pytest.skip("%s: the bundles were built for %s only" % (arch, ", ".join(manifest["targets"])))
+    inputs = {name: os.path.join(REPLAY_BUNDLES, path) for name, path in entry["inputs"].items()}
+    outputs = onnx_replay.replay_bundle(tc, os.path.join(REPLAY_BUNDLES, entry["bundle"]), arch, inputs, str(tmp_path))
+    assert sorted(outputs) == sorted(entry["outputs"])
+    out_dir = tmp_path / "saved"
+    out_dir.mkdir()
+    for name, data in outputs.items():
+        shape, _ = ob.read_float32(os.path.join(REPLAY_BUNDLES, entry["outputs"][name]))
+        write_npy(ob.saved_file(str(out_dir), name), dtype("float32"), shape, data)
+    errors, problems = ob.compare(REPLAY_BUNDLES, entry, str(out_dir))
+    assert problems == []
+    print("%s on %s (replayed): max relative error against the host: %s" % (entry["name"], arch, errors))
 
 
 def _write(path: str, values: List[float], shape: tuple) -> None:
