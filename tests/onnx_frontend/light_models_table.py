@@ -2,11 +2,12 @@
 
   python3 tests/onnx_frontend/light_models_table.py [MODEL ...]
 
-Columns: the build's wall time (``build_onnx`` for this host's target, no expectations recorded, so
-onnxruntime is not in it), the bundle's size, its kernels (prebuilt library / generated C), the objects
-compiled at build time (the generated kernels for this target), the subprocesses started while loading
-and running the bundle but ctypes' ``ldconfig -p`` (a compile would be one: 0 means the bundle needed no compiler), and the largest
-relative error of any output against onnxruntime (1 thread) on the same seeded inputs.
+Columns: the build's wall time (``build_onnx`` for this host's target, the object cache off, no
+expectations recorded, so onnxruntime is not in it), the bundle's size, its distinct kernels (prebuilt
+library / generated C), the objects compiled at build time (the generated kernels for this target),
+the processes started while loading and running the bundle other than ctypes' ``ldconfig -p`` (a
+compile would be one: 0 means the bundle needed no compiler), and the largest relative error of any
+output against onnxruntime (1 thread) on the same seeded inputs.
 Not a test: figures for docs and reports. Needs numpy, onnx and onnxruntime.
 """
 
