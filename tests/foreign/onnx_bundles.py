@@ -33,7 +33,8 @@ RTOL = 1e-4
 TIMEOUT_S = 600
 
 
-def build(directory: str, targets: Sequence[str], models: Sequence[str] = MODELS, compiler: Optional[str] = None) -> Dict[str, Any]:
+def build(directory: str, targets: Sequence[str], models: Sequence[str] = MODELS,
+          compiler: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
     """Bundles, inputs, this host's outputs, the .pyz and the manifest in ``directory`` (onnx and numpy needed)."""
     sys.path[:0] = [p for p in (REPO, os.path.join(REPO, "tests")) if p not in sys.path]
     import numpy as np

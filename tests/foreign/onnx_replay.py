@@ -169,9 +169,11 @@ def replay_file(replay: Replay) -> bytes:
     out = [b"SVODRPL1", struct.pack("<QQQ", len(replay.blob), len(replay.calls), len(replay.outputs)), bytes(replay.blob)]
     for call in replay.calls:
         if len(call.args) > MAX_ARGS or len(call.entry.encode()) >= NAME_BYTES:
-            raise ReplayError("%s: %d arguments (at most %d) or a name of %d+ bytes" % (call.entry, len(call.args), MAX_ARGS, NAME_BYTES))
+            raise ReplayError("%s: %d arguments (at most %d) or a name of %d+ bytes"
+                              % (call.entry, len(call.args), MAX_ARGS, NAME_BYTES))  # fmt: skip
         mask = sum(1 << i for i, (pointer, _) in enumerate(call.args) if pointer)
-        out.append(struct.pack("<56sQQQQ", call.entry.encode(), len(call.args), call.calls, call.core_pos & (2**64 - 1), mask))
+        header = (call.entry.encode(), len(call.args), call.calls, call.core_pos & (2**64 - 1), mask)
+        out.append(struct.pack("<56sQQQQ", *header))
         out.append(struct.pack("<%dq" % len(call.args), *[v for _, v in call.args]))
     for offset, nbytes in replay.outputs.values():
         out.append(struct.pack("<QQ", offset, nbytes))
