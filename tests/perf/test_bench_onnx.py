@@ -141,3 +141,14 @@ def test_op_profile_matches_a_convolution_to_onnxruntime_s_padded_one() -> None:
     assert op_profile.conv_key({"N": 1, "C": 4}) is None
     assert [op_profile.kind_of(n) for n in ("svod_conv2d_gemm_f32", "svod_onnx_pool_1a", "FusedGemm", "svod_onnx_ew")] == \
         ["Conv", "Pool", "Gemm", "other"]
+
+
+def test_generated_kernels_count_by_family() -> None:
+    from svod_min.perf import op_profile
+
+    times = [op_profile.OpTime(0, "svod_onnx_conv_dce6cae76ced", "", 0.002, None),
+             op_profile.OpTime(1, "svod_onnx_conv_57f7f6c78b0a", "", 0.002, None),
+             op_profile.OpTime(2, "svod_conv2d_gemm_f32_8x32_relu_bias", "C=3", 0.003, 10 ** 6),
+             op_profile.OpTime(3, "svod_permute_x4", "", 0.001, None)]  # fmt: skip
+    assert op_profile.kernel_families(times) == [("svod_onnx_conv", 0.004), ("svod_conv2d_gemm_f32_8x32_relu_bias", 0.003),
+                                                 ("svod_permute_x4", 0.001)]  # fmt: skip
