@@ -192,7 +192,7 @@ def _try_fold(node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[
     try:
         from onnx.reference import ReferenceEvaluator
 
-        results = ReferenceEvaluator(node, opsets={"": opset}).run(None, {n: consts[n] for n in node.input if n})
+        results = ReferenceEvaluator(_one_node_model(node, consts, opset)).run(None, {n: consts[n] for n in node.input if n})
     except Exception:  # not foldable here: the lowering sees the node and names what it lacks
         return None
     if any(np.asarray(r).size > FOLD_LIMIT for r in results):
@@ -263,3 +263,14 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     inputs = bind_inputs(model, dims, shapes)
     model = fold_constants(model, opset)
     return to_graph(model, inputs, opset)
+
+
+def _one_node_model(node: Any, consts: Dict[str, np.ndarray], opset: int) -> onnx.ModelProto:
+    """``node`` alone in a model importing ``opset``: the reference evaluator given a bare node takes each op's
+    newest version whatever opset it is told (opset 9's Unsqueeze with its ``axes`` attribute failed to fold)."""
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(consts[n].dtype), consts[n].shape)
+              for n in dict.fromkeys(node.input) if n]  # fmt: skip
+    outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n]
+    graph = helper.make_graph([node], "fold", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
