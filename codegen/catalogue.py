@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from svod_min.kernels.conv_pack import PACK_KC, PACK_ROWS
 from svod_min.kernels.elementwise import C_DTYPES, OPS, CDType, c_literal
 from svod_min.kernels.sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, VarArg, elementwise_sig
 
@@ -373,6 +374,8 @@ ACT_NAMES = tuple(a for a, _ in ACTS)
 CONV_TILES = {"float32": ((4, 8), (6, 16), (8, 32)), "float64": ((4, 4), (6, 8), (8, 16))}
 #: Output pixels per work item of conv2d_gemm (the width of the packed im2col tile: a multiple of every nr).
 CONV_NC = 256
+#: Elements of conv2d_gemm's packed weights (svod_min.kernels.conv_pack.packed_size).
+PACKED_W = "groups*ceildiv(OC//groups,%d)*%d*(C//groups)*KH*KW" % (PACK_ROWS, PACK_ROWS)
 PAD_OH = "((H+pt+pb-dh*(KH-1)-1)//sh+1)"
 PAD_OW = "((W+pl+pr-dw*(KW-1)-1)//sw+1)"
 CONV_NAMES = ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw", "groups")
@@ -393,6 +396,18 @@ def _epilogues(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool]]
             if dtype == "float32" or act in F64_ACTS for bias in (False, True) for res in (False, True)]  # fmt: skip
 
 
+#: The epilogues of the instances that take weights packed at build time (``packed=True``): float32 with a bias
+#: (the ONNX front end gives every packed convolution one) and the activations the prebuilt objects hold.
+PACKED_ACTS = ("none", "relu", "clip")
+
+
+def _conv_instances(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool, bool]]:
+    """(act, its float variables, code, bias, residual, packed) of every conv2d_gemm instance of ``dtype``."""
+    plain = [e + (False,) for e in _epilogues(dtype)]
+    packed = [e + (True,) for e in _epilogues(dtype) if dtype == "float32" and e[3] and e[0] in PACKED_ACTS]
+    return plain + packed
+
+
 def _epilogue_suffix(act: str, bias: bool, res: bool) -> str:
     return "_" + act + ("_bias" if bias else "") + ("_res" if res else "")
 
@@ -407,41 +422,48 @@ def conv_gemm_family() -> Family:
     fam.infos.append(KernelInfo(
         "conv2d_gemm", "conv_gemm",
         {"dtype": ("float32", F32_64), "act": ("none", ACT_NAMES), "bias": (False, (False, True)),
-         "residual": (False, (False, True)), "mr": (6, (4, 6, 8)), "nr": (16, (4, 8, 16, 32))},
+         "residual": (False, (False, True)), "mr": (6, (4, 6, 8)), "nr": (16, (4, 8, 16, 32)),
+         "packed": (False, (False, True))},
         "NCHW conv2d as a GEMM on matmul's register tile: weight (OC, C/groups, KH, KW) as A, im2col tiles "
         "of the input packed in cache as B (pointwise convs read the input rows); groups, stride (sh, sw), "
         "pads (pt, pl, pb, pr), dilation (dh, dw); out (N, OC, OH, OW), OH = (H + pt + pb - dh(KH-1) - 1) // sh + 1"
-        + EPILOGUE_DOC + ". Tile per prebuilt variant as matmul (PREFERRED)",
+        + EPILOGUE_DOC + ". Tile per prebuilt variant as matmul (PREFERRED). packed=True: w is "
+        "svod_min.kernels.conv_pack.pack_conv_weights(w, groups) (packed once at build time)",
         "within 2 K eps (|x| * |w|), K = C/groups KH KW; epilogue as its ops",
-        "(mr, nr) in %s; float64: act in %s" % ({k: list(v) for k, v in CONV_TILES.items()}, list(F64_ACTS)),
+        "(mr, nr) in %s; float64: act in %s; packed: float32, bias, act in %s"
+        % ({k: list(v) for k, v in CONV_TILES.items()}, list(F64_ACTS), list(PACKED_ACTS)),
     ))  # fmt: skip
     checks = ("H+pt+pb-dh*(KH-1)-1 >= 0", "W+pl+pr-dw*(KW-1)-1 >= 0", "C % groups == 0", "OC % groups == 0")
     out_count = "N*OC*%s*%s" % (PAD_OH, PAD_OW)
     for dt in F32_64:
         d = _dt(dt)
-        kc = 384 if d.itemsize == 4 else 192
+        kc = PACK_KC[d.itemsize]
         for mr, nr in CONV_TILES[dt]:
+            if PACK_ROWS % mr:
+                raise ValueError("conv2d_gemm tile %dx%d: mr must divide PACK_ROWS=%d (packed strips)" % (mr, nr, PACK_ROWS))
             core = "svod_convgemm_%s_%dx%d" % (d.short, mr, nr)
-            for act, fvars, code, bias, res in _epilogues(dt):
-                entry = "svod_conv2d_gemm_%s_%dx%d%s" % (d.short, mr, nr, _epilogue_suffix(act, bias, res))
+            for act, fvars, code, bias, res, packed in _conv_instances(dt):
+                entry = "svod_conv2d_gemm_%s_%dx%d%s%s" % (d.short, mr, nr, _epilogue_suffix(act, bias, res),
+                                                          "_packed" if packed else "")  # fmt: skip
+                w_count = PACKED_W if packed else "OC*(C//groups)*KH*KW"
                 bufs = [BufferArg("out", dt, "w", out_count), BufferArg("x", dt, "r", "N*C*H*W"),
-                        BufferArg("w", dt, "r", "OC*(C//groups)*KH*KW")]  # fmt: skip
+                        BufferArg("w", dt, "r", w_count)]  # fmt: skip
                 if bias:
                     bufs.append(BufferArg("bias", dt, "r", "OC"))
                 if res:
                     bufs.append(BufferArg("residual", dt, "r", out_count))
                 work = "N*OC*%s*%s*(C//groups)*KH*KW" % (PAD_OH, PAD_OW)
                 sig = KernelSig(
-                    "conv2d_gemm", _p(dtype=dt, act=act, bias=bias, residual=res, mr=mr, nr=nr), entry, "conv_gemm",
-                    tuple(bufs), _conv_vars(CONV_NAMES, fvars), GS, flops="2*" + work,
-                    bytes="%d*(N*C*H*W+OC*(C//groups)*KH*KW+%d*%s)" % (d.itemsize, 2 if res else 1, out_count),
+                    "conv2d_gemm", _p(dtype=dt, act=act, bias=bias, residual=res, mr=mr, nr=nr, packed=packed), entry,
+                    "conv_gemm", tuple(bufs), _conv_vars(CONV_NAMES, fvars), GS, flops="2*" + work,
+                    bytes="%d*(N*C*H*W+%s+%d*%s)" % (d.itemsize, w_count, 2 if res else 1, out_count),
                     work=work, grain=1 << 20,
                     parallelism="N*groups*ceildiv(%s*%s,%d)*ceildiv(OC//groups,%d)" % (PAD_OH, PAD_OW, CONV_NC, mr),
                     ids_per_thread=1, checks=checks, doc="NCHW conv2d as a GEMM; out = act(conv + bias + residual)",
                 )  # fmt: skip
                 ctx = dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, mr=mr, nr=nr, kc=kc,
                            mc=mr * max(1, 48 // mr), nc=CONV_NC, ku=4, act=code, bias=bias, residual=res,
-                           fvars=fvars)  # fmt: skip
+                           fvars=fvars, packed=packed, ps=PACK_ROWS)  # fmt: skip
                 fam.add(sig, ctx)
     return fam
 

@@ -2,7 +2,8 @@
 avgpool2d, global_avgpool, used where a prebuilt float32 instance exists, so a bundle needs no compiler.
 
 A convolution's epilogue ``act(conv + bias + residual)`` runs in the kernel; an activation the prebuilt
-instances lack (anything but relu and clip) runs after it, in place.
+instances lack (anything but relu and clip) runs after it, in place. Constant conv2d_gemm weights are packed
+here into the kernel's panel layout (``packed=True``) and stored packed in the bundle.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from ..kernels.conv_pack import pack_conv_weights
 from . import csrc
 from .ir import Node
 from .lower import Lowering
@@ -67,11 +69,15 @@ def lower_conv_library(L: Lowering, node: Node, g: csrc.ConvGeom, bias: str) -> 
     x, w, out = node.inputs[0], node.inputs[1], node.outputs[0]
     residual = residual_of(node)
     act, act_vars, after = _epilogue_act(node)
-    if residual and not bias:  # the prebuilt residual instances take a bias
+    depthwise = is_depthwise(g)
+    packed = not depthwise and L.graph.is_const(w)
+    if (residual or packed) and not bias:  # the prebuilt residual and packed instances take a bias
         bias = L.const(np.zeros(g.oc, np.float32), out + "~zero_bias")
     params: Dict[str, Any] = {"dtype": "float32", "act": act, "bias": bool(bias), "residual": bool(residual)}
+    if packed:  # the weights in the kernel's panel layout, once, here (docs/kernels.md)
+        w = L.const(pack_conv_weights(L.graph.const(w).astype(np.float32), g.groups), w + "~packed")
+        params["packed"] = True
     variables: Dict[str, Any] = {"N": g.n, "C": g.c, "H": g.h, "W": g.w}
-    depthwise = is_depthwise(g)
     if not depthwise:
         variables["OC"] = g.oc
     variables.update({"KH": g.kh, "KW": g.kw, "sh": g.sh, "sw": g.sw, "pt": g.pt, "pl": g.pl, "pb": g.pb,

@@ -64,7 +64,8 @@ def test_conv_relu_is_one_library_conv(tmp_path):
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Relu", ["c"], ["y"])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (2, 3, 11, 9))], ["y"], 13, consts), tmp_path))
-    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": False}}]
+    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": False,
+                                                         "packed": True}}]  # fmt: skip
 
 
 @pytest.mark.parametrize("add", ["Add", "Sum"])
@@ -84,7 +85,7 @@ def test_resnet_block_fuses_residual_and_relu(add, tmp_path):
              helper.make_node(add, ["b2", "b3"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (1, 4, 10, 10))], ["y"], 13, consts), tmp_path))
     assert [o["library"] for o in ops] == ["conv2d_gemm"] * 3
-    assert ops[-1]["params"] == {"dtype": "float32", "act": "relu", "bias": True, "residual": True}
+    assert ops[-1]["params"] == {"dtype": "float32", "act": "relu", "bias": True, "residual": True, "packed": True}
 
 
 def test_identity_shortcut_without_bias_gets_a_zero_bias(tmp_path):
@@ -92,7 +93,8 @@ def test_identity_shortcut_without_bias_gets_a_zero_bias(tmp_path):
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (1, 6, 7, 7))], ["y"], 13, {"w": _w(6, 6, 3, 3)}), tmp_path))
-    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": True}}]
+    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "relu", "bias": True, "residual": True,
+                                                         "packed": True}}]  # fmt: skip
 
 
 @pytest.mark.parametrize("group, oc", [(6, 6), (6, 12), (3, 6), (2, 4)])
@@ -102,14 +104,38 @@ def test_grouped_and_depthwise_conv_with_relu6(group, oc, tmp_path, every_librar
              helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]  # fmt: skip
     ops = _library_ops(_build(graph_model(nodes, [("x", (2, 6, 9, 8))], ["y"], 13, consts), tmp_path))
     kernel = "depthwise_conv2d" if group == 6 == oc else "conv2d_gemm"
-    assert ops == [{"library": kernel, "params": {"dtype": "float32", "act": "clip", "bias": True, "residual": False}}]
+    packed = {"packed": True} if kernel == "conv2d_gemm" else {}
+    assert ops == [{"library": kernel, "params": dict({"dtype": "float32", "act": "clip", "bias": True, "residual": False}, **packed)}]
 
 
 def test_conv_with_sigmoid_runs_the_activation_after(tmp_path):
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sigmoid", ["c"], ["y"])]
     ops = _library_ops(_build(graph_model(nodes, [("x", (1, 3, 6, 6))], ["y"], 13, {"w": _w(4, 3, 3, 3)}), tmp_path))
-    assert ops[0] == {"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "none", "bias": False, "residual": False}}
+    assert ops[0] == {"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "none", "bias": True, "residual": False,
+                                                           "packed": True}}  # a zero bias: the packed instances take one
     assert ops[1]["library"] == "source"
+
+
+def test_conv_weights_are_stored_packed_only(tmp_path):
+    """The bundle holds the packed weights (OC 30 padded to 2 strips of 24 rows), not the (OC, C, KH, KW) tensor too."""
+    from svod_min.kernels.conv_pack import PACK_ROWS, pack_conv_weights
+
+    w = _w(30, 2, 3, 3)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    doc = _build(graph_model(nodes, [("x", (1, 2, 6, 7))], ["y"], 13, {"w": w}), tmp_path)
+    consts = {n: b["shape"] for n, b in doc["buffers"].items() if "init" in b and not b.get("input")}
+    assert sorted(consts.values()) == [[30], [2 * PACK_ROWS * 2 * 9]], consts  # the zero bias and the packed weights
+    with zipfile.ZipFile(os.path.join(str(tmp_path), "m.svod")) as zf:
+        name = [n for n, shape in consts.items() if shape != [30]][0]
+        stored = np.load(zf.open(doc["buffers"][name]["init"]["npy"]))
+    assert np.array_equal(stored, pack_conv_weights(w))
+
+
+def test_conv_with_weights_from_an_input_takes_the_unpacked_kernel(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = graph_model(nodes, [("x", (1, 3, 6, 6)), ("w", (4, 3, 3, 3))], ["y"], 13, {})
+    ops = _library_ops(_build(model, tmp_path))
+    assert ops == [{"library": "conv2d_gemm", "params": {"dtype": "float32", "act": "none", "bias": False, "residual": False}}]
 
 
 @pytest.mark.parametrize("attrs", [

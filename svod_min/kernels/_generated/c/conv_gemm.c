@@ -89,9 +89,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -134,7 +136,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -220,7 +222,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -248,7 +250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -256,13 +258,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -278,7 +286,7 @@ void svod_conv2d_gemm_f32_4x8_none(float *restrict out, const float *restrict x,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -373,9 +381,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -418,7 +428,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -504,7 +514,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -532,7 +542,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -540,13 +550,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -562,7 +578,7 @@ void svod_conv2d_gemm_f32_4x8_none_res(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -657,9 +673,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -702,7 +720,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -788,7 +806,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -816,7 +834,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -824,13 +842,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -846,7 +870,7 @@ void svod_conv2d_gemm_f32_4x8_none_bias(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -941,9 +965,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -986,7 +1012,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1072,7 +1098,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -1100,7 +1126,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -1108,13 +1134,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1130,7 +1162,7 @@ void svod_conv2d_gemm_f32_4x8_none_bias_res(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -1225,9 +1257,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1270,7 +1304,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1356,7 +1390,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -1384,7 +1418,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -1392,13 +1426,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1414,7 +1454,7 @@ void svod_conv2d_gemm_f32_4x8_relu(float *restrict out, const float *restrict x,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -1509,9 +1549,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1554,7 +1596,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1640,7 +1682,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -1668,7 +1710,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -1676,13 +1718,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1698,7 +1746,7 @@ void svod_conv2d_gemm_f32_4x8_relu_res(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -1793,9 +1841,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1838,7 +1888,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1924,7 +1974,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -1952,7 +2002,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -1960,13 +2010,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1982,7 +2038,7 @@ void svod_conv2d_gemm_f32_4x8_relu_bias(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -2077,9 +2133,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2122,7 +2180,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2208,7 +2266,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -2236,7 +2294,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -2244,13 +2302,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2266,7 +2330,7 @@ void svod_conv2d_gemm_f32_4x8_relu_bias_res(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -2361,9 +2425,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2406,7 +2472,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2492,7 +2558,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -2520,7 +2586,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -2528,13 +2594,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2550,7 +2622,7 @@ void svod_conv2d_gemm_f32_4x8_clip(float *restrict out, const float *restrict x,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -2645,9 +2717,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2690,7 +2764,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2776,7 +2850,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -2804,7 +2878,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -2812,13 +2886,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2834,7 +2914,7 @@ void svod_conv2d_gemm_f32_4x8_clip_res(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -2929,9 +3009,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2974,7 +3056,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3060,7 +3142,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -3088,7 +3170,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -3096,13 +3178,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3118,7 +3206,7 @@ void svod_conv2d_gemm_f32_4x8_clip_bias(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -3213,9 +3301,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3258,7 +3348,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3344,7 +3434,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -3372,7 +3462,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -3380,13 +3470,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3402,7 +3498,7 @@ void svod_conv2d_gemm_f32_4x8_clip_bias_res(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -3497,9 +3593,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3542,7 +3640,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3628,7 +3726,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -3656,7 +3754,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -3664,13 +3762,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3686,7 +3790,7 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -3781,9 +3885,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3826,7 +3932,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3912,7 +4018,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -3940,7 +4046,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -3948,13 +4054,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3970,7 +4082,7 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -4065,9 +4177,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4110,7 +4224,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4196,7 +4310,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -4224,7 +4338,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -4232,13 +4346,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4254,7 +4374,7 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_bias(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -4349,9 +4469,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4394,7 +4516,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4480,7 +4602,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -4508,7 +4630,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -4516,13 +4638,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4538,7 +4666,7 @@ void svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res(float *restrict out, const flo
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -4633,9 +4761,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4678,7 +4808,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4764,7 +4894,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -4792,7 +4922,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -4800,13 +4930,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4822,7 +4958,7 @@ void svod_conv2d_gemm_f32_4x8_sigmoid(float *restrict out, const float *restrict
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -4917,9 +5053,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4962,7 +5100,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5048,7 +5186,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -5076,7 +5214,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -5084,13 +5222,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5106,7 +5250,7 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_res(float *restrict out, const float *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -5201,9 +5345,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5246,7 +5392,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5332,7 +5478,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -5360,7 +5506,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -5368,13 +5514,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5390,7 +5542,7 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_bias(float *restrict out, const float *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -5485,9 +5637,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5530,7 +5684,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5616,7 +5770,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -5644,7 +5798,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -5652,13 +5806,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5674,7 +5834,7 @@ void svod_conv2d_gemm_f32_4x8_sigmoid_bias_res(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -5769,9 +5929,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5814,7 +5976,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5900,7 +6062,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -5928,7 +6090,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -5936,13 +6098,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5958,7 +6126,7 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid(float *restrict out, const float *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -6053,9 +6221,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6098,7 +6268,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6184,7 +6354,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -6212,7 +6382,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -6220,13 +6390,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6242,7 +6418,7 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_res(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -6337,9 +6513,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6382,7 +6560,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6468,7 +6646,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -6496,7 +6674,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -6504,13 +6682,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6526,7 +6710,7 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -6621,9 +6805,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6666,7 +6852,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6752,7 +6938,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -6780,7 +6966,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -6788,13 +6974,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6810,7 +7002,7 @@ void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res(float *restrict out, const fl
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -6905,9 +7097,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6950,7 +7144,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7036,7 +7230,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -7064,7 +7258,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -7072,13 +7266,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7094,7 +7294,7 @@ void svod_conv2d_gemm_f32_4x8_hardswish(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -7189,9 +7389,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7234,7 +7436,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7320,7 +7522,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -7348,7 +7550,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -7356,13 +7558,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7378,7 +7586,7 @@ void svod_conv2d_gemm_f32_4x8_hardswish_res(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -7473,9 +7681,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7518,7 +7728,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7604,7 +7814,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -7632,7 +7842,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -7640,13 +7850,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7662,7 +7878,7 @@ void svod_conv2d_gemm_f32_4x8_hardswish_bias(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -7757,9 +7973,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7802,7 +8020,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7888,7 +8106,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -7916,7 +8134,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -7924,13 +8142,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7946,7 +8170,7 @@ void svod_conv2d_gemm_f32_4x8_hardswish_bias_res(float *restrict out, const floa
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -8041,9 +8265,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8086,7 +8312,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8172,7 +8398,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -8200,7 +8426,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -8208,13 +8434,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8230,7 +8462,7 @@ void svod_conv2d_gemm_f32_4x8_tanh(float *restrict out, const float *restrict x,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -8325,9 +8557,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8370,7 +8604,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8456,7 +8690,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -8484,7 +8718,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -8492,13 +8726,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8514,7 +8754,7 @@ void svod_conv2d_gemm_f32_4x8_tanh_res(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -8609,9 +8849,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8654,7 +8896,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8740,7 +8982,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -8768,7 +9010,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -8776,13 +9018,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8798,7 +9046,7 @@ void svod_conv2d_gemm_f32_4x8_tanh_bias(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -8893,9 +9141,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8938,7 +9188,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const float ai = ap[p * 4 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9024,7 +9274,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(floa
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -9052,7 +9302,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -9060,13 +9310,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
             svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_4x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9082,12 +9338,1764 @@ void svod_conv2d_gemm_f32_4x8_tanh_bias_res(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
 }
 /* END svod_conv2d_gemm_f32_4x8_tanh_bias_res */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_none_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_none_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_none_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_none_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_none_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_none_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_clip_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_clip_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_clip_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_clip_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[4][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == 8) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_clip_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_clip_bias_res_packed */
 
 /* BEGIN svod_conv2d_gemm_f32_6x16_none */
 /* SHARED BEGIN svod_convgemm_f32_6x16 */
@@ -9177,9 +11185,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -9229,7 +11239,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9315,7 +11325,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -9343,7 +11353,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -9351,13 +11361,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9373,7 +11389,7 @@ void svod_conv2d_gemm_f32_6x16_none(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -9468,9 +11484,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -9520,7 +11538,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9606,7 +11624,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -9634,7 +11652,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -9642,13 +11660,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9664,7 +11688,7 @@ void svod_conv2d_gemm_f32_6x16_none_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -9759,9 +11783,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -9811,7 +11837,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9897,7 +11923,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -9925,7 +11951,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -9933,13 +11959,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9955,7 +11987,7 @@ void svod_conv2d_gemm_f32_6x16_none_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -10050,9 +12082,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -10102,7 +12136,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10188,7 +12222,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -10216,7 +12250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -10224,13 +12258,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10246,7 +12286,7 @@ void svod_conv2d_gemm_f32_6x16_none_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -10341,9 +12381,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -10393,7 +12435,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10479,7 +12521,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -10507,7 +12549,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -10515,13 +12557,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10537,7 +12585,7 @@ void svod_conv2d_gemm_f32_6x16_relu(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -10632,9 +12680,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -10684,7 +12734,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10770,7 +12820,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -10798,7 +12848,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -10806,13 +12856,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10828,7 +12884,7 @@ void svod_conv2d_gemm_f32_6x16_relu_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -10923,9 +12979,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -10975,7 +13033,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11061,7 +13119,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -11089,7 +13147,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -11097,13 +13155,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11119,7 +13183,7 @@ void svod_conv2d_gemm_f32_6x16_relu_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -11214,9 +13278,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11266,7 +13332,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11352,7 +13418,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -11380,7 +13446,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -11388,13 +13454,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11410,7 +13482,7 @@ void svod_conv2d_gemm_f32_6x16_relu_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -11505,9 +13577,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11557,7 +13631,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11643,7 +13717,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -11671,7 +13745,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -11679,13 +13753,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11701,7 +13781,7 @@ void svod_conv2d_gemm_f32_6x16_clip(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -11796,9 +13876,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11848,7 +13930,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11934,7 +14016,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -11962,7 +14044,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -11970,13 +14052,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11992,7 +14080,7 @@ void svod_conv2d_gemm_f32_6x16_clip_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -12087,9 +14175,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12139,7 +14229,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12225,7 +14315,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -12253,7 +14343,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -12261,13 +14351,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12283,7 +14379,7 @@ void svod_conv2d_gemm_f32_6x16_clip_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -12378,9 +14474,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12430,7 +14528,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12516,7 +14614,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -12544,7 +14642,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -12552,13 +14650,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12574,7 +14678,7 @@ void svod_conv2d_gemm_f32_6x16_clip_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -12669,9 +14773,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12721,7 +14827,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12807,7 +14913,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -12835,7 +14941,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -12843,13 +14949,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12865,7 +14977,7 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu(float *restrict out, const float *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -12960,9 +15072,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13012,7 +15126,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13098,7 +15212,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -13126,7 +15240,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -13134,13 +15248,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13156,7 +15276,7 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_res(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -13251,9 +15371,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13303,7 +15425,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13389,7 +15511,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -13417,7 +15539,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -13425,13 +15547,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13447,7 +15575,7 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_bias(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -13542,9 +15670,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13594,7 +15724,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13680,7 +15810,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -13708,7 +15838,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -13716,13 +15846,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13738,7 +15874,7 @@ void svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res(float *restrict out, const fl
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -13833,9 +15969,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13885,7 +16023,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13971,7 +16109,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -13999,7 +16137,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -14007,13 +16145,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14029,7 +16173,7 @@ void svod_conv2d_gemm_f32_6x16_sigmoid(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -14124,9 +16268,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14176,7 +16322,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14262,7 +16408,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -14290,7 +16436,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -14298,13 +16444,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14320,7 +16472,7 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_res(float *restrict out, const float *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -14415,9 +16567,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14467,7 +16621,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14553,7 +16707,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -14581,7 +16735,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -14589,13 +16743,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14611,7 +16771,7 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_bias(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -14706,9 +16866,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14758,7 +16920,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14844,7 +17006,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -14872,7 +17034,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -14880,13 +17042,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14902,7 +17070,7 @@ void svod_conv2d_gemm_f32_6x16_sigmoid_bias_res(float *restrict out, const float
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -14997,9 +17165,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15049,7 +17219,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15135,7 +17305,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -15163,7 +17333,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -15171,13 +17341,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15193,7 +17369,7 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid(float *restrict out, const float *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -15288,9 +17464,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15340,7 +17518,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15426,7 +17604,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -15454,7 +17632,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -15462,13 +17640,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15484,7 +17668,7 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_res(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -15579,9 +17763,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15631,7 +17817,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15717,7 +17903,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -15745,7 +17931,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -15753,13 +17939,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15775,7 +17967,7 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias(float *restrict out, const float
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -15870,9 +18062,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15922,7 +18116,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16008,7 +18202,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -16036,7 +18230,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -16044,13 +18238,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16066,7 +18266,7 @@ void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res(float *restrict out, const f
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -16161,9 +18361,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16213,7 +18415,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16299,7 +18501,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -16327,7 +18529,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -16335,13 +18537,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16357,7 +18565,7 @@ void svod_conv2d_gemm_f32_6x16_hardswish(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -16452,9 +18660,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16504,7 +18714,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16590,7 +18800,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -16618,7 +18828,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -16626,13 +18836,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16648,7 +18864,7 @@ void svod_conv2d_gemm_f32_6x16_hardswish_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -16743,9 +18959,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16795,7 +19013,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16881,7 +19099,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -16909,7 +19127,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -16917,13 +19135,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16939,7 +19163,7 @@ void svod_conv2d_gemm_f32_6x16_hardswish_bias(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -17034,9 +19258,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17086,7 +19312,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17172,7 +19398,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -17200,7 +19426,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -17208,13 +19434,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17230,7 +19462,7 @@ void svod_conv2d_gemm_f32_6x16_hardswish_bias_res(float *restrict out, const flo
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -17325,9 +19557,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17377,7 +19611,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17463,7 +19697,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -17491,7 +19725,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -17499,13 +19733,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17521,7 +19761,7 @@ void svod_conv2d_gemm_f32_6x16_tanh(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -17616,9 +19856,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17668,7 +19910,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17754,7 +19996,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -17782,7 +20024,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -17790,13 +20032,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17812,7 +20060,7 @@ void svod_conv2d_gemm_f32_6x16_tanh_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -17907,9 +20155,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17959,7 +20209,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18045,7 +20295,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -18073,7 +20323,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -18081,13 +20331,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18103,7 +20359,7 @@ void svod_conv2d_gemm_f32_6x16_tanh_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -18198,9 +20454,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18250,7 +20508,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const float ai = ap[p * 6 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18336,7 +20594,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -18364,7 +20622,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -18372,13 +20630,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_6x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18394,12 +20658,1806 @@ void svod_conv2d_gemm_f32_6x16_tanh_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
 }
 /* END svod_conv2d_gemm_f32_6x16_tanh_bias_res */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_none_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_none_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_none_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_none_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_none_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_none_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_clip_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_clip_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_clip_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_clip_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[6][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == 16) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_clip_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_clip_bias_res_packed */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none */
 /* SHARED BEGIN svod_convgemm_f32_8x32 */
@@ -18489,9 +22547,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18553,7 +22613,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18639,7 +22699,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -18667,7 +22727,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -18675,13 +22735,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18697,7 +22763,7 @@ void svod_conv2d_gemm_f32_8x32_none(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -18792,9 +22858,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18856,7 +22924,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18942,7 +23010,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -18970,7 +23038,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -18978,13 +23046,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19000,7 +23074,7 @@ void svod_conv2d_gemm_f32_8x32_none_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -19095,9 +23169,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19159,7 +23235,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19245,7 +23321,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -19273,7 +23349,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -19281,13 +23357,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19303,7 +23385,7 @@ void svod_conv2d_gemm_f32_8x32_none_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -19398,9 +23480,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19462,7 +23546,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19548,7 +23632,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -19576,7 +23660,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -19584,13 +23668,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19606,7 +23696,7 @@ void svod_conv2d_gemm_f32_8x32_none_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -19701,9 +23791,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19765,7 +23857,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19851,7 +23943,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -19879,7 +23971,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -19887,13 +23979,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19909,7 +24007,7 @@ void svod_conv2d_gemm_f32_8x32_relu(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -20004,9 +24102,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20068,7 +24168,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20154,7 +24254,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -20182,7 +24282,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -20190,13 +24290,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20212,7 +24318,7 @@ void svod_conv2d_gemm_f32_8x32_relu_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -20307,9 +24413,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20371,7 +24479,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20457,7 +24565,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -20485,7 +24593,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -20493,13 +24601,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20515,7 +24629,7 @@ void svod_conv2d_gemm_f32_8x32_relu_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -20610,9 +24724,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20674,7 +24790,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20760,7 +24876,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -20788,7 +24904,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -20796,13 +24912,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20818,7 +24940,7 @@ void svod_conv2d_gemm_f32_8x32_relu_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -20913,9 +25035,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20977,7 +25101,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21063,7 +25187,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -21091,7 +25215,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -21099,13 +25223,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21121,7 +25251,7 @@ void svod_conv2d_gemm_f32_8x32_clip(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -21216,9 +25346,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21280,7 +25412,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21366,7 +25498,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -21394,7 +25526,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -21402,13 +25534,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21424,7 +25562,7 @@ void svod_conv2d_gemm_f32_8x32_clip_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -21519,9 +25657,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21583,7 +25723,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21669,7 +25809,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -21697,7 +25837,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -21705,13 +25845,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21727,7 +25873,7 @@ void svod_conv2d_gemm_f32_8x32_clip_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -21822,9 +25968,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21886,7 +26034,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21972,7 +26120,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -22000,7 +26148,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -22008,13 +26156,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22030,7 +26184,7 @@ void svod_conv2d_gemm_f32_8x32_clip_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 0,
                      (float)svod_u2f((svod_u32)clip_min),
                      (float)svod_u2f((svod_u32)clip_max),
                      core_id_count, core_id);
@@ -22125,9 +26279,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22189,7 +26345,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22275,7 +26431,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -22303,7 +26459,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -22311,13 +26467,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22333,7 +26495,7 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu(float *restrict out, const float *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -22428,9 +26590,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22492,7 +26656,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22578,7 +26742,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -22606,7 +26770,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -22614,13 +26778,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22636,7 +26806,7 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_res(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -22731,9 +26901,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22795,7 +26967,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22881,7 +27053,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -22909,7 +27081,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -22917,13 +27089,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22939,7 +27117,7 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_bias(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -23034,9 +27212,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23098,7 +27278,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23184,7 +27364,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -23212,7 +27392,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -23220,13 +27400,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23242,7 +27428,7 @@ void svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res(float *restrict out, const fl
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      0,
                      core_id_count, core_id);
@@ -23337,9 +27523,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23401,7 +27589,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23487,7 +27675,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -23515,7 +27703,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -23523,13 +27711,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23545,7 +27739,7 @@ void svod_conv2d_gemm_f32_8x32_sigmoid(float *restrict out, const float *restric
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -23640,9 +27834,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23704,7 +27900,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23790,7 +27986,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -23818,7 +28014,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -23826,13 +28022,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23848,7 +28050,7 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_res(float *restrict out, const float *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -23943,9 +28145,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24007,7 +28211,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24093,7 +28297,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -24121,7 +28325,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -24129,13 +28333,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24151,7 +28361,7 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_bias(float *restrict out, const float *re
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -24246,9 +28456,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24310,7 +28522,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24396,7 +28608,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -24424,7 +28636,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -24432,13 +28644,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24454,7 +28672,7 @@ void svod_conv2d_gemm_f32_8x32_sigmoid_bias_res(float *restrict out, const float
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -24549,9 +28767,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24613,7 +28833,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24699,7 +28919,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -24727,7 +28947,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -24735,13 +28955,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24757,7 +28983,7 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid(float *restrict out, const float *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -24852,9 +29078,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24916,7 +29144,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25002,7 +29230,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -25030,7 +29258,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -25038,13 +29266,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25060,7 +29294,7 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_res(float *restrict out, const float 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -25155,9 +29389,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25219,7 +29455,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25305,7 +29541,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -25333,7 +29569,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -25341,13 +29577,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25363,7 +29605,7 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias(float *restrict out, const float
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -25458,9 +29700,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25522,7 +29766,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25608,7 +29852,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -25636,7 +29880,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -25644,13 +29888,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25666,7 +29916,7 @@ void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res(float *restrict out, const f
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 0,
                      (float)svod_u2f((svod_u32)alpha),
                      (float)svod_u2f((svod_u32)beta),
                      core_id_count, core_id);
@@ -25761,9 +30011,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25825,7 +30077,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25911,7 +30163,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -25939,7 +30191,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -25947,13 +30199,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25969,7 +30227,7 @@ void svod_conv2d_gemm_f32_8x32_hardswish(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -26064,9 +30322,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26128,7 +30388,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26214,7 +30474,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -26242,7 +30502,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -26250,13 +30510,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26272,7 +30538,7 @@ void svod_conv2d_gemm_f32_8x32_hardswish_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -26367,9 +30633,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26431,7 +30699,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26517,7 +30785,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -26545,7 +30813,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -26553,13 +30821,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26575,7 +30849,7 @@ void svod_conv2d_gemm_f32_8x32_hardswish_bias(float *restrict out, const float *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -26670,9 +30944,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26734,7 +31010,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26820,7 +31096,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -26848,7 +31124,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -26856,13 +31132,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26878,7 +31160,7 @@ void svod_conv2d_gemm_f32_8x32_hardswish_bias_res(float *restrict out, const flo
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -26973,9 +31255,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27037,7 +31321,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27123,7 +31407,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -27151,7 +31435,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -27159,13 +31443,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27181,7 +31471,7 @@ void svod_conv2d_gemm_f32_8x32_tanh(float *restrict out, const float *restrict x
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -27276,9 +31566,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27340,7 +31632,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27426,7 +31718,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -27454,7 +31746,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -27462,13 +31754,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27484,7 +31782,7 @@ void svod_conv2d_gemm_f32_8x32_tanh_res(float *restrict out, const float *restri
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -27579,9 +31877,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27643,7 +31943,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27729,7 +32029,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -27757,7 +32057,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -27765,13 +32065,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27787,7 +32093,7 @@ void svod_conv2d_gemm_f32_8x32_tanh_bias(float *restrict out, const float *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -27882,9 +32188,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, const float *restrict bp,
-                                      float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27946,7 +32254,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const float ai = ap[p * 8 + i];
+            const float ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28032,7 +32340,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(flo
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
         const float *restrict w, const float *restrict bias, const float *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, float alpha, float beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
     float ap[18432] __attribute__((aligned(64)));
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
@@ -28060,7 +32368,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const float *wg = w + g * OCg * K;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -28068,13 +32376,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 32) {
                     const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f32_8x32_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28090,12 +32404,1878 @@ void svod_conv2d_gemm_f32_8x32_tanh_bias_res(float *restrict out, const float *r
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 0,
                      0,
                      0,
                      core_id_count, core_id);
 }
 /* END svod_conv2d_gemm_f32_8x32_tanh_bias_res */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_none_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_none_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_none_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_none_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_none_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_none_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_clip_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_clip_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_clip_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_clip_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw): per output row, the columns whose input column lies in the image
+   are a contiguous range (computed, not tested per pixel); the rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const svod_i64 kidx = pc + kk, c = kidx / taps, r = kidx - c * taps, kh = r / KW, kw = r - kh * KW;
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    vec acc[8][NV];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == 32) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+            svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_clip_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int clip_min, int clip_max, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 2, 1,
+                     (float)svod_u2f((svod_u32)clip_min),
+                     (float)svod_u2f((svod_u32)clip_max),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_clip_bias_res_packed */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none */
 /* SHARED BEGIN svod_convgemm_f64_4x4 */
@@ -28185,9 +34365,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -28230,7 +34412,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28316,7 +34498,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -28344,7 +34526,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -28352,13 +34534,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28374,7 +34562,7 @@ void svod_conv2d_gemm_f64_4x4_none(double *restrict out, const double *restrict 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -28469,9 +34657,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -28514,7 +34704,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28600,7 +34790,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -28628,7 +34818,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -28636,13 +34826,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28658,7 +34854,7 @@ void svod_conv2d_gemm_f64_4x4_none_res(double *restrict out, const double *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -28753,9 +34949,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -28798,7 +34996,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28884,7 +35082,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -28912,7 +35110,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -28920,13 +35118,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28942,7 +35146,7 @@ void svod_conv2d_gemm_f64_4x4_none_bias(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -29037,9 +35241,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -29082,7 +35288,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29168,7 +35374,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -29196,7 +35402,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -29204,13 +35410,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29226,7 +35438,7 @@ void svod_conv2d_gemm_f64_4x4_none_bias_res(double *restrict out, const double *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -29321,9 +35533,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -29366,7 +35580,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29452,7 +35666,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -29480,7 +35694,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -29488,13 +35702,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29510,7 +35730,7 @@ void svod_conv2d_gemm_f64_4x4_relu(double *restrict out, const double *restrict 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -29605,9 +35825,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -29650,7 +35872,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29736,7 +35958,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -29764,7 +35986,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -29772,13 +35994,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29794,7 +36022,7 @@ void svod_conv2d_gemm_f64_4x4_relu_res(double *restrict out, const double *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -29889,9 +36117,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -29934,7 +36164,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30020,7 +36250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -30048,7 +36278,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -30056,13 +36286,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30078,7 +36314,7 @@ void svod_conv2d_gemm_f64_4x4_relu_bias(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -30173,9 +36409,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -30218,7 +36456,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 4; ++i) {
-            const double ai = ap[p * 4 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30304,7 +36542,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -30332,7 +36570,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -30340,13 +36578,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
             svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 4) {
                     const svod_i64 nr = nc - jr < 4 ? nc - jr : 4;
                     for (svod_i64 ir = 0; ir < mc; ir += 4) {
                         const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_4x4_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30362,7 +36606,7 @@ void svod_conv2d_gemm_f64_4x4_relu_bias_res(double *restrict out, const double *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_4x4_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -30457,9 +36701,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -30509,7 +36755,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30595,7 +36841,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -30623,7 +36869,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -30631,13 +36877,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30653,7 +36905,7 @@ void svod_conv2d_gemm_f64_6x8_none(double *restrict out, const double *restrict 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -30748,9 +37000,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -30800,7 +37054,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30886,7 +37140,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -30914,7 +37168,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -30922,13 +37176,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30944,7 +37204,7 @@ void svod_conv2d_gemm_f64_6x8_none_res(double *restrict out, const double *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -31039,9 +37299,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -31091,7 +37353,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31177,7 +37439,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -31205,7 +37467,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -31213,13 +37475,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31235,7 +37503,7 @@ void svod_conv2d_gemm_f64_6x8_none_bias(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -31330,9 +37598,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -31382,7 +37652,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31468,7 +37738,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -31496,7 +37766,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -31504,13 +37774,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31526,7 +37802,7 @@ void svod_conv2d_gemm_f64_6x8_none_bias_res(double *restrict out, const double *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -31621,9 +37897,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -31673,7 +37951,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31759,7 +38037,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -31787,7 +38065,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -31795,13 +38073,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31817,7 +38101,7 @@ void svod_conv2d_gemm_f64_6x8_relu(double *restrict out, const double *restrict 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -31912,9 +38196,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -31964,7 +38250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32050,7 +38336,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -32078,7 +38364,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -32086,13 +38372,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32108,7 +38400,7 @@ void svod_conv2d_gemm_f64_6x8_relu_res(double *restrict out, const double *restr
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -32203,9 +38495,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -32255,7 +38549,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32341,7 +38635,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -32369,7 +38663,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -32377,13 +38671,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32399,7 +38699,7 @@ void svod_conv2d_gemm_f64_6x8_relu_bias(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -32494,9 +38794,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -32546,7 +38848,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 6; ++i) {
-            const double ai = ap[p * 6 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32632,7 +38934,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(doub
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -32660,7 +38962,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -32668,13 +38970,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
             svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 8) {
                     const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
                     for (svod_i64 ir = 0; ir < mc; ir += 6) {
                         const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_6x8_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32690,7 +38998,7 @@ void svod_conv2d_gemm_f64_6x8_relu_bias_res(double *restrict out, const double *
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_6x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -32785,9 +39093,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -32849,7 +39159,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32935,7 +39245,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -32963,7 +39273,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -32971,13 +39281,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32993,7 +39309,7 @@ void svod_conv2d_gemm_f64_8x16_none(double *restrict out, const double *restrict
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -33088,9 +39404,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -33152,7 +39470,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33238,7 +39556,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -33266,7 +39584,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -33274,13 +39592,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33296,7 +39620,7 @@ void svod_conv2d_gemm_f64_8x16_none_res(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -33391,9 +39715,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -33455,7 +39781,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33541,7 +39867,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -33569,7 +39895,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -33577,13 +39903,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33599,7 +39931,7 @@ void svod_conv2d_gemm_f64_8x16_none_bias(double *restrict out, const double *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -33694,9 +40026,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -33758,7 +40092,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33844,7 +40178,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -33872,7 +40206,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -33880,13 +40214,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33902,7 +40242,7 @@ void svod_conv2d_gemm_f64_8x16_none_bias_res(double *restrict out, const double 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 0, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -33997,9 +40337,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -34061,7 +40403,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34147,7 +40489,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -34175,7 +40517,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -34183,13 +40525,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34205,7 +40553,7 @@ void svod_conv2d_gemm_f64_8x16_relu(double *restrict out, const double *restrict
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, 0, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -34300,9 +40648,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -34364,7 +40714,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34450,7 +40800,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -34478,7 +40828,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -34486,13 +40836,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34508,7 +40864,7 @@ void svod_conv2d_gemm_f64_8x16_relu_res(double *restrict out, const double *rest
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, 0, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -34603,9 +40959,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -34667,7 +41025,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34753,7 +41111,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -34781,7 +41139,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -34789,13 +41147,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34811,7 +41175,7 @@ void svod_conv2d_gemm_f64_8x16_relu_bias(double *restrict out, const double *res
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
@@ -34906,9 +41270,11 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
     }
 }
 
-/* matmul's mr x nr register tile (templates/c/matmul.c.j2), unchanged. */
-__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, const double *restrict bp,
-                                      double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr, int accumulate) {
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
+                                      const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -34970,7 +41336,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #pragma GCC unroll 64
 #endif
         for (int i = 0; i < 8; ++i) {
-            const double ai = ap[p * 8 + i];
+            const double ai = ap[p * lda + i];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35056,7 +41422,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(dou
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(double *restrict out, const double *restrict x,
         const double *restrict w, const double *restrict bias, const double *restrict res,
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
-        int dh, int dw, int groups, int act, double alpha, double beta, int core_id_count, int core_id) {
+        int dh, int dw, int groups, int act, int packed, double alpha, double beta, int core_id_count, int core_id) {
     double ap[9216] __attribute__((aligned(64)));
     double bp[49152] __attribute__((aligned(64)));
     double row[256] __attribute__((aligned(64)));
@@ -35084,7 +41450,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
         const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
-        const double *wg = w + g * OCg * K;
+        const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
         for (svod_i64 pc = 0; pc < K; pc += kcb) {
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
@@ -35092,13 +41458,19 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
             svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
-                svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                if (!packed)
+                    svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const double *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
                 for (svod_i64 jr = 0; jr < nc; jr += 16) {
                     const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
                     for (svod_i64 ir = 0; ir < mc; ir += 8) {
                         const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
                         const svod_i64 at = obase + (ic + ir) * P + jr;
-                        svod_convgemm_f64_8x16_tile(kc, ap + ir * kc, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -35114,7 +41486,7 @@ void svod_conv2d_gemm_f64_8x16_relu_bias_res(double *restrict out, const double 
         int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
         int dh, int dw, int groups, int core_id_count, int core_id) {
     svod_convgemm_f64_8x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
-                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 1, 0,
                      0,
                      0,
                      core_id_count, core_id);
