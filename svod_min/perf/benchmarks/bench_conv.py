@@ -4,8 +4,8 @@
 
 Shapes are typical CNN layers (batch 1, float32): ResNet-50's 3x3 64->64 and 1x1 256->64 at
 56x56 and its 7x7 stride-2 stem 3->64 at 224, SqueezeNet's expand 3x3 16->64 at 55x55, and a
-MobileNet depthwise 3x3 over 32 channels at 112x112. Each shape runs on conv2d_gemm (the
-depthwise one on depthwise_conv2d) and on an onnxruntime session holding one Conv node built with
+MobileNet depthwise 3x3 over 32 channels at 112x112. Each shape runs on conv2d_gemm with packed
+weights, as ONNX bundles run it (the depthwise one on depthwise_conv2d) and on an onnxruntime session holding one Conv node built with
 onnx.helper, both in this process, timed in turn (round-robin, medians) at each thread count.
 onnxruntime's threads do not spin between runs, so they take no core from the svod_min timing.
 Rates are GFLOP/s (2 x multiply-adds), higher is better: ratio = svod_min / onnxruntime.
@@ -54,16 +54,21 @@ SHAPES: Tuple[ConvShape, ...] = (
 
 
 def svod_conv(shape: ConvShape, x: Any, w: Any, out: Any, threads: int) -> Callable[[], None]:
-    """A bound svod_min call computing ``shape`` (depthwise_conv2d when groups == C == OC)."""
+    """A bound svod_min call computing ``shape`` (depthwise_conv2d when groups == C == OC), as an ONNX bundle
+    runs it: conv2d_gemm with its weights packed once (and the zero bias the packed instances take)."""
+    import numpy as np
+
     from svod_min import kernels
+    from svod_min.kernels.conv_pack import pack_conv_weights
 
     p = shape.pad
     common = dict(N=1, C=shape.c, H=shape.h, W=shape.w, KH=shape.k, KW=shape.k, sh=shape.stride, sw=shape.stride,
                   pt=p, pl=p, pb=p, pr=p, dh=1, dw=1)  # fmt: skip
     if shape.groups == shape.c == shape.oc:
         return kernels.get("depthwise_conv2d", dtype="float32").bind([out, x, w], threads=threads, **common)
-    return kernels.get("conv2d_gemm", dtype="float32").bind([out, x, w], threads=threads, OC=shape.oc,
-                                                            groups=shape.groups, **common)  # fmt: skip
+    packed, bias = pack_conv_weights(w, shape.groups), np.zeros(shape.oc, np.float32)
+    conv = kernels.get("conv2d_gemm", dtype="float32", bias=True, packed=True)
+    return conv.bind([out, x, packed, bias], threads=threads, OC=shape.oc, groups=shape.groups, **common)
 
 
 def ort_conv(shape: ConvShape, w: Any, threads: int) -> Any:

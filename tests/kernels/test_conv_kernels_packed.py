@@ -96,8 +96,8 @@ def test_packed_conv_is_prebuilt() -> None:
 def test_packed_conv_every_tile(mr: int, nr: int, rng: Any) -> None:
     """One packed layout for every tile height: PACK_ROWS is a multiple of each mr."""
     assert PACK_ROWS % mr == 0
-    _run(rng, CASES[2], mr=mr, nr=nr, prebuilt=False)
-    _run(rng, CASES[9], mr=mr, nr=nr, prebuilt=False)
+    _run(rng, CASES[2], mr=mr, nr=nr)
+    _run(rng, CASES[9], mr=mr, nr=nr)
 
 
 def test_packed_weights_layout() -> None:
