@@ -230,7 +230,8 @@ def format_ops(times: List[OpTime], top: int, nodes: Optional[List[OrtNode]] = N
                                                                 rate, peer_rate, o.shape))  # fmt: skip
     peak = peak_gflops(times)
     lines.append("by kernel: " + ", ".join("%s %.3f ms" % (f, t * 1e3) for f, t in kernel_families(times)[:6]))
-    lines.append("total %.3f ms over %d ops; best op rate %s GFLOP/s" % (total * 1e3, len(times), "-" if peak is None else "%.1f" % peak))
+    best = "-" if peak is None else "%.1f" % peak
+    lines.append("total %.3f ms over %d ops; best op rate %s GFLOP/s" % (total * 1e3, len(times), best))
     return "\n".join(lines)
 
 
@@ -238,7 +239,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle", help="a model bundle (.svod) or plan file")
     p.add_argument("--onnx", help="the ONNX model the bundle was built from: onnxruntime's profile beside svod_min's")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable; default: the bundle's example)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input (repeatable; default: the bundle's example)")
     p.add_argument("--top", type=int, default=15, help="ops to list (default 15)")
     p.add_argument("--runs", type=int, default=3, help="profiled runs; each op's fastest counts (default 3)")
     args = p.parse_args(argv)

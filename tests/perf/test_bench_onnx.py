@@ -38,7 +38,8 @@ def _tiny_model() -> Any:
 
 
 def _by_kind(table: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
-    kinds = {"load average": "load", "geometric mean": "mean", "median run": "speed", "peak RSS": "rss", "cold start": "cold", "profile": "profile"}
+    kinds = {"load average": "load", "geometric mean": "mean", "median run": "speed", "peak RSS": "rss", "cold start": "cold",
+             "profile": "profile"}  # fmt: skip
     found = {}
     for row in table:
         kind = [k for text, k in kinds.items() if text in row["measure"]]

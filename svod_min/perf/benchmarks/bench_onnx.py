@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from svod_min.perf.bench_suite import format_table
@@ -46,6 +47,10 @@ GOAL_GEOMEAN = 1.0
 GOAL_FLOOR = 0.7
 #: Peak RSS: svod_min at most this many times onnxruntime's.
 GOAL_RSS = 1.2
+#: A model's timed pairs last about this long at least (a 10 ms model gets more than 7 pairs) ...
+PAIR_SECONDS = 1.0
+#: ... up to this many pairs.
+MAX_REPS = 41
 #: Outputs of the two engines agree to this relative error before anything is timed.
 AGREE = 1e-2
 
@@ -104,6 +109,7 @@ class Settings(NamedTuple):
 
     threads: Tuple[int, ...]
     reps: int
+    pair_seconds: float
     fresh_reps: int
     peer: str
     directory: str
@@ -216,7 +222,7 @@ def check_agreement(model: Any, session: Any, prepared: Prepared) -> None:
             raise ExecutionError("%s: output %s differs from onnxruntime's (max relative error %.3g)" % (prepared.name, name, err))
 
 
-def speed(prepared: Prepared, threads: int, reps: int) -> Dict[str, float]:
+def speed(prepared: Prepared, threads: int, reps: int, pair_seconds: float = PAIR_SECONDS) -> Dict[str, float]:
     """Median seconds per run of svod_min and onnxruntime, timed in turn in this process."""
     from svod_min import load_model
     from svod_min.devices.cpu.device import CpuDevice
@@ -227,10 +233,21 @@ def speed(prepared: Prepared, threads: int, reps: int) -> Dict[str, float]:
     check_agreement(model, session, prepared)
     svod_feed = {prepared.input_name: prepared.input_array}
     ort_feed = {prepared.input_name: prepared.input_array}
-    times = paired_median_s({"svod": lambda: model.run(svod_feed), "ort": lambda: session.run(None, ort_feed)}, reps, warmup=1)
+    fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(svod_feed), "ort": lambda: session.run(None, ort_feed)}
+    times = paired_median_s(fns, reps_for(fns, reps, pair_seconds), warmup=0)
     del model, session
     gc.collect()  # the next thread count's copies of the weights should not sit beside these
     return times
+
+
+def reps_for(fns: Dict[str, Callable[[], Any]], reps: int, pair_seconds: float) -> int:
+    """``reps``, or more for a fast model: enough pairs for ``pair_seconds`` of timing, at most
+    :data:`MAX_REPS` (one run of each, timed here, doubles as the warm-up)."""
+    start = time.perf_counter()
+    for fn in fns.values():
+        fn()
+    pair = time.perf_counter() - start
+    return max(reps, min(MAX_REPS, int(pair_seconds / max(pair, 1e-6))))
 
 
 def run_child(cmd: List[str], env: Dict[str, str]) -> ChildRun:
@@ -300,7 +317,9 @@ def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, .
     def text(load: Optional[Tuple[float, ...]]) -> str:
         return "unknown" if load is None else " ".join("%.2f" % v for v in load)
 
-    return {"measure": "onnx: load average (1, 5, 15 min) at the start: %s; at the end: %s; %d CPUs" % (text(before), text(after), os.cpu_count() or 0),
+    measure = "onnx: load average (1, 5, 15 min) at the start: %s; at the end: %s; %d CPUs" % (
+        text(before), text(after), os.cpu_count() or 0)
+    return {"measure": measure,
             "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": "info", "met": None}  # fmt: skip
 
 
@@ -329,8 +348,9 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
     model_rows: List[Dict[str, Any]] = []
     ratios: Dict[int, List[float]] = {t: [] for t in threads}
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
-        settings = Settings(tuple(threads), 3 if quick else 7, 1 if quick else 3, "onnxruntime %s" % onnxruntime.__version__,
-                            directory, pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
+        settings = Settings(tuple(threads), 3 if quick else 7, 0.0 if quick else PAIR_SECONDS, 1 if quick else 3,
+                            "onnxruntime %s" % onnxruntime.__version__, directory,
+                            pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
         for name, make in sources:
             try:
                 model_rows += one_model(name, make, settings, ratios)
@@ -345,7 +365,7 @@ def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Di
     prepared = prepare(name, make, settings.directory)
     out = []
     for t in settings.threads:
-        row = speed_row(name, t, speed(prepared, t, settings.reps), settings.peer)
+        row = speed_row(name, t, speed(prepared, t, settings.reps, settings.pair_seconds), settings.peer)
         ratios[t].append(row["ratio"])
         out.append(row)
     runs = fresh_processes(prepared, settings.pyz, settings.fresh_reps, warm=settings.fresh_reps > 1)
@@ -393,11 +413,13 @@ def markdown(table: List[Dict[str, Any]]) -> str:
             notes.append("%s: %s" % (measure, row["peer"]))
             continue
         if ": profile" in measure or "failed" in measure or "load average" in measure or "geometric mean" in measure or not name:
-            notes.append(measure if row.get("svod_min") is None else "%s: %s (%s: %s)" % (measure, row["svod_min"], row["peer"], row["peer_value"]))
+            value = "" if row.get("svod_min") is None else ": %s (%s: %s)" % (row["svod_min"], row["peer"], row["peer_value"])
+            notes.append(measure + value)
             if "geometric mean" in measure:
                 notes[-1] = "%s: **%s** (goal %s: %s)" % (measure, row["ratio"], row["goal"], _met(row["met"]))
             continue
-        kind = "1" if "1 thread: median" in measure else "2" if "2 threads: median" in measure else "rss" if "peak RSS" in measure else "cold"
+        kind = ("1" if "1 thread: median" in measure else "2" if "2 threads: median" in measure
+                else "rss" if "peak RSS" in measure else "cold")  # fmt: skip
         models.setdefault(name, {})[kind] = row
     head = ["model", "1 thread ms: svod_min / ort (ratio)", "2 threads ms: svod_min / ort (ratio)",
             "peak RSS MiB: svod_min / ort (ratio)", "cold start ms: svod_min / ort (ratio)"]  # fmt: skip
@@ -425,12 +447,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.add_argument("--markdown", action="store_true", help="print the rows as docs/performance.md shows them")
-    p.add_argument("--from-json", metavar="FILE", help="format the rows of an earlier --json run (of this or of `bench --only onnx`) instead of measuring")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="format the rows of an earlier --json run (of this or of `bench --only onnx`) instead of measuring")
     p.add_argument("--quick", action="store_true", help="fewer timed runs and fresh processes")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     p.add_argument("--models", default="", help="light model names, comma-separated (default: all nine)")
     p.add_argument("--profile", choices=("slow", "all", "none"), default="slow",
-                   help="a per-op profile row for models below %g at the first thread count (slow), every model, or none" % GOAL_FLOOR)
+                   help="a per-op profile row for models below %g at the first thread count (slow), every model, or none"
+                   % GOAL_FLOOR)  # fmt: skip
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as fh:
