@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..devices.cpu.device import CpuDevice
 from ..dtypes import dtype as svod_dtype
 from ..error import PlanError
-from ..planfile.bundle import BundleSource, bundle_digest, open_bundle
+from ..planfile.bundle import BundleSource, bundle_digest, is_bundle, open_bundle
 from ..planfile.load import Model, load_model
 from ..planfile.schema import read_plan_document
 
@@ -55,11 +55,8 @@ class BatchLayout:
 
 def plan_document(source: BundleSource) -> Dict[str, Any]:
     """The plan document of a bundle (path or bytes) or plan file, read and checked, nothing compiled."""
-    if isinstance(source, str) and not source.endswith(".svod"):
-        try:
-            return read_plan_document(source)
-        except PlanError:
-            pass  # a bundle under another name: open_bundle names what is wrong with it
+    if isinstance(source, str) and not is_bundle(source):
+        return read_plan_document(source)
     return open_bundle(source).plan
 
 

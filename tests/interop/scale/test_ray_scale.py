@@ -88,7 +88,8 @@ def test_an_actor_killed_mid_job_loses_no_rows(cluster: None, tmp_path: Any) -> 
     marker = marker_file(str(tmp_path))
     shipped = ray.put(mlp_bytes())  # the bytes, once, in the object store: the restarted actor gets them again
     out = ds.map_batches(DyingPredictor, fn_constructor_kwargs={"bundle": shipped, "marker": marker}, batch_format="numpy",
-                         concurrency=2, num_cpus=1, batch_size=300, max_restarts=2, max_task_retries=2).take_all()  # fmt: skip
+                         compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1, batch_size=300, max_restarts=2,
+                         max_task_retries=2).take_all()  # fmt: skip
     assert not os.path.exists(marker), "no actor was killed"
     assert len(out) == ROWS
     np.testing.assert_array_equal(by_id(out), direct_run(x))
