@@ -35,7 +35,8 @@ class BundlePredictor:
             self.runner = load_runner(_resolved(bundle), threads=self.threads)
         except SvodError as exc:
             # raised by the first batch instead: a failed batch reaches the driver as this error and is not
-            # retried, where a failed actor start reaches it as an ActorDiedError after restarts
+            # retried, where a failed actor start reaches it as an ActorDiedError once Ray Data has spent its
+            # budget of failed starts
             self.load_error = exc
             return
         layout = self.runner.layout
