@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import numpy as np
 import pytest
@@ -16,6 +16,7 @@ from svod_min.planfile.bundle import MANIFEST, PLAN, open_bundle, sha256, write_
 from support.paths import EXAMPLES
 
 MLP = str(EXAMPLES / "scale" / "mlp.svod")
+MLP_AARCH64 = str(EXAMPLES / "scale" / "mlp_aarch64.svod")
 ROWS = 3000
 x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the example bundle carries x86_64 objects only")
 
@@ -50,12 +51,23 @@ def truncated_bundle() -> bytes:
 def broken_object_bundle(path: str) -> str:
     """The example bundle with every object cut to its 64-byte ELF header, the manifest and plan recording the
     cut objects' hashes: the bundle opens (hashes and machines agree), the loader refuses the objects."""
-    bundle = open_bundle(MLP)
+    return _objects_only(MLP, path, lambda obj: obj[:64])
+
+
+def wrong_arch_bundle(path: str) -> str:
+    """The example model with objects for aarch64 only (``mlp_aarch64.svod``): no source to compile instead,
+    so an x86_64 host has nothing to run its kernels with."""
+    return _objects_only(MLP_AARCH64, path, lambda obj: obj)
+
+
+def _objects_only(source: str, path: str, change: Callable[[bytes], bytes]) -> str:
+    """``source`` rewritten at ``path`` with each object ``change``d and the kernels' C source dropped."""
+    bundle = open_bundle(source)
     files: Dict[str, bytes] = {n: d for n, d in bundle.entries.items() if n not in (MANIFEST, PLAN)}
     plan = json.loads(json.dumps(bundle.plan))
     for kernel in plan["kernels"].values():
         for obj in kernel.get("objects") or []:
-            files[obj["file"]] = files[obj["file"]][:64]
+            files[obj["file"]] = change(files[obj["file"]])
             obj["sha256"] = sha256(files[obj["file"]])
         for form in ("source", "file"):
             kernel.pop(form, None)  # no source to fall back on: the objects are all there is

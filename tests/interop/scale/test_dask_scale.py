@@ -1,6 +1,7 @@
 """Dask (a real LocalCluster: 2 worker processes): the example bundle over 3000 rows equals a direct run row by row,
 as arrays and as dataframes, from a path, from bytes and scattered once; one model per worker, keyed by content;
-a killed worker process loses no rows; a broken bundle fails with svod_min's error at the driver, not retried."""
+a killed worker process loses no rows; a truncated bundle, one with objects the loader refuses and one built for
+another architecture fail with svod_min's error at the driver, not retried."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ pytest.importorskip("distributed")
 import dask.array as da  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
-from scale_support import MLP, ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, x86_64_only  # noqa: E402
-from svod_min.error import BundleError, LoaderError  # noqa: E402
+from scale_support import MLP, ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, wrong_arch_bundle, x86_64_only  # noqa: E402
+from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
 from svod_min.interop.dask import predict_blocks, predict_partitions, ship  # noqa: E402
 from svod_min.planfile.bundle import bundle_digest  # noqa: E402
 
@@ -88,3 +89,9 @@ def test_objects_the_loader_refuses_fail_the_first_task_once(client: Any, tmp_pa
     y = predict_blocks(da.from_array(rows(200), chunks=(50, 16)), broken)  # the plan reads fine at the driver
     with pytest.raises(LoaderError, match="malformed ELF object"):
         y.compute(retries=0)
+
+
+def test_a_bundle_for_another_architecture_fails_the_first_task(client: Any, tmp_path: Any) -> None:
+    arm = ship(client, wrong_arch_bundle(str(tmp_path / "arm.svod")))
+    with pytest.raises(NoUsableTargetError, match="the kernel has objects for aarch64"):
+        predict_blocks(da.from_array(rows(200), chunks=(50, 16)), arm).compute()

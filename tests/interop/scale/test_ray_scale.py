@@ -1,6 +1,7 @@
 """Ray Data (a real local Ray, 2 CPUs): the example bundle over 3000 rows equals a direct run row by row, from a
-path and from bytes; a killed actor process loses no rows; a broken bundle fails the first batch with svod_min's
-error at the driver, not retried; threads follow an actor's CPUs."""
+path and from bytes; a killed actor process loses no rows; a truncated bundle, one with objects the loader refuses
+and one built for another architecture fail the first batch with svod_min's error at the driver, not retried;
+threads follow an actor's CPUs."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import scale_support  # noqa: E402
-from scale_support import ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, x86_64_only  # noqa: E402
-from svod_min.error import BundleError, LoaderError  # noqa: E402
+from scale_support import ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, wrong_arch_bundle, x86_64_only  # noqa: E402
+from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
 from svod_min.interop.ray import BundlePredictor, predict  # noqa: E402
 
 pytestmark = x86_64_only
@@ -106,3 +107,11 @@ def test_objects_the_loader_refuses_fail_with_its_error(cluster: None, tmp_path:
     broken = broken_object_bundle(str(tmp_path / "broken.svod"))
     with pytest.raises(LoaderError, match="malformed ELF object"):
         predict(ds, broken, actors=1, batch_size=50).take_all()
+
+
+def test_a_bundle_for_another_architecture_fails_with_its_error(cluster: None, tmp_path: Any) -> None:
+    ds, _ = dataset(200)
+    with open(wrong_arch_bundle(str(tmp_path / "arm.svod")), "rb") as fh:
+        arm = fh.read()
+    with pytest.raises(NoUsableTargetError, match="the kernel has objects for aarch64"):
+        predict(ds, arm, actors=1, batch_size=50).take_all()
