@@ -19,7 +19,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 from scale_support import MLP, ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, wrong_arch_bundle, x86_64_only  # noqa: E402
 from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
-from svod_min.interop.dask import predict_blocks, predict_partitions, ship  # noqa: E402
+from svod_min.interop.dask import predict_blocks, predict_partitions, ship, worker_threads  # noqa: E402
 from svod_min.planfile.bundle import bundle_digest  # noqa: E402
 
 pytestmark = x86_64_only
@@ -48,6 +48,7 @@ def test_bytes_and_a_shipped_bundle_equal_the_direct_run_and_load_once_per_worke
     np.testing.assert_array_equal(predict_blocks(da.from_array(x, chunks=(400, 16)), shipped).compute(), want)
     held = client.run(lambda: __import__("svod_min.interop.batches", fromlist=["cached_digests"]).cached_digests())
     assert set(held.values()) == {(bundle_digest(MLP),)}  # path, bytes, shipped: one content, one model each
+    assert set(client.run(worker_threads).values()) == {1}  # threads_per_worker=1: one kernel thread a call
 
 
 def test_a_dataframe_gets_the_outputs_as_columns(client: Any) -> None:
