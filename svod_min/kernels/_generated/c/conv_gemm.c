@@ -93,7 +93,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -101,8 +101,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -145,7 +146,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -165,7 +166,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -270,7 +271,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -385,7 +389,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -393,8 +397,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -437,7 +442,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -457,7 +462,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -562,7 +567,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -677,7 +685,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -685,8 +693,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -729,7 +738,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -749,7 +758,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -854,7 +863,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -969,7 +981,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -977,8 +989,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1021,7 +1034,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1041,7 +1054,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -1146,7 +1159,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1261,7 +1277,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1269,8 +1285,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1313,7 +1330,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1333,7 +1350,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -1438,7 +1455,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1553,7 +1573,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1561,8 +1581,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1605,7 +1626,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1625,7 +1646,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -1730,7 +1751,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1845,7 +1869,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1853,8 +1877,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1897,7 +1922,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1917,7 +1942,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -2022,7 +2047,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2137,7 +2165,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2145,8 +2173,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2189,7 +2218,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2209,7 +2238,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -2314,7 +2343,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2429,7 +2461,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2437,8 +2469,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2481,7 +2514,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2501,7 +2534,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -2606,7 +2639,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2721,7 +2757,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2729,8 +2765,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2773,7 +2810,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2793,7 +2830,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -2898,7 +2935,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3013,7 +3053,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3021,8 +3061,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3065,7 +3106,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3085,7 +3126,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -3190,7 +3231,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3305,7 +3349,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3313,8 +3357,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3357,7 +3402,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3377,7 +3422,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -3482,7 +3527,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3597,7 +3645,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3605,8 +3653,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3649,7 +3698,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3669,7 +3718,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -3774,7 +3823,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3889,7 +3941,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3897,8 +3949,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3941,7 +3994,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3961,7 +4014,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -4066,7 +4119,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4181,7 +4237,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4189,8 +4245,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4233,7 +4290,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4253,7 +4310,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -4358,7 +4415,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4473,7 +4533,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4481,8 +4541,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4525,7 +4586,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4545,7 +4606,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -4650,7 +4711,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4765,7 +4829,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4773,8 +4837,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4817,7 +4882,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4837,7 +4902,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -4942,7 +5007,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5057,7 +5125,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5065,8 +5133,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5109,7 +5178,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5129,7 +5198,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -5234,7 +5303,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5349,7 +5421,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5357,8 +5429,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5401,7 +5474,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5421,7 +5494,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -5526,7 +5599,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5641,7 +5717,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5649,8 +5725,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5693,7 +5770,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5713,7 +5790,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -5818,7 +5895,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5933,7 +6013,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5941,8 +6021,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5985,7 +6066,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6005,7 +6086,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -6110,7 +6191,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6225,7 +6309,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6233,8 +6317,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6277,7 +6362,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6297,7 +6382,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -6402,7 +6487,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6517,7 +6605,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6525,8 +6613,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6569,7 +6658,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6589,7 +6678,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -6694,7 +6783,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6809,7 +6901,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6817,8 +6909,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6861,7 +6954,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6881,7 +6974,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -6986,7 +7079,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7101,7 +7197,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7109,8 +7205,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7153,7 +7250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7173,7 +7270,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -7278,7 +7375,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7393,7 +7493,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7401,8 +7501,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7445,7 +7546,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7465,7 +7566,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -7570,7 +7671,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7685,7 +7789,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7693,8 +7797,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7737,7 +7842,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7757,7 +7862,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -7862,7 +7967,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7977,7 +8085,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7985,8 +8093,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8029,7 +8138,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8049,7 +8158,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -8154,7 +8263,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8269,7 +8381,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8277,8 +8389,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8321,7 +8434,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8341,7 +8454,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -8446,7 +8559,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8561,7 +8677,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8569,8 +8685,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8613,7 +8730,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8633,7 +8750,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -8738,7 +8855,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8853,7 +8973,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8861,8 +8981,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8905,7 +9026,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8925,7 +9046,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -9030,7 +9151,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9145,7 +9269,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9153,8 +9277,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9197,7 +9322,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9217,7 +9342,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -9322,7 +9447,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9437,7 +9565,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9445,8 +9573,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9489,7 +9618,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9509,7 +9638,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -9614,7 +9743,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9729,7 +9861,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9737,8 +9869,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9781,7 +9914,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9801,7 +9934,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -9906,7 +10039,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10021,7 +10157,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10029,8 +10165,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10073,7 +10210,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10093,7 +10230,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -10198,7 +10335,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10313,7 +10453,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10321,8 +10461,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10365,7 +10506,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10385,7 +10526,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -10490,7 +10631,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10605,7 +10749,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10613,8 +10757,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10657,7 +10802,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10677,7 +10822,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -10782,7 +10927,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10897,7 +11045,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10905,8 +11053,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10949,7 +11098,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 8) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10969,7 +11118,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -11074,7 +11223,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11189,7 +11341,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11200,8 +11352,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11248,7 +11401,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11268,7 +11421,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -11373,7 +11526,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11488,7 +11644,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11499,8 +11655,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11547,7 +11704,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11567,7 +11724,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -11672,7 +11829,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11787,7 +11947,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -11798,8 +11958,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11846,7 +12007,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11866,7 +12027,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -11971,7 +12132,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12086,7 +12250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12097,8 +12261,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12145,7 +12310,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12165,7 +12330,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -12270,7 +12435,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12385,7 +12553,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12396,8 +12564,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12444,7 +12613,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12464,7 +12633,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -12569,7 +12738,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12684,7 +12856,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12695,8 +12867,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12743,7 +12916,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12763,7 +12936,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -12868,7 +13041,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12983,7 +13159,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12994,8 +13170,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13042,7 +13219,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13062,7 +13239,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -13167,7 +13344,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13282,7 +13462,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13293,8 +13473,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13341,7 +13522,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13361,7 +13542,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -13466,7 +13647,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13581,7 +13765,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13592,8 +13776,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13640,7 +13825,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13660,7 +13845,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -13765,7 +13950,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13880,7 +14068,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13891,8 +14079,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13939,7 +14128,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13959,7 +14148,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -14064,7 +14253,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14179,7 +14371,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14190,8 +14382,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14238,7 +14431,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14258,7 +14451,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -14363,7 +14556,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14478,7 +14674,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14489,8 +14685,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14537,7 +14734,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14557,7 +14754,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -14662,7 +14859,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14777,7 +14977,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14788,8 +14988,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14836,7 +15037,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14856,7 +15057,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -14961,7 +15162,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15076,7 +15280,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15087,8 +15291,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15135,7 +15340,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15155,7 +15360,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -15260,7 +15465,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15375,7 +15583,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15386,8 +15594,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15434,7 +15643,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15454,7 +15663,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -15559,7 +15768,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15674,7 +15886,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15685,8 +15897,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15733,7 +15946,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15753,7 +15966,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -15858,7 +16071,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15973,7 +16189,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15984,8 +16200,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16032,7 +16249,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16052,7 +16269,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -16157,7 +16374,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16272,7 +16492,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16283,8 +16503,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16331,7 +16552,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16351,7 +16572,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -16456,7 +16677,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16571,7 +16795,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16582,8 +16806,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16630,7 +16855,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16650,7 +16875,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -16755,7 +16980,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16870,7 +17098,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16881,8 +17109,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16929,7 +17158,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16949,7 +17178,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -17054,7 +17283,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17169,7 +17401,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17180,8 +17412,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17228,7 +17461,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17248,7 +17481,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -17353,7 +17586,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17468,7 +17704,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17479,8 +17715,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17527,7 +17764,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17547,7 +17784,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -17652,7 +17889,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17767,7 +18007,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17778,8 +18018,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17826,7 +18067,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17846,7 +18087,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -17951,7 +18192,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18066,7 +18310,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18077,8 +18321,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18125,7 +18370,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18145,7 +18390,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -18250,7 +18495,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18365,7 +18613,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18376,8 +18624,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18424,7 +18673,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18444,7 +18693,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -18549,7 +18798,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18664,7 +18916,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18675,8 +18927,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18723,7 +18976,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18743,7 +18996,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -18848,7 +19101,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18963,7 +19219,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18974,8 +19230,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19022,7 +19279,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19042,7 +19299,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -19147,7 +19404,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19262,7 +19522,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19273,8 +19533,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19321,7 +19582,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19341,7 +19602,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -19446,7 +19707,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19561,7 +19825,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19572,8 +19836,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19620,7 +19885,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19640,7 +19905,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -19745,7 +20010,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19860,7 +20128,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19871,8 +20139,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19919,7 +20188,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19939,7 +20208,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -20044,7 +20313,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20159,7 +20431,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20170,8 +20442,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20218,7 +20491,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20238,7 +20511,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -20343,7 +20616,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20458,7 +20734,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20469,8 +20745,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20517,7 +20794,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20537,7 +20814,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -20642,7 +20919,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20757,7 +21037,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20768,8 +21048,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20816,7 +21097,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20836,7 +21117,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -20941,7 +21222,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21056,7 +21340,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21067,8 +21351,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21115,7 +21400,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21135,7 +21420,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -21240,7 +21525,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21355,7 +21643,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21366,8 +21654,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21414,7 +21703,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21434,7 +21723,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -21539,7 +21828,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21654,7 +21946,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21665,8 +21957,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21713,7 +22006,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21733,7 +22026,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -21838,7 +22131,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21953,7 +22249,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21964,8 +22260,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22012,7 +22309,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22032,7 +22329,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -22137,7 +22434,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22252,7 +22552,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22263,8 +22563,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22311,7 +22612,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 16) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22331,7 +22632,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -22436,7 +22737,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22551,7 +22855,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22562,8 +22866,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22622,7 +22927,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22642,7 +22947,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -22747,7 +23052,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22862,7 +23170,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22873,8 +23181,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22933,7 +23242,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22953,7 +23262,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -23058,7 +23367,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23173,7 +23485,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23184,8 +23496,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23244,7 +23557,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23264,7 +23577,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -23369,7 +23682,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23484,7 +23800,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23495,8 +23811,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23555,7 +23872,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23575,7 +23892,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -23680,7 +23997,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23795,7 +24115,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23806,8 +24126,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23866,7 +24187,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23886,7 +24207,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -23991,7 +24312,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24106,7 +24430,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24117,8 +24441,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24177,7 +24502,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24197,7 +24522,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -24302,7 +24627,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24417,7 +24745,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24428,8 +24756,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24488,7 +24817,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24508,7 +24837,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -24613,7 +24942,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24728,7 +25060,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24739,8 +25071,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24799,7 +25132,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24819,7 +25152,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -24924,7 +25257,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25039,7 +25375,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25050,8 +25386,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25110,7 +25447,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25130,7 +25467,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -25235,7 +25572,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25350,7 +25690,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25361,8 +25701,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25421,7 +25762,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25441,7 +25782,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -25546,7 +25887,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25661,7 +26005,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25672,8 +26016,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25732,7 +26077,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25752,7 +26097,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -25857,7 +26202,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25972,7 +26320,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25983,8 +26331,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26043,7 +26392,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26063,7 +26412,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -26168,7 +26517,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26283,7 +26635,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26294,8 +26646,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26354,7 +26707,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26374,7 +26727,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -26479,7 +26832,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26594,7 +26950,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26605,8 +26961,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26665,7 +27022,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26685,7 +27042,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -26790,7 +27147,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26905,7 +27265,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26916,8 +27276,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26976,7 +27337,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26996,7 +27357,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -27101,7 +27462,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27216,7 +27580,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27227,8 +27591,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27287,7 +27652,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27307,7 +27672,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -27412,7 +27777,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27527,7 +27895,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27538,8 +27906,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27598,7 +27967,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27618,7 +27987,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -27723,7 +28092,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27838,7 +28210,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27849,8 +28221,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27909,7 +28282,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27929,7 +28302,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -28034,7 +28407,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28149,7 +28525,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -28160,8 +28536,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28220,7 +28597,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28240,7 +28617,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -28345,7 +28722,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28460,7 +28840,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -28471,8 +28851,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28531,7 +28912,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28551,7 +28932,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -28656,7 +29037,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28771,7 +29155,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -28782,8 +29166,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28842,7 +29227,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28862,7 +29247,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -28967,7 +29352,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29082,7 +29470,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -29093,8 +29481,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29153,7 +29542,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29173,7 +29562,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -29278,7 +29667,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29393,7 +29785,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -29404,8 +29796,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29464,7 +29857,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29484,7 +29877,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -29589,7 +29982,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -29704,7 +30100,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -29715,8 +30111,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29775,7 +30172,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29795,7 +30192,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -29900,7 +30297,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30015,7 +30415,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30026,8 +30426,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30086,7 +30487,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30106,7 +30507,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -30211,7 +30612,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30326,7 +30730,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30337,8 +30741,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30397,7 +30802,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30417,7 +30822,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -30522,7 +30927,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30637,7 +31045,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30648,8 +31056,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30708,7 +31117,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30728,7 +31137,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -30833,7 +31242,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -30948,7 +31360,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30959,8 +31371,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31019,7 +31432,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31039,7 +31452,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -31144,7 +31557,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31259,7 +31675,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -31270,8 +31686,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31330,7 +31747,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31350,7 +31767,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -31455,7 +31872,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31570,7 +31990,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -31581,8 +32001,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31641,7 +32062,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31661,7 +32082,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -31766,7 +32187,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -31881,7 +32305,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -31892,8 +32316,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31952,7 +32377,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31972,7 +32397,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -32077,7 +32502,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32192,7 +32620,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -32203,8 +32631,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32263,7 +32692,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32283,7 +32712,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -32388,7 +32817,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32503,7 +32935,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -32514,8 +32946,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32574,7 +33007,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32594,7 +33027,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -32699,7 +33132,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -32814,7 +33250,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -32825,8 +33261,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32885,7 +33322,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32905,7 +33342,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -33010,7 +33447,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33125,7 +33565,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -33136,8 +33576,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33196,7 +33637,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33216,7 +33657,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -33321,7 +33762,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33436,7 +33880,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -33447,8 +33891,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33507,7 +33952,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33527,7 +33972,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -33632,7 +34077,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -33747,7 +34195,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -33758,8 +34206,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33818,7 +34267,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33838,7 +34287,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -33943,7 +34392,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34058,7 +34510,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -34069,8 +34521,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
     typedef float vec __attribute__((vector_size(16)));
     typedef float vecu __attribute__((vector_size(16), aligned(4)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34129,7 +34582,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 32) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34149,7 +34602,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
         const float *t = (const float *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 32 + j] : t[i * 32 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
@@ -34254,7 +34707,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34369,7 +34825,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -34377,8 +34833,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34421,7 +34878,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34441,7 +34898,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -34546,7 +35003,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34661,7 +35121,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -34669,8 +35129,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34713,7 +35174,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34733,7 +35194,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -34838,7 +35299,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -34953,7 +35417,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -34961,8 +35425,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35005,7 +35470,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35025,7 +35490,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -35130,7 +35595,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -35245,7 +35713,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -35253,8 +35721,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35297,7 +35766,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35317,7 +35786,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -35422,7 +35891,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -35537,7 +36009,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -35545,8 +36017,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35589,7 +36062,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35609,7 +36082,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -35714,7 +36187,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -35829,7 +36305,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -35837,8 +36313,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35881,7 +36358,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35901,7 +36378,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -36006,7 +36483,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -36121,7 +36601,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -36129,8 +36609,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36173,7 +36654,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36193,7 +36674,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -36298,7 +36779,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -36413,7 +36897,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -36421,8 +36905,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[4][NV];
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36465,7 +36950,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 4 && nr == 4) {
+    if (mr == 4 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36485,7 +36970,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 4 + j] : t[i * 4 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -36590,7 +37075,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -36705,7 +37193,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -36716,8 +37204,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36764,7 +37253,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36784,7 +37273,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -36889,7 +37378,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -37004,7 +37496,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -37015,8 +37507,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37063,7 +37556,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37083,7 +37576,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -37188,7 +37681,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -37303,7 +37799,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -37314,8 +37810,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37362,7 +37859,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37382,7 +37879,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -37487,7 +37984,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -37602,7 +38102,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -37613,8 +38113,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37661,7 +38162,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37681,7 +38182,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -37786,7 +38287,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -37901,7 +38405,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -37912,8 +38416,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37960,7 +38465,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37980,7 +38485,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -38085,7 +38590,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -38200,7 +38708,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -38211,8 +38719,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38259,7 +38768,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38279,7 +38788,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -38384,7 +38893,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -38499,7 +39011,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -38510,8 +39022,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38558,7 +39071,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38578,7 +39091,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -38683,7 +39196,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -38798,7 +39314,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -38809,8 +39325,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[6][NV];
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38857,7 +39374,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 6 && nr == 8) {
+    if (mr == 6 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38877,7 +39394,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 8 + j] : t[i * 8 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -38982,7 +39499,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -39097,7 +39617,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -39108,8 +39628,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39168,7 +39689,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39188,7 +39709,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -39293,7 +39814,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -39408,7 +39932,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -39419,8 +39943,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39479,7 +40004,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39499,7 +40024,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -39604,7 +40129,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -39719,7 +40247,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -39730,8 +40258,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39790,7 +40319,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39810,7 +40339,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -39915,7 +40444,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -40030,7 +40562,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -40041,8 +40573,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40101,7 +40634,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40121,7 +40654,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -40226,7 +40759,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -40341,7 +40877,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -40352,8 +40888,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40412,7 +40949,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40432,7 +40969,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -40537,7 +41074,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -40652,7 +41192,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -40663,8 +41203,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40723,7 +41264,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40743,7 +41284,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -40848,7 +41389,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -40963,7 +41507,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -40974,8 +41518,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41034,7 +41579,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41054,7 +41599,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -41159,7 +41704,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -41274,7 +41822,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate) {
+                                      int accumulate, const int half) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -41285,8 +41833,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
     typedef double vec __attribute__((vector_size(16)));
     typedef double vecu __attribute__((vector_size(16), aligned(8)));
 #endif
-    enum { NV = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
-    vec acc[8][NV];
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 8) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41345,7 +41894,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
             for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
         }
     }
-    if (mr == 8 && nr == 16) {
+    if (mr == 8 && nr == NV * VL) {
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41365,7 +41914,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
         const double *t = (const double *)acc;
         for (svod_i64 i = 0; i < mr; ++i)
             for (svod_i64 j = 0; j < nr; ++j)
-                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * 16 + j] : t[i * 16 + j];
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
     }
 }
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_epi(double *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const double *bias,
@@ -41470,7 +42019,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
-                        svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0);
+                        if (nr * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 1);
+                        else
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nr, pc > 0, 0);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
