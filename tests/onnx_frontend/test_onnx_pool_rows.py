@@ -31,6 +31,15 @@ CASES = [
                                    "count_include_pad": 1}),
     ("AveragePool", (1, 2, 10, 10), {"kernel_shape": [2, 2], "strides": [4, 3]}),
     ("AveragePool", (1, 1, 1, 1), {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}),
+    # output rows of 20 columns or more: edge and interior columns apart (csrc.POOL_SPLIT_MIN_OW)
+    ("MaxPool", (2, 3, 9, 41), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", (1, 2, 9, 45), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
+    ("MaxPool", (1, 2, 8, 44), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", (1, 2, 5, 30), {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),  # every row touches padding
+    ("AveragePool", (1, 3, 7, 30), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 3, 7, 30), {"kernel_shape": [3, 3], "pads": [1, 2, 1, 0], "count_include_pad": 1}),
+    ("AveragePool", (1, 2, 8, 47), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1]}),
+    ("AveragePool", (1, 2, 10, 100), {"kernel_shape": [2, 4], "strides": [3, 4]}),
 ]
 
 
@@ -56,3 +65,14 @@ def test_maxpool_propagates_nan(tmp_path: Any) -> None:
     x[0, 0, 1, 3] = np.nan  # in window (0, 1) and not its first tap
     got = build_and_load(model, str(tmp_path))(x=x)["y"]
     assert np.isnan(got[0, 0, 0, 1]) and np.isfinite(np.delete(got.reshape(-1), 1)).all()
+
+
+def test_wide_rows_take_the_split_path() -> None:
+    from svod_min.onnx import csrc
+
+    def geom(w: int) -> "csrc.ConvGeom":
+        return csrc.ConvGeom(1, 4, 9, w, 4, 9, w, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
+
+    assert "_edge(" in csrc.pool2d(geom(csrc.POOL_SPLIT_MIN_OW), "avg", False).source
+    assert "_edge(" not in csrc.pool2d(geom(csrc.POOL_SPLIT_MIN_OW - 1), "max", False).source
+
