@@ -212,6 +212,8 @@ def conv2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, fl
 #: The narrowest output rows that pool2d splits into edge and interior columns (at 1 thread on x86_64-v4: 28
 #: columns 3x3 stride 1 ran 1.6-2.1x faster split, 14 columns 0.9x, 7 columns 0.6x).
 POOL_SPLIT_MIN_OW = 20
+#: The largest padded plane (elements, on the stack) that narrower pools copy each input plane into.
+POOL_PAD_MAX = 4096
 
 
 def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
@@ -220,9 +222,12 @@ def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
     Windows wholly inside the input (the interior columns of the rows whose window rows are all inside) take
     a path without bounds tests, whose fixed taps unroll and whose columns vectorise; the others test each
     tap. Both visit the taps in (kh, kw) order, so every output is the same either way. Output rows narrower
-    than POOL_SPLIT_MIN_OW test every tap (their edge columns are most of the row: the split ran slower).
+    than POOL_SPLIT_MIN_OW (their edge columns are most of the row: the split ran slower) pool a padded copy of
+    each plane at stride 1, and test every tap otherwise.
     """
     if g.ow < POOL_SPLIT_MIN_OW:
+        if g.sw == 1 and _padded_plane(g)[2] <= POOL_PAD_MAX:  # strided narrow rows: the copy cost more than it saved
+            return _pool2d_padded(g, kind, count_include_pad)
         return _pool2d_per_output(g, kind, count_include_pad)
     planes = g.n * g.c
     chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
@@ -283,6 +288,68 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
            hp=g.h + g.pb, wp=g.w + g.pr, count="padded" if count_include_pad else "inside", step=step, final=final,
            per=per, planes=planes, hw=g.h * g.w, ohw=g.oh * g.ow, oh=g.oh, ow=g.ow, span_h=(g.kh - 1) * g.dh,
            owa=owa, owb=owb, dhw=g.dh * g.w, whole=whole)
+    return _finish("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+
+
+def _padded_plane(g: ConvGeom) -> Tuple[int, int, int]:
+    """(rows, columns, elements) of a plane padded to hold every tap of every window (ceil_mode's too)."""
+    rows = max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1)
+    cols = max(g.w + g.pl, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    return rows, cols, rows * cols
+
+
+def _pool2d_padded(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
+    """Pooling of narrow planes: each plane copied into a padded one (padding -inf for a max, 0 for an average,
+    the borders filled once), then every window's fixed taps in (kh, kw) order without bounds tests, so the
+    outputs vectorise; the average divides by ONNX's count, (rows counted) x (columns counted). Same results as
+    testing each tap: padding never wins a max, and adding 0 leaves a sum as it is."""
+    planes = g.n * g.c
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    ph, pw, _ = _padded_plane(g)
+    if kind == "max":
+        pad, step, final = "-(1e39f)", "acc = (v > acc || v != v) ? v : acc;", "acc"
+    else:
+        pad, step, final = "0.0f", "acc += v;", "acc / (rows[oh] * cols[ow])"
+    row_ok, col_ok = ("ih < %d" % (g.h + g.pb), "iw < %d" % (g.w + g.pr)) if count_include_pad else \
+        ("ih >= 0 && ih < %d" % g.h, "iw >= 0 && iw < %d" % g.w)
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  enum { H = %(h)d, W = %(w)d, OH = %(oh)d, OW = %(ow)d, KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d,
+         PT = %(pt)d, PL = %(pl)d, DH = %(dh)d, DW = %(dw)d, PH = %(ph)d, PW = %(pw)d };
+  long p0 = (long)core_id * %(per)d, p1 = p0 + %(per)d < %(planes)d ? p0 + %(per)d : %(planes)d;
+  float padded[PH * PW], rows[OH], cols[OW];
+  for (long oh = 0; oh < OH; ++oh) {
+    long c = 0;
+    for (long kh = 0; kh < KH; ++kh) { long ih = oh * SH - PT + kh * DH; c += %(row_ok)s; }
+    rows[oh] = (float)c;
+  }
+  for (long ow = 0; ow < OW; ++ow) {
+    long c = 0;
+    for (long kw = 0; kw < KW; ++kw) { long iw = ow * SW - PL + kw * DW; c += %(col_ok)s; }
+    cols[ow] = (float)c;
+  }
+  for (long i = 0; i < PH * PW; ++i) padded[i] = %(pad)s;
+  for (long p = p0; p < p1; ++p) {
+    const float *xp = x + p * (long)(H * W);
+    float *o = out + p * (long)(OH * OW);
+    for (long ih = 0; ih < H; ++ih)
+      for (long iw = 0; iw < W; ++iw) padded[(ih + PT) * PW + iw + PL] = xp[ih * W + iw];
+    for (long oh = 0; oh < OH; ++oh)
+      for (long ow = 0; ow < OW; ++ow) {
+        const float *xw = padded + oh * SH * PW + ow * SW;
+        float acc = %(pad)s;
+        for (long kh = 0; kh < KH; ++kh)
+          for (long kw = 0; kw < KW; ++kw) {
+            float v = xw[kh * DH * PW + kw * DW];
+            %(step)s
+          }
+        o[oh * OW + ow] = %(final)s;
+      }
+  }
+  (void)rows; (void)cols;
+}
+""" % dict(h=g.h, w=g.w, oh=g.oh, ow=g.ow, kh=g.kh, kw=g.kw, sh=g.sh, sw=g.sw, pt=g.pt, pl=g.pl, dh=g.dh, dw=g.dw,
+           ph=ph, pw=pw, per=per, planes=planes, row_ok=row_ok, col_ok=col_ok, pad=pad, step=step, final=final)
     return _finish("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
 
 
