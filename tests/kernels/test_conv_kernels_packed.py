@@ -13,6 +13,9 @@ from support.kernel_check import needs_cc, rng  # noqa: F401 - rng is a fixture
 
 np = pytest.importorskip("numpy")
 
+# C kernels against numpy: the same on every Python (the library's Python side is tested in every env).
+pytestmark = pytest.mark.python_independent
+
 from svod_min import kernels  # noqa: E402
 from svod_min.kernels import KernelArgumentError  # noqa: E402
 from svod_min.kernels.conv_pack import PACK_ROWS, pack_conv_weights, packed_size  # noqa: E402
