@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
-from .csrc import PROTOTYPES, CKernel, chunks_for, contiguous_strides, flt
+from .csrc import PROTOTYPES, CKernel, ConvGeom, activation, chunks_for, contiguous_strides, flt
 
 #: C type of each run-time dtype a generated kernel reads or writes.
 C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}
@@ -191,3 +191,57 @@ def conv_transpose(n: int, c: int, h: int, w: int, oc: int, oh: int, ow: int, kh
        kh, kw, ow)  # fmt: skip
     extents = [n * oc * oh * ow, n * c * h * w, c * ocg * kh * kw] + ([oc] if bias else [])
     return make_kernel("convt", body, extents, chunks)
+
+
+#: The largest padded input plane (elements, on the stack) depthwise2d copies each plane into.
+DEPTHWISE_PAD_MAX = 16384
+
+
+def depthwise_padded_plane(g: ConvGeom) -> int:
+    """Elements of a plane padded to hold every tap of every output (0 past the pads)."""
+    rows = max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1)
+    cols = max(g.w + g.pl, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    return rows * cols
+
+
+def depthwise2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float]) -> CKernel:
+    """Depthwise convolution (groups = C = OC) of planes up to DEPTHWISE_PAD_MAX padded elements: each input plane
+    copied into a zero-padded one (the borders filled once), then every output's fixed taps in (kh, kw) order from
+    the bias, without bounds tests, so the outputs vectorise; activation in the store. The taps in the padding add
+    0 x w: the sums are those of a conv that skips them."""
+    rows = max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1)
+    cols = max(g.w + g.pl, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+    planes = g.n * g.c
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict x, const float *restrict w%(bias_arg)s, int core_id) {
+  enum { C = %(c)d, H = %(h)d, W = %(w)d, OH = %(oh)d, OW = %(ow)d, KH = %(kh)d, KW = %(kw)d, SH = %(sh)d, SW = %(sw)d,
+         PT = %(pt)d, PL = %(pl)d, DH = %(dh)d, DW = %(dw)d, PH = %(ph)d, PW = %(pw)d };
+  long p0 = (long)core_id * %(per)d, p1 = p0 + %(per)d < %(planes)d ? p0 + %(per)d : %(planes)d;
+  float padded[PH * PW];
+  for (long i = 0; i < PH * PW; ++i) padded[i] = 0.0f;
+  for (long p = p0; p < p1; ++p) {
+    const long c = p %% C;
+    const float *xp = x + p * (long)(H * W), *wk = w + c * (KH * KW);
+    float *o = out + p * (long)(OH * OW);
+    float wv[KH * KW];
+    for (long t = 0; t < KH * KW; ++t) wv[t] = wk[t];
+    for (long ih = 0; ih < H; ++ih)
+      for (long iw = 0; iw < W; ++iw) padded[(ih + PT) * PW + iw + PL] = xp[ih * W + iw];
+    const float b = %(bias)s;
+    for (long oh = 0; oh < OH; ++oh)
+      for (long ow = 0; ow < OW; ++ow) {
+        const float *xw = padded + oh * SH * PW + ow * SW;
+        float acc = b;
+        for (long kh = 0; kh < KH; ++kh)
+          for (long kw = 0; kw < KW; ++kw) acc += wv[kh * KW + kw] * xw[kh * DH * PW + kw * DW];
+        o[oh * OW + ow] = %(store)s;
+      }
+  }
+}
+""" % dict(bias_arg=", const float *restrict bias" if bias else "", c=g.c, h=g.h, w=g.w, oh=g.oh, ow=g.ow, kh=g.kh,
+           kw=g.kw, sh=g.sh, sw=g.sw, pt=g.pt, pl=g.pl, dh=g.dh, dw=g.dw, ph=rows, pw=cols, per=per, planes=planes,
+           bias="bias[c]" if bias else "0.0f", store=activation(act, act_params, "acc"))
+    extents = [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w, g.c * g.kh * g.kw] + ([g.c] if bias else [])
+    return make_kernel("dwconv", body, extents, chunks)
+

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import csrc
+from . import csrc, csrc_more
 from .conv_kernels import (add_residual, conv_library_applies, lower_conv_library, lower_global_avgpool_library,
                            lower_pool_library, residual_of)
 from .ir import Graph, Node
@@ -100,6 +100,9 @@ def _lower_conv_generic(L: Lowering, node: Node, g: csrc.ConvGeom, x: str, w: st
         _conv_as_matmul(L, node, g, col, w, bias, out, k=g.c * g.kh * g.kw)
     elif g.n == 1 and (g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0) and g.groups <= 64:
         _grouped_pointwise(L, node, g, x, w, bias, out)
+    elif g.groups == g.c == g.oc and csrc_more.depthwise_padded_plane(g) <= csrc_more.DEPTHWISE_PAD_MAX:
+        kind, params = activation_of(node)
+        L.source(csrc_more.depthwise2d(g, bool(bias), kind, params), [out, x, w] + ([bias] if bias else []))
     elif symmetric and (g.groups == 1 or (g.n == 1 and g.groups <= LIBRARY_GROUPS)) and kind in (None, "Relu"):
         _conv_library(L, g, x, w, bias, out)
         apply_activation(L, out, node)
