@@ -47,14 +47,17 @@ def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
     return dt, shape, payload
 
 
-def parse_npy(data: bytes, what: str) -> Tuple[DType, Tuple[int, ...], bytes]:
-    """(dtype, shape, payload) of ``.npy`` bytes already in memory (a bundle entry); ``what`` names them."""
+def parse_npy(data: bytes, what: str) -> Tuple[DType, Tuple[int, ...], memoryview]:
+    """(dtype, shape, payload) of ``.npy`` bytes already in memory (a bundle entry); ``what`` names them.
+
+    The payload is a view into ``data``, not a copy: a model's weights are then held once while they are
+    copied into their buffers, not twice."""
     header, start = _read_header(io.BytesIO(data), what)
     dt, shape, count = _parse_header(header, what)
     found = len(data) - start
     if found != count * dt.itemsize:
         raise PlanError("%s: expected %d bytes of data, found %d" % (what, count * dt.itemsize, found))
-    return dt, shape, data[start:]
+    return dt, shape, memoryview(data)[start:]
 
 
 def _read_header(fh: BinaryIO, path: str) -> Tuple[str, int]:

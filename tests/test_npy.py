@@ -10,7 +10,7 @@ from support.plan_file import needs_numpy, np
 
 from svod_min.dtypes import float32, int32, pack_values
 from svod_min.error import PlanError
-from svod_min.npy import read_npy, write_npy
+from svod_min.npy import parse_npy, read_npy, write_npy
 
 
 @needs_numpy
@@ -102,3 +102,16 @@ def test_regression_read_npy_refuses_a_huge_header_before_reading_it(tmp_path: P
     p.write_bytes(b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 30) + b"{")
     with pytest.raises(PlanError, match=r"\.npy header of 1073741824 bytes is over the 65536-byte limit"):
         read_npy(str(p))
+
+
+def test_parse_npy_views_the_payload_in_place(tmp_path: Path) -> None:
+    """A bundle entry's weights are not copied by the parse: held once while they fill their buffer."""
+    path = tmp_path / "w.npy"
+    write_npy(str(path), float32, (2, 3), pack_values(float32, [0.5 * i for i in range(6)]))
+    data = path.read_bytes()
+    dt, shape, payload = parse_npy(data, "w.npy")
+    assert (dt, shape) == (float32, (2, 3))
+    assert isinstance(payload, memoryview) and payload.obj is data
+    assert list(struct.unpack("=6f", payload)) == [0.5 * i for i in range(6)]
+    with pytest.raises(PlanError, match="expected 24 bytes of data, found 20"):
+        parse_npy(data[:-4], "w.npy")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..dtypes import DType, dtype as to_dtype, pack_values, unpack_values
 from ..error import BufferAllocationError, PlanError, PlanFileError, SvodError
@@ -95,7 +95,7 @@ class PlanData:
         need("init" not in b, path + ".init", "views share their base's data and take no init")
         return base.view(offset, count * dt.itemsize, dtype=dt.name, shape=shape)
 
-    def _init(self, init: Any, dt: DType, shape: Tuple[int, ...], count: int, path: str) -> Optional[bytes]:
+    def _init(self, init: Any, dt: DType, shape: Tuple[int, ...], count: int, path: str) -> Optional[Union[bytes, memoryview]]:
         if init == "zeros":
             return None
         if init == "ones":
@@ -125,13 +125,13 @@ class PlanData:
             return self._npy(as_text(arg, path + ".npy"), dt, shape, path + ".npy")
         raise PlanFileError(path, "unknown init %r (zeros, ones, arange, random, values, npy)" % kind)
 
-    def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> bytes:
+    def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> memoryview:
         file_dt, file_shape, payload = self.read_npy_file(rel, path)
         need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
         need(product(file_shape) == product(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
         return payload
 
-    def read_npy_file(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
+    def read_npy_file(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], memoryview]:
         """A ``.npy`` file the plan names: (dtype, shape, raw little-endian payload)."""
         data = self.files.read_bytes(rel, path)
         try:
