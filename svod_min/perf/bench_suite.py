@@ -43,7 +43,7 @@ def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 
 
 #: The directory holding the svod_min package (a checkout, or site-packages): child processes of a
 #: benchmark put it on PYTHONPATH so that they import this same svod_min.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # svod_min/perf/ -> its parent
 PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks")
 
 

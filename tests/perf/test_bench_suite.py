@@ -29,6 +29,13 @@ def test_packaged_benchmarks_are_found_without_a_checkout(tmp_path: Path, monkey
     assert PACKAGED <= set(names)
 
 
+def test_package_parent_is_where_svod_min_imports_from() -> None:
+    """Children of a benchmark put PACKAGE_PARENT on PYTHONPATH: it must hold the package, not be inside it."""
+    parent = Path(bench_suite.PACKAGE_PARENT)
+    assert (parent / "svod_min" / "__init__.py").is_file()
+    assert parent == PACKAGE.parent
+
+
 def test_checkout_shims_do_not_run_twice() -> None:
     bench_dir = CHECKOUT_BENCH
     names = [name for name, _ in bench_suite._bench_files(str(bench_dir))]
