@@ -188,7 +188,7 @@ def profile_row(name: str, svod_path: str, inputs: Mapping[str, Any], onnx_path:
     peer_rate = top.flops / peer_seconds / 1e9 if peer_seconds and top.flops else None
     families = ", ".join("%s %.0f%%" % (f, 100 * t / total) for f, t in kernel_families(times)[:3]) if total else ""
     measure = "onnx %s: profile, 1 thread: %skernels by time: %s; slowest op #%d %s (%s) %.0f%% of %.1f ms [GFLOP/s]" % (
-        name, "ms per op kind svod_min/onnxruntime: %s; " % kinds if kinds else "", families, top.index, top.kernel,
+        name, "ms per op kind (svod_min vs onnxruntime): %s; " % kinds if kinds else "", families, top.index, top.kernel,
         top.shape, 100 * top.seconds / total if total else 0, total * 1e3)  # fmt: skip
     return {
         "measure": measure, "svod_min": None if top.gflops is None else round(top.gflops, 1),

@@ -75,7 +75,7 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert "\n| tiny | " in text and text.count("\n| tiny | ") == 1 and "geometric mean of 1 models" in text
     profile = rows["profile"]
     assert "conv" in profile["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in profile["measure"]
-    assert "svod_min/onnxruntime: Conv " in profile["measure"]  # both engines' time per kind of op
+    assert "(svod_min vs onnxruntime): Conv " in profile["measure"]  # both engines' time per kind of op
     assert profile["peer"] == "onnxruntime, a Conv of the same shape" and profile["peer_value"] > 0  # its 8 channels padded to 16
 
 
