@@ -35,7 +35,7 @@ BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 ZIP_MAGIC = b"PK\x03\x04"
-STORE_ABOVE = 1 << 20  # .npy entries above this size are stored, not deflated
+STORE_ABOVE = 1 << 16  # .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
 
 

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from svod_min.planfile.bundle import MANIFEST, PLAN, Limits, open_bundle, sha256, write_bundle
+from svod_min.planfile.bundle import MANIFEST, PLAN, STORE_ABOVE, Limits, open_bundle, sha256, write_bundle, write_fixed_zip
 from svod_min.planfile.bundle_build import build_bundle
 from svod_min.error import BundleError, NoUsableTargetError
 from svod_min.planfile.load import load_plan
@@ -430,3 +430,15 @@ def test_objects_for_the_other_architectures_are_built_and_relocate(tmp_path: An
     machines = {"riscv64": 243, "ppc64le": 21, "loongarch64": 258}
     for entry, meta in bundle.manifest["objects"].items():
         assert int.from_bytes(bundle.entries[entry][18:20], "little") == machines[meta["target"]], entry
+
+
+def test_weights_over_the_threshold_are_stored_and_the_rest_deflated(tmp_path: Any) -> None:
+    """A weight array is stored (a load reads it without inflating); small arrays and everything else deflate."""
+    big, small = bytes(STORE_ABOVE + 1), bytes(STORE_ABOVE)
+    path = str(tmp_path / "z.svod")
+    write_fixed_zip(path, [("data/big.npy", big), ("data/small.npy", small), ("kernels/k.o", big)])
+    with zipfile.ZipFile(path) as zf:
+        kinds = {info.filename: info.compress_type for info in zf.infolist()}
+        assert zf.read("data/big.npy") == big
+    assert kinds == {"data/big.npy": zipfile.ZIP_STORED, "data/small.npy": zipfile.ZIP_DEFLATED,
+                     "kernels/k.o": zipfile.ZIP_DEFLATED}  # fmt: skip
