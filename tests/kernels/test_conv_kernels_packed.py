@@ -82,8 +82,8 @@ def test_packed_conv_epilogues(act: str, residual: bool, rng: Any) -> None:
 def test_packed_conv_threads_bit_identical(rng: Any) -> None:
     for case in ((2, 16, 20, 21, 30, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
                  (1, 32, 5, 5, 200, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)):  # one pixel block: the oc split
-        one, two = _run(rng, case, residual=True, threads=(1, 2))
-        assert np.array_equal(one, two)
+        one, two, three = _run(rng, case, residual=True, threads=(1, 2, 3))  # 3: an uneven oc split
+        assert np.array_equal(one, two) and np.array_equal(one, three)
 
 
 def test_packed_conv_is_prebuilt() -> None:

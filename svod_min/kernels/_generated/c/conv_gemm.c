@@ -234,11 +234,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -530,11 +532,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -826,11 +830,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -1122,11 +1128,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -1418,11 +1426,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -1714,11 +1724,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -2010,11 +2022,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -2306,11 +2320,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -2602,11 +2618,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -2898,11 +2916,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -3194,11 +3214,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -3490,11 +3512,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -3786,11 +3810,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -4082,11 +4108,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -4378,11 +4406,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -4674,11 +4704,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -4970,11 +5002,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -5266,11 +5300,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -5562,11 +5598,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -5858,11 +5896,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -6154,11 +6194,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -6450,11 +6492,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -6746,11 +6790,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -7042,11 +7088,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -7338,11 +7386,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -7634,11 +7684,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -7930,11 +7982,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -8226,11 +8280,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -8522,11 +8578,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -8818,11 +8876,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -9114,11 +9174,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -9410,11 +9472,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -9706,11 +9770,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -10002,11 +10068,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -10298,11 +10366,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -10594,11 +10664,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -10890,11 +10962,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -11186,11 +11260,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -11489,11 +11565,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -11792,11 +11870,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -12095,11 +12175,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -12398,11 +12480,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -12701,11 +12785,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -13004,11 +13090,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -13307,11 +13395,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -13610,11 +13700,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -13913,11 +14005,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -14216,11 +14310,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -14519,11 +14615,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -14822,11 +14920,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -15125,11 +15225,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -15428,11 +15530,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -15731,11 +15835,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -16034,11 +16140,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -16337,11 +16445,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -16640,11 +16750,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -16943,11 +17055,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -17246,11 +17360,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -17549,11 +17665,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -17852,11 +17970,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -18155,11 +18275,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -18458,11 +18580,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -18761,11 +18885,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -19064,11 +19190,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -19367,11 +19495,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -19670,11 +19800,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -19973,11 +20105,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -20276,11 +20410,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -20579,11 +20715,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -20882,11 +21020,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -21185,11 +21325,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -21488,11 +21630,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -21791,11 +21935,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -22094,11 +22240,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -22397,11 +22545,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -22700,11 +22850,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -23015,11 +23167,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -23330,11 +23484,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -23645,11 +23801,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -23960,11 +24118,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -24275,11 +24435,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -24590,11 +24752,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -24905,11 +25069,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -25220,11 +25386,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -25535,11 +25703,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -25850,11 +26020,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -26165,11 +26337,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -26480,11 +26654,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -26795,11 +26971,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -27110,11 +27288,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -27425,11 +27605,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -27740,11 +27922,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -28055,11 +28239,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -28370,11 +28556,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -28685,11 +28873,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -29000,11 +29190,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -29315,11 +29507,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -29630,11 +29824,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -29945,11 +30141,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -30260,11 +30458,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -30575,11 +30775,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -30890,11 +31092,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -31205,11 +31409,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -31520,11 +31726,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -31835,11 +32043,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -32150,11 +32360,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -32465,11 +32677,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -32780,11 +32994,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -33095,11 +33311,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -33410,11 +33628,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -33725,11 +33945,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -34040,11 +34262,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -34355,11 +34579,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -34670,11 +34896,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -34966,11 +35194,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -35262,11 +35492,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -35558,11 +35790,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -35854,11 +36088,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -36150,11 +36386,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -36446,11 +36684,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -36742,11 +36982,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -37038,11 +37280,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 4 - 1) / 4;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
@@ -37341,11 +37585,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -37644,11 +37890,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -37947,11 +38195,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -38250,11 +38500,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -38553,11 +38805,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -38856,11 +39110,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -39159,11 +39415,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -39462,11 +39720,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 6 - 1) / 6;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
@@ -39777,11 +40037,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -40092,11 +40354,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -40407,11 +40671,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -40722,11 +40988,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -41037,11 +41305,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -41352,11 +41622,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -41667,11 +41939,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
@@ -41982,11 +42256,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
     const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
-    /* oc blocks: whole OC/groups, unless fewer than two items per core id would leave ids idle */
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
     svod_i64 oblocks = 1;
-    if (core_id_count > 1 && images * pblocks < 2 * (svod_i64)core_id_count) {
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
         const svod_i64 tiles = (OCg + 8 - 1) / 8;
-        oblocks = (2 * (svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
         if (oblocks > tiles) oblocks = tiles;
     }
     const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
