@@ -29,17 +29,22 @@ _cache: Dict[str, int] = {}
 def _open_handles() -> List[int]:
     handles = []
     for short in _LIBRARIES:
-        name = ctypes.util.find_library(short)
-        candidates = [name] if name else []
-        candidates.append("lib%s.so.6" % short if short in ("m", "c") else "lib%s.so.1" % short)
-        for candidate in candidates:
-            try:
-                handles.append(ctypes.CDLL(candidate)._handle)
-                break
-            except OSError:
-                continue
+        handle = _dlopen("lib%s.so.6" % short if short in ("m", "c") else "lib%s.so.1" % short)
+        if handle is None:  # not glibc's soname (musl, odd hosts): ask the system, which may run ldconfig
+            name = ctypes.util.find_library(short)
+            handle = _dlopen(name) if name else None
+        if handle is not None:
+            handles.append(handle)
     handles.append(0)  # RTLD_DEFAULT: the global namespace
     return handles
+
+
+def _dlopen(name: str) -> Optional[int]:
+    """The library's dlopen handle, or None when the loader cannot find it by this name."""
+    try:
+        return ctypes.CDLL(name)._handle
+    except OSError:
+        return None
 
 
 def lookup(name: str) -> int:

@@ -12,7 +12,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from typing import Dict
+from typing import Dict, Optional
 
 from .. import resources
 from ..error import KernelParamError
@@ -50,11 +50,25 @@ def prelude() -> str:
 
 def kernel_source(family: str, entry: str) -> str:
     """Prelude + the block of ``entry``: a translation unit defining just that kernel."""
-    blocks = split_blocks(_read(family + ".c"))
-    block = blocks.get(entry)
+    block = find_block(_read(family + ".c"), entry)
     if block is None:
         raise KernelParamError("entry %s is not in %s.c; regenerate with python -m codegen" % (entry, family))
     return prelude() + "\n" + block
 
 
-__all__ = ["C_DIR", "kernel_source", "prelude", "split_blocks"]
+def find_block(text: str, entry: str) -> Optional[str]:
+    """The BEGIN ... END block of ``entry`` in a family's text, or None (a scan for its markers: a family
+    file is megabytes, and a load asks for a few of its hundreds of blocks)."""
+    begin, end = "/* BEGIN %s */\n" % entry, "/* END %s */\n" % entry
+    start = text.find(begin)
+    while start > 0 and text[start - 1] != "\n":
+        start = text.find(begin, start + 1)
+    if start < 0:
+        return None
+    stop = text.find(end, start)
+    while stop > 0 and text[stop - 1] != "\n":
+        stop = text.find(end, stop + 1)
+    return None if stop < 0 else text[start:stop + len(end)]
+
+
+__all__ = ["C_DIR", "find_block", "kernel_source", "prelude", "split_blocks"]
