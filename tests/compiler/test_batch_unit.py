@@ -291,3 +291,36 @@ def test_split_refuses_foreign_symbols_and_missing_labels() -> None:
     assert batch_unit.split_assembly(asm, [0]) is None
     asm = "\t.text\n\t.globl\tk\nk:\n\tret\n"
     assert batch_unit.split_assembly(asm, [0]) is None  # a symbol no renaming covers
+
+
+LOCAL_CALL_SRC = r"""
+__attribute__((noinline)) static float %(name)s_helper(const float *x, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) s += x[i] * (float)(i + %(k)d);
+    return s;
+}
+void %(name)s(float *out, const float *x, int n) { out[0] = %(name)s_helper(x, n) + 1.0f; }
+"""
+
+
+@needs_clang
+@pytest.mark.python_independent
+def test_a_call_to_a_local_function_is_the_same_resolved_or_relocated() -> None:
+    """In a unit the call to a static helper is a relocation (each function has its own section); alone the
+    assembler resolves it in place. The oracle takes both as the same only where the displacement reaches the
+    same helper: a displacement moved by one byte is a difference."""
+    import io
+    from elftools.elf.elffile import ELFFile
+
+    sources = [LOCAL_CALL_SRC % {"name": "lc_one", "k": 1}, LOCAL_CALL_SRC % {"name": "lc_two", "k": 2}]
+    objs = clang.compile_many_c(sources, compiler="clang", jobs=1)
+    alone = clang.compile_c(sources[0], compiler="clang")
+    assert differences(objs[0], alone) == []
+    elf = ELFFile(io.BytesIO(alone))
+    text = elf.get_section_by_name(".text")
+    caller = next(s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name == "lc_one")
+    code = text.data()[caller["st_value"]:caller["st_value"] + caller["st_size"]]
+    at = text["sh_offset"] + caller["st_value"] + code.index(b"\xe8") + 1  # the call's displacement
+    moved = bytearray(alone)
+    moved[at] = (moved[at] + 1) % 256
+    assert differences(objs[0], bytes(moved))
