@@ -17,6 +17,7 @@ np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.python_independent
 
 from svod_min import kernels  # noqa: E402
+from svod_min.error import CompilerNotFoundError  # noqa: E402
 from svod_min.kernels import KernelArgumentError  # noqa: E402
 from svod_min.kernels.conv_pack import PACK_ROWS, pack_conv_weights, packed_size  # noqa: E402
 
@@ -53,7 +54,10 @@ def _run(rng: Any, case: Tuple[Any, ...], act: str = "relu", residual: bool = Fa
     tol = 1.5 * (2 * kk * EPS32 * mag + 2 * EPS32 * (np.abs(conv) + np.abs(b)[None, :, None, None])) + 1e-30
     if residual:
         tol = tol + 3 * EPS32 * np.abs(r)
-    k = kernels.get("conv2d_gemm", act=act, bias=True, residual=residual, packed=True, **params)
+    try:
+        k = kernels.get("conv2d_gemm", act=act, bias=True, residual=residual, packed=True, **params)
+    except CompilerNotFoundError:  # a tile the prebuilt objects leave out, and no compiler here
+        pytest.skip("conv2d_gemm packed %s is compiled on demand and there is no C compiler" % params)
     packed = pack_conv_weights(w, groups)
     assert packed.size == packed_size(oc, kk, groups)
     variables = dict(N=n, C=c, H=h, W=w_, OC=oc, KH=kh, KW=kw, sh=stride[0], sw=stride[1], pt=pads[0], pl=pads[1],
