@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from ..error import PlanError
+from ..error import BundleError, PlanError
 from ..planfile.bundle import bundle_digest
 from .batches import BatchLayout, batch_layout, cached_runner, plan_document
 
@@ -41,8 +41,11 @@ def ship(client: Any, bundle: Union[str, bytes]) -> ShippedBundle:
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:  # the project's error at the driver, as open_bundle gives for a path
+        raise BundleError("%s: cannot read the bundle (%s)" % (path, exc.strerror or exc)) from None
 
 
 def _shipped(bundle: Any) -> ShippedBundle:

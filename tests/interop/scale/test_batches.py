@@ -94,3 +94,12 @@ def test_one_runner_per_content_whatever_the_path(tmp_path: Any) -> None:
     assert cached_runner(MLP, threads=2) is not first
     assert bundle_digest(MLP) in cached_digests()
     os.unlink(copy)
+
+
+def test_shipping_a_path_that_cannot_be_read_is_a_bundle_error(tmp_path: Any) -> None:
+    from svod_min.error import BundleError
+    from svod_min.interop.dask import ship
+
+    missing = str(tmp_path / "missing.svod")
+    with pytest.raises(BundleError, match="missing.svod: cannot read the bundle"):
+        ship(None, missing)  # read before the client is used: no cluster needed
