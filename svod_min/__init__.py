@@ -20,7 +20,7 @@ _LAZY: Dict[str, str] = {
     "compile_c": "compiler.clang",
     "compile_ir": "compiler.clang",
     "compile_source": "compiler.clang",
-    "CpuBackend": "compiler.clang",
+    "CpuBackend": "compiler.backend",
     "find_compiler": "compiler.clang",
     "relocate": "jit_loader",
     "load_object": "jit_loader",

@@ -51,11 +51,18 @@ def read_bytes(rel: str) -> bytes:
     if _ARCHIVE is None:
         with open(_full_path(rel), "rb") as fh:
             return fh.read()
+    member = _archive_member(rel)
+    loader = _loader()
+    if hasattr(loader, "get_data"):  # zipimport already holds the archive's directory: no second parse of it
+        try:
+            return loader.get_data(os.path.join(_ARCHIVE, *member.split("/")))
+        except OSError:
+            raise FileNotFoundError("%s has no member %s" % (_ARCHIVE, member)) from None
     try:
         with zipfile.ZipFile(_ARCHIVE) as zf:
-            return zf.read(_archive_member(rel))
+            return zf.read(member)
     except KeyError:
-        raise FileNotFoundError("%s has no member %s" % (_ARCHIVE, _archive_member(rel))) from None
+        raise FileNotFoundError("%s has no member %s" % (_ARCHIVE, member)) from None
 
 
 def read_text(rel: str) -> str:

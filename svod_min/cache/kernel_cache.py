@@ -17,13 +17,37 @@ Every public name of the parts is re-exported here; this is the import path.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from .disk import DEFAULT_BUDGET, LOW_WATER, OBJECTS_DIR, STALE_TMP_S, ObjectCache, ObjectCacheEntry, default_cache_dir, object_cache, parse_budget
 from .disk_format import ENTRY_SUFFIX, HEADER, MAGIC, MAX_ENTRY_BYTES, SCHEMA_VERSION, TMP_PREFIX, content_key, encode_entry
 from .memory import GLOBAL_KERNEL_CACHE, KernelCache, KernelCacheStats, get_or_compile_kernel
 from .spec import CachedKernel, CompiledSpec, Size3, SymSize
 from ..error import NotSupportedError
+
+if TYPE_CHECKING:
+    from .disk import ObjectCache
+
+#: The on-disk cache's names, re-exported on first use (PEP 562): plans import this module for
+#: :class:`CachedKernel`, and a load that compiles nothing never opens the disk cache.
+_DISK_NAMES = ("DEFAULT_BUDGET", "LOW_WATER", "OBJECTS_DIR", "STALE_TMP_S", "ObjectCache", "ObjectCacheEntry",
+               "default_cache_dir", "object_cache", "parse_budget")  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DISK_NAMES:
+        from . import disk
+
+        value = getattr(disk, name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def _object_cache() -> "ObjectCache":
+    from .disk import object_cache
+
+    return object_cache()
+
 
 def _driver() -> ModuleType:
     """:mod:`svod_min.compiler.clang`, imported on first use.
@@ -74,7 +98,7 @@ def compile_cached(
     clang = _driver()
     flags = tuple(extra_flags)
     key = object_key(source, kind=kind, extra_flags=flags)
-    disk = cache if cache is not None else object_cache()
+    disk = cache if cache is not None else _object_cache()
 
     def build() -> bytes:
         data = disk.get(key)
@@ -132,7 +156,7 @@ def compile_many_cached(
     if kind == "ir":
         return [compile_cached(s, kind="ir", extra_flags=flags, cache=cache) for s in sources]
     keys = [object_key(s, kind=kind, extra_flags=flags) for s in sources]
-    disk = cache if cache is not None else object_cache()
+    disk = cache if cache is not None else _object_cache()
     found = _cached_objects(keys, disk)
     first: Dict[str, int] = {}  # each distinct miss once, at its first position
     for i, key in enumerate(keys):

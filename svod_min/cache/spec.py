@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from builtins import bytes as _bytes  # the dataclass field ``bytes`` shadows it in the class body
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ..error import PlanError
 
@@ -101,6 +101,9 @@ class CachedKernel:
 
     ``global_size`` / ``local_size`` entries are ints or size expressions
     (strings) that the plan evaluates with runtime variables before dispatch.
+    ``code`` is the kernel's source text; a kernel whose text is costly to produce and rarely read (a
+    library kernel's C unit is cut from a family file of megabytes) leaves it empty and names it through
+    ``code_of`` instead: :meth:`source_text` reads either.
     """
 
     program: Any
@@ -114,6 +117,11 @@ class CachedKernel:
     host_parallel_safe: bool = False
     global_size: SymSize = (1, 1, 1)
     local_size: Optional[SymSize] = None
+    code_of: Optional[Callable[[], str]] = field(default=None, repr=False)
+
+    def source_text(self) -> str:
+        """The kernel's source text: ``code``, or what ``code_of`` makes of it when set."""
+        return self.code_of() if self.code_of is not None else self.code
 
     def __post_init__(self) -> None:
         self.global_size = tuple(self.global_size)

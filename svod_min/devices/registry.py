@@ -9,7 +9,6 @@ factory that fails is not cached: the next call tries again.
 
 from __future__ import annotations
 
-import ctypes.util
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
@@ -134,6 +133,8 @@ def _cuda_driver_hint() -> str:
     if reason:
         return "the CUDA device is not available here: %s" % reason
     # Only on the error path: find_library may run ldconfig (milliseconds).
+    import ctypes.util  # here too: it imports subprocess, ~5 ms of every start otherwise
+
     try:
         found = ctypes.util.find_library("cuda")
     except Exception:  # find_library shells out; never let a hint crash

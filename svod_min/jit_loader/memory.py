@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 import os
-import platform
 import threading
 from typing import List, Optional
 
@@ -28,7 +26,6 @@ from ..config import env_str
 from ..error import ExecMemoryError, LoaderError
 from .layout import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, Segment
 
-log = logging.getLogger("svod_min.loader")
 
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED = 0x01, 0x02, 0x10
 MAP_ANONYMOUS = 0x20
@@ -87,7 +84,9 @@ def _fall_back_to_memfd(reason: str) -> None:
     global _mode, _anon_refusal
     with _mode_lock:
         if _mode != "memfd":
-            log.info("anonymous W->X refused (%s); using memfd mappings from now on", reason)
+            import logging  # here: the only message of this module, and logging costs ~5 ms of a start
+
+            logging.getLogger("svod_min.loader").info("anonymous W->X refused (%s); using memfd mappings from now on", reason)
         _mode, _anon_refusal = "memfd", reason
 
 
@@ -158,7 +157,7 @@ def commit(base: int, image: bytes, segments: List[Segment]) -> str:
     return "memfd"
 
 
-_COHERENT_ICACHE = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_COHERENT_ICACHE = os.uname().machine.lower() in ("x86_64", "amd64", "i386", "i686")
 
 
 def flush_icache(base: int, size: int) -> None:

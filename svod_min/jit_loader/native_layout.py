@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import logging
 import struct
 import threading
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -28,7 +27,6 @@ from ..error import LoaderError
 from .arch import host_arch
 from .layout import ARCHES, PAGE, Layout, Segment
 
-log = logging.getLogger("svod_min.jit_loader.native_layout")
 
 NATIVE_LAYOUT_ENV = "SVOD_NATIVE_LAYOUT"
 #: The architectures whose objects the planner reads (it ships for these hosts only).
@@ -156,7 +154,9 @@ def _map_planner(load: Callable[[bytes], Any]) -> Optional[Planner]:
     try:
         return NativePlanner(load(data), arch).plan
     except LoaderError as exc:  # a damaged or foreign layout.o must not stop loads
-        log.warning("the native layout planner could not be mapped (%s); the Python layout serves alone", exc)
+        import logging  # here: the only message of this module, and logging costs ~5 ms of a start
+
+        logging.getLogger("svod_min.jit_loader.native_layout").warning("the native layout planner could not be mapped (%s); the Python layout serves alone", exc)
         return None
 
 

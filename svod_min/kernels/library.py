@@ -27,7 +27,6 @@ from .checks import check_buffers, check_vars
 from .elementwise import c_dtype, fused_entry, render_elementwise
 from .sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, compile_expr, elementwise_sig, eval_dim
 from .sources import kernel_source, prelude
-from .tuning import tuned_params
 
 # --- the kernel object ---------------------------------------------------------------
 
@@ -233,6 +232,8 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
     dev = resolve_device(device)
     variant = variants.choose_variant()
     if shape is not None:  # autotuned params for this shape, when stored (svod_min.perf.autotune)
+        from .tuning import tuned_params  # here: the tuning store brings the compiler driver, a plan needs neither
+
         params = tuned_params(name, params, shape, prebuilt, variant)
     sig = find_sig(name, variant, **params)
     use = (use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
@@ -298,12 +299,18 @@ class DeviceKernel:
     program: Any
     #: ``KernelSig`` (host objects) or ``CudaKernelSig`` (PTX): buffers with roles and counts, variables, work.
     sig: Any
-    #: The C translation unit ("" for PTX).
-    source: str
+    #: Makes the C translation unit ("" for PTX) when asked: cutting it from its family file costs more
+    #: than the rest of a load of the kernel, and a plan rarely reads it.
+    source_of: Callable[[], str] = field(repr=False)
     #: Launch size: ints or expression texts over the variables (blocks when ``local_size`` is set).
     global_size: Tuple[Any, ...]
     #: The block (PTX); None for host objects.
     local_size: Optional[Tuple[int, ...]]
+
+    @property
+    def source(self) -> str:
+        """The C translation unit ("" for PTX)."""
+        return self.source_of()
 
 
 def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
@@ -312,11 +319,11 @@ def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
     form = library_form(device)
     if form == OBJECT:
         lib = get(name, device=device, **params)
-        return DeviceKernel(lib.program, lib.sig, lib.source, tuple(lib.global_size), None)
+        return DeviceKernel(lib.program, lib.sig, lambda: lib.source, tuple(lib.global_size), None)
     if form == PTX:
         sig = find_cuda_sig(name, **params)
         grid = tuple(d if type(d) is int else size_expr.compile_expr(str(d)).text for d in sig.grid)
-        return DeviceKernel(device.load_program(library_source(sig)), sig, "", grid, tuple(sig.block))
+        return DeviceKernel(device.load_program(library_source(sig)), sig, str, grid, tuple(sig.block))
     raise NotSupportedError("library kernel %r: %s loads %s programs, and the library ships %s"
                             % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS)))  # fmt: skip
 

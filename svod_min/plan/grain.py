@@ -11,7 +11,6 @@ and only the others are handed to the pool.
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 import weakref
@@ -40,6 +39,8 @@ def pool_grain_ns(pool: Any) -> int:
         t0 = time.perf_counter_ns()
         pool.submit(_noop).result()
         trips.append(time.perf_counter_ns() - t0)
+    import statistics  # here: measured once per pool, and the module costs ~4 ms of every start
+
     grain = int(statistics.median(trips))
     with _lock:
         _grain_ns[pool] = grain

@@ -14,9 +14,8 @@ import copy
 import functools
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..compiler.clang import find_compiler
 from ..config import env_str
 from ..devices.base import CUDA_C, C_SOURCE, LLVM_IR, OBJECT, PTX, ProgramSource
 from ..error import CompilationError, DeviceError, NoUsableTargetError, NotSupportedError, PlanError, PlanFileError, PtxError, SvodError
@@ -231,17 +230,18 @@ class KernelReader:
             raise  # the driver's or the device's own checks: not bad input
         except (SvodError, TypeError) as exc:  # no such kernel or form, a bad parameter or dtype
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
-        return self._library_kernel(lib.program, lib.source, lib.sig.entry, lib.sig, lib.global_size, lib.local_size)
+        return self._library_kernel(lib.program, lib.source_of, lib.sig.entry, lib.sig, lib.global_size, lib.local_size)
 
-    def _library_kernel(self, program: Any, code: str, entry: str, sig: Any, global_size: Tuple[Any, ...],
+    def _library_kernel(self, program: Any, code_of: Callable[[], str], entry: str, sig: Any, global_size: Tuple[Any, ...],
                         local_size: Optional[Tuple[int, ...]]) -> Tuple[CachedKernel, Dict[str, Any]]:  # fmt: skip
-        """A library kernel (``KernelSig`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work."""
+        """A library kernel (``KernelSig`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work; its
+        source text is made only when asked (``CachedKernel.source_text``)."""
         from .. import kernels as library
 
         roles = [arg.role for arg in sig.buffers]
-        kernel = CachedKernel(program, str(self.device.spec), code, entry, list(sig.var_names), list(range(len(roles))),
+        kernel = CachedKernel(program, str(self.device.spec), "", entry, list(sig.var_names), list(range(len(roles))),
                               [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],
-                              True, global_size, local_size)  # fmt: skip
+                              True, global_size, local_size, code_of=code_of)  # fmt: skip
         extents = {i: arg.count for i, arg in enumerate(sig.buffers) if arg.count is not None}
         f32 = {v.name for v in sig.vars if v.kind == "f32"}
         return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes, "f32": f32,
@@ -279,6 +279,8 @@ def read_object_list(value: Any, path: str) -> List[Dict[str, str]]:
 
 def have_compiler(kind: str) -> bool:
     """Whether a compiler for ``kind`` (``c``, or ``ir``: clang) is on this host."""
+    from ..compiler.clang import find_compiler  # here: a load of precompiled objects imports no compiler driver
+
     try:
         find_compiler(need_clang=kind == "ir")
     except CompilationError:

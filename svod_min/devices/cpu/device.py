@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
-import logging
 import mmap
 import os
 import threading
@@ -21,7 +20,7 @@ import warnings
 from functools import partial
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
-from ...compiler.clang import CpuBackend
+from ...compiler.backend import CpuBackend
 from ..spec import DeviceSpec
 from ...dtypes import DTypeLike, dtype as to_dtype
 from ...error import BufferAllocationError, ExecutionError, VariableBoundsError
@@ -30,7 +29,6 @@ from ..common import check_index, product, shape_for
 from .buffer import CpuBuffer, CpuStorage
 from .dispatch import dispatch, mark_worker, on_worker, run_range
 
-log = logging.getLogger("svod_min.devices.cpu")
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
