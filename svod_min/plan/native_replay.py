@@ -8,9 +8,12 @@ cache) walks a packed table of 64-bit words:
 
 and calls ``fn(arg0, ...)`` ``ncalls`` times, writing the invocation number
 into ``arg[core_pos]`` when the kernel is ``core_id``-threaded. Threaded
-kernels are spread over pthreads (resolved by the loader from libc), which
-claim the invocations one at a time, as the Python path's threads do; set
-``SVOD_NATIVE_THREADS=0`` to run their invocations serially instead.
+kernels are spread over the runner's worker threads (pthreads resolved by the
+loader from libc; started on first use and kept for the process), which claim
+the invocations one at a time, as the Python path's threads do. During a replay
+idle workers poll for the next kernel (a kernel of 0.1 ms would otherwise wait
+on a sleeping CPU's wake-up); between replays they sleep. Set
+``SVOD_NATIVE_THREADS=0`` to run the invocations serially instead.
 
 Passing every argument as a 64-bit integer is ABI-correct for svod's kernels
 (pointers and int32 variables only) on x86_64 and aarch64: integer arguments
@@ -29,7 +32,7 @@ from ..config import env_flag, env_int
 from ..jit_loader.rt_helpers import loaded_runtime
 from ..error import NotSupportedError, SvodError
 
-MAX_ARGS = 16
+MAX_ARGS = 32
 HEADER_WORDS = 5
 #: How the runner calls one kernel op: ``(fn address, args, ncalls, core_pos, threads)``.
 NativeEntry = Tuple[int, List[int], int, int, int]
@@ -38,12 +41,32 @@ RUNNER_C = r"""
 typedef unsigned long long u64;
 typedef unsigned long pthread_t;
 extern int pthread_create(pthread_t*, const void*, void* (*)(void*), void*);
-extern int pthread_join(pthread_t, void**);
+extern int pthread_detach(pthread_t);
 extern int pthread_mutex_lock(void*);
+extern int pthread_mutex_trylock(void*);
 extern int pthread_mutex_unlock(void*);
+extern int pthread_cond_wait(void*, void*);
+extern int pthread_cond_broadcast(void*);
+extern int sched_yield(void);
+extern int getpid(void);
 
 #define MAX_ARGS %(max_args)d
 #define MAX_THREADS 64
+/* Idle workers poll this many times between yields of their CPU. */
+#define SPINS_PER_YIELD 256
+
+/* Plain loads and stores with acquire/release order: no read-modify-write, so gcc never calls
+   libgcc's outlined atomics on aarch64; every counter below changes under a mutex. */
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+static void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 static void call(u64 f, int n, const u64* a) {
     switch (n) {
@@ -57,25 +80,27 @@ static void call(u64 f, int n, const u64* a) {
     case 7: ((void (*)(u64, u64, u64, u64, u64, u64, u64))f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6]); break;
     case 8: ((void (*)(u64, u64, u64, u64, u64, u64, u64, u64))f)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]); break;
     default: {
-        /* 9..16 arguments: pass 16 (the callee ignores the extra stack slots, which the
+        /* 9..32 arguments: pass 32 (the callee ignores the extra stack slots, which the
            caller owns); copy first so we never read past this entry of the table */
-        u64 b[16] = {0};
-        for (int k = 0; k < n && k < 16; k++) b[k] = a[k];
-        ((void (*)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64))f)(
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        u64 b[32] = {0};
+        for (int k = 0; k < n && k < 32; k++) b[k] = a[k];
+        ((void (*)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
+                   u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64))f)(
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
+            b[16], b[17], b[18], b[19], b[20], b[21], b[22], b[23], b[24], b[25], b[26], b[27], b[28], b[29], b[30], b[31]);
     }
     }
 }
 
-/* All zeros is PTHREAD_MUTEX_INITIALIZER (glibc, musl); 64 bytes hold every 64-bit Linux's mutex. */
-typedef union { char bytes[64]; long long align; } mutex_t;
+/* All zeros is PTHREAD_MUTEX_INITIALIZER and PTHREAD_COND_INITIALIZER (glibc, musl); 64 bytes hold
+   either on every 64-bit Linux. */
+typedef union { char bytes[64]; long long align; } sync_t;
 
 typedef struct {
-    u64 fn; int nargs; int core_pos; long ncalls; long* next; mutex_t* lock; u64 args[MAX_ARGS];
+    u64 fn; int nargs; int core_pos; long ncalls; long* next; sync_t* lock; u64 args[MAX_ARGS];
 } chunk_t;
 
-/* The threads of a call claim core ids one at a time, so a thread on a slower CPU takes fewer
-   (a mutex, not an atomic: gcc would call libgcc's outlined atomics on aarch64). */
+/* The threads of a call claim core ids one at a time, so a thread on a slower CPU takes fewer. */
 static long claim(chunk_t* c) {
     if (!c->lock) return (*c->next)++;
     pthread_mutex_lock(c->lock);
@@ -91,27 +116,114 @@ static void run_chunk(chunk_t* c) {
     }
 }
 
-static void* chunk_thread(void* p) { run_chunk((chunk_t*)p); return 0; }
+static void chunk_of(chunk_t* c, const u64* e, long* next, sync_t* lock) {
+    c->fn = e[0]; c->nargs = (int)e[1]; c->ncalls = (long)e[2]; c->core_pos = (int)(long long)e[3];
+    c->next = next; c->lock = lock;
+    for (int k = 0; k < c->nargs; k++) c->args[k] = e[%(header)d + k];
+}
 
-static void run_threaded(const u64* e, int nargs, long ncalls, int core_pos, int threads) {
-    chunk_t chunks[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS];
-    long next = 0;
-    mutex_t lock = {{0}};
-    if (threads > ncalls) threads = (int)ncalls;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    for (int t = 0; t < threads; t++) {
-        chunks[t].fn = e[0]; chunks[t].nargs = nargs; chunks[t].core_pos = core_pos;
-        chunks[t].ncalls = ncalls; chunks[t].next = &next; chunks[t].lock = &lock;
-        for (int k = 0; k < nargs; k++) chunks[t].args[k] = e[%(header)d + k];
-        started[t] = 0;
+/* The process's worker threads, started on first use and kept: a thread started per kernel cost a
+   wake-up of the other CPU per kernel, more than a small kernel's whole run.  One replay at a time
+   owns the pool (another replay meanwhile runs its kernels serially).  While a replay runs, idle
+   workers poll `gen` for the next shared kernel; between replays they sleep on `wake`.  A worker
+   joins a kernel under `claims` only while ids are left and fewer than its thread cap have joined,
+   so a late worker never holds the caller up, and the caller's kernel is done when its ids are all
+   claimed and `inflight` is back to 0. */
+static struct {
+    sync_t owner, sleep, wake, claims;
+    int pid, workers, active, inflight, cap;
+    long gen, next;
+    chunk_t job;
+} pool;
+
+static void pool_join(void) {
+    chunk_t c;
+    pthread_mutex_lock(&pool.claims);
+    int joined = pool.next < pool.job.ncalls && pool.inflight + 1 < pool.cap;
+    if (joined) {
+        STORE(&pool.inflight, pool.inflight + 1);
+        c = pool.job;
     }
-    for (int t = 1; t < threads; t++)  /* a thread that cannot start leaves its ids to the others */
-        started[t] = pthread_create(&tids[t], 0, chunk_thread, &chunks[t]) == 0;
-    run_chunk(&chunks[0]);
-    for (int t = 1; t < threads; t++)
-        if (started[t]) pthread_join(tids[t], 0);
+    pthread_mutex_unlock(&pool.claims);
+    if (!joined) return;
+    run_chunk(&c);
+    pthread_mutex_lock(&pool.claims);
+    STORE(&pool.inflight, pool.inflight - 1);
+    pthread_mutex_unlock(&pool.claims);
+}
+
+static void* pool_worker(void* unused) {
+    (void)unused;
+    long seen = LOAD(&pool.gen);
+    unsigned spins = 0;
+    for (;;) {
+        long gen = LOAD(&pool.gen);
+        if (gen != seen) {
+            seen = gen;
+            spins = 0;
+            pool_join();
+        } else if (!LOAD(&pool.active)) {
+            pthread_mutex_lock(&pool.sleep);
+            while (!LOAD(&pool.active)) pthread_cond_wait(&pool.wake, &pool.sleep);
+            pthread_mutex_unlock(&pool.sleep);
+        } else if (++spins %% SPINS_PER_YIELD) {
+            relax();
+        } else {
+            sched_yield();
+        }
+    }
+    return 0;
+}
+
+/* Owns the pool for a replay of `threads`, starting workers it lacks; 0 when another replay owns it. */
+static int pool_acquire(int threads) {
+    int pid = getpid();
+    if (pool.pid != pid) {  /* first use, or a child after fork(): the parent's workers are not here */
+        char* bytes = (char*)&pool;
+        for (unsigned long i = 0; i < sizeof(pool); i++) bytes[i] = 0;
+        pool.pid = pid;
+    }
+    if (pthread_mutex_trylock(&pool.owner) != 0) return 0;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    while (pool.workers + 1 < threads) {
+        pthread_t tid;
+        if (pthread_create(&tid, 0, pool_worker, 0) != 0) break;  /* fewer workers: ids go to the rest */
+        pthread_detach(tid);
+        pool.workers++;
+    }
+    STORE(&pool.active, 1);
+    pthread_mutex_lock(&pool.sleep);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.sleep);
+    return 1;
+}
+
+static void pool_release(void) {
+    STORE(&pool.active, 0);
+    pthread_mutex_unlock(&pool.owner);
+}
+
+/* One kernel's core ids over the caller and up to threads - 1 workers. */
+static void pool_run(const u64* e, int threads) {
+    chunk_t c;
+    pthread_mutex_lock(&pool.claims);
+    chunk_of(&pool.job, e, &pool.next, &pool.claims);
+    pool.next = 0;
+    pool.cap = threads;
+    STORE(&pool.inflight, 0);
+    STORE(&pool.gen, pool.gen + 1);
+    c = pool.job;
+    pthread_mutex_unlock(&pool.claims);
+    run_chunk(&c);
+    unsigned spins = 0;
+    while (LOAD(&pool.inflight) != 0)
+        if (++spins %% SPINS_PER_YIELD) relax(); else sched_yield();
+}
+
+static int has_threaded(const u64* p, const u64* end) {
+    for (; p < end; p += %(header)d + (int)p[1])
+        if ((long)p[2] > 1 && (int)(long long)p[3] >= 0 && (int)p[4] > 1) return 1;
+    return 0;
 }
 
 /* Returns the number of kernels run. */
@@ -119,17 +231,19 @@ long svod_replay(const u64* table, long nwords, int threads) {
     long done = 0;
     const u64* p = table;
     const u64* end = table + nwords;
+    int pooled = threads > 1 && has_threaded(p, end) && pool_acquire(threads);
+    if (pooled && threads > pool.workers + 1) threads = pool.workers + 1;
     while (p < end) {
         int nargs = (int)p[1];
         long ncalls = (long)p[2];
         int core_pos = (int)(long long)p[3];
         int want = (int)p[4] < threads ? (int)p[4] : threads;
-        if (ncalls > 1 && core_pos >= 0 && want > 1) {
-            run_threaded(p, nargs, ncalls, core_pos, want);
+        if (ncalls > 1 && core_pos >= 0 && want > 1 && pooled) {
+            pool_run(p, want);
         } else if (ncalls > 1 && core_pos >= 0) {
             long next = 0;
-            chunk_t c; c.fn = p[0]; c.nargs = nargs; c.core_pos = core_pos; c.ncalls = ncalls; c.next = &next; c.lock = 0;
-            for (int k = 0; k < nargs; k++) c.args[k] = p[%(header)d + k];
+            chunk_t c;
+            chunk_of(&c, p, &next, 0);
             run_chunk(&c);
         } else {
             call(p[0], nargs, p + %(header)d);
@@ -137,6 +251,7 @@ long svod_replay(const u64* table, long nwords, int threads) {
         p += %(header)d + nargs;
         done++;
     }
+    if (pooled) pool_release();
     return done;
 }
 """ % {"max_args": MAX_ARGS, "header": HEADER_WORDS}

@@ -175,15 +175,16 @@ def test_failure_inside_a_replay_poisons_like_the_python_path() -> None:
 
 def test_runner_handles_many_arguments_and_negative_ints() -> None:
     dev = create_cpu_device()
-    src = "void many(int* o, " + ", ".join("int a%d" % i for i in range(15)) + ") { o[0] = " + " + ".join(
-        "a%d" % i for i in range(15)) + "; o[1] = a14; o[2] = a0; }"
-    prog = dev.compile(src, "many", buf_count=1, var_names=["a%d" % i for i in range(15)])
+    nvars = native_replay.MAX_ARGS - 1  # a conv2d_gemm entry has 22: the stack slots past 16 count too
+    src = "void many(int* o, " + ", ".join("int a%d" % i for i in range(nvars)) + ") { o[0] = " + " + ".join(
+        "a%d * %d" % (i, i + 1) for i in range(nvars)) + "; o[1] = a%d; o[2] = a0; }" % (nvars - 1)
+    prog = dev.compile(src, "many", buf_count=1, var_names=["a%d" % i for i in range(nvars)])
     out = dev.allocate([3], "int32")
     table = native_replay.ReplayTable()
-    args = list(range(-7, 8))
+    args = list(range(-7, nvars - 7))
     table.add(prog.address, [out.address] + args)
     assert table.run(1) == 1
-    assert out.tolist() == [sum(args), 7, -7]
+    assert out.tolist() == [sum(a * (i + 1) for i, a in enumerate(args)), args[-1], -7]
 
 
 def test_runner_threads_claim_core_ids() -> None:
@@ -198,8 +199,8 @@ def test_runner_threads_claim_core_ids() -> None:
 
 
 def test_too_many_arguments_is_refused() -> None:
-    with pytest.raises(Exception, match="up to 16 arguments"):
-        native_replay.ReplayTable().add(0x1000, list(range(17)))
+    with pytest.raises(Exception, match="up to %d arguments" % native_replay.MAX_ARGS):
+        native_replay.ReplayTable().add(0x1000, list(range(native_replay.MAX_ARGS + 1)))
 
 
 def test_env_switch_keeps_the_python_path(monkeypatch) -> None:

@@ -1,0 +1,113 @@
+"""The native runner's worker pool: kept across replays, shared by replays from several Python
+threads (one owns it, the others run serially) and rebuilt in a child after fork()."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import List
+
+import pytest
+from conftest import needs_cc
+
+from svod_min.devices.cpu.device import create_cpu_device
+from svod_min.plan import native_replay
+
+pytestmark = needs_cc
+
+IDS = 24
+KERNELS = 6
+
+MARK_SRC = """
+void mark(int* restrict out, const int step, const int core_id) {
+    volatile int spin = 0;
+    for (int i = 0; i < 2000; ++i) spin += i;  /* long enough for the other thread to claim ids too */
+    out[core_id] += (core_id + 1) * step;
+}
+"""
+
+
+def _table(dev, prog, out) -> native_replay.ReplayTable:
+    """KERNELS threaded kernels, kernel k adding (id + 1) * (k + 1) to out[id] for IDS ids."""
+    table = native_replay.ReplayTable()
+    for k in range(KERNELS):
+        table.add(prog.address, [out.address, k + 1, 0], ncalls=IDS, core_pos=2, threads=2)
+    return table
+
+
+def _expected(replays: int) -> List[int]:
+    steps = sum(range(1, KERNELS + 1))
+    return [replays * (i + 1) * steps for i in range(IDS)]
+
+
+def _program():
+    dev = create_cpu_device()
+    return dev, dev.compile(MARK_SRC, "mark", buf_count=1, var_names=["step", "core_id"])
+
+
+def test_every_id_runs_once_per_replay_on_the_pool() -> None:
+    dev, prog = _program()
+    out = dev.allocate([IDS], "int32").copyin([0] * IDS)
+    bound = _table(dev, prog, out).bind(2)
+    for _ in range(20):
+        assert bound() == KERNELS
+    assert out.tolist() == _expected(20)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_workers_are_kept_not_started_per_replay() -> None:
+    dev, prog = _program()
+    out = dev.allocate([IDS], "int32").copyin([0] * IDS)
+    bound = _table(dev, prog, out).bind(2)
+    bound()
+    before = len(os.listdir("/proc/self/task"))
+    for _ in range(30):
+        bound()
+    assert len(os.listdir("/proc/self/task")) == before
+    assert out.tolist() == _expected(31)
+
+
+def test_replays_from_two_python_threads_at_once_stay_exact() -> None:
+    dev, prog = _program()
+    outs = [dev.allocate([IDS], "int32").copyin([0] * IDS) for _ in range(2)]
+    tables = [_table(dev, prog, out).bind(2) for out in outs]
+    replays = 40
+    errors: List[BaseException] = []
+
+    def run(bound) -> None:
+        try:
+            for _ in range(replays):
+                bound()
+        except BaseException as exc:  # reported below: a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in tables]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a replay hung"
+    assert not errors
+    for out in outs:
+        assert out.tolist() == _expected(replays)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform != "linux", reason="fork() on Linux")
+def test_a_forked_child_replays_on_a_pool_of_its_own() -> None:
+    dev, prog = _program()
+    out = dev.allocate([IDS], "int32").copyin([0] * IDS)
+    bound = _table(dev, prog, out).bind(2)
+    bound()  # the parent's workers exist; the child inherits none of them
+    pid = os.fork()
+    if pid == 0:  # the child: a hang ends in SIGALRM, a wrong sum in exit status 1
+        signal.alarm(60)
+        ok = all(bound() == KERNELS for _ in range(5)) and out.tolist() == _expected(6)
+        workers = len(os.listdir("/proc/self/task")) - 1  # fork() left the child one thread
+        os._exit(0 if ok and workers == 1 else 1 if not ok else 2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), "child status %#x (a hang ends in SIGALRM)" % status
+    assert os.WEXITSTATUS(status) != 1, "the child's replays gave wrong sums"
+    assert os.WEXITSTATUS(status) == 0, "the child replayed without a worker of its own"
+    assert out.tolist() == _expected(1)
