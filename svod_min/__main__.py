@@ -292,8 +292,10 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
             raise PlanError("--input %r: expected NAME=FILE.npy" % item)
         inputs[name] = _npy_to_numpy(read_npy(path))
     result = export_tinygrad(load_target(args.target), args.out_dir, inputs=inputs, rtol=args.rtol, atol=args.atol,
-                             flags=args.flag)
+                             flags=args.flag, beam=args.beam)
     print("wrote %s: %d kernels, %d ops, vars %s" % (result.plan_path, result.kernels, result.ops, result.variables or "-"))
+    search = "BEAM=%d search and compile" % result.beam if result.beam else "compile (no BEAM search)"
+    print("tinygrad %s: %.1f s" % (search, result.compile_seconds))
     if args.bundle:
         from .planfile.bundle_build import build_bundle
 
@@ -447,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance written to expect (default 1e-4)")
     export.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance written to expect (default 1e-5)")
     export.add_argument("--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel")
+    export.add_argument("--beam", type=int, default=0, metavar="N",
+                        help="run tinygrad's BEAM search of width N on every kernel at export (build time only; "
+                             "the search time is printed; default 0: no search)")  # fmt: skip
     export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
     export.set_defaults(func=_cmd_export_tinygrad)
     export.add_argument("--bundle", metavar="MODEL.svod", help="also build a model bundle of the written plan")

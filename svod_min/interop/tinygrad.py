@@ -30,6 +30,7 @@ import json
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -58,6 +59,8 @@ class ExportResult:
     ops: int
     outputs: Dict[str, Any]  #: output name -> tinygrad's values (flat list, valid prefix only)
     variables: Dict[str, Tuple[int, int, int]] = field(default_factory=dict)  #: name -> (min, max, default)
+    beam: int = 0  #: tinygrad's BEAM width the kernels were searched with (0: its hand-coded optimisations)
+    compile_seconds: float = 0.0  #: tinygrad's kernel search and compilation at export, BEAM search included
 
 
 # --- tinygrad access ------------------------------------------------------------------------
@@ -374,6 +377,7 @@ def export_tinygrad(
     rtol: float = 1e-4,
     atol: float = 1e-5,
     flags: Sequence[str] = (),
+    beam: int = 0,
 ) -> ExportResult:
     """Capture ``fn(**inputs)``'s tinygrad CPU schedule and write a plan bundle to ``out_dir``.
 
@@ -382,8 +386,12 @@ def export_tinygrad(
     the CPU, passed as keyword arguments, and become the plan's ``input`` buffers. ``weights``
     names other tensors the computation reads (they keep their names in the plan). Symbolic
     shapes (tinygrad ``Variable(...).bind(v)``) become plan variables with tinygrad's bounds
-    and ``v`` as default. Raises :class:`ExportError` for anything a plan cannot express.
+    and ``v`` as default. ``beam`` >= 1 runs tinygrad's BEAM search of that width on every kernel
+    (a build-time cost, timed in ``compile_seconds``; the plan keeps the kernels it chose). Raises
+    :class:`ExportError` for anything a plan cannot express.
     """
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 0:
+        raise ExportError("beam must be an integer >= 0 (0: no search), got %r" % (beam,))
     require_tinygrad()
     from tinygrad import Tensor
     from tinygrad.engine.realize import compile_linear, run_linear
@@ -400,7 +408,9 @@ def export_tinygrad(
               for name, t in list(named_inputs.items()) + list(named_weights.items()) + list(zip(outputs, tensors))}
     buffers = _Buffers(input_bufs, {id(b): name for name, b in out_bufs.items()}, weight_bufs,
                        {k: v for k, v in shapes.items() if v is not None})
-    compiled = compile_linear(linear)
+    started = time.perf_counter()
+    compiled = compile_linear(linear, beam=beam)
+    compile_seconds = time.perf_counter() - started
     capture = _Capture(sys.modules["tinygrad"], buffers, var_vals)
     capture.walk(compiled)
     for name, buf in out_bufs.items():
@@ -409,9 +419,13 @@ def export_tinygrad(
         raise ExportError("the outputs need no computation (already realized): nothing to export")
     run_linear(compiled, var_vals)
     expected = {name: _valid_prefix(buf, t, var_vals) for (name, buf), t in zip(out_bufs.items(), tensors)}
+    if description is None and beam:
+        description = "exported from tinygrad %s with BEAM=%d: %d kernels, %d ops" % (
+            _tinygrad_version(sys.modules["tinygrad"]), beam, len(capture.kernels), len(capture.ops))
     plan_path = _write_bundle(out_dir, capture, buffers, expected, description, rtol, atol, list(flags))
     values = {name: list(_unpack(buf.dtype, data, name)) for name, (buf, data) in _expect_data(out_bufs, expected).items()}
-    return ExportResult(plan_path, len(capture.kernels), len(capture.ops), values, dict(capture.plan_vars))
+    return ExportResult(plan_path, len(capture.kernels), len(capture.ops), values, dict(capture.plan_vars),
+                        beam, compile_seconds)
 
 
 def _as_tensor(tensor_cls: Any, name: str, value: Any) -> Any:

@@ -285,6 +285,32 @@ def test_export_errors_are_export_errors(tmp_path: Any) -> None:
         export_tinygrad(lambda: {"1x": Tensor.ones(4).contiguous()}, str(tmp_path))
     with pytest.raises(ExportError, match="input name"):
         export_tinygrad(lambda **kw: Tensor.ones(2), str(tmp_path), inputs={"bad name": np.ones(2, np.float32)})
+    for beam in (-1, 1.5, True):
+        with pytest.raises(ExportError, match="beam must be an integer >= 0"):
+            export_tinygrad(lambda: Tensor.ones(4).contiguous(), str(tmp_path), beam=beam)
+
+
+@needs_tinygrad
+@needs_cc
+def test_cli_export_with_beam_search_reports_it_and_verifies(tmp_path: Any) -> None:
+    script = tmp_path / "m.py"
+    script.write_text("def model(x):\n    return {'y': (x * 3 + 1).relu().sum(axis=1)}\n")
+    from svod_min.npy import write_npy
+    from svod_min.dtypes import dtype
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    write_npy(str(tmp_path / "x.npy"), dtype("float32"), (8, 8), x.tobytes())
+    env = dict(os.environ, PARALLEL="0")  # the search in this process: a worker pool costs more than it
+    proc = subprocess.run([sys.executable, "-m", "svod_min", "export-tinygrad", "%s:model" % script, str(tmp_path / "out"),
+                           "--input", "x=%s" % (tmp_path / "x.npy"), "--beam", "1"],
+                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "tinygrad BEAM=1 search and compile:" in proc.stdout
+    assert "svod_min vs tinygrad, y: ok" in proc.stdout
+    with open(str(tmp_path / "out" / "plan.json")) as fh:
+        assert "with BEAM=1" in json.load(fh)["description"]
+    got = _run(str(tmp_path / "out" / "plan.json")).buffers["y"].numpy()
+    np.testing.assert_allclose(got, np.maximum(x.reshape(8, 8) * 3 + 1, 0).sum(axis=1), rtol=1e-6)
 
 
 @needs_tinygrad
