@@ -1,10 +1,11 @@
 """Convolution benchmark: the library's conv kernels against onnxruntime running the same single Conv node.
 
-    python -m svod_min.perf.benchmarks.bench_conv [--json] [--reps N] [--threads 1,2]
+    python -m svod_min.perf.benchmarks.bench_conv [--json] [--quick] [--threads 1,2] [--only 7x7,14x14]
 
 Shapes are typical CNN layers (batch 1, float32): ResNet-50's 3x3 64->64 and 1x1 256->64 at
 56x56 and its 7x7 stride-2 stem 3->64 at 224, SqueezeNet's expand 3x3 16->64 at 55x55, and a
-MobileNet depthwise 3x3 over 32 channels at 112x112. Each shape runs on conv2d_gemm with packed
+MobileNet depthwise 3x3 over 32 channels at 112x112, and the layers where the light models trailed
+onnxruntime most (ResNet-50 at 7x7, 14x14, 28x28, Inception-v2's 3x3 64->192, SqueezeNet's 1x1 512->1000). Each shape runs on conv2d_gemm with packed
 weights, as ONNX bundles run it (the depthwise one on depthwise_conv2d) and on an onnxruntime session holding one Conv node built with
 onnx.helper, both in this process, timed in turn (round-robin, medians) at each thread count.
 onnxruntime's threads do not spin between runs, so they take no core from the svod_min timing.
@@ -50,6 +51,12 @@ SHAPES: Tuple[ConvShape, ...] = (
     ConvShape("ResNet-50 7x7/2 3->64 224x224", 3, 224, 224, 64, 7, 2, 3, 1),
     ConvShape("SqueezeNet 3x3 16->64 55x55", 16, 55, 55, 64, 3, 1, 1, 1),
     ConvShape("MobileNet depthwise 3x3 32ch 112x112", 32, 112, 112, 32, 3, 1, 1, 32),
+    ConvShape("ResNet-50 3x3 512->512 7x7", 512, 7, 7, 512, 3, 1, 1, 1),
+    ConvShape("ResNet-50 1x1 2048->512 7x7", 2048, 7, 7, 512, 1, 1, 0, 1),
+    ConvShape("ResNet-50 3x3 256->256 14x14", 256, 14, 14, 256, 3, 1, 1, 1),
+    ConvShape("ResNet-50 3x3 128->128 28x28", 128, 28, 28, 128, 3, 1, 1, 1),
+    ConvShape("Inception-v2 3x3 64->192 56x56", 64, 56, 56, 192, 3, 1, 1, 1),
+    ConvShape("SqueezeNet 1x1 512->1000 13x13", 512, 13, 13, 1000, 1, 1, 0, 1),
 )
 
 
@@ -127,7 +134,13 @@ def measure(shapes: Sequence[ConvShape], threads: Sequence[int], reps: int) -> D
     return found
 
 
-def rows(quick: bool = False, threads: Sequence[int] = (1, 2)) -> List[Dict[str, Any]]:
+def select(only: str) -> Tuple[ConvShape, ...]:
+    """The shapes whose label contains one of the comma-separated words of ``only`` (all when it is empty)."""
+    words = [w.strip().lower() for w in only.split(",") if w.strip()]
+    return tuple(s for s in SHAPES if not words or any(w in s.label.lower() for w in words))
+
+
+def rows(quick: bool = False, threads: Sequence[int] = (1, 2), only: str = "") -> List[Dict[str, Any]]:
     """One row per shape and thread count: svod_min GFLOP/s, onnxruntime's, ratio; goal >= 0.5x at 1 thread."""
     try:
         import onnxruntime
@@ -135,9 +148,10 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2)) -> List[Dict[str,
         peer_name = "onnxruntime %s Conv" % onnxruntime.__version__
     except ImportError:
         peer_name = "skipped: needs onnxruntime"
-    times = measure(SHAPES, threads, 7 if quick else 21)
+    shapes = select(only)
+    times = measure(shapes, threads, 7 if quick else 21)
     out = []
-    for shape in SHAPES:
+    for shape in shapes:
         for t in threads:
             got = times[(shape.label, t)]
             ours = shape.flops / got["svod"] / 1e9
@@ -159,8 +173,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.add_argument("--quick", action="store_true", help="fewer timed runs")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    p.add_argument("--only", default="", help="shapes whose label contains one of these comma-separated words")
     args = p.parse_args(argv)
-    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")))
+    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), args.only)
     if args.json:
         print(json.dumps(table, indent=1))
     else:
