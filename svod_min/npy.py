@@ -6,11 +6,11 @@ where numpy is not installed.
 
 from __future__ import annotations
 
-import ast
 import io
 import os
+import re
 import struct
-from typing import BinaryIO, Tuple
+from typing import Any, BinaryIO, Dict, Optional, Tuple
 
 from .dtypes import DType, dtype as to_dtype
 from .error import PlanError
@@ -24,6 +24,11 @@ _NAME_TO_DESCR = {v: k for k, v in _DESCR.items()}
 
 
 _MAX_HEADER = 1 << 16  # numpy's own headers are a few hundred bytes
+#: The header as numpy writes it (``{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`` and
+#: padding): read by this pattern, any other spelling by ``ast.literal_eval``. A model's hundred weights
+#: would otherwise cost ~5 ms of literal_eval and the ast import.
+_NUMPY_HEADER = re.compile(r"\{'descr': '([<|>=][a-z][0-9]+)', 'fortran_order': (False|True), "
+                           r"'shape': \(((?:[0-9]+, )*[0-9]+,?)?\), \}[ ]*\n?\Z")
 
 
 def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:
@@ -82,11 +87,30 @@ def _read_header(fh: BinaryIO, path: str) -> Tuple[str, int]:
 
 
 def _parse_header(text: str, path: str) -> Tuple[DType, Tuple[int, ...], int]:
+    header = _numpy_spelling(text)
+    return _checked_header(_literal(text, path) if header is None else header, path)
+
+
+def _numpy_spelling(text: str) -> Optional[Dict[str, Any]]:
+    """The header's dict when it is spelled as numpy writes it (what ``literal_eval`` would return), else None."""
+    m = _NUMPY_HEADER.match(text)
+    if m is None:
+        return None
+    shape = tuple(int(d) for d in m.group(3).split(",") if d.strip()) if m.group(3) else ()
+    return {"descr": m.group(1), "fortran_order": m.group(2) == "True", "shape": shape}
+
+
+def _literal(text: str, path: str) -> Any:
+    import ast  # here: numpy's own spelling never needs it
+
     try:
-        header = ast.literal_eval(text)
+        return ast.literal_eval(text)
     except Exception as exc:  # literal_eval raises ValueError, TypeError, MemoryError, RecursionError ...
         why = "%s: %s" % (type(exc).__name__, exc) if str(exc) else type(exc).__name__
         raise PlanError("%s: malformed .npy header (%s)" % (path, why)) from None
+
+
+def _checked_header(header: Any, path: str) -> Tuple[DType, Tuple[int, ...], int]:
     if not isinstance(header, dict):
         raise PlanError("%s: malformed .npy header (not a dict)" % path)
     if header.get("fortran_order"):

@@ -8,7 +8,6 @@ already loaded), libmvec (gcc's vector math under -ffast-math), libgcc_s
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import threading
 from typing import Dict, List, Optional
 
@@ -31,6 +30,8 @@ def _open_handles() -> List[int]:
     for short in _LIBRARIES:
         handle = _dlopen("lib%s.so.6" % short if short in ("m", "c") else "lib%s.so.1" % short)
         if handle is None:  # not glibc's soname (musl, odd hosts): ask the system, which may run ldconfig
+            import ctypes.util  # here: it imports subprocess, ~6 ms of every start on glibc hosts otherwise
+
             name = ctypes.util.find_library(short)
             handle = _dlopen(name) if name else None
         if handle is not None:

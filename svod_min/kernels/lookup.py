@@ -9,7 +9,6 @@ resolves a name and parameters (dtype, tuning) to the :class:`KernelSig`
 
 from __future__ import annotations
 
-import difflib
 import os
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -109,6 +108,8 @@ def _same_kind(value: Any, like: Any) -> Any:
 def find_sig(name: str, variant: Optional[str] = None, **params: Any) -> KernelSig:
     """The signature ``get`` would use (no code is loaded)."""
     if not isinstance(name, str) or name not in generated().CATALOGUE:
+        import difflib  # here: only a name it does not know needs it
+
         close = difflib.get_close_matches(str(name), names(), n=3)
         hint = " (did you mean %s?)" % ", ".join(close) if close else ""
         raise KernelNotFoundError("no kernel %r in the library%s; kernels: %s" % (name, hint, ", ".join(names())))

@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
 
 from ..error import BundleError, PlanError
 from .schema import parse_plan_bytes
@@ -37,6 +37,8 @@ MANIFEST = "manifest.json"
 PLAN = "plan.json"
 ZIP_MAGIC = b"PK\x03\x04"
 STORE_ABOVE = 1 << 16  # .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start
+#: A smaller .npy entry is stored too when deflate would save less than this share of it (random weights).
+MIN_DEFLATE_SAVING = 1 / 8
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
 #: A zip local file header: signature, versions, flags, method, time, date, CRC-32, sizes, name and extra lengths.
 LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
@@ -163,9 +165,11 @@ def write_bundle(out_path: str, files: Mapping[str, bytes], manifest: Dict[str, 
 
 
 def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, prefix: bytes = b"",
-                    mode: int = 0o644) -> int:  # fmt: skip
+                    mode: int = 0o644, store: Callable[[str], bool] = lambda name: False) -> int:  # fmt: skip
     """Write ``members`` in the given order as a deflated zip with fixed timestamps (the same bytes for the
-    same members), after ``prefix`` (a zipapp's ``#!`` line); atomically. Returns the size written."""
+    same members), after ``prefix`` (a zipapp's ``#!`` line); atomically. Returns the size written.
+    Stored rather than deflated: the members ``store`` names, and ``.npy`` arrays over :data:`STORE_ABOVE`
+    bytes or that deflate would shrink by less than :data:`MIN_DEFLATE_SAVING`."""
     directory = os.path.dirname(os.path.abspath(out_path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".svod-", suffix=".tmp")
     try:
@@ -174,9 +178,7 @@ def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, pref
             with zipfile.ZipFile(fh, "w") as zf:
                 for name, data in members:
                     info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
-                    # large arrays (model weights) barely deflate and would cost seconds per 100 MB: stored
-                    big_data = name.endswith(".npy") and len(data) > STORE_ABOVE
-                    info.compress_type = zipfile.ZIP_STORED if big_data else zipfile.ZIP_DEFLATED
+                    info.compress_type = zipfile.ZIP_STORED if store(name) or _weights(name, data) else zipfile.ZIP_DEFLATED
                     info.external_attr = 0o644 << 16
                     info.create_system = 3  # Unix, whatever the writing host
                     zf.writestr(info, data, compresslevel=6)
@@ -188,6 +190,14 @@ def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, pref
             os.unlink(tmp)
         raise
     return size
+
+
+def _weights(name: str, data: bytes) -> bool:
+    """Whether ``data`` is an array to store: large arrays (model weights) barely deflate and would cost seconds
+    per 100 MB to inflate; a small one is stored when it barely deflates (each inflate costs a load too)."""
+    if not name.endswith(".npy"):
+        return False
+    return len(data) > STORE_ABOVE or len(zlib.compress(data, 6)) > len(data) * (1 - MIN_DEFLATE_SAVING)
 
 
 # --- reading ------------------------------------------------------------------------------

@@ -114,7 +114,13 @@ def build_pyz(out: str, python: str = "/usr/bin/env python3", compiled: bool = T
     source everywhere else. A ``.pyz`` rebuilt from a running ``.pyz`` copies its members as they are.
     """
     prefix = b"#!" + python.encode("utf-8") + b"\n" if python else b""
-    return write_fixed_zip(out, pyz_members(compiled), prefix=prefix, mode=0o755)
+    return write_fixed_zip(out, pyz_members(compiled), prefix=prefix, mode=0o755, store=stored_member)
 
 
-__all__ = ["MAIN", "build_pyz", "package_members", "pyz_members"]
+def stored_member(name: str) -> bool:
+    """Members the archive stores rather than deflates: what every start reads (bytecode, the prebuilt
+    objects); inflating them cost a cold start ~10 ms, storing them ~3 MB of archive."""
+    return name.endswith((".pyc", ".o"))
+
+
+__all__ = ["MAIN", "build_pyz", "package_members", "pyz_members", "stored_member"]

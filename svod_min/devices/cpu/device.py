@@ -10,7 +10,6 @@ parallel; how they share the ids: :mod:`.dispatch`).
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import mmap
 import os
@@ -18,7 +17,7 @@ import threading
 import time
 import warnings
 from functools import partial
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...compiler.backend import CpuBackend
 from ..spec import DeviceSpec
@@ -28,6 +27,9 @@ from ..base import C_SOURCE, LLVM_IR, MAPPED_OBJECT, OBJECT, RELEASE_EPOCH, Prog
 from ..common import check_index, product, shape_for
 from .buffer import CpuBuffer, CpuStorage
 from .dispatch import dispatch, mark_worker, on_worker, run_range
+
+if TYPE_CHECKING:  # imported where a pool is made: a one-thread device never makes one (~9 ms of a start, logging included)
+    import concurrent.futures
 
 
 INT32_MIN = -(2**31)
@@ -397,6 +399,8 @@ class CpuDevice:
         if pool is None:
             with self._pool_lock:
                 if self._pool is None:
+                    import concurrent.futures
+
                     self._pool = concurrent.futures.ThreadPoolExecutor(
                         max_workers=self.threads, thread_name_prefix="svod-cpu", initializer=mark_worker
                     )
@@ -547,6 +551,8 @@ def _warm(pool: concurrent.futures.ThreadPoolExecutor, n: int) -> None:
     # n tasks that wait for each other force n distinct threads into existence.
     barrier = threading.Barrier(n)
     futures = [pool.submit(_barrier_wait, barrier) for _ in range(n)]
+    import concurrent.futures
+
     concurrent.futures.wait(futures, timeout=5.0)
 
 

@@ -10,13 +10,15 @@ threads could deadlock it.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, List
+from typing import TYPE_CHECKING, Any, Callable, Deque, List
 
 from ...error import ExecutionError
+
+if TYPE_CHECKING:  # imported where a pool is waited on: a one-thread device has none
+    import concurrent.futures
 
 #: The caller, done with its ids, polls this long for the workers' last ones before it sleeps:
 #: a sleeping caller is woken ~0.1 ms after they finish on a VM (2-3% of gelu 2^22 on 2 vCPUs).
@@ -78,6 +80,8 @@ def _spin_until_done(futures: List["concurrent.futures.Future[None]"]) -> None:
 
 def wait_all(futures: List["concurrent.futures.Future[None]"], name: str) -> None:
     """Wait for every future (buffers may be reused after), then raise the first failure as ExecutionError."""
+    import concurrent.futures  # here: a one-thread device never waits on a pool
+
     concurrent.futures.wait(futures)
     for fut in futures:
         exc = fut.exception()
