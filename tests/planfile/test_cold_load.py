@@ -1,0 +1,96 @@
+"""What a fresh process that loads a bundle and runs it once imports: nothing it does not use.
+
+A cold start is measured against onnxruntime's (svod_min.perf.benchmarks.bench_onnx), and most of
+it is imports. A bundle of library kernels and weights compiles nothing, so the compiler driver,
+the on-disk object cache, the tuning store, a thread pool (one thread) and the modules only their
+error paths use stay out; these tests hold that, in a child with no site-packages so that nothing
+else brings them in.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from typing import Any, Dict, List
+
+import pytest
+
+from support.paths import REPO_DIR
+from svod_min import kernels
+from svod_min.planfile.bundle import PLAN, write_bundle
+
+#: Without a prebuilt object for this host the library compiles its kernel, and then the driver is needed.
+pytestmark = pytest.mark.skipif(not kernels.get("add", dtype="float32").prebuilt,
+                                reason="no prebuilt library object here: the add kernel would be compiled")
+
+#: Modules a load of precompiled and library kernels never needs (each costs milliseconds of a start).
+NOT_AT_LOAD = (
+    "svod_min.compiler.clang", "svod_min.compiler.batch", "svod_min.compiler.batch_unit", "svod_min.compiler.probe",
+    "svod_min.compiler.object_split", "svod_min.compiler.run", "svod_min.cache.disk", "svod_min.kernels.tuning",
+    "concurrent.futures", "logging", "subprocess", "ctypes.util", "statistics", "difflib",
+)  # fmt: skip
+
+CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from svod_min.npy import read_npy
+from svod_min.planfile.load import load_plan
+loaded = load_plan(sys.argv[2])
+dtype, shape, payload = read_npy(sys.argv[3])
+loaded.set_input("a", dtype.name, tuple(shape), payload)
+loaded.plan.execute()
+out = loaded.buffers["out"].tolist()
+print(json.dumps({"out": out, "modules": sorted(sys.modules)}))
+"""
+
+VALUES = [-1.5, 2.0, 0.25, 7.0, -3.0, 0.0, 1e3, -2e-3]
+
+
+def npy(values: List[float]) -> bytes:
+    """An ``.npy`` file of float32 ``values`` as numpy spells its header."""
+    header = ("{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % len(values)).ljust(117) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + struct.pack("<%df" % len(values), *values)
+
+
+def add_bundle(path: str) -> str:
+    """out = a + b: a library kernel, ``a`` the input, ``b`` weights from the bundle."""
+    plan: Dict[str, Any] = {
+        "svod_plan": 1,
+        "buffers": {"out": {"dtype": "float32", "shape": [8], "output": True},
+                    "a": {"dtype": "float32", "shape": [8], "input": True},
+                    "b": {"dtype": "float32", "shape": [8], "init": {"npy": "data/b.npy"}}},
+        "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
+        "ops": [{"kernel": "add", "buffers": ["out", "a", "b"], "vars": {"n": 8}}],
+    }  # fmt: skip
+    write_bundle(path, {PLAN: json.dumps(plan).encode(), "data/b.npy": npy([10.0 * i for i in range(8)])}, {"svod_min": "test"})
+    return path
+
+
+def run_child(tmp_path: Any) -> Dict[str, Any]:
+    bundle = add_bundle(str(tmp_path / "add.svod"))
+    (tmp_path / "a.npy").write_bytes(npy(VALUES))
+    proc = subprocess.run([sys.executable, "-S", "-c", CHILD, REPO_DIR, bundle, str(tmp_path / "a.npy")],
+                          capture_output=True, text=True, timeout=120, env={"SVOD_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_fresh_load_and_run_imports_no_compiler_pool_or_error_path_module(tmp_path: Any) -> None:
+    report = run_child(tmp_path)
+    want = [struct.unpack("<f", struct.pack("<f", a + 10.0 * i))[0] for i, a in enumerate(VALUES)]  # float32 sums
+    assert report["out"] == want  # the load did its work: the control for the list below
+    assert [m for m in NOT_AT_LOAD if m in report["modules"]] == []
+
+
+def test_the_guard_sees_a_module_that_a_load_brings(tmp_path: Any) -> None:
+    # the same child with the driver imported first: the check above would name it
+    bundle = add_bundle(str(tmp_path / "add.svod"))
+    (tmp_path / "a.npy").write_bytes(npy(VALUES))
+    child = CHILD.replace("from svod_min.npy import read_npy", "import svod_min.compiler.clang\nfrom svod_min.npy import read_npy")
+    proc = subprocess.run([sys.executable, "-S", "-c", child, REPO_DIR, bundle, str(tmp_path / "a.npy")],
+                          capture_output=True, text=True, timeout=120, env={"SVOD_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    found = [m for m in NOT_AT_LOAD if m in json.loads(proc.stdout)["modules"]]
+    assert "svod_min.compiler.clang" in found and "subprocess" in found
