@@ -52,8 +52,11 @@ extern int getpid(void);
 
 #define MAX_ARGS %(max_args)d
 #define MAX_THREADS 64
-/* Idle workers poll this many times between yields of their CPU. */
+/* Idle workers poll this many times between yields of their CPU ... */
 #define SPINS_PER_YIELD 256
+/* ... and sleep after this many polls without a kernel (some 0.1-0.5 ms): a long serial stretch of a
+   replay, or more threads than CPUs, then costs no CPU time. */
+#define SPINS_BEFORE_SLEEP (16 * SPINS_PER_YIELD)
 
 /* Plain loads and stores with acquire/release order: no read-modify-write, so gcc never calls
    libgcc's outlined atomics on aarch64; every counter below changes under a mutex. */
@@ -125,14 +128,16 @@ static void chunk_of(chunk_t* c, const u64* e, long* next, sync_t* lock) {
 /* The process's worker threads, started on first use and kept: a thread started per kernel cost a
    wake-up of the other CPU per kernel, more than a small kernel's whole run.  One replay at a time
    owns the pool (another replay meanwhile runs its kernels serially).  While a replay runs, idle
-   workers poll `gen` for the next shared kernel; between replays they sleep on `wake`.  A worker
+   workers poll `gen` for the next shared kernel, for a while: then, and between replays, they sleep
+   on `wake` until `wakes` changes (each replay's start, and each kernel posted while one sleeps;
+   a wake-up missed in a race costs that kernel a helper, never an answer).  A worker
    joins a kernel under `claims` only while ids are left and fewer than its thread cap have joined,
    so a late worker never holds the caller up, and the caller's kernel is done when its ids are all
    claimed and `inflight` is back to 0. */
 static struct {
     sync_t owner, sleep, wake, claims;
-    int pid, workers, active, inflight, cap;
-    long gen, next;
+    int pid, workers, active, inflight, cap, sleepers;
+    long gen, next, wakes;
     chunk_t job;
 } pool;
 
@@ -152,6 +157,24 @@ static void pool_join(void) {
     pthread_mutex_unlock(&pool.claims);
 }
 
+/* Sleeps until the next wake-up, unless a kernel came after `seen` meanwhile. */
+static void pool_sleep(long seen) {
+    pthread_mutex_lock(&pool.sleep);
+    long wakes = pool.wakes;
+    STORE(&pool.sleepers, pool.sleepers + 1);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* pairs with pool_run's: one of the two sees the other */
+    while (pool.wakes == wakes && LOAD(&pool.gen) == seen) pthread_cond_wait(&pool.wake, &pool.sleep);
+    STORE(&pool.sleepers, pool.sleepers - 1);
+    pthread_mutex_unlock(&pool.sleep);
+}
+
+static void pool_wake(void) {
+    pthread_mutex_lock(&pool.sleep);
+    pool.wakes++;
+    if (pool.sleepers) pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.sleep);
+}
+
 static void* pool_worker(void* unused) {
     (void)unused;
     long seen = LOAD(&pool.gen);
@@ -162,10 +185,9 @@ static void* pool_worker(void* unused) {
             seen = gen;
             spins = 0;
             pool_join();
-        } else if (!LOAD(&pool.active)) {
-            pthread_mutex_lock(&pool.sleep);
-            while (!LOAD(&pool.active)) pthread_cond_wait(&pool.wake, &pool.sleep);
-            pthread_mutex_unlock(&pool.sleep);
+        } else if (!LOAD(&pool.active) || spins >= SPINS_BEFORE_SLEEP) {
+            pool_sleep(seen);
+            spins = 0;
         } else if (++spins %% SPINS_PER_YIELD) {
             relax();
         } else {
@@ -192,9 +214,7 @@ static int pool_acquire(int threads) {
         pool.workers++;
     }
     STORE(&pool.active, 1);
-    pthread_mutex_lock(&pool.sleep);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.sleep);
+    pool_wake();
     return 1;
 }
 
@@ -214,6 +234,8 @@ static void pool_run(const u64* e, int threads) {
     STORE(&pool.gen, pool.gen + 1);
     c = pool.job;
     pthread_mutex_unlock(&pool.claims);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (LOAD(&pool.sleepers)) pool_wake();
     run_chunk(&c);
     unsigned spins = 0;
     while (LOAD(&pool.inflight) != 0)
