@@ -12,12 +12,13 @@ import os
 import sys
 import threading
 import zipfile
-from typing import Any, FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, Optional
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _lock = threading.Lock()
 _archive_names: Optional[FrozenSet[str]] = None
+_members_found: Dict[str, bool] = {}
 
 
 def _loader() -> Any:
@@ -70,10 +71,23 @@ def read_text(rel: str) -> str:
 
 
 def exists(rel: str) -> bool:
-    """Whether the package holds ``rel`` (checked without reading it)."""
+    """Whether the package holds ``rel`` (checked without reading it, except in an archive zipimport reads:
+    asking it for the member costs less than parsing the archive's directory a second time)."""
     if not in_archive():
         return os.path.isfile(_full_path(rel))
-    return _archive_member(rel) in _names_in_archive()
+    if not hasattr(_loader(), "get_data"):
+        return _archive_member(rel) in _names_in_archive()
+    with _lock:
+        found = _members_found.get(rel)
+    if found is None:  # the archive does not change under a running process: asked once per member
+        try:
+            read_bytes(rel)
+            found = True
+        except OSError:
+            found = False
+        with _lock:
+            _members_found[rel] = found
+    return found
 
 
 def _archive_member(rel: str) -> str:

@@ -67,7 +67,11 @@ class PlanData:
             dt = to_dtype(as_text(b.get("dtype", "float32"), path + ".dtype"))
         except SvodError as exc:
             raise PlanFileError(path + ".dtype", str(exc)) from None
-        shape = tuple(as_int(d, "%s.shape[%d]" % (path, i), 0, 1 << 40) for i, d in enumerate(as_list(b.get("shape"), path + ".shape")))
+        dims = as_list(b.get("shape"), path + ".shape")
+        if not all(type(d) is int and 0 <= d <= 1 << 40 for d in dims):  # name the first bad one (paths cost a load)
+            for i, d in enumerate(dims):
+                as_int(d, "%s.shape[%d]" % (path, i), 0, 1 << 40)
+        shape = tuple(dims)
         count = product(shape)
         need(count * dt.itemsize <= MAX_BUFFER_BYTES, path + ".shape", "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES))
         return dt, shape, count
