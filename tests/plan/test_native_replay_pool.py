@@ -11,6 +11,7 @@ from typing import List
 
 import pytest
 from conftest import needs_cc
+from support.dispatch import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 
 from svod_min.devices.cpu.device import create_cpu_device
 from svod_min.plan import native_replay
@@ -67,6 +68,23 @@ def test_workers_are_kept_not_started_per_replay() -> None:
         bound()
     assert len(os.listdir("/proc/self/task")) == before
     assert out.tolist() == _expected(31)
+
+
+def test_a_worker_asleep_after_a_long_serial_kernel_is_woken_for_the_next() -> None:
+    dev, prog = _program()
+    nap = dev.compile("extern int usleep(unsigned); void nap(int* o) { usleep(20000); o[0] += 1; }", "nap", buf_count=1)
+    wait = dev.compile(WAIT_SRC, WAIT_ENTRY, buf_count=1, var_names=["n", "core_id"])
+    out = dev.allocate([IDS], "int32").copyin([0] * IDS)
+    napped = dev.allocate([1], "int32").copyin([0])
+    n = 8
+    flags = dev.allocate([n + 1], "int32").copyin([0] * (n + 1))
+    table = native_replay.ReplayTable()
+    table.add(prog.address, [out.address, 1, 0], ncalls=IDS, core_pos=2, threads=2)  # the worker polls ...
+    table.add(nap.address, [napped.address])  # ... and sleeps through 20 ms of one serial kernel
+    table.add(wait.address, [flags.address, n, 0], ncalls=n, core_pos=2, threads=2)  # id 0 waits for the rest
+    assert table.run(2) == 3
+    assert napped.tolist() == [1]
+    assert flags.tolist() == all_ids_ran(n), "the sleeping worker was not woken for the last kernel"
 
 
 def test_replays_from_two_python_threads_at_once_stay_exact() -> None:
