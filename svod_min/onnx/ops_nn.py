@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import csrc, csrc_more
+from . import csrc, csrc_more, csrc_pool
 from .conv_kernels import (add_residual, conv_library_applies, lower_conv_library, lower_global_avgpool_library,
                            lower_pool_library, residual_of)
 from .ir import Graph, Node
@@ -233,7 +233,8 @@ def lower_pool(L: Lowering, node: Node) -> None:
     g = geometry(L, node, node.attrs["kernel_shape"], xs[1])
     if lower_pool_library(L, node, g):
         return
-    kernel = csrc.pool2d(g, "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0)))
+    kind, include = "max" if node.op == "MaxPool" else "avg", bool(node.attrs.get("count_include_pad", 0))
+    kernel = csrc_pool.pool2d(g, kind, include) or csrc.pool2d(g, kind, include)
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 

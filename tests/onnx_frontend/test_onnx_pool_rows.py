@@ -31,12 +31,12 @@ CASES = [
                                    "count_include_pad": 1}),
     ("AveragePool", (1, 2, 10, 10), {"kernel_shape": [2, 2], "strides": [4, 3]}),
     ("AveragePool", (1, 1, 1, 1), {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}),
-    # narrower rows at column stride 1 pool a padded copy of each plane: rows stride 2 with ceil_mode's extra window
+    # rows stride 2 with ceil_mode's extra window
     ("MaxPool", (1, 2, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 1], "ceil_mode": 1, "pads": [0, 1, 0, 1]}),
     ("AveragePool", (1, 2, 8, 9), {"kernel_shape": [3, 2], "strides": [2, 1], "ceil_mode": 1, "pads": [1, 1, 1, 1],
                                    "count_include_pad": 1}),
     ("AveragePool", (1, 4, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception-v2's 7x7 stage
-    # output rows of 20 columns or more: edge and interior columns apart (csrc.POOL_SPLIT_MIN_OW)
+    # wider output rows
     ("MaxPool", (2, 3, 9, 41), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("MaxPool", (1, 2, 9, 45), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
     ("MaxPool", (1, 2, 8, 44), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
@@ -70,17 +70,3 @@ def test_maxpool_propagates_nan(tmp_path: Any) -> None:
     x[0, 0, 1, 3] = np.nan  # in window (0, 1) and not its first tap
     got = build_and_load(model, str(tmp_path))(x=x)["y"]
     assert np.isnan(got[0, 0, 0, 1]) and np.isfinite(np.delete(got.reshape(-1), 1)).all()
-
-
-def test_each_row_width_takes_its_path() -> None:
-    from svod_min.onnx import csrc
-
-    def geom(w: int) -> "csrc.ConvGeom":
-        return csrc.ConvGeom(1, 4, 9, w, 4, 9, w, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1)
-
-    assert "_edge(" in csrc.pool2d(geom(csrc.POOL_SPLIT_MIN_OW), "avg", False).source
-    narrow = csrc.pool2d(geom(csrc.POOL_SPLIT_MIN_OW - 1), "max", False).source
-    assert "_edge(" not in narrow and "padded[" in narrow
-    strided = csrc.ConvGeom(1, 4, 9, 9, 4, 4, 4, 3, 3, 2, 2, 0, 0, 0, 0, 1, 1)
-    assert "padded[" not in csrc.pool2d(strided, "max", False).source
-
