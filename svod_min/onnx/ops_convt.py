@@ -1,12 +1,21 @@
-"""ConvTranspose (1-D and 2-D): generated C that gathers, for each output position, the input taps that
-reach it; groups, strides, dilations, pads, output_padding, output_shape and auto_pad as the ONNX spec
-defines them (the output size itself comes from shape inference)."""
+"""ConvTranspose (1-D and 2-D); groups, strides, dilations, pads, output_padding, output_shape and auto_pad as
+the ONNX spec defines them (the output size itself comes from shape inference).
+
+With constant float32 weights it runs as a GEMM on the library's matmul: per image and group,
+``col = W_g^T x_g`` (OC/groups x KH x KW rows, one column per input pixel; the transposed weights made
+here, at build time), then a generated col2im sums, for each output position, the columns of the taps
+that reach it, from the bias. Otherwise (weights computed at run time, or a col buffer over
+:data:`COL_BYTES_MAX`) generated C gathers each output's input taps and weights directly."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
+
+import numpy as np
 
 from . import csrc_more
+from .csrc import CKernel, chunks_for
+from .ops_elementwise import F32
 from .ir import Graph, Node
 from .lower import Lowering
 from .table import ANY, one_of, register
@@ -36,7 +45,39 @@ def begin_pads(node: Node, in_sizes: Sequence[int], out_sizes: Sequence[int], ke
     return begin
 
 
-@register(["ConvTranspose"], "generated C; 1-D and 2-D, any groups/strides/dilations/pads", check=_convt_check,
+#: The largest col buffer (bytes, every image and group) the GEMM path allocates; past it the gather runs.
+COL_BYTES_MAX = 256 << 20
+
+
+class ConvTGeom(NamedTuple):
+    """A 2-D transposed convolution: input (n, c, h, w), output (oc, oh, ow), window, strides, leading pads,
+    dilations, groups."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    dh: int
+    dw: int
+    groups: int
+
+    @property
+    def col_rows(self) -> int:
+        """Rows of one group's col matrix: (output channel of the group, kh, kw)."""
+        return self.oc // self.groups * self.kh * self.kw
+
+
+@register(["ConvTranspose"], "library matmul + generated col2im for constant float32 weights, else generated C; "
+          "1-D and 2-D, any groups/strides/dilations/pads", check=_convt_check,
           auto_pad=one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"), dilations=ANY, group=ANY, kernel_shape=ANY,
           output_padding=ANY, output_shape=ANY, pads=ANY, strides=ANY)  # fmt: skip
 def lower_conv_transpose(L: Lowering, node: Node) -> None:
@@ -53,6 +94,74 @@ def lower_conv_transpose(L: Lowering, node: Node) -> None:
     pads = begin_pads(node, xs[2:], ys[2:], kernel, strides, dil, out_pad)
     if rank == 1:  # a 1-D transposed convolution is the 2-D one with H = 1
         xs, ys, kernel, strides, dil, pads = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), [1] + kernel, [1] + strides, [1] + dil, [0] + pads
-    k = csrc_more.conv_transpose(xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
-                                 pads[0], pads[1], dil[0], dil[1], groups, bool(bias))  # fmt: skip
+    g = ConvTGeom(xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
+                  pads[0], pads[1], dil[0], dil[1], groups)  # fmt: skip
+    if gemm_applies(L, w, g):
+        lower_gemm(L, g, out, x, w, bias)
+        return
+    k = csrc_more.conv_transpose(*g, bool(bias))
     L.source(k, [out, x, w] + ([bias] if bias else []))
+
+
+def gemm_applies(L: Lowering, w: str, g: ConvTGeom) -> bool:
+    """Constant float32 weights and a col buffer within :data:`COL_BYTES_MAX`."""
+    if not L.graph.is_const(w) or L.value(w).dtype != "float32":
+        return False
+    return g.n * g.groups * g.col_rows * g.h * g.w * 4 <= COL_BYTES_MAX
+
+
+def lower_gemm(L: Lowering, g: ConvTGeom, out: str, x: str, w: str, bias: str) -> None:
+    """One matmul per (image, group) into a col buffer, then one col2im over every output plane."""
+    cg, rows, pixels = g.c // g.groups, g.col_rows, g.h * g.w
+    weights = L.graph.const(w).astype(np.float32).reshape(g.groups, cg, rows)
+    a = L.const(np.ascontiguousarray(weights.transpose(0, 2, 1)), w + "~transposed")  # (groups, rows, cg)
+    col = L.temp((g.n, g.groups, rows, pixels), hint="col")
+    for n in range(g.n):
+        for grp in range(g.groups):
+            va = L.subview(a, 4 * grp * rows * cg, (rows, cg))
+            vx = L.subview(x, 4 * (n * g.c + grp * cg) * pixels, (cg, pixels))
+            vc = L.subview(col, 4 * (n * g.groups + grp) * rows * pixels, (rows, pixels))
+            L.library("matmul", F32, [vc, va, vx], {"M": rows, "N": pixels, "K": cg})
+    L.source(col2im(g, bool(bias)), [out, col] + ([bias] if bias else []))
+
+
+def col2im(g: ConvTGeom, bias: bool) -> CKernel:
+    """out[n, oc, y, x] = bias + the sum of col[n, group, (oc % ocg, ky, kx), iy, ix] over the taps with
+    y + pt = iy * sh + ky * dh and x + pl = ix * sw + kx * dw (iy, ix inside the input)."""
+    ocg = g.oc // g.groups
+    planes = g.n * g.oc
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    body = """void KNAME(float *restrict out, const float *restrict col%(bias_arg)s, int core_id) {
+  long p0 = (long)core_id * %(per)d, p1 = p0 + %(per)d < %(planes)d ? p0 + %(per)d : %(planes)d;
+  for (long p = p0; p < p1; ++p) {
+    const long b = p / %(oc)d, o = p %% %(oc)d, grp = o / %(ocg)d, oo = o %% %(ocg)d;
+    const float *cols = col + ((b * %(groups)d + grp) * %(rows)d + oo * %(taps)d) * %(pixels)dL;
+    float *dst = out + p * %(plane)dL;
+    for (long y = 0; y < %(oh)d; ++y) {
+      for (long xx = 0; xx < %(ow)d; ++xx) {
+        float acc = %(init)s;
+        for (long ky = 0; ky < %(kh)d; ++ky) {
+          const long ty = y + %(pt)d - ky * %(dh)d;
+          if (ty < 0 || ty %% %(sh)d) continue;
+          const long iy = ty / %(sh)d;
+          if (iy >= %(h)d) continue;
+          for (long kx = 0; kx < %(kw)d; ++kx) {
+            const long tx = xx + %(pl)d - kx * %(dw)d;
+            if (tx < 0 || tx %% %(sw)d) continue;
+            const long ix = tx / %(sw)d;
+            if (ix >= %(w)d) continue;
+            acc += cols[(ky * %(kw)d + kx) * %(pixels)dL + iy * %(w)d + ix];
+          }
+        }
+        dst[y * %(ow)d + xx] = acc;
+      }
+    }
+  }
+}
+""" % {"bias_arg": ", const float *restrict bias" if bias else "", "per": per, "planes": planes, "oc": g.oc,
+       "ocg": ocg, "groups": g.groups, "rows": g.col_rows, "taps": g.kh * g.kw, "pixels": g.h * g.w,
+       "plane": g.oh * g.ow, "oh": g.oh, "ow": g.ow, "init": "bias[o]" if bias else "0.0f", "kh": g.kh, "kw": g.kw,
+       "pt": g.pt, "pl": g.pl, "dh": g.dh, "dw": g.dw, "sh": g.sh, "sw": g.sw, "h": g.h, "w": g.w}  # fmt: skip
+    extents = [planes * g.oh * g.ow, g.n * g.groups * g.col_rows * g.h * g.w] + ([g.oc] if bias else [])
+    return csrc_more.make_kernel("col2im", body, extents, chunks)
