@@ -372,6 +372,9 @@ ACTS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 ACT_NAMES = tuple(a for a, _ in ACTS)
 #: conv2d_gemm's register tiles: matmul's tile preferred by some variant (PREFERRED), per dtype.
 CONV_TILES = {"float32": ((4, 8), (6, 16), (8, 32)), "float64": ((4, 4), (6, 8), (8, 16))}
+#: The tiles whose last strip, when a few pixels past half their width (a 7x7 image: 32 + 17), is a half tile and
+#: those pixels as columns (A's mr rows one vector, 32 bytes): AVX-512's float32 tile.
+CONV_COLS = (("float32", 8, 32),)
 #: Output pixels per work item of conv2d_gemm (the width of the packed im2col tile: a multiple of every nr).
 CONV_NC = 256
 #: Elements of conv2d_gemm's packed weights (svod_min.kernels.conv_pack.packed_size).
@@ -463,7 +466,7 @@ def conv_gemm_family() -> Family:
                 )  # fmt: skip
                 ctx = dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, mr=mr, nr=nr, kc=kc,
                            mc=mr * max(1, 48 // mr), nc=CONV_NC, ku=4, act=code, bias=bias, residual=res,
-                           fvars=fvars, packed=packed, ps=PACK_ROWS)  # fmt: skip
+                           fvars=fvars, packed=packed, ps=PACK_ROWS, cols=(dt, mr, nr) in CONV_COLS)  # fmt: skip
                 fam.add(sig, ctx)
     return fam
 

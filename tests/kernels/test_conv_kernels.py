@@ -109,6 +109,7 @@ GEMM_CASES = [
     Conv(1, 100, 5, 6, 20, 3, 3, pads=(1, 1, 1, 1)),  # K = 900: several kc blocks before the epilogue
     Conv(1, 7, 20, 30, 5, 1, 1, stride=(2, 2)),  # 1x1 with stride: the gathered path
     Conv(1, 3, 6, 40, 4, 1, 3, stride=(1, 2), pads=(0, 1, 0, 1), dilation=(1, 3)),
+    Conv(1, 9, 7, 7, 11, 3, 3, pads=(1, 1, 1, 1)),  # P = 49 = 32 + 16 + 1: a pixel as a column (AVX-512 tile)
 ]
 
 

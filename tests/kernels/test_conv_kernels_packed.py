@@ -37,6 +37,21 @@ CASES = [
     (1, 64, 6, 7, 96, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),  # many small groups, 3 rows each
     (1, 1024, 2, 2, 30, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # K = 1024 in 3 blocks of 342, 340
 ]
+#: Shapes for the stride-1 im2col by masked loads (AVX-512): runs of input rows per 16-pixel chunk; the last
+#: ones (and the 5x5 one, P = 84 = 64 + 16 + 4) end on a strip a few pixels past half the tile's width.
+RUN_CASES = [
+    (1, 3, 5, 5, 7, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 5: a chunk over 4 output rows, the most planned
+    (1, 3, 4, 4, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 4: more runs than planned, the generic pack
+    (1, 6, 20, 20, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 400: a second pixel block from mid-row
+    (1, 4, 9, 11, 5, 5, 5, (2, 1), (4, 3, 2, 4), (1, 1), 1),  # 25 taps (the most), row stride 2, column stride 1
+    (2, 3, 6, 12, 4, 1, 7, (1, 1), (0, 3, 0, 3), (1, 1), 1),  # 1x7, batch 2
+    (1, 2, 3, 3, 4, 3, 3, (1, 1), (4, 4, 4, 4), (1, 1), 1),  # pads past the kernel: rows and columns all padding
+    (1, 2, 9, 9, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),  # 49 taps: past the plan, the generic pack
+    (1, 5, 13, 12, 9, 3, 3, (1, 1), (2, 3, 2, 1), (2, 3), 1),  # dilation, asymmetric pads
+    (1, 7, 7, 7, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 49 = 32 + 16 + 1: one pixel as a column
+    (1, 4, 5, 10, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 50: two pixels as columns
+    (2, 2, 3, 17, 9, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 51: three, OC past a tile, batch 2
+]
 
 
 def _run(rng: Any, case: Tuple[Any, ...], act: str = "relu", residual: bool = False, threads: Sequence[int] = (1,),
@@ -72,9 +87,16 @@ def _run(rng: Any, case: Tuple[Any, ...], act: str = "relu", residual: bool = Fa
     return outs
 
 
-@pytest.mark.parametrize("case", CASES, ids=repr)
+@pytest.mark.parametrize("case", CASES + RUN_CASES, ids=repr)
 def test_packed_conv_matches_reference(case: Tuple[Any, ...], rng: Any) -> None:
     _run(rng, case)
+
+
+@needs_cc
+@pytest.mark.parametrize("case", RUN_CASES, ids=repr)
+def test_packed_conv_compiled_matches_reference(case: Tuple[Any, ...], rng: Any) -> None:
+    """The host tile compiled from the generated source (the prebuilt object is the same code)."""
+    _run(rng, case, prebuilt=False)
 
 
 @pytest.mark.parametrize("act", ["none", "relu", "clip"])
