@@ -42,6 +42,7 @@ MIN_DEFLATE_SAVING = 1 / 8
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
 #: A zip local file header: signature, versions, flags, method, time, date, CRC-32, sizes, name and extra lengths.
 LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
+_EXTRA_SLACK = 64  # bytes read past a local header's name in the same read: zip extra fields are rarely longer
 
 
 @dataclass(frozen=True)
@@ -354,15 +355,16 @@ def _read_listed_entry(raw: Any, info: zipfile.ZipInfo, path: str, limit: int) -
         return BundleError("%s: entry %r cannot be read (%s)" % (path, info.filename, why))
 
     try:
+        # the header, its name and an extra field of the usual size in one read, then the data in another
         raw.seek(info.header_offset)
-        header = raw.read(LOCAL_HEADER.size)
-        if len(header) != LOCAL_HEADER.size or header[:4] != ZIP_MAGIC:
+        head = raw.read(LOCAL_HEADER.size + len(info.orig_filename.encode("utf-8")) + _EXTRA_SLACK)
+        if len(head) < LOCAL_HEADER.size or head[:4] != ZIP_MAGIC:
             raise bad("no local file header where the directory says")
-        fields = LOCAL_HEADER.unpack(header)
-        name = raw.read(fields[10])  # fields: signature, version, system, flags, method, time, date, crc, sizes, lengths
+        fields = LOCAL_HEADER.unpack_from(head)  # signature, version, system, flags, method, time, date, crc, sizes, lengths
+        name = head[LOCAL_HEADER.size:LOCAL_HEADER.size + fields[10]]
         if name.decode("utf-8" if fields[3] & 0x800 else "cp437", "replace") != info.orig_filename:
             raise bad("the local header names %r" % name)
-        raw.seek(fields[11], io.SEEK_CUR)
+        raw.seek(info.header_offset + LOCAL_HEADER.size + fields[10] + fields[11])
         packed = raw.read(info.compress_size)
     except (OSError, ValueError, struct.error) as exc:
         raise bad(str(exc)) from None

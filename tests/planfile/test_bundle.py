@@ -442,3 +442,31 @@ def test_weights_over_the_threshold_are_stored_and_the_rest_deflated(tmp_path: A
         assert zf.read("data/big.npy") == big
     assert kinds == {"data/big.npy": zipfile.ZIP_STORED, "data/small.npy": zipfile.ZIP_DEFLATED,
                      "kernels/k.o": zipfile.ZIP_DEFLATED}  # fmt: skip
+
+
+def test_an_entry_with_a_long_extra_field_loads(tmp_path: Any) -> None:
+    # entries are read from their local headers: an extra field longer than the one read guesses is skipped
+    path = _small_bundle(str(tmp_path / "x.svod"))
+    with zipfile.ZipFile(path) as zf:
+        members = [(i.filename, zf.read(i.filename)) for i in zf.infolist()]
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members:
+            info = zipfile.ZipInfo(name)
+            info.extra = b"\xfe\xca" + (300).to_bytes(2, "little") + bytes(300)  # an unknown header id, 300 bytes
+            zf.writestr(info, data)
+    loaded = load_plan(path)
+    loaded.plan.execute()
+    assert loaded.buffers["y"].tolist() == [0.0] * 4
+
+
+def test_a_local_header_that_names_another_entry_is_refused(tmp_path: Any) -> None:
+    path = _small_bundle(str(tmp_path / "n.svod"))
+    _rewrite(path, lambda n, d: (n, d))  # stored: the names are plain in the file
+    with zipfile.ZipFile(path) as zf:
+        at = zf.getinfo("data/x.npy").header_offset + 30  # the local header's copy of the name
+    raw = bytearray(open(path, "rb").read())
+    assert raw[at:at + len(b"data/x.npy")] == b"data/x.npy"
+    raw[at:at + len(b"data/x.npy")] = b"data/y.npy"
+    open(path, "wb").write(bytes(raw))
+    with pytest.raises(BundleError, match="entry 'data/x.npy' cannot be read \\(the local header names"):
+        open_bundle(path)
