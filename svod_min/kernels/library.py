@@ -323,7 +323,7 @@ def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
     if form == PTX:
         sig = find_cuda_sig(name, **params)
         grid = tuple(d if type(d) is int else size_expr.compile_expr(str(d)).text for d in sig.grid)
-        return DeviceKernel(device.load_program(library_source(sig)), sig, str, grid, tuple(sig.block))
+        return DeviceKernel(device.load_program(library_source(sig)), sig, lambda: "", grid, tuple(sig.block))
     raise NotSupportedError("library kernel %r: %s loads %s programs, and the library ships %s"
                             % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS)))  # fmt: skip
 

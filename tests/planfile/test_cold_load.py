@@ -94,3 +94,15 @@ def test_the_guard_sees_a_module_that_a_load_brings(tmp_path: Any) -> None:
     assert proc.returncode == 0, proc.stderr
     found = [m for m in NOT_AT_LOAD if m in json.loads(proc.stdout)["modules"]]
     assert "svod_min.compiler.clang" in found and "subprocess" in found
+
+
+def test_a_library_kernel_of_a_plan_still_gives_its_c_unit_when_asked(tmp_path: Any) -> None:
+    # a load no longer cuts each library kernel's C unit from its family file; asking still gives it
+    from svod_min.kernels.library import device_kernel
+    from svod_min.planfile.load import load_plan
+
+    loaded = load_plan(add_bundle(str(tmp_path / "add.svod")))
+    kernel, = loaded.plan.kernels()
+    want = kernels.get("add", dtype="float32").source
+    assert kernel.code == "" and kernel.source_text() == want and "svod_add_f32" in want
+    assert device_kernel(loaded.plan.device, "add", dtype="float32").source == want
