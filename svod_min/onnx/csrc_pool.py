@@ -46,6 +46,8 @@ KINDS = {"max": ("-(1e39f)", MAX_STEP), "avg": ("0.0f", "acc += v;")}
 def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> Optional[CKernel]:
     """Max (``kind`` 'max') or average pooling: small planes whole, others a row at a time; None where neither
     kernel's buffers fit (the caller then generates the per-output kernel)."""
+    if same_size(g):
+        return pool2d_same(g, kind, count_include_pad)
     ph, pw = padded_plane(g)
     if ph * pw <= POOL_PLANE_MAX and g.w >= POOL_PLANE_MIN_W:
         return pool2d_plane(g, kind, count_include_pad)
@@ -274,4 +276,89 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
 %(dispatch)s}
 """ % dict(enum=enum, ph=ph, pw=pw, qw=qw, per=per, planes=planes, pad=KINDS[kind][0], row_ok=fill["row_ok"],
            counts=COLUMN_COUNTS % fill, dispatch=DISPATCH % _per_plane(kind, "xp, o, pp, vv, t, scale"))  # fmt: skip
+    return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+
+
+#: The largest plane (elements) the same-size kernel takes: its column buffer and the average's scale table
+#: (at most this many elements each) are on the stack.
+POOL_SAME_MAX = 4096
+
+
+def same_size(g: ConvGeom) -> bool:
+    """A stride-1, undilated pool whose padding keeps the plane's size (Inception's branch pools), small enough."""
+    return ((g.sh, g.sw, g.dh, g.dw) == (1, 1, 1, 1) and (g.oh, g.ow) == (g.h, g.w) and min(g.pt, g.pl, g.pb, g.pr) >= 0
+            and g.pt + g.pb == g.kh - 1 and g.pl + g.pr == g.kw - 1 and g.h * g.w <= POOL_SAME_MAX)  # fmt: skip
+
+
+SAME_FUNCTION = """static __attribute__((noinline)) int FNAME(const float *restrict xp, float *restrict o, float *col,
+                                           const float *restrict scale) {
+%(enum)s
+SCAN_PLANE  for (long j = PT * W; j < (H - PB) * W; ++j) {
+    float acc = PADV;
+    for (long kh = 0; kh < KH; ++kh) { float v = xp[j + (kh - PT) * W]; STEP }
+    col[j] = acc;
+  }
+  for (long oh = 0; oh < H; ++oh) {
+    if (oh >= PT && oh < H - PB) continue;
+    long lo = oh < PT ? PT - oh : 0, hi = H - 1 - oh + PT + 1 < KH ? H - 1 - oh + PT + 1 : KH;
+    for (long iw = 0; iw < W; ++iw) col[oh * W + iw] = PADV;
+    for (long kh = lo; kh < hi; ++kh) {
+      const float *xr = xp + (oh - PT + kh) * W;
+      for (long iw = 0; iw < W; ++iw) { float acc = col[oh * W + iw], v = xr[iw]; STEP col[oh * W + iw] = acc; }
+    }
+  }
+  for (long j = 0; j < H * W; ++j) {
+    float acc = PADV;
+    for (long kw = 0; kw < KW; ++kw) { float v = col[j + kw - PL]; STEP }
+    o[j] = %(final)s;
+  }
+#pragma clang loop vectorize(disable)
+  for (long oh = 0; oh < H; ++oh)
+    for (long e = 0; e < PL + PR; ++e) {
+      long ow = e < PL ? e : W - PR + (e - PL), j = oh * W + ow;
+      float acc = PADV;
+      for (long kw = 0; kw < KW; ++kw) {
+        long iw = ow + kw - PL;
+        if (iw < 0 || iw >= W) continue;
+        float v = col[oh * W + iw];
+        STEP
+      }
+      o[j] = %(final)s;
+    }
+  (void)scale;
+  return 0;
+}
+"""
+
+
+def pool2d_same(g: ConvGeom, kind: str, count_include_pad: bool) -> Optional[CKernel]:
+    """Max or average pooling of a stride-1 window whose padding keeps the plane's size, a whole plane at a time
+    straight from the input: its rows flattened, the pass down the window is one loop over the rows whose window
+    is inside, and the pass along it one loop over the whole plane; the few columns whose window crosses the
+    row's edge (there the flat loop reads the next or previous row) are then computed again from their own row.
+    None where the pool is not of that shape."""
+    if not same_size(g):
+        return None
+    planes = g.n * g.c
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    enum = ENUM % _constants(g)
+    counts = _counts(count_include_pad)
+    fill = dict(enum=enum, final="acc" if kind == "max" else "acc * scale[j]")
+    body = _two_copies(kind, SAME_FUNCTION % fill, {"SCAN_PLANE": PLANE_SCAN}) + """
+void KNAME(float *restrict out, const float *restrict x, int core_id) {
+%(enum)s  long p0 = (long)core_id * %(per)d, p1 = p0 + %(per)d < %(planes)d ? p0 + %(per)d : %(planes)d;
+  float margins[PL + H * W + PR], scale[%(scale)d], cols[OW];
+  float *col = margins + PL;
+%(counts)s  for (long i = 0; i < PL; ++i) margins[i] = %(pad)s;
+  for (long i = 0; i < PR; ++i) col[H * W + i] = %(pad)s;
+  for (long oh = 0; oh < %(scale_rows)d; ++oh) {
+    long r = 0;
+    for (long kh = 0; kh < KH; ++kh) { long ih = oh - PT + kh; r += %(row_ok)s; }
+    for (long ow = 0; ow < OW; ++ow) scale[oh * OW + ow] = 1.0f / ((float)r * cols[ow]);
+  }
+%(dispatch)s}
+""" % dict(enum=enum, per=per, planes=planes, pad=KINDS[kind][0], row_ok=counts["row_ok"],
+           scale=g.h * g.w if kind == "avg" else 1, scale_rows=g.h if kind == "avg" else 0,
+           counts=COLUMN_COUNTS % counts, dispatch=DISPATCH % _per_plane(kind, "xp, o, col, scale"))  # fmt: skip
     return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)

@@ -1,5 +1,6 @@
 """The two-pass pooling kernels (svod_min/onnx/csrc_pool.py) against onnxruntime, each case checked to take the
-kernel it is listed under: the whole-plane kernel (row stride 1 and 2, padded width a multiple of the column
+kernel it is listed under: the same-size kernel (stride 1, padding that keeps the plane's size, symmetric or
+not, columns at the row's edges), the whole-plane kernel (row stride 1 and 2, padded width a multiple of the column
 stride or not, dilation, ceil_mode, count_include_pad), the row kernel (planes too large for the plane kernel,
 rows too narrow for it), the per-output kernel for rows too wide for either; and a max's NaN propagation in each
 kernel and each NaN scan (a whole small plane, or row by row in a large one), against a float64 reference."""
@@ -21,10 +22,18 @@ from svod_min.onnx import csrc, csrc_pool  # noqa: E402
 Case = Tuple[str, Tuple[int, ...], Dict[str, Any]]
 #: kernel -> cases (op, input shape, attributes)
 CASES: Dict[str, Sequence[Case]] = {
-    "plane": [
+    "same": [
         ("MaxPool", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception-v1's branch pools
-        ("AveragePool", (1, 3, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("AveragePool", (1, 3, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception-v2's
+        ("AveragePool", (2, 2, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+        ("MaxPool", (1, 2, 9, 12), {"kernel_shape": [5, 3], "pads": [0, 2, 4, 0]}),  # all padding on one side
+        ("AveragePool", (1, 2, 11, 10), {"kernel_shape": [4, 2], "pads": [2, 1, 1, 0]}),
+        ("AveragePool", (1, 2, 64, 64), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # the largest plane it takes
+        ("MaxPool", (1, 3, 30), {"kernel_shape": [3], "pads": [1, 1]}),  # 1-D
+    ],
+    "plane": [
         ("AveragePool", (1, 2, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 2, 0, 1], "count_include_pad": 1}),
+        ("MaxPool", (1, 2, 13, 13), {"kernel_shape": [3, 3]}),  # stride 1, no padding: the plane shrinks
         ("MaxPool", (1, 3, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),  # odd padded width
         ("MaxPool", (2, 2, 16, 16), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # the column pass writes the output
         ("MaxPool", (1, 2, 17, 19), {"kernel_shape": [3, 3], "strides": [2, 3], "ceil_mode": 1}),
@@ -37,11 +46,11 @@ CASES: Dict[str, Sequence[Case]] = {
     "rows": [
         ("MaxPool", (1, 2, 45, 45), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
         ("MaxPool", (1, 2, 40, 47), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
-        ("AveragePool", (1, 2, 40, 40), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("AveragePool", (1, 2, 40, 40), {"kernel_shape": [3, 3], "pads": [1, 1, 0, 0]}),
         ("AveragePool", (1, 2, 37, 41), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1],
                                          "count_include_pad": 1}),
         ("MaxPool", (1, 2, 36, 36), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
-        ("MaxPool", (1, 4, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # rows too narrow for the plane kernel
+        ("MaxPool", (1, 4, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # rows too narrow for the plane kernel
         ("AveragePool", (1, 4, 6, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
         ("MaxPool", (1, 2, 3000), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),  # 1-D, longer than a plane
     ],
@@ -78,7 +87,7 @@ def kernel_of(op: str, shape: Sequence[int], attrs: Dict[str, Any]) -> str:
     kernel = csrc_pool.pool2d(g, "max" if op == "MaxPool" else "avg", bool(attrs.get("count_include_pad", 0)))
     if kernel is None:
         return "per-output"
-    return "plane" if "pp[" in kernel.source else "rows"
+    return "same" if "margins[" in kernel.source else "plane" if "pp[" in kernel.source else "rows"
 
 
 ALL = [(path, case) for path, cases in CASES.items() for case in cases]
@@ -118,11 +127,13 @@ def reference_maxpool(x: Any, g: csrc.ConvGeom) -> Any:
 #: (kernel, input shape, attributes, NaN positions (h, w) in plane 1): each NaN is a middle tap of some window, so
 #: a kernel that missed it would return that window's largest number instead.
 NAN_CASES = [
-    ("plane", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(6, 6), (12, 0)]),
+    ("same", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(6, 6), (12, 0)]),
+    ("plane", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 0, 0]}, [(6, 6), (12, 0)]),
     ("plane", (1, 3, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}, [(3, 5)]),
-    ("rows", (1, 3, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(3, 3)]),  # one scan of the whole plane
+    ("rows", (1, 3, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, [(3, 3)]),  # one scan, whole
     ("rows", (1, 3, 70, 70), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, [(2, 2), (51, 40)]),
     ("rows", (1, 3, 66, 66), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(65, 31)]),  # the last row, scanned last
+    ("same", (1, 3, 9, 12), {"kernel_shape": [5, 3], "pads": [0, 2, 4, 0]}, [(8, 11), (0, 5)]),
 ]
 
 
