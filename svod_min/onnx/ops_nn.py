@@ -224,9 +224,9 @@ def _batched_matmul(L: Lowering, out: str, a: str, b: str, a2: Sequence[int], b2
         L.library("matmul", F32, [vo, va, vb], {"M": m, "N": n, "K": k})
 
 
-@register(["MaxPool"], "generated C, 1-D and 2-D; the Indices output is not supported", check=_window_check,
+@register(["MaxPool"], "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; NaN propagates; the Indices output is not supported", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, dilations=ANY, kernel_shape=ANY, pads=ANY, storage_order=ANY, strides=ANY)
-@register(["AveragePool"], "generated C, 1-D and 2-D; count_include_pad 0/1, ceil_mode", check=_window_check,
+@register(["AveragePool"], "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; count_include_pad 0/1, ceil_mode", check=_window_check,
           auto_pad=PAD_MODES, ceil_mode=ANY, count_include_pad=one_of(0, 1), dilations=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_pool(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape
