@@ -37,20 +37,29 @@ CASES = [
     (1, 64, 6, 7, 96, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),  # many small groups, 3 rows each
     (1, 1024, 2, 2, 30, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # K = 1024 in 3 blocks of 342, 340
 ]
-#: Shapes for the stride-1 im2col by masked loads (AVX-512): runs of input rows per 16-pixel chunk; the last
-#: ones (and the 5x5 one, P = 84 = 64 + 16 + 4) end on a strip a few pixels past half the tile's width.
+#: Shapes for the im2col by masked loads (AVX-512; column stride 1 or 2, at least 1024 = C/groups OC/groups): runs
+#: of input rows per 16-pixel chunk; P = 49, 50, 51 and 84 (= 64 + 16 + 4) end on a strip a few pixels past half
+#: the tile's width, which runs as a half tile and those pixels as columns.
 RUN_CASES = [
-    (1, 3, 5, 5, 7, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 5: a chunk over 4 output rows, the most planned
-    (1, 3, 4, 4, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 4: more runs than planned, the generic pack
-    (1, 6, 20, 20, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 400: a second pixel block from mid-row
-    (1, 4, 9, 11, 5, 5, 5, (2, 1), (4, 3, 2, 4), (1, 1), 1),  # 25 taps (the most), row stride 2, column stride 1
-    (2, 3, 6, 12, 4, 1, 7, (1, 1), (0, 3, 0, 3), (1, 1), 1),  # 1x7, batch 2
-    (1, 2, 3, 3, 4, 3, 3, (1, 1), (4, 4, 4, 4), (1, 1), 1),  # pads past the kernel: rows and columns all padding
-    (1, 2, 9, 9, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),  # 49 taps: past the plan, the generic pack
-    (1, 5, 13, 12, 9, 3, 3, (1, 1), (2, 3, 2, 1), (2, 3), 1),  # dilation, asymmetric pads
-    (1, 7, 7, 7, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 49 = 32 + 16 + 1: one pixel as a column
-    (1, 4, 5, 10, 8, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 50: two pixels as columns
-    (2, 2, 3, 17, 9, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 51: three, OC past a tile, batch 2
+    (1, 32, 5, 5, 37, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 5: a chunk over 4 output rows, the most planned
+    (1, 32, 4, 4, 33, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # OW = 4: more runs than planned, the generic pack
+    (1, 32, 20, 20, 40, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 400: a second pixel block from mid-row
+    (1, 32, 9, 11, 41, 5, 5, (2, 1), (4, 3, 2, 4), (1, 1), 1),  # 25 taps, row stride 2, column stride 1, P = 84
+    (2, 33, 6, 12, 32, 1, 7, (1, 1), (0, 3, 0, 3), (1, 1), 1),  # 1x7, batch 2
+    (1, 32, 3, 3, 40, 3, 3, (1, 1), (4, 4, 4, 4), (1, 1), 1),  # pads past the kernel: rows and columns all padding
+    (1, 32, 9, 9, 33, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),  # 49 taps (the most planned)
+    (1, 32, 8, 8, 33, 1, 8, (1, 1), (0, 4, 0, 3), (1, 1), 1),  # 8 taps in a row
+    (1, 32, 6, 6, 33, 9, 9, (1, 1), (4, 4, 4, 4), (1, 1), 1),  # 81 taps: past the plan, the generic pack
+    (1, 40, 13, 12, 36, 3, 3, (1, 1), (2, 3, 2, 1), (2, 3), 1),  # dilation, asymmetric pads
+    (1, 32, 7, 7, 50, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 49 = 32 + 16 + 1: one pixel as a column
+    (1, 32, 5, 10, 40, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 50: two pixels as columns
+    (2, 32, 3, 17, 33, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # P = 51: three, batch 2
+    (1, 32, 14, 14, 40, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),  # column stride 2: pairs of loads, even elements
+    (1, 32, 15, 21, 33, 3, 3, (2, 2), (0, 2, 1, 0), (1, 1), 1),  # stride 2, odd sizes, asymmetric pads
+    (1, 48, 13, 14, 40, 1, 1, (2, 2), (0, 0, 0, 0), (1, 1), 1),  # 1x1 stride 2
+    (1, 32, 12, 40, 33, 3, 5, (1, 2), (1, 2, 1, 2), (2, 2), 1),  # column stride 2 with dilation 2
+    (1, 32, 9, 9, 32, 3, 3, (3, 3), (1, 1, 1, 1), (1, 1), 1),  # column stride 3: the generic pack
+    (1, 64, 7, 9, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),  # groups: 32 x 32 channels each
 ]
 
 

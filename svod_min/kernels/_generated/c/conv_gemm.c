@@ -11841,20 +11841,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -11866,8 +11867,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -11887,20 +11889,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -12057,8 +12071,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -12089,8 +12103,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -12098,8 +12113,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -12242,20 +12259,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -12267,8 +12285,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -12288,20 +12307,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -12458,8 +12489,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -12490,8 +12521,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -12499,8 +12531,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -12643,20 +12677,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -12668,8 +12703,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -12689,20 +12725,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -12859,8 +12907,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -12891,8 +12939,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -12900,8 +12949,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -13044,20 +13095,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -13069,8 +13121,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -13090,20 +13143,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -13260,8 +13325,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -13292,8 +13357,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -13301,8 +13367,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -13445,20 +13513,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -13470,8 +13539,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -13491,20 +13561,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -13661,8 +13743,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -13693,8 +13775,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -13702,8 +13785,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -13846,20 +13931,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -13871,8 +13957,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -13892,20 +13979,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -14062,8 +14161,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -14094,8 +14193,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -14103,8 +14203,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -14247,20 +14349,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -14272,8 +14375,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -14293,20 +14397,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -14463,8 +14579,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -14495,8 +14611,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -14504,8 +14621,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -14648,20 +14767,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -14673,8 +14793,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -14694,20 +14815,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -14864,8 +14997,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -14896,8 +15029,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -14905,8 +15039,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -15049,20 +15185,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -15074,8 +15211,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -15095,20 +15233,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -15265,8 +15415,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -15297,8 +15447,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -15306,8 +15457,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -15450,20 +15603,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -15475,8 +15629,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -15496,20 +15651,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -15666,8 +15833,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -15698,8 +15865,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -15707,8 +15875,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -15851,20 +16021,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -15876,8 +16047,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -15897,20 +16069,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -16067,8 +16251,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -16099,8 +16283,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -16108,8 +16293,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -16252,20 +16439,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -16277,8 +16465,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -16298,20 +16487,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -16468,8 +16669,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -16500,8 +16701,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -16509,8 +16711,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -16653,20 +16857,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -16678,8 +16883,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -16699,20 +16905,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -16869,8 +17087,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -16901,8 +17119,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -16910,8 +17129,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -17054,20 +17275,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -17079,8 +17301,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -17100,20 +17323,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -17270,8 +17505,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -17302,8 +17537,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -17311,8 +17547,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -17455,20 +17693,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -17480,8 +17719,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -17501,20 +17741,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -17671,8 +17923,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -17703,8 +17955,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -17712,8 +17965,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -17856,20 +18111,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -17881,8 +18137,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -17902,20 +18159,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -18072,8 +18341,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -18104,8 +18373,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -18113,8 +18383,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -18257,20 +18529,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -18282,8 +18555,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -18303,20 +18577,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -18473,8 +18759,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -18505,8 +18791,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -18514,8 +18801,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -18658,20 +18947,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -18683,8 +18973,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -18704,20 +18995,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -18874,8 +19177,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -18906,8 +19209,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -18915,8 +19219,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -19059,20 +19365,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -19084,8 +19391,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -19105,20 +19413,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -19275,8 +19595,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -19307,8 +19627,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -19316,8 +19637,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -19460,20 +19783,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -19485,8 +19809,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -19506,20 +19831,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -19676,8 +20013,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -19708,8 +20045,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -19717,8 +20055,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -19861,20 +20201,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -19886,8 +20227,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -19907,20 +20249,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -20077,8 +20431,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -20109,8 +20463,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -20118,8 +20473,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -20262,20 +20619,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -20287,8 +20645,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -20308,20 +20667,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -20478,8 +20849,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -20510,8 +20881,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -20519,8 +20891,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -20663,20 +21037,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -20688,8 +21063,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -20709,20 +21085,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -20879,8 +21267,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -20911,8 +21299,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -20920,8 +21309,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -21064,20 +21455,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -21089,8 +21481,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -21110,20 +21503,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -21280,8 +21685,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -21312,8 +21717,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -21321,8 +21727,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -21465,20 +21873,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -21490,8 +21899,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -21511,20 +21921,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -21681,8 +22103,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -21713,8 +22135,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -21722,8 +22145,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -21866,20 +22291,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -21891,8 +22317,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -21912,20 +22339,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -22082,8 +22521,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -22114,8 +22553,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -22123,8 +22563,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -22267,20 +22709,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -22292,8 +22735,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -22313,20 +22757,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -22483,8 +22939,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -22515,8 +22971,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -22524,8 +22981,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -22668,20 +23127,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -22693,8 +23153,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -22714,20 +23175,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -22884,8 +23357,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -22916,8 +23389,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -22925,8 +23399,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -23069,20 +23545,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -23094,8 +23571,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -23115,20 +23593,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -23285,8 +23775,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -23317,8 +23807,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -23326,8 +23817,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -23470,20 +23963,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -23495,8 +23989,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -23516,20 +24011,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -23686,8 +24193,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -23718,8 +24225,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -23727,8 +24235,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -23871,20 +24381,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -23896,8 +24407,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -23917,20 +24429,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -24087,8 +24611,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -24119,8 +24643,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -24128,8 +24653,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -24272,20 +24799,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -24297,8 +24825,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -24318,20 +24847,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -24488,8 +25029,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -24520,8 +25061,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -24529,8 +25071,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -24673,20 +25217,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -24698,8 +25243,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -24719,20 +25265,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -24889,8 +25447,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -24921,8 +25479,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -24930,8 +25489,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -25074,20 +25635,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -25099,8 +25661,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -25120,20 +25683,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -25290,8 +25865,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -25322,8 +25897,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -25331,8 +25907,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -25475,20 +26053,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -25500,8 +26079,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -25521,20 +26101,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -25691,8 +26283,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -25723,8 +26315,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -25732,8 +26325,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -25876,20 +26471,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -25901,8 +26497,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -25922,20 +26519,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -26092,8 +26701,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -26124,8 +26733,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -26133,8 +26743,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -26277,20 +26889,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -26302,8 +26915,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -26323,20 +26937,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -26493,8 +27119,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -26525,8 +27151,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -26534,8 +27161,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -26678,20 +27307,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -26703,8 +27333,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -26724,20 +27355,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
         }
         if (++tap == taps) {
@@ -26894,8 +27537,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     float bp[98304] __attribute__((aligned(64)));
     float row[256] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -26926,8 +27569,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -26935,8 +27579,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -27079,20 +27725,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -27104,8 +27751,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -27125,20 +27773,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -27366,8 +28026,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -27398,8 +28058,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -27407,8 +28068,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -27560,20 +28223,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -27585,8 +28249,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -27606,20 +28271,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -27847,8 +28524,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -27879,8 +28556,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -27888,8 +28566,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -28041,20 +28721,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -28066,8 +28747,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -28087,20 +28769,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -28328,8 +29022,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -28360,8 +29054,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -28369,8 +29064,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -28522,20 +29219,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -28547,8 +29245,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -28568,20 +29267,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -28809,8 +29520,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -28841,8 +29552,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -28850,8 +29562,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -29003,20 +29717,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -29028,8 +29743,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -29049,20 +29765,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -29290,8 +30018,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -29322,8 +30050,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -29331,8 +30060,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -29484,20 +30215,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -29509,8 +30241,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -29530,20 +30263,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -29771,8 +30516,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -29803,8 +30548,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -29812,8 +30558,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -29965,20 +30713,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -29990,8 +30739,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -30011,20 +30761,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -30252,8 +31014,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -30284,8 +31046,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -30293,8 +31056,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -30446,20 +31211,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -30471,8 +31237,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -30492,20 +31259,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -30733,8 +31512,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -30765,8 +31544,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -30774,8 +31554,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -30927,20 +31709,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -30952,8 +31735,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -30973,20 +31757,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -31214,8 +32010,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -31246,8 +32042,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -31255,8 +32052,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -31408,20 +32207,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -31433,8 +32233,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -31454,20 +32255,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -31695,8 +32508,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -31727,8 +32540,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -31736,8 +32550,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -31889,20 +32705,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -31914,8 +32731,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -31935,20 +32753,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -32176,8 +33006,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -32208,8 +33038,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -32217,8 +33048,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -32370,20 +33203,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -32395,8 +33229,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -32416,20 +33251,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -32657,8 +33504,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -32689,8 +33536,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -32698,8 +33546,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -32851,20 +33701,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -32876,8 +33727,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -32897,20 +33749,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -33138,8 +34002,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -33170,8 +34034,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -33179,8 +34044,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -33332,20 +34199,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -33357,8 +34225,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -33378,20 +34247,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -33619,8 +34500,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -33651,8 +34532,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -33660,8 +34542,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -33813,20 +34697,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -33838,8 +34723,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -33859,20 +34745,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -34100,8 +34998,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -34132,8 +35030,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -34141,8 +35040,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -34294,20 +35195,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -34319,8 +35221,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -34340,20 +35243,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -34581,8 +35496,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -34613,8 +35528,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -34622,8 +35538,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -34775,20 +35693,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -34800,8 +35719,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -34821,20 +35741,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -35062,8 +35994,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -35094,8 +36026,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -35103,8 +36036,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -35256,20 +36191,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -35281,8 +36217,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -35302,20 +36239,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -35543,8 +36492,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -35575,8 +36524,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -35584,8 +36534,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -35737,20 +36689,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -35762,8 +36715,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -35783,20 +36737,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -36024,8 +36990,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -36056,8 +37022,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -36065,8 +37032,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -36218,20 +37187,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -36243,8 +37213,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -36264,20 +37235,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -36505,8 +37488,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -36537,8 +37520,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -36546,8 +37530,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -36699,20 +37685,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -36724,8 +37711,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -36745,20 +37733,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -36986,8 +37986,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -37018,8 +38018,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -37027,8 +38028,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -37180,20 +38183,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -37205,8 +38209,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -37226,20 +38231,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -37467,8 +38484,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -37499,8 +38516,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -37508,8 +38526,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -37661,20 +38681,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -37686,8 +38707,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -37707,20 +38729,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -37948,8 +38982,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -37980,8 +39014,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -37989,8 +39024,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -38142,20 +39179,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -38167,8 +39205,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -38188,20 +39227,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -38429,8 +39480,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -38461,8 +39512,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -38470,8 +39522,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -38623,20 +39677,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -38648,8 +39703,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -38669,20 +39725,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -38910,8 +39978,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -38942,8 +40010,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -38951,8 +40020,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -39104,20 +40175,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -39129,8 +40201,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -39150,20 +40223,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -39391,8 +40476,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -39423,8 +40508,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -39432,8 +40518,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -39585,20 +40673,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -39610,8 +40699,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -39631,20 +40721,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -39872,8 +40974,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -39904,8 +41006,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -39913,8 +41016,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -40066,20 +41171,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -40091,8 +41197,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -40112,20 +41219,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -40353,8 +41472,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -40385,8 +41504,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -40394,8 +41514,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -40547,20 +41669,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -40572,8 +41695,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -40593,20 +41717,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -40834,8 +41970,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -40866,8 +42002,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -40875,8 +42012,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -41028,20 +42167,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -41053,8 +42193,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -41074,20 +42215,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -41315,8 +42468,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -41347,8 +42500,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -41356,8 +42510,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -41509,20 +42665,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -41534,8 +42691,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -41555,20 +42713,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -41796,8 +42966,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -41828,8 +42998,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -41837,8 +43008,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -41990,20 +43163,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -42015,8 +43189,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -42036,20 +43211,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -42277,8 +43464,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -42309,8 +43496,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -42318,8 +43506,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -42471,20 +43661,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -42496,8 +43687,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -42517,20 +43709,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -42758,8 +43962,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -42790,8 +43994,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -42799,8 +44004,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -42952,20 +44159,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -42977,8 +44185,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -42998,20 +44207,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -43239,8 +44460,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -43271,8 +44492,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -43280,8 +44502,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -43433,20 +44657,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -43458,8 +44683,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -43479,20 +44705,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -43720,8 +44958,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -43752,8 +44990,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -43761,8 +45000,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -43914,20 +45155,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -43939,8 +45181,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -43960,20 +45203,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -44201,8 +45456,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -44233,8 +45488,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -44242,8 +45498,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -44395,20 +45653,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -44420,8 +45679,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -44441,20 +45701,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -44682,8 +45954,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -44714,8 +45986,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -44723,8 +45996,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
@@ -44876,20 +46151,21 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
 }
 
 #if defined(__AVX512F__)
-/* Stride-1 im2col by masked vector loads (AVX-512, float32). For one pixel block, the 16-pixel chunks
-   of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c: at most
-   4 runs (an output row each, for OW >= 5) at offsets from the channel's plane, each a lane mask.
-   plan_b lists them once per pixel block (off, mask: tap-major, then chunk, 4 slots, unused ones
-   mask 0); pack_b16 then builds each chunk of each row with a masked load per run, straight into
-   the tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
-        svod_i64 sh, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0, svod_i64 nc,
-        svod_i64 *restrict off, unsigned short *restrict mask) {
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
     const svod_i64 chunks = (nc + 15) / 16;
     for (svod_i64 kh = 0; kh < KH; ++kh)
         for (svod_i64 kw = 0; kw < KW; ++kw) {
-            const svod_i64 shift = kw * dw - pl; /* iw = ow + shift */
-            svod_i64 owa = shift >= 0 ? 0 : -shift, owb = W - shift;
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
             if (owb > OW) owb = OW;
             svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
             for (svod_i64 ch = 0; ch < chunks; ++ch) {
@@ -44901,8 +46177,9 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
                     const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
                     if (ih >= 0 && ih < H && a < b) {
                         if (n == 4) return 0;
-                        off[at + n] = ih * W + shift + ow - l; /* lane j reads plane[off + j] */
-                        mask[at + n] = (unsigned short)(((1u << (b - ow + l)) - 1u) & ~((1u << (a - ow + l)) - 1u));
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
                         ++n;
                     }
                     l += len;
@@ -44922,20 +46199,32 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 }
 
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
-        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned short *restrict mask,
-        float *restrict bp) {
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
     typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
     svod_i64 c = pc / taps, tap = pc - c * taps;
     for (svod_i64 kk = 0; kk < kc; ++kk) {
         const float *xc = xg + c * plane;
         const svod_i64 *o = off + tap * chunks * 4;
-        const unsigned short *m = mask + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
         for (svod_i64 ch = 0; ch < written; ++ch) {
             v16 v = {0};
-            if (ch < chunks)
+            if (ch < chunks && sw == 1) {
                 for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
-                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, m[ch * 4 + s]);
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
             *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
         }
         if (++tap == taps) {
@@ -45163,8 +46452,8 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     float row[256] __attribute__((aligned(64)));
     float bx[1536] __attribute__((aligned(64)));
 #if defined(__AVX512F__)
-    svod_i64 runs_off[1600];
-    unsigned short runs_mask[1600];
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
 #endif
     const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
     const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
@@ -45195,8 +46484,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
         const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
 #if defined(__AVX512F__)
-        const int runs = sw == 1 && !pointwise && (svod_i64)KH * KW <= 25
-                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
 #else
         const int runs = 0;
 #endif
@@ -45204,8 +46494,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
             const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
             const int last = pc + kc == K;
 #if defined(__AVX512F__)
-            if (runs)
-                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp);
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
             else
 #endif
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
