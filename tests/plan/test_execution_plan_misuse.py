@@ -66,21 +66,22 @@ def test_a_fixed_variable_cannot_also_be_bound_to_an_expression(dev: CpuDevice) 
 
 @needs_cc
 def test_kernels_with_more_arguments_than_the_native_runner_take_the_python_path(dev: CpuDevice) -> None:
-    assert native_replay.MAX_ARGS == 16  # one limit, in native_replay: native_entry refuses longer rows
-    names = ["a%d" % i for i in range(16)]
-    src = "void many(int* o, %s) { o[0] = a0 + a15; }" % ", ".join("int " + n for n in names)
+    count = native_replay.MAX_ARGS  # one limit, in native_replay: native_entry refuses longer rows (1 + count)
+    names = ["a%d" % i for i in range(count)]
+    src = "void many(int* o, %s) { o[0] = a0 + a%d; }" % (", ".join("int " + n for n in names), count - 1)
     prog = dev.compile(src, "many", buf_count=1, var_names=names)
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(0, dev.allocate([1], "int32"))
-    b.add_op(PreparedKernel(0, _kernel(prog, "many", names), [out], [0], list(range(16)),
+    b.add_op(PreparedKernel(0, _kernel(prog, "many", names), [out], [0], list(range(count)),
                             runtime_vars=[RuntimeVar("a0", 0, 100)]))  # fmt: skip
     b.set_output_buffer(out)
     plan = b.build()  # raised NotSupportedError while native replay was on
+    assert not plan.native_replay  # the one op's row is too long: the Python path runs it
     plan.execute()
-    assert plan.output_buffer().tolist() == [15]
+    assert plan.output_buffer().tolist() == [count - 1]
     plan.set_native_replay(True)
     plan.execute_with_vars({"a0": 5})
-    assert plan.output_buffer().tolist() == [20]
+    assert plan.output_buffer().tolist() == [count + 4]
 
 
 def _rows_plan(dev: CpuDevice, m_expr: str) -> Any:
