@@ -17,16 +17,16 @@ displacement the compiler emitted stays within the image and fits.
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import operator
 import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..error import ElfFormatError, LoaderError, SymbolNotFoundError, UnsupportedRelocationError
-from .aarch64 import AARCH64
 from .arch import CALL, DIRECT, GOT, PLACE, TOC_BASE, Arch, RelocSpec, host_arch
 from .elf import (
     MAX_ALIGN,
@@ -56,13 +56,38 @@ from .elf import (
     Symbol,
     parse_object,
 )
-from .loongarch64 import LOONGARCH64
 from .patch import GOT_OR_STUB, At, Patch, Ref, apply_field, pair_with_hi20, place_text, toc_only
-from .ppc64le import PPC64LE
-from .riscv64 import RISCV64
-from .x86_64 import X86_64
 
-ARCHES: Dict[int, Arch] = {a.machine: a for a in (X86_64, AARCH64, RISCV64, PPC64LE, LOONGARCH64)}
+#: ELF machine -> (module, its Arch): the architectures the relocator knows, in the order they are tried.
+_ARCH_MODULES = {62: ("x86_64", "X86_64"), 183: ("aarch64", "AARCH64"), 243: ("riscv64", "RISCV64"),
+                 21: ("ppc64le", "PPC64LE"), 258: ("loongarch64", "LOONGARCH64")}  # fmt: skip
+
+
+class _Arches(Mapping[int, Arch]):
+    """ELF machine -> :class:`Arch`, each architecture's module imported when its machine is first asked
+    for: a process loads objects of its own machine, and the other four tables cost a start ~4 ms."""
+
+    def __init__(self) -> None:
+        self._loaded: Dict[int, Arch] = {}
+
+    def __getitem__(self, machine: int) -> Arch:
+        arch = self._loaded.get(machine)
+        if arch is None:
+            module, name = _ARCH_MODULES[machine]  # KeyError for a machine it does not know, as a dict's
+            arch = getattr(importlib.import_module("." + module, __package__), name)
+            if arch.machine != machine:
+                raise LoaderError("%s.%s describes ELF machine %d, not %d" % (module, name, arch.machine, machine))
+            self._loaded[machine] = arch
+        return arch
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(_ARCH_MODULES)
+
+    def __len__(self) -> int:
+        return len(_ARCH_MODULES)
+
+
+ARCHES: Mapping[int, Arch] = _Arches()
 
 
 def plain_types(arch: Arch) -> FrozenSet[int]:
@@ -75,7 +100,17 @@ def plain_types(arch: Arch) -> FrozenSet[int]:
     )
 
 
-_PLAIN_TYPES = {machine: plain_types(arch) for machine, arch in ARCHES.items()}
+_PLAIN_TYPES: Dict[int, FrozenSet[int]] = {}  # machine -> plain_types(ARCHES[machine]), filled on first use
+def _plain_types_of(arch: Arch) -> FrozenSet[int]:
+    """:func:`plain_types` of ``arch``, remembered for the architectures of :data:`ARCHES`."""
+    if ARCHES.get(arch.machine) is not arch:  # a test's own Arch: never remembered
+        return plain_types(arch)
+    found = _PLAIN_TYPES.get(arch.machine)
+    if found is None:
+        found = _PLAIN_TYPES[arch.machine] = plain_types(arch)
+    return found
+
+
 #: Symbol types never exported by name (ifunc: refused when defined).
 _UNNAMED_KINDS = frozenset((STT_SECTION, STT_FILE, STT_GNU_IFUNC))
 
@@ -434,7 +469,7 @@ class _Builder:
         """Patch into ``image`` every field that is the same at every base; return the others."""
         patches = []
         offsets, sections, arch = self.offsets, self.obj.sections, self.arch
-        plain = _PLAIN_TYPES[arch.machine] if ARCHES.get(arch.machine) is arch else plain_types(arch)
+        plain = _plain_types_of(arch)
         for sec, rel, spec, sym in self.checked:
             r_offset, rtype, _sym, addend = rel
             offset = offsets[sec.index] + r_offset
