@@ -42,6 +42,9 @@ typedef unsigned long long u64;
 typedef unsigned long pthread_t;
 extern int pthread_create(pthread_t*, const void*, void* (*)(void*), void*);
 extern int pthread_detach(pthread_t);
+extern int pthread_attr_init(void*);
+extern int pthread_attr_setstacksize(void*, unsigned long);
+extern int pthread_attr_destroy(void*);
 extern int pthread_mutex_lock(void*);
 extern int pthread_mutex_trylock(void*);
 extern int pthread_mutex_unlock(void*);
@@ -52,6 +55,9 @@ extern int getpid(void);
 
 #define MAX_ARGS %(max_args)d
 #define MAX_THREADS 64
+/* A worker's stack: what the calling thread has on Linux by default (8 MiB). Kernels keep their tiles on
+   the stack (conv2d_gemm ~0.5 MiB), more than some libcs give a new thread (musl: 128 KiB). */
+#define WORKER_STACK (8UL << 20)
 /* Idle workers poll this many times between yields of their CPU ... */
 #define SPINS_PER_YIELD 256
 /* ... and sleep after this many polls without a kernel (some 0.1-0.5 ms): a long serial stretch of a
@@ -207,12 +213,19 @@ static int pool_acquire(int threads) {
     }
     if (pthread_mutex_trylock(&pool.owner) != 0) return 0;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
+    sync_t attr;  /* a pthread_attr_t: 56 bytes on 64-bit glibc and musl */
+    int sized = pthread_attr_init(&attr) == 0;
+    if (sized && pthread_attr_setstacksize(&attr, WORKER_STACK) != 0) {
+        pthread_attr_destroy(&attr);
+        sized = 0;
+    }
     while (pool.workers + 1 < threads) {
         pthread_t tid;
-        if (pthread_create(&tid, 0, pool_worker, 0) != 0) break;  /* fewer workers: ids go to the rest */
+        if (pthread_create(&tid, sized ? &attr : 0, pool_worker, 0) != 0) break;  /* fewer workers: ids go to the rest */
         pthread_detach(tid);
         pool.workers++;
     }
+    if (sized) pthread_attr_destroy(&attr);
     STORE(&pool.active, 1);
     pool_wake();
     return 1;
