@@ -187,9 +187,10 @@ def test_the_default_threshold_is_half_the_last_level_cache(tmp_path, monkeypatc
     _cache_dir(tmp_path, 1, "Instruction", "32K")
     _cache_dir(tmp_path, 2, "Unified", "1024K")
     _cache_dir(tmp_path, 3, "Unified", "32768K")
-    monkeypatch.setattr(rt_helpers.glob, "glob", lambda pattern: sorted(str(p) for p in tmp_path.iterdir()))
+    (tmp_path / "uevent").write_text("")  # not a cache: skipped
+    monkeypatch.setattr(rt_helpers, "CACHE_DIR", str(tmp_path))
     assert rt_helpers.default_stream_bytes() == 16 << 20
-    monkeypatch.setattr(rt_helpers.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(rt_helpers, "CACHE_DIR", str(tmp_path / "absent"))
     assert rt_helpers.default_stream_bytes() == rt_helpers.DEFAULT_STREAM_BYTES  # unknown: the measured 16 MiB
 
 
