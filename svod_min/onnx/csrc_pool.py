@@ -9,8 +9,10 @@ for a sum) and any ceil_mode overhang, then reduce each output's columns of that
 - :func:`pool2d_rows`: one output row at a time, for wide rows; rows outside the input are left out of the row
   pass.
 - :func:`pool2d_plane`: a whole small plane at a time, copied into a padded plane whose width is a multiple of
-  the column stride, so that each pass is one loop over the whole plane (short rows would make per-row loops
-  mostly loop overhead); the padded columns' outputs are computed too and dropped.
+  the column stride and whose rows are grouped by their remainder modulo the row stride, so that each pass is
+  one loop over the whole plane at any stride (short rows would make per-row loops mostly loop overhead); the
+  padded columns' outputs are computed too and dropped.
+- :func:`pool2d_same`: a stride-1 pool whose padding keeps the plane's size, straight from the input.
 
 The average's divisor is ONNX's count of the window's taps, (rows counted) x (columns counted) as the window is
 a rectangle; the kernels multiply by its reciprocal. A max propagates NaN as the ONNX reference and onnxruntime
@@ -60,10 +62,15 @@ def padded_row(g: ConvGeom) -> int:
 
 
 def padded_plane(g: ConvGeom) -> Tuple[int, int]:
-    """(rows, columns) of a plane padded to hold every tap of every window; columns a multiple of the column stride."""
-    rows = max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1)
+    """(rows, columns) of a plane padded to hold every tap of every window, its rows in row-stride blocks (see
+    :func:`pool2d_plane`); columns a multiple of the column stride."""
     cols = -(-padded_row(g) // g.sw) * g.sw
-    return rows, cols
+    return g.sh * block_rows(g), cols
+
+
+def block_rows(g: ConvGeom) -> int:
+    """Rows of each of the plane kernel's row-stride blocks: the most any window's taps reach into one."""
+    return g.oh + (g.kh - 1) * g.dh // g.sh
 
 
 def _constants(g: ConvGeom) -> Dict[str, int]:
@@ -197,11 +204,19 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
 
 PLANE_FUNCTION = """static __attribute__((noinline)) int FNAME(const float *restrict xp, float *restrict o, float *pp,
                                            float *vv, float *t, const float *restrict scale) {
-%(enum)s  enum { PW = %(pw)d, QW = PW / SW };
+%(enum)s  enum { PW = %(pw)d, QW = PW / SW, BR = %(br)d };
 SCAN_PLANE#pragma clang loop vectorize(disable)
-  for (long ih = 0; ih < H; ++ih)
-    for (long iw = 0; iw < W; ++iw) pp[(ih + PT) * PW + PL + iw] = xp[ih * W + iw];
-%(down)s
+  for (long ih = 0; ih < H; ++ih) {
+    long r = ih + PT;
+    if (r / SH >= BR) continue;
+    float *dst = pp + ((r %% SH) * BR + r / SH) * PW + PL;
+    for (long iw = 0; iw < W; ++iw) dst[iw] = xp[ih * W + iw];
+  }
+  for (long j = 0; j < OH * PW; ++j) {
+    float acc = PADV;
+    for (long kh = 0; kh < KH; ++kh) { long tap = kh * DH; float v = pp[((tap %% SH) * BR + tap / SH) * PW + j]; STEP }
+    vv[j] = acc;
+  }
   for (long j = 0; j < OH * QW; ++j) {
     float acc = PADV;
     for (long kw = 0; kw < KW; ++kw) { float v = vv[j * SW + kw * DW]; STEP }
@@ -224,34 +239,24 @@ SCAN_WHOLE_MAX = 4096
 
 
 def _plane_passes(g: ConvGeom, kind: str, qw: int) -> Dict[str, str]:
-    """The plane kernel's pass down the rows (one loop over the plane at row stride 1) and what the pass along
-    them writes: the output itself where the padded width holds no more outputs than a row has, else a buffer
-    whose real columns are kept afterwards."""
-    if g.sh == 1:
-        down = """  for (long j = 0; j < OH * PW; ++j) {
-    float acc = PADV;
-    for (long kh = 0; kh < KH; ++kh) { float v = pp[j + kh * DH * PW]; STEP }
-    vv[j] = acc;
-  }"""
-    else:
-        down = """  for (long oh = 0; oh < OH; ++oh)
-    for (long c = 0; c < PW; ++c) {
-      float acc = PADV;
-      for (long kh = 0; kh < KH; ++kh) { float v = pp[(oh * SH + kh * DH) * PW + c]; STEP }
-      vv[oh * PW + c] = acc;
-    }"""
+    """What the plane kernel's pass along the rows writes: the output itself where the padded width holds no more
+    outputs than a row has, else a buffer whose real columns are kept afterwards."""
     scaled = "acc" if kind == "max" else "acc * scale[j]"
     if qw == g.ow:
-        return {"down": down, "along": "o[j] = %s;" % scaled, "keep": ""}
+        return {"along": "o[j] = %s;" % scaled, "keep": ""}
     keep = """#pragma clang loop vectorize(disable)
   for (long oh = 0; oh < OH; ++oh)
     for (long ow = 0; ow < OW; ++ow) o[oh * OW + ow] = t[oh * QW + ow];
 """
-    return {"down": down, "along": "t[j] = %s;" % scaled, "keep": keep}
+    return {"along": "t[j] = %s;" % scaled, "keep": keep}
 
 
 def pool2d_plane(g: ConvGeom, kind: str, count_include_pad: bool) -> Optional[CKernel]:
-    """Max or average pooling of small planes, a whole plane at a time; None where the padded plane is too large."""
+    """Max or average pooling of small planes, a whole plane at a time; None where the padded plane is too large.
+
+    The padded plane holds its rows in SH blocks, block b the rows b, b + SH, b + 2 SH, ...: tap kh of output row
+    oh is then row oh + (kh DH) / SH of block (kh DH) % SH, so that the pass down the window is one loop over
+    OH x PW elements at every tap, whatever the row stride."""
     ph, pw = padded_plane(g)
     if ph * pw > POOL_PLANE_MAX or min(g.pt, g.pl, g.pb, g.pr) < 0:
         return None
@@ -260,7 +265,7 @@ def pool2d_plane(g: ConvGeom, kind: str, count_include_pad: bool) -> Optional[CK
     chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
     per = -(-planes // chunks)
     enum = ENUM % _constants(g)
-    fill = dict(_counts(count_include_pad), enum=enum, pw=pw, **_plane_passes(g, kind, qw))
+    fill = dict(_counts(count_include_pad), enum=enum, pw=pw, br=block_rows(g), **_plane_passes(g, kind, qw))
     body = _two_copies(kind, PLANE_FUNCTION % fill, {"SCAN_PLANE": PLANE_SCAN}) + """
 void KNAME(float *restrict out, const float *restrict x, int core_id) {
 %(enum)s  enum { PH = %(ph)d, PW = %(pw)d, QW = %(qw)d, VTAIL = (KW - 1) * DW };

@@ -41,6 +41,9 @@ CASES: Dict[str, Sequence[Case]] = {
         ("AveragePool", (1, 2, 15, 15), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1],
                                          "count_include_pad": 1}),
         ("MaxPool", (1, 2, 12, 12), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
+        # row stride 3, dilation 2: the taps' rows in blocks 0, 2, 1 of the row-stride blocks
+        ("MaxPool", (1, 2, 16, 16), {"kernel_shape": [3, 3], "strides": [3, 2], "dilations": [2, 1], "pads": [1, 1, 1, 1]}),
+        ("AveragePool", (1, 2, 20, 16), {"kernel_shape": [4, 3], "strides": [3, 3], "pads": [1, 0, 1, 1], "ceil_mode": 1}),
         ("MaxPool", (1, 3, 40), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),  # 1-D
     ],
     "rows": [
