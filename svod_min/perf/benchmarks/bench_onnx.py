@@ -53,6 +53,10 @@ PAIR_SECONDS = 1.0
 MAX_REPS = 41
 #: Outputs of the two engines agree to this relative error before anything is timed.
 AGREE = 1e-2
+#: Whether onnxruntime's intra-op threads spin while they wait for work (its own default) in the speed rows.
+#: Off by default: its spinning outlasts a run and would take the other CPU from the svod_min run timed
+#: next, on a machine of two. svod_min's workers poll only while a run lasts. ``--ort-spinning`` turns it on.
+ORT_SPINNING = False
 
 #: A model to measure: its name and a function making its ModelProto (made when its turn comes).
 ModelSource = Tuple[str, Callable[[], Any]]
@@ -190,14 +194,14 @@ def prepare(name: str, make: Callable[[], Any], directory: str) -> Prepared:
 
 
 def ort_session(path: str, threads: int) -> Any:
-    """An onnxruntime session at ``threads`` intra-op threads, one inter-op, no spinning between runs."""
+    """An onnxruntime session at ``threads`` intra-op threads, one inter-op; spinning as :data:`ORT_SPINNING`."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if ORT_SPINNING else "0")
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
@@ -349,7 +353,7 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
     ratios: Dict[int, List[float]] = {t: [] for t in threads}
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
         settings = Settings(tuple(threads), 3 if quick else 7, 0.0 if quick else PAIR_SECONDS, 1 if quick else 3,
-                            "onnxruntime %s" % onnxruntime.__version__, directory,
+                            "onnxruntime %s%s" % (onnxruntime.__version__, ", spinning" if ORT_SPINNING else ""), directory,
                             pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
         for name, make in sources:
             try:
@@ -455,7 +459,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--profile", choices=("slow", "all", "none"), default="slow",
                    help="a per-op profile row for models below %g at the first thread count (slow), every model, or none"
                    % GOAL_FLOOR)  # fmt: skip
+    p.add_argument("--ort-spinning", action="store_true",
+                   help="onnxruntime's intra-op threads spin while they wait for work, its own default (speed rows only)")
     args = p.parse_args(argv)
+    global ORT_SPINNING
+    ORT_SPINNING = args.ort_spinning
     if args.from_json:
         with open(args.from_json) as fh:
             table = [r for r in json.load(fh) if str(r.get("measure", "")).startswith("onnx")]
