@@ -35,6 +35,25 @@ def _window_check(graph: Graph, node: Node) -> Optional[str]:
         return "the Indices output is not supported"
     if node.op == "Conv" and graph.values[node.inputs[1]].shape[2:] != tuple(node.attrs.get("kernel_shape", graph.values[node.inputs[1]].shape[2:])):
         return "kernel_shape does not match the weight"
+    if node.op in ("MaxPool", "AveragePool") and node.attrs.get("ceil_mode", 0):
+        return _ceil_window_check(graph, node)
+    return None
+
+
+def _ceil_window_check(graph: Graph, node: Node) -> Optional[str]:
+    """A ceil_mode output whose last window starts past the input and its leading pad: onnx's shape inference
+    keeps that window, onnxruntime drops it (one output fewer), so the two disagree on the output's shape."""
+    in_hw = list(graph.values[node.inputs[0]].shape[2:])
+    out_hw = list(graph.values[node.outputs[0]].shape[2:])
+    kernel = list(node.attrs["kernel_shape"])
+    strides = list(node.attrs.get("strides", [1] * len(in_hw)))
+    dil = list(node.attrs.get("dilations", [1] * len(in_hw)))
+    pads = _pads(node, in_hw, kernel, strides, dil)
+    for axis, (size, out, stride, begin) in enumerate(zip(in_hw, out_hw, strides, pads)):
+        if isinstance(out, int) and (out - 1) * stride >= size + begin:
+            return ("ceil_mode: the last window of spatial axis %d starts in the end padding (output %d, stride %d, "
+                    "input %d, leading pad %d); onnx shape inference keeps it, onnxruntime drops it"
+                    % (axis, out, stride, size, begin))  # fmt: skip
     return None
 
 
