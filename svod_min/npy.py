@@ -65,6 +65,14 @@ def parse_npy(data: bytes, what: str) -> Tuple[DType, Tuple[int, ...], memoryvie
     return dt, shape, memoryview(data)[start:]
 
 
+def parse_npy_header(data: bytes, what: str) -> Tuple[DType, Tuple[int, ...], int, int]:
+    """(dtype, shape, element count, payload offset) from the first bytes of an ``.npy`` file (``what``
+    names it); PlanError when they do not hold a whole, valid header."""
+    header, start = _read_header(io.BytesIO(data), what)
+    dt, shape, count = _parse_header(header, what)
+    return dt, shape, count, start
+
+
 def _read_header(fh: BinaryIO, path: str) -> Tuple[str, int]:
     """The header text and the payload's offset."""
     lead = fh.read(12)

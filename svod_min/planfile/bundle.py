@@ -26,9 +26,10 @@ import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..error import BundleError, PlanError
+from ..error import BundleError, PlanError, PlanFileError
+from ..npy import parse_npy_header
 from .schema import parse_plan_bytes
 from ..compiler.targets import object_target_mismatch
 
@@ -43,6 +44,7 @@ FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the sa
 #: A zip local file header: signature, versions, flags, method, time, date, CRC-32, sizes, name and extra lengths.
 LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _EXTRA_SLACK = 64  # bytes read past a local header's name in the same read: zip extra fields are rarely longer
+_NPY_PREFIX = 4096  # bytes of a deferred array read first: its .npy header lies in them
 
 
 @dataclass(frozen=True)
@@ -206,15 +208,42 @@ def _weights(name: str, data: bytes) -> bool:
 
 @dataclass
 class Bundle:
-    """A bundle read and checked whole: its manifest, plan document and entries (in memory)."""
+    """A bundle read and checked whole: its manifest, plan document and entries (in memory).
+
+    Opened with ``defer_arrays``, its large stored ``.npy`` entries are checked in the directory and
+    manifest but read later, each straight into the buffer it fills and checked against its sha256
+    there (:meth:`BundleFiles.read_npy_into`); :meth:`verify_rest` reads and checks any left unread,
+    and :meth:`close` lets the file go. ``deferred`` maps such an entry to its zip record and sha256."""
 
     path: str
     manifest: Dict[str, Any]
     plan: Dict[str, Any]
     entries: Dict[str, bytes] = field(repr=False)
+    deferred: Dict[str, Tuple[zipfile.ZipInfo, str]] = field(default_factory=dict, repr=False)
+    source: Any = field(default=None, repr=False)  # the open bundle file while entries are deferred
 
     def files(self) -> "BundleFiles":
         return BundleFiles(self)
+
+    def read_deferred(self, name: str) -> bytes:
+        """A deferred entry's bytes, read and checked against its sha256 now (then held like the others)."""
+        info, digest = self.deferred.pop(name)
+        data = _read_listed_entry(self.source, info, self.path, info.file_size)
+        if sha256(data) != digest:
+            raise BundleError("%s: entry %r does not match its sha256 in the manifest" % (self.path, name))
+        self.entries[name] = data
+        return data
+
+    def verify_rest(self) -> None:
+        """Read and check every deferred entry nothing read (a bundle is checked whole, used or not)."""
+        for name in list(self.deferred):
+            self.read_deferred(name)
+            del self.entries[name]
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+            self.source = None
 
     def kernel_targets(self) -> Dict[str, List[str]]:
         """Kernel name -> the targets it has objects for (kernels with only source or a library form: [])."""
@@ -237,9 +266,42 @@ class BundleFiles:
     def read_bytes(self, rel: str, path: str) -> bytes:
         name = plan_file_entry(rel, path)
         data = self.bundle.entries.get(name)
+        if data is None and name in self.bundle.deferred:
+            return self.bundle.read_deferred(name)
         if data is None:
             raise BundleError("%s: %s names %r, which the bundle does not hold" % (self.bundle.path, path, rel))
         return data
+
+    def read_npy_into(self, rel: str, path: str, destination: Callable[[Any, Tuple[int, ...]], Any]) -> bool:
+        """Fill a deferred ``.npy`` entry's payload straight into ``destination(dtype, shape)`` (a writable
+        buffer of exactly the payload's size, which the caller checks the header against and allocates),
+        then check the entry's sha256; False when ``rel`` is not deferred (read it with :meth:`read_bytes`).
+        A model's weights are then read once, into their buffers, with no copy in between."""
+        bundle = self.bundle
+        name = plan_file_entry(rel, path)
+        if name not in bundle.deferred:
+            return False
+        info, digest = bundle.deferred[name]
+        raw, offset = bundle.source, _data_offset(bundle.source, info, _unreadable(bundle.path, info))
+        prefix = _read_at(raw, offset, min(_NPY_PREFIX, info.file_size), bundle.path, info)
+        try:
+            dt, shape, count, start = parse_npy_header(prefix, rel)
+        except PlanError as exc:
+            if len(prefix) < info.file_size:  # a header longer than the prefix read: read it all the usual way
+                return False
+            raise PlanFileError(path, str(exc)) from None
+        if count * dt.itemsize != info.file_size - start:
+            raise PlanFileError(path, "%s: expected %d bytes of data, found %d" % (rel, count * dt.itemsize, info.file_size - start))
+        target = memoryview(destination(dt, shape)).cast("B")
+        head = len(prefix) - start
+        target[:head] = prefix[start:]
+        _read_at(raw, offset + len(prefix), len(target) - head, bundle.path, info, into=target[head:])
+        hasher = hashlib.sha256(prefix)
+        hasher.update(target[head:])
+        if hasher.hexdigest() != digest:
+            raise BundleError("%s: entry %r does not match its sha256 in the manifest" % (bundle.path, name))
+        del bundle.deferred[name]
+        return True
 
 
 def describe_bundle(bundle: Bundle) -> List[str]:
@@ -269,9 +331,11 @@ def describe_bundle(bundle: Bundle) -> List[str]:
     return lines
 
 
-def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS) -> Bundle:
+def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_arrays: bool = False) -> Bundle:
     """Read and check the bundle at ``source`` (a path, or the bundle's bytes) whole; BundleError (naming the
-    entry) for anything wrong. A bundle read from bytes is named ``<bundle in memory, N bytes>`` in messages."""
+    entry) for anything wrong. A bundle read from bytes is named ``<bundle in memory, N bytes>`` in messages.
+    ``defer_arrays`` (a path only): large stored arrays are read later, into their buffers (:class:`Bundle`);
+    the caller closes the bundle."""
     path, opened = _zip_source(source)
     try:
         raw = open(opened, "rb") if isinstance(opened, str) else opened
@@ -279,7 +343,8 @@ def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS) -> Bundle
         raise BundleError("%s: no such bundle" % path) from None
     except OSError as exc:
         raise BundleError("%s: not a readable bundle (truncated or corrupt zip: %s)" % (path, exc)) from None
-    with raw:
+    defer = defer_arrays and isinstance(source, str)
+    try:
         try:
             zf = zipfile.ZipFile(raw)
         except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
@@ -287,10 +352,16 @@ def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS) -> Bundle
         with zf:
             infos = _checked_infos(zf, path, limits)
             manifest = _manifest(zf, infos, path, limits)
-            entries = _entries(raw, infos, manifest, path, limits)
-    plan = _plan(entries, path)
-    _check_plan_files(plan, entries, path)
-    return Bundle(path, manifest, plan, entries)
+            deferred: Dict[str, Tuple[zipfile.ZipInfo, str]] = {}
+            entries = _entries(raw, infos, manifest, path, limits, deferred if defer else None)
+        plan = _plan(entries, path)
+        _check_plan_files(plan, entries, path, deferred)
+    except BaseException:
+        raw.close()
+        raise
+    if not deferred:
+        raw.close()
+    return Bundle(path, manifest, plan, entries, deferred, raw if deferred else None)
 
 
 def _zip_source(source: BundleSource) -> Tuple[str, Any]:
@@ -347,24 +418,52 @@ def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, limit: in
     return data
 
 
+def _deferrable(info: zipfile.ZipInfo) -> bool:
+    """A stored array large enough to be read straight into its buffer (what :func:`write_bundle` stores)."""
+    return info.compress_type == zipfile.ZIP_STORED and info.filename.endswith(".npy") and info.file_size > STORE_ABOVE
+
+
+def _data_offset(raw: Any, info: zipfile.ZipInfo, bad: Callable[[str], BundleError]) -> int:
+    """Where the entry's data starts in ``raw``: after its local header, name and extra field, read in one
+    read (an extra field of the usual size included); the name must be the directory's."""
+    try:
+        raw.seek(info.header_offset)
+        head = raw.read(LOCAL_HEADER.size + len(info.orig_filename.encode("utf-8")) + _EXTRA_SLACK)
+    except (OSError, ValueError) as exc:
+        raise bad(str(exc)) from None
+    if len(head) < LOCAL_HEADER.size or head[:4] != ZIP_MAGIC:
+        raise bad("no local file header where the directory says")
+    fields = LOCAL_HEADER.unpack_from(head)  # signature, version, system, flags, method, time, date, crc, sizes, lengths
+    name = head[LOCAL_HEADER.size:LOCAL_HEADER.size + fields[10]]
+    if name.decode("utf-8" if fields[3] & 0x800 else "cp437", "replace") != info.orig_filename:
+        raise bad("the local header names %r" % name)
+    return info.header_offset + LOCAL_HEADER.size + fields[10] + fields[11]
+
+
+def _unreadable(path: str, info: zipfile.ZipInfo) -> Callable[[str], BundleError]:
+    return lambda why: BundleError("%s: entry %r cannot be read (%s)" % (path, info.filename, why))
+
+
+def _read_at(raw: Any, offset: int, size: int, path: str, info: zipfile.ZipInfo, into: Optional[memoryview] = None) -> bytes:
+    """``size`` bytes of the stored entry at ``offset`` of ``raw``: returned, or read into ``into``."""
+    bad = _unreadable(path, info)
+    try:
+        raw.seek(offset)
+        got = (raw.readinto(into) if size else 0) if into is not None else raw.read(size)
+    except (OSError, ValueError) as exc:
+        raise bad(str(exc)) from None
+    if (got if into is not None else len(got)) != size:
+        raise bad("truncated: the file ends inside it")
+    return b"" if into is not None else got
+
+
 def _read_listed_entry(raw: Any, info: zipfile.ZipInfo, path: str, limit: int) -> bytes:
     """An entry the manifest gives a sha256, its bytes read in one piece, without the zip's CRC-32: the
     sha256 that the caller checks next finds every change the CRC would (for 100 MB of weights the CRC
     costs ~60 ms of a load, and reading through zipfile's stream another ~40 ms)."""
-    def bad(why: str) -> BundleError:
-        return BundleError("%s: entry %r cannot be read (%s)" % (path, info.filename, why))
-
+    bad = _unreadable(path, info)
     try:
-        # the header, its name and an extra field of the usual size in one read, then the data in another
-        raw.seek(info.header_offset)
-        head = raw.read(LOCAL_HEADER.size + len(info.orig_filename.encode("utf-8")) + _EXTRA_SLACK)
-        if len(head) < LOCAL_HEADER.size or head[:4] != ZIP_MAGIC:
-            raise bad("no local file header where the directory says")
-        fields = LOCAL_HEADER.unpack_from(head)  # signature, version, system, flags, method, time, date, crc, sizes, lengths
-        name = head[LOCAL_HEADER.size:LOCAL_HEADER.size + fields[10]]
-        if name.decode("utf-8" if fields[3] & 0x800 else "cp437", "replace") != info.orig_filename:
-            raise bad("the local header names %r" % name)
-        raw.seek(info.header_offset + LOCAL_HEADER.size + fields[10] + fields[11])
+        raw.seek(_data_offset(raw, info, bad))
         packed = raw.read(info.compress_size)
     except (OSError, ValueError, struct.error) as exc:
         raise bad(str(exc)) from None
@@ -410,10 +509,10 @@ def _manifest(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], path: str,
     return manifest
 
 
-def _entries(raw: Any, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, Any], path: str,
-             limits: Limits) -> Dict[str, bytes]:  # fmt: skip
+def _entries(raw: Any, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, Any], path: str, limits: Limits,
+             deferred: Optional[Dict[str, Tuple[zipfile.ZipInfo, str]]] = None) -> Dict[str, bytes]:  # fmt: skip
     """Every entry the manifest lists, read from ``raw`` (the bundle as a binary file) and checked against
-    its listed size and sha256."""
+    its listed size and sha256; into ``deferred`` instead (when given), large stored arrays, read later."""
     listed: Dict[str, Any] = manifest["entries"]
     for name in infos:
         if name != MANIFEST and name not in listed:
@@ -428,6 +527,9 @@ def _entries(raw: Any, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, An
             raise BundleError("%s: the manifest's record of entry %r lacks its size or sha256" % (path, name))
         if size != infos[name].file_size:
             raise BundleError("%s: entry %r declares %d bytes; the manifest says %d" % (path, name, infos[name].file_size, size))
+        if deferred is not None and _deferrable(infos[name]) and size <= limits.max_entry_bytes:
+            deferred[name] = (infos[name], digest)
+            continue
         data = _read_listed_entry(raw, infos[name], path, min(size, limits.max_entry_bytes))
         if sha256(data) != digest:
             raise BundleError("%s: entry %r does not match its sha256 in the manifest" % (path, name))
@@ -445,11 +547,13 @@ def _plan(entries: Dict[str, bytes], path: str) -> Dict[str, Any]:
         raise BundleError(str(exc)) from None
 
 
-def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str) -> None:
-    """Every file the plan names is an entry; every object is for its target's machine and matches its hash."""
+def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str,
+                      deferred: Mapping[str, Any] = {}) -> None:  # fmt: skip
+    """Every file the plan names is an entry (read, or ``deferred``); every object is for its target's machine
+    and matches its hash."""
     for json_path, rel in file_references(plan):
         name = plan_file_entry(rel, "%s: %s %s" % (path, PLAN, json_path))
-        if name not in entries:
+        if name not in entries and name not in deferred:
             raise BundleError("%s: %s %s names %r, which the bundle does not hold" % (path, PLAN, json_path, rel))
     for kname, k in _items(plan.get("kernels")):
         objects = k.get("objects") if isinstance(k, dict) else None
@@ -457,6 +561,8 @@ def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str
             if not isinstance(o, dict) or not isinstance(o.get("file"), str):
                 continue  # the plan reader names the malformed record
             name = plan_file_entry(o["file"], "kernels.%s.objects[%d].file" % (kname, i))
+            if name not in entries:
+                raise BundleError("%s: entry %r (kernel %s) is an array, not an object" % (path, name, kname))
             problem = object_target_mismatch(entries[name], str(o.get("target")))
             if problem is not None:
                 raise BundleError("%s: entry %r (kernel %s, target %s): %s" % (path, name, kname, o.get("target"), problem))

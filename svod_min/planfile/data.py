@@ -8,6 +8,7 @@ buffer with its ``init`` data and reads the ``expect`` section;
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from dataclasses import dataclass
@@ -80,6 +81,9 @@ class PlanData:
         """A new buffer on the device, filled from its ``init``."""
         dt, shape, count = self.shape(b, path)
         try:
+            direct = self._npy_into(b.get("init"), dt, shape, path + ".init.npy")
+            if direct is not None:
+                return direct
             data = self._init(b.get("init", "zeros"), dt, shape, count, path + ".init")
             buf = self.device.allocate(list(shape), dt.name)
             if data is not None:
@@ -128,6 +132,30 @@ class PlanData:
         if kind == "npy":
             return self._npy(as_text(arg, path + ".npy"), dt, shape, path + ".npy")
         raise PlanFileError(path, "unknown init %r (zeros, ones, arange, random, values, npy)" % kind)
+
+    def _npy_into(self, init: Any, dt: DType, shape: Tuple[int, ...], path: str) -> Any:
+        """The buffer of an ``{"npy": ...}`` init that the files can read straight into it (a bundle's large
+        stored arrays: no copy of the weights in between), or None: read it the usual way."""
+        read_into = getattr(self.files, "read_npy_into", None)
+        if read_into is None or not isinstance(init, dict) or len(init) != 1 or not isinstance(init.get("npy"), str):
+            return None
+        rel, made = init["npy"], []
+
+        def destination(file_dt: DType, file_shape: Tuple[int, ...]) -> Any:
+            need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
+            need(product(file_shape) == product(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
+            buf = self.device.allocate(list(shape), dt.name)
+            made.append(buf)
+            if getattr(buf, "on_host", False) and buf.nbytes:  # a host pointer: filled in place
+                return (ctypes.c_char * buf.nbytes).from_address(buf.address)
+            made.append(bytearray(buf.nbytes))  # elsewhere: through host memory, copied in after the check
+            return made[-1]
+
+        if not read_into(as_text(rel, path), path, destination):
+            return None
+        if len(made) > 1:
+            made[0].copyin(made[1])
+        return made[0]
 
     def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> memoryview:
         file_dt, file_shape, payload = self.read_npy_file(rel, path)

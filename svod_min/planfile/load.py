@@ -70,8 +70,15 @@ def load_plan(
     if isinstance(source, (bytes, bytearray, memoryview)) and not is_bundle_bytes(source):
         raise BundleError("%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source))
     if (isinstance(source, str) and is_bundle(source)) or is_bundle_bytes(source):
-        bundle = open_bundle(source)  # checked whole before anything is built
-        return _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
+        # checked whole before anything runs: its large arrays as they are read into their buffers, the
+        # rest now, any array no buffer read after the build
+        bundle = open_bundle(source, defer_arrays=True)
+        try:
+            loaded = _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
+            bundle.verify_rest()
+        finally:
+            bundle.close()
+        return loaded
     if isinstance(source, str):
         base_dir = base_dir or os.path.dirname(os.path.abspath(source))
         doc = read_plan_document(source)
