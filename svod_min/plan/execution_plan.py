@@ -377,8 +377,8 @@ class ExecutionPlan:
             for segment in self._segments:
                 if type(segment) is list:
                     self._run_group(segment)
-                else:
-                    segment()
+                elif segment() == -1:  # the native runner refused its table (a device graph returns None)
+                    raise ExecutionError("the native runner refused a malformed kernel table; nothing of it ran")
         else:
             for groups in self._groups:
                 for group in groups:

@@ -255,18 +255,31 @@ static void pool_run(const u64* e, int threads) {
         if (++spins %% SPINS_PER_YIELD) relax(); else sched_yield();
 }
 
-static int has_threaded(const u64* p, const u64* end) {
-    for (; p < end; p += %(header)d + (int)p[1])
-        if ((long)p[2] > 1 && (int)(long long)p[3] >= 0 && (int)p[4] > 1) return 1;
-    return 0;
+/* The rows each hold their arguments (a row longer than MAX_ARGS would overrun chunk_t) and end
+   with the table: 1 when one of them is threaded, 0 when none is, -1 when a row is malformed. */
+static int check_rows(const u64* p, const u64* end) {
+    int threaded = 0;
+    while (p < end) {
+        if (end - p < %(header)d || p[1] > MAX_ARGS || (long)(end - p) < %(header)d + (long)p[1]) return -1;
+        long long core_pos = (long long)p[3];
+        if (core_pos >= (long long)p[1] || core_pos < -1) return -1;
+        if ((long)p[2] > 1 && core_pos >= 0 && (int)p[4] > 1) threaded = 1;
+        p += %(header)d + (int)p[1];
+    }
+    return threaded;
 }
 
-/* Returns the number of kernels run. */
+/* This runner's row limit, for the Python side to check it against its own. */
+int svod_replay_max_args(void) { return MAX_ARGS; }
+
+/* Returns the number of kernels run, or -1 (nothing run) for a malformed table. */
 long svod_replay(const u64* table, long nwords, int threads) {
     long done = 0;
     const u64* p = table;
     const u64* end = table + nwords;
-    int pooled = threads > 1 && has_threaded(p, end) && pool_acquire(threads);
+    int threaded = check_rows(p, end);
+    if (threaded < 0) return -1;
+    int pooled = threads > 1 && threaded && pool_acquire(threads);
     if (pooled && threads > pool.workers + 1) threads = pool.workers + 1;
     while (p < end) {
         int nargs = (int)p[1];
@@ -302,12 +315,19 @@ def _load_runner() -> object:
     from ..cache.kernel_cache import compile_cached
 
     loaded = prebuilt_runtime(load_object)
-    if loaded is None:
+    if loaded is None or runner_row_limit(loaded) != MAX_ARGS:  # none shipped, or one of another svod_min
         loaded = load_object(compile_cached(RUNNER_C, kind="c"))
     fn = loaded.function(
         "svod_replay", ctypes.c_long, ctypes.POINTER(ctypes.c_uint64), ctypes.c_long, ctypes.c_int
     )
     return fn
+
+
+def runner_row_limit(loaded: Any) -> Optional[int]:
+    """The arguments per row the runner in ``loaded`` takes (None: a runner too old to say)."""
+    if "svod_replay_max_args" not in loaded.symbols:
+        return None
+    return int(loaded.function("svod_replay_max_args", ctypes.c_int)())
 
 
 def prebuilt_runtime(load: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import random
@@ -257,3 +258,30 @@ def test_replay_switches_follow_the_one_on_off_rule(monkeypatch) -> None:
     monkeypatch.setenv("SVOD_NATIVE_REPLAY", "maybe")
     with pytest.raises(ConfigError, match="SVOD_NATIVE_REPLAY='maybe' is not an on/off value"):
         ExecutionPlanBuilder(create_cpu_device()).build()
+
+
+def test_malformed_rows_are_refused_before_anything_runs() -> None:
+    dev = create_cpu_device()
+    prog = dev.compile(OPS_C, "halve", buf_count=1, var_names=["n", "c", "core_id"])
+    out = dev.allocate([8], "float32").copyin([4.0] * 8)
+    good = [prog.address, 4, 4, 3, 2, out.address, 8, 1, 0]  # fn, nargs, ncalls, core_pos, threads, args: o = o/2 + 1
+    run = native_replay.runner()
+    for bad in (
+        [prog.address, native_replay.MAX_ARGS + 1, 1, 0xFFFFFFFFFFFFFFFF, 1] + [0] * (native_replay.MAX_ARGS + 1),
+        [prog.address, 4, 4, 3, 2, out.address, 8, 1, 0][:-1],  # a row cut short by the table's end
+        [prog.address, 4, 4, 4, 2, out.address, 8, 1, 0],  # core_pos past the arguments
+    ):
+        words = good + bad  # the good row first: a refusal must come before it runs
+        table = (ctypes.c_uint64 * len(words))(*words)
+        assert run(table, len(words), 2) == -1
+        assert out.tolist() == [4.0] * 8
+    table = (ctypes.c_uint64 * len(good))(*good)
+    assert run(table, len(good), 2) == 1
+    assert out.tolist() == [3.0] * 8
+
+
+def test_the_prebuilt_runner_takes_the_rows_this_svod_min_writes() -> None:
+    loaded = native_replay.prebuilt_runtime(__import__("svod_min.jit_loader", fromlist=["load_object"]).load_object)
+    if loaded is None:
+        pytest.skip("no prebuilt runtime object for this architecture")
+    assert native_replay.runner_row_limit(loaded) == native_replay.MAX_ARGS
