@@ -11840,14 +11840,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -11891,6 +11892,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -11922,8 +11924,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -12258,14 +12262,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -12309,6 +12314,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -12340,8 +12346,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -12676,14 +12684,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -12727,6 +12736,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -12758,8 +12768,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -13094,14 +13106,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -13145,6 +13158,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -13176,8 +13190,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -13512,14 +13528,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -13563,6 +13580,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -13594,8 +13612,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -13930,14 +13950,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -13981,6 +14002,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -14012,8 +14034,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -14348,14 +14372,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -14399,6 +14424,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -14430,8 +14456,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -14766,14 +14794,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -14817,6 +14846,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -14848,8 +14878,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -15184,14 +15216,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -15235,6 +15268,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -15266,8 +15300,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -15602,14 +15638,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -15653,6 +15690,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -15684,8 +15722,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -16020,14 +16060,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -16071,6 +16112,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -16102,8 +16144,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -16438,14 +16482,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -16489,6 +16534,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -16520,8 +16566,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -16856,14 +16904,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -16907,6 +16956,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -16938,8 +16988,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -17274,14 +17326,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -17325,6 +17378,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -17356,8 +17410,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -17692,14 +17748,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -17743,6 +17800,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -17774,8 +17832,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -18110,14 +18170,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -18161,6 +18222,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -18192,8 +18254,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -18528,14 +18592,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -18579,6 +18644,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -18610,8 +18676,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -18946,14 +19014,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -18997,6 +19066,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -19028,8 +19098,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -19364,14 +19436,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -19415,6 +19488,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -19446,8 +19520,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -19782,14 +19858,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -19833,6 +19910,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -19864,8 +19942,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -20200,14 +20280,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -20251,6 +20332,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -20282,8 +20364,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -20618,14 +20702,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -20669,6 +20754,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -20700,8 +20786,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -21036,14 +21124,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -21087,6 +21176,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -21118,8 +21208,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -21454,14 +21546,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -21505,6 +21598,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -21536,8 +21630,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -21872,14 +21968,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -21923,6 +22020,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -21954,8 +22052,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -22290,14 +22390,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -22341,6 +22442,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -22372,8 +22474,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -22708,14 +22812,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -22759,6 +22864,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -22790,8 +22896,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -23126,14 +23234,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -23177,6 +23286,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -23208,8 +23318,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -23544,14 +23656,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -23595,6 +23708,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -23626,8 +23740,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -23962,14 +24078,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -24013,6 +24130,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -24044,8 +24162,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -24380,14 +24500,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -24431,6 +24552,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -24462,8 +24584,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -24798,14 +24922,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -24849,6 +24974,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -24880,8 +25006,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -25216,14 +25344,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -25267,6 +25396,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -25298,8 +25428,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -25634,14 +25766,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -25685,6 +25818,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -25716,8 +25850,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -26052,14 +26188,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -26103,6 +26240,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -26134,8 +26272,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -26470,14 +26610,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -26521,6 +26662,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -26552,8 +26694,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -26888,14 +27032,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -26939,6 +27084,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -26970,8 +27116,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -27306,14 +27454,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -27357,6 +27506,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
@@ -27388,8 +27538,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -27724,14 +27876,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -27775,6 +27928,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -27806,8 +27960,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -28222,14 +28378,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -28273,6 +28430,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -28304,8 +28462,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -28720,14 +28880,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -28771,6 +28932,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -28802,8 +28964,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -29218,14 +29382,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -29269,6 +29434,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -29300,8 +29466,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -29716,14 +29884,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -29767,6 +29936,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -29798,8 +29968,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -30214,14 +30386,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -30265,6 +30438,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -30296,8 +30470,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -30712,14 +30888,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -30763,6 +30940,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -30794,8 +30972,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -31210,14 +31390,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -31261,6 +31442,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -31292,8 +31474,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -31708,14 +31892,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -31759,6 +31944,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -31790,8 +31976,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -32206,14 +32394,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -32257,6 +32446,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -32288,8 +32478,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -32704,14 +32896,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -32755,6 +32948,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -32786,8 +32980,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -33202,14 +33398,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -33253,6 +33450,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -33284,8 +33482,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -33700,14 +33900,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -33751,6 +33952,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -33782,8 +33984,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -34198,14 +34402,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -34249,6 +34454,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -34280,8 +34486,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -34696,14 +34904,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -34747,6 +34956,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -34778,8 +34988,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -35194,14 +35406,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -35245,6 +35458,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -35276,8 +35490,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -35692,14 +35908,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -35743,6 +35960,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -35774,8 +35992,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -36190,14 +36410,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -36241,6 +36462,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -36272,8 +36494,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -36688,14 +36912,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -36739,6 +36964,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -36770,8 +36996,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -37186,14 +37414,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -37237,6 +37466,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -37268,8 +37498,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -37684,14 +37916,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -37735,6 +37968,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -37766,8 +38000,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -38182,14 +38418,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -38233,6 +38470,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -38264,8 +38502,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -38680,14 +38920,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -38731,6 +38972,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -38762,8 +39004,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -39178,14 +39422,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -39229,6 +39474,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -39260,8 +39506,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -39676,14 +39924,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -39727,6 +39976,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -39758,8 +40008,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -40174,14 +40426,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -40225,6 +40478,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -40256,8 +40510,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -40672,14 +40928,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -40723,6 +40980,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -40754,8 +41012,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -41170,14 +41430,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -41221,6 +41482,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -41252,8 +41514,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -41668,14 +41932,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -41719,6 +41984,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -41750,8 +42016,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -42166,14 +42434,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -42217,6 +42486,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -42248,8 +42518,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -42664,14 +42936,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -42715,6 +42988,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -42746,8 +43020,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -43162,14 +43438,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -43213,6 +43490,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -43244,8 +43522,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -43660,14 +43940,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -43711,6 +43992,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -43742,8 +44024,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -44158,14 +44442,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -44209,6 +44494,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -44240,8 +44526,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -44656,14 +44944,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -44707,6 +44996,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -44738,8 +45028,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -45154,14 +45446,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -45205,6 +45498,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -45236,8 +45530,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -45652,14 +45948,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -45703,6 +46000,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -45734,8 +46032,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
@@ -46150,14 +46450,15 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(
     }
 }
 
-#if defined(__AVX512F__)
 /* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
    16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
    at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
    them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
    plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
    row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
-   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. */
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
 __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
         svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
         svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
@@ -46201,6 +46502,7 @@ __attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(s
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
         svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
         float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
     typedef float v16 __attribute__((vector_size(64)));
     typedef int v16i __attribute__((vector_size(64)));
     const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
@@ -46232,8 +46534,10 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
             ++c;
         }
     }
-}
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
 #endif
+}
 
 /* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
