@@ -9,12 +9,12 @@ that reach it, from the bias. Otherwise (weights computed at run time, or a col 
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from . import csrc_more
-from .csrc import CKernel, chunks_for
+from .csrc import CKernel, ConvGeom, chunks_for
 from .ops_elementwise import F32
 from .ir import Graph, Node
 from .lower import Lowering
@@ -49,31 +49,16 @@ def begin_pads(node: Node, in_sizes: Sequence[int], out_sizes: Sequence[int], ke
 COL_BYTES_MAX = 256 << 20
 
 
-class ConvTGeom(NamedTuple):
-    """A 2-D transposed convolution: input (n, c, h, w), output (oc, oh, ow), window, strides, leading pads,
-    dilations, groups."""
+def col_rows(g: ConvGeom) -> int:
+    """Rows of one group's col matrix: (output channel of the group, kh, kw)."""
+    return g.oc // g.groups * g.kh * g.kw
 
-    n: int
-    c: int
-    h: int
-    w: int
-    oc: int
-    oh: int
-    ow: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    pt: int
-    pl: int
-    dh: int
-    dw: int
-    groups: int
 
-    @property
-    def col_rows(self) -> int:
-        """Rows of one group's col matrix: (output channel of the group, kh, kw)."""
-        return self.oc // self.groups * self.kh * self.kw
+def end_pads(in_sizes: Sequence[int], out_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+             dil: Sequence[int], out_pad: Sequence[int], begin: Sequence[int]) -> List[int]:  # fmt: skip
+    """The trailing pad of each spatial axis: what the spec's output size leaves after the leading pad."""
+    return [strides[i] * (in_sizes[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - begin[i] - out_sizes[i]
+            for i in range(len(in_sizes))]  # fmt: skip
 
 
 @register(["ConvTranspose"], "library matmul + generated col2im for constant float32 weights, else generated C; "
@@ -92,27 +77,30 @@ def lower_conv_transpose(L: Lowering, node: Node) -> None:
     dil = list(node.attrs.get("dilations", [1] * rank))
     out_pad = list(node.attrs.get("output_padding", [0] * rank))
     pads = begin_pads(node, xs[2:], ys[2:], kernel, strides, dil, out_pad)
+    ends = end_pads(xs[2:], ys[2:], kernel, strides, dil, out_pad, pads)
     if rank == 1:  # a 1-D transposed convolution is the 2-D one with H = 1
-        xs, ys, kernel, strides, dil, pads = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), [1] + kernel, [1] + strides, [1] + dil, [0] + pads
-    g = ConvTGeom(xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
-                  pads[0], pads[1], dil[0], dil[1], groups)  # fmt: skip
+        xs, ys, kernel, strides, dil = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), [1] + kernel, [1] + strides, [1] + dil
+        pads, ends = [0] + pads, [0] + ends
+    g = ConvGeom(xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
+                 pads[0], pads[1], ends[0], ends[1], dil[0], dil[1], groups)  # fmt: skip
     if gemm_applies(L, w, g):
         lower_gemm(L, g, out, x, w, bias)
         return
-    k = csrc_more.conv_transpose(*g, bool(bias))
+    k = csrc_more.conv_transpose(g.n, g.c, g.h, g.w, g.oc, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
+                                 g.groups, bool(bias))  # fmt: skip
     L.source(k, [out, x, w] + ([bias] if bias else []))
 
 
-def gemm_applies(L: Lowering, w: str, g: ConvTGeom) -> bool:
+def gemm_applies(L: Lowering, w: str, g: ConvGeom) -> bool:
     """Constant float32 weights and a col buffer within :data:`COL_BYTES_MAX`."""
     if not L.graph.is_const(w) or L.value(w).dtype != "float32":
         return False
-    return g.n * g.groups * g.col_rows * g.h * g.w * 4 <= COL_BYTES_MAX
+    return g.n * g.groups * col_rows(g) * g.h * g.w * 4 <= COL_BYTES_MAX
 
 
-def lower_gemm(L: Lowering, g: ConvTGeom, out: str, x: str, w: str, bias: str) -> None:
+def lower_gemm(L: Lowering, g: ConvGeom, out: str, x: str, w: str, bias: str) -> None:
     """One matmul per (image, group) into a col buffer, then one col2im over every output plane."""
-    cg, rows, pixels = g.c // g.groups, g.col_rows, g.h * g.w
+    cg, rows, pixels = g.c // g.groups, col_rows(g), g.h * g.w
     weights = L.graph.const(w).astype(np.float32).reshape(g.groups, cg, rows)
     a = L.const(np.ascontiguousarray(weights.transpose(0, 2, 1)), w + "~transposed")  # (groups, rows, cg)
     col = L.temp((g.n, g.groups, rows, pixels), hint="col")
@@ -125,7 +113,7 @@ def lower_gemm(L: Lowering, g: ConvTGeom, out: str, x: str, w: str, bias: str) -
     L.source(col2im(g, bool(bias)), [out, col] + ([bias] if bias else []))
 
 
-def col2im(g: ConvTGeom, bias: bool) -> CKernel:
+def col2im(g: ConvGeom, bias: bool) -> CKernel:
     """out[n, oc, y, x] = bias + the sum of col[n, group, (oc % ocg, ky, kx), iy, ix] over the taps with
     y + pt = iy * sh + ky * dh and x + pl = ix * sw + kx * dw (iy, ix inside the input)."""
     ocg = g.oc // g.groups
@@ -160,8 +148,8 @@ def col2im(g: ConvTGeom, bias: bool) -> CKernel:
   }
 }
 """ % {"bias_arg": ", const float *restrict bias" if bias else "", "per": per, "planes": planes, "oc": g.oc,
-       "ocg": ocg, "groups": g.groups, "rows": g.col_rows, "taps": g.kh * g.kw, "pixels": g.h * g.w,
+       "ocg": ocg, "groups": g.groups, "rows": col_rows(g), "taps": g.kh * g.kw, "pixels": g.h * g.w,
        "plane": g.oh * g.ow, "oh": g.oh, "ow": g.ow, "init": "bias[o]" if bias else "0.0f", "kh": g.kh, "kw": g.kw,
        "pt": g.pt, "pl": g.pl, "dh": g.dh, "dw": g.dw, "sh": g.sh, "sw": g.sw, "h": g.h, "w": g.w}  # fmt: skip
-    extents = [planes * g.oh * g.ow, g.n * g.groups * g.col_rows * g.h * g.w] + ([g.oc] if bias else [])
+    extents = [planes * g.oh * g.ow, g.n * g.groups * col_rows(g) * g.h * g.w] + ([g.oc] if bias else [])
     return csrc_more.make_kernel("col2im", body, extents, chunks)
