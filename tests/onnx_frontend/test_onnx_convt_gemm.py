@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from support.onnx_models import build_and_load, max_rel_error, run_ort, single_node, typed_model  # noqa: E402
+from support.onnx_models import max_rel_error, run_both, single_node, typed_model  # noqa: E402
 from svod_min.onnx import ops_convt  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
 
@@ -31,12 +31,10 @@ def _kernels(model, tmp_path):
 
 
 def _compare(model, feeds, tmp_path):
-    want = run_ort(model, feeds)
-    got = build_and_load(model, str(tmp_path)).run(feeds)
-    for value in want:
-        (out,) = got.values()
-        assert out.shape == value.shape
-        assert max_rel_error(out, value) < 1e-4
+    (want,), got = run_both(model, str(tmp_path), feeds)
+    (out,) = got.values()
+    assert out.shape == want.shape
+    assert max_rel_error(out, want) < 1e-4
 
 
 # batch 2, groups, bias, strides with pads and output_padding, dilation, a 1x1 window, a 1x1 image

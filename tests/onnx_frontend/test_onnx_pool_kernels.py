@@ -15,7 +15,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from support.onnx_models import build_and_load, random_inputs, run_ort, single_node  # noqa: E402
+from support.onnx_models import build_and_load, random_inputs, run_both, single_node  # noqa: E402
 
 from svod_min.onnx import csrc, csrc_pool  # noqa: E402
 
@@ -105,10 +105,8 @@ def _case_id(item: Tuple[str, Case]) -> str:
 def test_pool_kernel_matches_onnxruntime(item: Tuple[str, Case], tmp_path: Any) -> None:
     path, (op, shape, attrs) = item
     assert kernel_of(op, shape, attrs) == path
-    model = single_node(op, [("x", shape)], **attrs)
-    feeds = random_inputs(model)
-    want = run_ort(model, feeds)[0]
-    got = build_and_load(model, str(tmp_path))(**feeds)["y"]
+    wants, gots = run_both(single_node(op, [("x", shape)], **attrs), str(tmp_path))
+    want, got = wants[0], gots["y"]
     assert got.shape == want.shape
     assert np.allclose(got, want, rtol=1e-6, atol=1e-6), float(np.max(np.abs(got - want)))
 

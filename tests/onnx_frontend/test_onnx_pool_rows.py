@@ -13,7 +13,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from support.onnx_models import build_and_load, random_inputs, run_ort, single_node  # noqa: E402
+from support.onnx_models import build_and_load, run_both, single_node  # noqa: E402
 
 #: (op, input shape, attributes)
 CASES = [
@@ -56,10 +56,8 @@ def _case_id(case: Tuple[str, Tuple[int, ...], Dict[str, Any]]) -> str:
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_pool_matches_onnxruntime(case: Tuple[str, Tuple[int, ...], Dict[str, Any]], tmp_path: Any) -> None:
     op, shape, attrs = case
-    model = single_node(op, [("x", shape)], **attrs)
-    feeds = random_inputs(model)
-    want = run_ort(model, feeds)[0]
-    got = build_and_load(model, str(tmp_path))(**feeds)["y"]
+    wants, gots = run_both(single_node(op, [("x", shape)], **attrs), str(tmp_path))
+    want, got = wants[0], gots["y"]
     assert got.shape == want.shape
     assert np.allclose(got, want, rtol=1e-6, atol=1e-6), float(np.max(np.abs(got - want)))
 

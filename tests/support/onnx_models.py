@@ -71,6 +71,13 @@ def build_and_load(model: onnx.ModelProto, directory: str, name: str = "m", **kw
     return load_model(bundle)
 
 
+def run_both(model: onnx.ModelProto, directory: str, feeds: Optional[Dict[str, np.ndarray]] = None) -> Tuple[List[np.ndarray], Dict[str, np.ndarray]]:
+    """onnxruntime's outputs (by position) and svod_min's (by name, the bundle built for this host) on the same
+    feeds: ``feeds``, or seeded random inputs."""
+    feeds = random_inputs(model) if feeds is None else feeds
+    return run_ort(model, feeds), build_and_load(model, directory).run(feeds)
+
+
 def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| / max(|want|, 1e-3 * max |want|): relative, without blowing up near zero."""
     floor = max(1e-3 * float(np.max(np.abs(want))) if want.size else 0.0, 1e-12)
