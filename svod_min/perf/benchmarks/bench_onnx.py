@@ -53,10 +53,6 @@ PAIR_SECONDS = 1.0
 MAX_REPS = 41
 #: Outputs of the two engines agree to this relative error before anything is timed.
 AGREE = 1e-2
-#: Whether onnxruntime's intra-op threads spin while they wait for work (its own default) in the speed rows.
-#: Off by default: its spinning outlasts a run and would take the other CPU from the svod_min run timed
-#: next, on a machine of two. svod_min's workers poll only while a run lasts. ``--ort-spinning`` turns it on.
-ORT_SPINNING = False
 
 #: A model to measure: its name and a function making its ModelProto (made when its turn comes).
 ModelSource = Tuple[str, Callable[[], Any]]
@@ -119,6 +115,7 @@ class Settings(NamedTuple):
     directory: str
     pyz: str
     profile: str
+    ort_spinning: bool
 
 
 class ChildRun(NamedTuple):
@@ -193,15 +190,17 @@ def prepare(name: str, make: Callable[[], Any], directory: str) -> Prepared:
     return Prepared(name, onnx_path, svod_path, input_name, array, npy_path)
 
 
-def ort_session(path: str, threads: int) -> Any:
-    """An onnxruntime session at ``threads`` intra-op threads, one inter-op; spinning as :data:`ORT_SPINNING`."""
+def ort_session(path: str, threads: int, spinning: bool = False) -> Any:
+    """An onnxruntime session at ``threads`` intra-op threads, one inter-op; its threads spin while they wait
+    for work only with ``spinning`` (its own default, off here: its spinning outlasts a run and would take the
+    other CPU from the svod_min run timed next on a machine of two; svod_min's workers poll only during a run)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if ORT_SPINNING else "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
@@ -226,14 +225,15 @@ def check_agreement(model: Any, session: Any, prepared: Prepared) -> None:
             raise ExecutionError("%s: output %s differs from onnxruntime's (max relative error %.3g)" % (prepared.name, name, err))
 
 
-def speed(prepared: Prepared, threads: int, reps: int, pair_seconds: float = PAIR_SECONDS) -> Dict[str, float]:
+def speed(prepared: Prepared, threads: int, reps: int, pair_seconds: float = PAIR_SECONDS,
+          ort_spinning: bool = False) -> Dict[str, float]:  # fmt: skip
     """Median seconds per run of svod_min and onnxruntime, timed in turn in this process."""
     from svod_min import load_model
     from svod_min.devices.cpu.device import CpuDevice
     from svod_min.perf.bench_suite import paired_median_s
 
     model = load_model(prepared.svod_path, device=CpuDevice(threads=threads))
-    session = ort_session(prepared.onnx_path, threads)
+    session = ort_session(prepared.onnx_path, threads, ort_spinning)
     check_agreement(model, session, prepared)
     svod_feed = {prepared.input_name: prepared.input_array}
     ort_feed = {prepared.input_name: prepared.input_array}
@@ -338,7 +338,7 @@ def skip_rows(names: Sequence[str], why: str) -> List[Dict[str, Any]]:
 
 
 def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[Sequence[ModelSource]] = None,
-         profile: str = "slow", pyz: Optional[str] = None) -> List[Dict[str, Any]]:  # fmt: skip
+         profile: str = "slow", pyz: Optional[str] = None, ort_spinning: bool = False) -> List[Dict[str, Any]]:  # fmt: skip
     """Speed rows per model and thread count, a geometric mean per thread count, peak RSS and cold start
     rows per model; ``profile``: "slow" (models below 0.7 at the first thread count), "all" or "none";
     ``pyz``: the svod_min.pyz of the cold starts (default: one built from this svod_min into a temporary folder)."""
@@ -353,8 +353,8 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
     ratios: Dict[int, List[float]] = {t: [] for t in threads}
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
         settings = Settings(tuple(threads), 3 if quick else 7, 0.0 if quick else PAIR_SECONDS, 1 if quick else 3,
-                            "onnxruntime %s%s" % (onnxruntime.__version__, ", spinning" if ORT_SPINNING else ""), directory,
-                            pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
+                            "onnxruntime %s%s" % (onnxruntime.__version__, ", spinning" if ort_spinning else ""), directory,
+                            pyz or os.path.join(directory, "svod_min.pyz"), profile, ort_spinning)  # fmt: skip
         for name, make in sources:
             try:
                 model_rows += one_model(name, make, settings, ratios)
@@ -369,7 +369,7 @@ def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Di
     prepared = prepare(name, make, settings.directory)
     out = []
     for t in settings.threads:
-        row = speed_row(name, t, speed(prepared, t, settings.reps, settings.pair_seconds), settings.peer)
+        row = speed_row(name, t, speed(prepared, t, settings.reps, settings.pair_seconds, settings.ort_spinning), settings.peer)
         ratios[t].append(row["ratio"])
         out.append(row)
     runs = fresh_processes(prepared, settings.pyz, settings.fresh_reps, warm=settings.fresh_reps > 1)
@@ -462,8 +462,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--ort-spinning", action="store_true",
                    help="onnxruntime's intra-op threads spin while they wait for work, its own default (speed rows only)")
     args = p.parse_args(argv)
-    global ORT_SPINNING
-    ORT_SPINNING = args.ort_spinning
     if args.from_json:
         with open(args.from_json) as fh:
             table = [r for r in json.load(fh) if str(r.get("measure", "")).startswith("onnx")]
@@ -476,7 +474,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if unknown:
             p.error("--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources)))
         sources = [s for s in sources if s[0] in wanted]
-    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), sources, args.profile)
+    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), sources, args.profile,
+                 ort_spinning=args.ort_spinning)  # fmt: skip
     print(json.dumps(table, indent=1) if args.json else markdown(table) if args.markdown else format_table(table))
     return 0
 
