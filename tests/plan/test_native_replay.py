@@ -15,6 +15,7 @@ from support.dispatch import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 from svod_min.plan import native_replay
 from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 from svod_min.error import PlanPoisonedError
+from svod_min.jit_loader import load_object
 from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar, register_custom_function
 from svod_min.cache.kernel_cache import CachedKernel
 from svod_min.planfile.load import load_plan
@@ -268,8 +269,8 @@ def test_malformed_rows_are_refused_before_anything_runs() -> None:
     run = native_replay.runner()
     for bad in (
         [prog.address, native_replay.MAX_ARGS + 1, 1, 0xFFFFFFFFFFFFFFFF, 1] + [0] * (native_replay.MAX_ARGS + 1),
-        [prog.address, 4, 4, 3, 2, out.address, 8, 1, 0][:-1],  # a row cut short by the table's end
-        [prog.address, 4, 4, 4, 2, out.address, 8, 1, 0],  # core_pos past the arguments
+        good[:-1],  # a row cut short by the table's end
+        good[:3] + [4] + good[4:],  # core_pos past the arguments
     ):
         words = good + bad  # the good row first: a refusal must come before it runs
         table = (ctypes.c_uint64 * len(words))(*words)
@@ -281,7 +282,7 @@ def test_malformed_rows_are_refused_before_anything_runs() -> None:
 
 
 def test_the_prebuilt_runner_takes_the_rows_this_svod_min_writes() -> None:
-    loaded = native_replay.prebuilt_runtime(__import__("svod_min.jit_loader", fromlist=["load_object"]).load_object)
+    loaded = native_replay.prebuilt_runtime(load_object)
     if loaded is None:
         pytest.skip("no prebuilt runtime object for this architecture")
     assert native_replay.runner_row_limit(loaded) == native_replay.MAX_ARGS
