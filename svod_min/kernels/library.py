@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -173,7 +174,9 @@ def _call_keeping(call: Callable[[], None], _buffers: Any) -> None:
 # --- loading ----------------------------------------------------------------------------------
 
 _cache_lock = threading.RLock()
-_kernels: Dict[Tuple[Any, ...], LibraryKernel] = {}
+#: key -> (the device it was loaded on, weakly; the kernel). The device is checked on a hit because the key
+#: holds id(device), and a device that dies leaves its id to the next one.
+_kernels: Dict[Tuple[Any, ...], Tuple[Callable[[], Any], LibraryKernel]] = {}
 _key_locks: Dict[Tuple[Any, ...], threading.Lock] = {}
 
 
@@ -242,7 +245,7 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
         why = _no_prebuilt(dev, variant)
         raise KernelParamError("%s %s: prebuilt=True but %s" % (name, dict(sig.params), why))
     key = (sig.entry, sig.params, id(dev), variant if use else None, use)
-    return _memo(key, lambda: _make(sig, dev, variant, use))
+    return _memo(key, dev, lambda: _make(sig, dev, variant, use))
 
 
 def _no_prebuilt(dev: Any, variant: Optional[str]) -> str:
@@ -257,20 +260,27 @@ def _alive(kernel: LibraryKernel) -> bool:
     return not kernel.program.closed
 
 
-def _memo(key: Tuple[Any, ...], make: Callable[[], LibraryKernel]) -> LibraryKernel:
-    """One LibraryKernel per key; concurrent first calls build it once, other keys are not blocked."""
+def _memo(key: Tuple[Any, ...], dev: Any, make: Callable[[], LibraryKernel]) -> LibraryKernel:
+    """One LibraryKernel per key and live device; concurrent first calls build it once, other keys are not blocked."""
+
+    def lookup() -> Optional[LibraryKernel]:
+        with _cache_lock:
+            entry = _kernels.get(key)
+        if entry is None or entry[0]() is not dev or not _alive(entry[1]):
+            return None
+        return entry[1]
+
+    found = lookup()
+    if found is not None:
+        return found
     with _cache_lock:
-        found = _kernels.get(key)
-        if found is not None and _alive(found):
-            return found
         lock = _key_locks.setdefault(key, threading.Lock())
     with lock:  # a compile holds only its own key's lock
-        with _cache_lock:
-            found = _kernels.get(key)
-        if found is None or not _alive(found):
+        found = lookup()
+        if found is None:
             found = make()
             with _cache_lock:
-                _kernels[key] = found
+                _kernels[key] = (weakref.ref(dev), found)
         return found
 
 
@@ -359,7 +369,7 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
         source = prelude() + "\n" + kern.function
         return LibraryKernel(sig, _compile(dev, source, sig, variant), False, variant, fused_source=source)
 
-    return _memo(("fused", entry, id(dev), variant), make)
+    return _memo(("fused", entry, id(dev), variant), dev, make)
 
 
 __all__ = ["DeviceKernel", "LIBRARY_FORMS", "LibraryKernel", "device_kernel", "fused", "get", "library_form",

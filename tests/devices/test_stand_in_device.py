@@ -9,6 +9,7 @@ selfcheck) must come from its ``program_forms`` and ``load_program``, never from
 from __future__ import annotations
 
 import copy
+import gc
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
@@ -219,6 +220,20 @@ def test_kernel_library_binds_to_the_stand_in(hostsim: HostSim) -> None:
     hostsim.program_forms = (PTX,)  # a device of GPU forms: get() refuses it and names the PTX route
     with pytest.raises(UnsupportedDeviceError, match="HOSTSIM loads ptx programs.*PTX"):
         kernels.get("add", device=hostsim)
+
+
+def test_a_new_device_at_a_dead_devices_address_loads_its_own_kernel() -> None:
+    """The library memo keys on id(device); a device created where a closed one lived must not get its kernel."""
+    for _ in range(20):  # CPython tends to place the next device at the freed address: the memo hit to refuse
+        first = HostSim(DeviceSpec(KIND))
+        kernels.get("add", device=first)
+        first.close()
+        del first
+        gc.collect()
+        second = HostSim(DeviceSpec(KIND))
+        kernels.get("add", device=second)
+        assert len(second.loaded) == 1, "the kernel came from the memo of a device that no longer exists"
+        second.close()
 
 
 @needs_cc
