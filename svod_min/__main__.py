@@ -339,9 +339,27 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from .planfile.bundle_build import build_bundle
 
     report = build_bundle(args.plan, args.output, targets=args.target or None, compiler=args.cc,
-                          progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+                          progress=lambda line: print(line, file=sys.stderr), tune=_plan_tuner(args))  # fmt: skip
     _print_build(report)
     return EXIT_OK
+
+
+def _plan_tuner(args: argparse.Namespace) -> Any:
+    """``build --tune``'s step (None without --tune): the tile of each library op timed here, at --tune-threads."""
+    if args.tune_threads is not None and (args.tune_threads < 1 or not args.tune):
+        raise PlanError("--tune-threads takes a positive thread count, with --tune")
+    if not args.tune:
+        return None
+    from .perf.plan_tune import tune_plan
+
+    def tune(doc: Dict[str, Any], progress: Any) -> Optional[Dict[str, Any]]:
+        result = tune_plan(doc, progress, threads=args.tune_threads or 1)
+        if result is None:
+            return None
+        progress("tuned %d op shape(s) for %s in %.1f s" % (len(result.ops), result.variant, result.seconds))
+        return result.summary()
+
+    return tune
 
 
 def _print_build(report: Any) -> None:
@@ -366,7 +384,8 @@ def _build_onnx(args: argparse.Namespace) -> int:
     dims = _parse_dims(args.dim)
     shapes = _parse_input_shapes(args.shape)
     result = build_onnx(args.plan, args.output, targets=args.target or None, compiler=args.cc, dims=dims, shapes=shapes,
-                        expect=not args.no_expect, progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+                        expect=not args.no_expect, progress=lambda line: print(line, file=sys.stderr),
+                        tune=_plan_tuner(args))  # fmt: skip
     _print_build(result.report)
     return EXIT_OK
 
@@ -467,6 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,...",
                        help="ONNX: the whole shape of one input (repeatable)")
     build.add_argument("--no-expect", action="store_true", help="ONNX: do not record onnxruntime's outputs as expectations")
+    build.add_argument("--tune", action="store_true",
+                       help="time the register tiles of the library ops (conv2d_gemm, matmul) on this machine and record "
+                            "the fastest for its kernel variant; other hosts use the defaults")  # fmt: skip
+    build.add_argument("--tune-threads", type=int, default=None, metavar="N",
+                       help="threads the --tune timings run at (default 1)")  # fmt: skip
     build.set_defaults(func=_cmd_build)
     pyz = sub.add_parser("zipapp", help="write a one-file runtime (svod_min and pyelftools in one .pyz)")
     pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")

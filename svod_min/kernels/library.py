@@ -338,6 +338,19 @@ def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
                             % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS)))  # fmt: skip
 
 
+def object_kernel(device: Any, sig: KernelSig, obj: bytes, variant: Optional[str], digest: str) -> DeviceKernel:
+    """Library instance ``sig`` from an object compiled elsewhere (a bundle carries it for ``variant``):
+    nothing is compiled here. ``digest`` (the object's sha256) keys the memo."""
+    dev = resolve_device(device)
+
+    def make() -> LibraryKernel:
+        source = ProgramSource(OBJECT, obj, sig.entry, len(sig.buffers), sig.var_names, name=sig.name)
+        return LibraryKernel(sig, dev.load_program(source), False, variant)
+
+    lib = _memo((sig.entry, sig.params, id(dev), "object", digest), dev, make)
+    return DeviceKernel(lib.program, lib.sig, lambda: lib.source, tuple(lib.global_size), None)
+
+
 # --- fused elementwise kernels (rendered and compiled at run time) -------------------------------
 
 
@@ -373,4 +386,4 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
 
 
 __all__ = ["DeviceKernel", "LIBRARY_FORMS", "LibraryKernel", "device_kernel", "fused", "get", "library_form",
-           "resolve_device"]  # fmt: skip
+           "object_kernel", "resolve_device"]  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..planfile.bundle_build import BuildReport, build_bundle_from_document
+from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
 from . import ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_rnn, ops_shape  # noqa: F401 - they fill the op table
 from .ir import Graph
 from .lower import Lowering, PlanParts, npy_bytes
@@ -82,12 +82,16 @@ def record_expectations(path: str, parts: PlanParts, dims: Mapping[str, int], sh
 
 def build_onnx(path: str, out: str, *, targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
                dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-               expect: bool = True, progress: Callable[[str], None] = lambda line: None) -> OnnxBuild:  # fmt: skip
+               expect: bool = True, progress: Callable[[str], None] = lambda line: None,
+               tune: Optional[PlanTuner] = None) -> OnnxBuild:  # fmt: skip
+    """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle."""
     parts = lower_model(path, dims, shapes)
     progress("lowered %s: %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes" % (
         path, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
     note = record_expectations(path, parts, dims or {}, shapes or {}) if expect else "no expectations recorded (--no-expect)"
     progress(note)
+    tuned = tune(parts.doc, progress) if tune is not None else None
     report = build_bundle_from_document(parts.doc, parts.files, out, targets=targets, compiler=compiler, progress=progress,
-                                        created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path))  # fmt: skip
+                                        created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
+                                        manifest_extra={"tuned": tuned} if tuned else None)  # fmt: skip
     return OnnxBuild(report, 0, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)

@@ -113,27 +113,38 @@ def _structural(key: str, sigs: Sequence[Tuple[Dict[str, Any], Any]]) -> bool:
     return False
 
 
-def _base_sig(name: str, dtype: str) -> Any:
-    """The signature ``get(name, dtype=dtype)`` uses, else the first instance of that dtype."""
+def _base_sig(name: str, dtype: str, fixed: Optional[Mapping[str, Any]] = None) -> Any:
+    """The signature ``get(name, dtype=dtype, **fixed)`` uses, else the first such instance of that dtype."""
+    fixed = dict(fixed or {})
     try:
-        return find_sig(name, host_variant(), dtype=dtype)
+        return find_sig(name, host_variant(), dtype=dtype, **fixed)
     except KernelNotFoundError:
         raise
     except KernelParamError:  # no preferred tile for this host (kernels are compiled here)
-        insts = [i for i in catalogue()[name]["instances"] if i.get("dtype") == dtype]
+        insts = [i for i in catalogue()[name]["instances"]
+                 if i.get("dtype") == dtype and all(i.get(k) == v for k, v in fixed.items())]  # fmt: skip
         if not insts:
             raise
         return find_sig(name, **insts[0])
 
 
-def candidate_params(name: str, dtype: Any = "float32") -> List[Dict[str, Any]]:
-    """The default candidates: instances for ``dtype`` differing only in tuning params.
+def _fixed_params(name: str, params: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The non-tuning, non-dtype params a tuning run holds fixed (a plan op's act, bias...)."""
+    fixed = {k: v for k, v in (params or {}).items() if k not in DTYPE_PARAMS}
+    clash = sorted(set(fixed) & set(tuning_params(name)))
+    if clash:
+        raise KernelParamError("%s: params %s are what tuning chooses; give them as candidates" % (name, clash))
+    return fixed
+
+
+def candidate_params(name: str, dtype: Any = "float32", params: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+    """The default candidates: instances for ``dtype`` (and the fixed ``params``) differing only in tuning params.
 
     Order: what ``get`` uses by default, other prebuilt ones, then those that need a compile.
     """
     dtype = dtype_name(dtype)
     tun = tuning_params(name)
-    default = _base_sig(name, dtype)
+    default = _base_sig(name, dtype, _fixed_params(name, params))
     fixed = {k: v for k, v in default.param_dict.items() if k not in tun}
     ranked = []
     for i, inst in enumerate(catalogue()[name]["instances"]):
@@ -149,8 +160,9 @@ def _load(name: str, dtype: str, params: Mapping[str, Any], device: Any) -> Any:
     return get(name, device=device, dtype=dtype, **params)
 
 
-def _prepare(name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], device: Any) -> Candidate:
-    sig = find_sig(name, host_variant(), dtype=dtype, **params)  # bad candidates are the caller's error
+def _prepare(name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], device: Any,
+             fixed: Mapping[str, Any]) -> Candidate:  # fmt: skip
+    sig = find_sig(name, host_variant(), dtype=dtype, **fixed, **params)  # bad candidates are the caller's error
     full = {k: v for k, v in sig.params if k in tun}  # partial candidates as get() completes them
     row = TuneRow(params=full, entry_point=sig.entry, prebuilt=prebuilt_here(sig))
     cand = Candidate(row)
@@ -158,16 +170,16 @@ def _prepare(name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], 
         row.status = "skipped: not prebuilt here and no C compiler"
         return cand
     try:
-        cand.kernel = _load(name, dtype, full, device)
+        cand.kernel = _load(name, dtype, dict(fixed, **full), device)
     except SvodError as exc:
         row.status = "failed: %s" % first_line(exc)
     return cand
 
 
-def _candidate_list(name: str, dtype: str, tun: Sequence[str],
-                    candidates: Optional[Sequence[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+def _candidate_list(name: str, dtype: str, tun: Sequence[str], candidates: Optional[Sequence[Mapping[str, Any]]],
+                    fixed: Mapping[str, Any]) -> List[Dict[str, Any]]:  # fmt: skip
     if candidates is None:
-        return candidate_params(name, dtype)
+        return candidate_params(name, dtype, fixed)
     out: List[Dict[str, Any]] = []
     for c in candidates:
         if not isinstance(c, Mapping) or set(c) - set(tun):
@@ -204,22 +216,26 @@ def _say_row(say: Progress, i: int, total: int, row: TuneRow, what: str) -> None
 
 def tune(name: str, *, dtype: Any = "float32", shape: Mapping[str, Any],
          candidates: Optional[Sequence[Mapping[str, Any]]] = None, config: Optional[BenchmarkConfig] = None,
-         progress: Optional[Progress] = None, device: Any = "CPU", store: bool = True) -> TuneResult:
+         progress: Optional[Progress] = None, device: Any = "CPU", store: bool = True,
+         params: Optional[Mapping[str, Any]] = None, threads: Optional[int] = None) -> TuneResult:  # fmt: skip
     """Measure every candidate for ``shape`` (the kernel's variables), keep and return the fastest correct one.
 
     ``candidates``: tuning-param dicts (default :func:`candidate_params`).
     ``config``: warm-ups and timing rounds (default 1 and 5). ``progress``
     gets one line per event. ``store``: record the winner for ``get``.
+    ``params``: the kernel's other params, held fixed (e.g. a plan op's ``act``, ``bias``, ``packed``).
+    ``threads``: the thread count every candidate runs at (default: automatic, as ``run``).
     """
     config = config or BenchmarkConfig(warmup_runs=1, timing_runs=5)
     say = progress or (lambda line: None)
     dtype = dtype_name(dtype)
-    sig = _base_sig(name, dtype)
+    fixed = _fixed_params(name, params)
+    sig = _base_sig(name, dtype, fixed)
     shape, env = _check_shape(name, sig, shape)
     dev = resolve_device(device)
     tun = tuning_params(name)
-    cands = _unique([_prepare(name, dtype, p, tun, dev) for p in _candidate_list(name, dtype, tun, candidates)])
-    verify_all(name, cands, env, dev)
+    cands = _unique([_prepare(name, dtype, p, tun, dev, fixed) for p in _candidate_list(name, dtype, tun, candidates, fixed)])
+    verify_all(name, cands, env, dev, threads)
     for i, c in enumerate(cands):
         _say_row(say, i, len(cands), c.row, "verified" if c.row.status == "ok" else c.row.status)
     warm_up([c for c in cands if c.row.status == "ok"], config)

@@ -248,14 +248,15 @@ def score(c: Candidate, config: BenchmarkConfig) -> float:
     return c.row.min_s if config.take_minimum or not c.times else math.fsum(c.times) / len(c.times)
 
 
-def verify_all(name: str, cands: List[Candidate], env: Dict[str, int], dev: Any) -> None:
-    """Run every loaded candidate once on the same random inputs and mark the wrong ones."""
+def verify_all(name: str, cands: List[Candidate], env: Dict[str, int], dev: Any, threads: Optional[int] = None) -> None:
+    """Run every loaded candidate once on the same random inputs (at ``threads``, None: automatic) and mark
+    the wrong ones."""
     live = [c for c in cands if c.kernel is not None]
     if live:
         sig = live[0].kernel.sig
         bufs, initial = allocate(sig, env, dev)
         for c in live:
-            c.call = c.kernel.bind(bufs, **_user_vars(c.kernel.sig, env))
+            c.call = c.kernel.bind(bufs, threads=threads, **_user_vars(c.kernel.sig, env))
             _run_once(c, bufs, initial)
         _judge(cands, _reference(name, sig, env, initial))
 

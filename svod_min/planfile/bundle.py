@@ -136,9 +136,11 @@ def file_references(doc: Mapping[str, Any]) -> Iterator[Tuple[str, str]]:
         for form in ("file", "ptx_file"):
             if isinstance(cuda, dict) and isinstance(cuda.get(form), str):
                 yield "kernels.%s.cuda.%s" % (name, form), cuda[form]
-        for i, o in enumerate(k.get("objects") or []):
-            if isinstance(o, dict) and isinstance(o.get("file"), str):
-                yield "kernels.%s.objects[%d].file" % (name, i), o["file"]
+        for key in ("objects", "library_objects"):
+            records = k.get(key)
+            for i, o in enumerate(records if isinstance(records, list) else []):
+                if isinstance(o, dict) and isinstance(o.get("file"), str):
+                    yield "kernels.%s.%s[%d].file" % (name, key, i), o["file"]
 
 
 def _items(section: Any) -> List[Tuple[str, Any]]:
@@ -321,14 +323,33 @@ def describe_bundle(bundle: Bundle) -> List[str]:
     chosen = choose_target(targets) if targets else None
     lines.append("this host: %s, target %s; would use %s" % (
         host_arch(), host_target() or "unknown", chosen or ("nothing here" if targets else "-")))
+    tuned = m.get("tuned")
+    if isinstance(tuned, dict):
+        lines.append("tuned: for %s (%s) at %s thread(s): %s op shape(s), %s with a non-default tile; other hosts use "
+                     "the defaults" % (tuned.get("variant"), tuned.get("cpu"), tuned.get("threads"), tuned.get("shapes"),
+                                       tuned.get("non_default")))  # fmt: skip
     for name, kts in bundle.kernel_targets().items():
         k = bundle.plan["kernels"][name]
         form = "library %s" % k["library"] if "library" in k else "objects %s" % ", ".join(kts) if kts else "source only"
         pick = choose_target(kts) if kts else None
         source = any(f in k for f in ("source", "file", "llvm_ir", "ir_file"))
         use = pick or ("compile the source" if source and "library" not in k else "-" if not kts else "NONE")
-        lines.append("kernel %s: %s; uses %s" % (name, form, use))
+        lines.append("kernel %s: %s; uses %s%s" % (name, form, use, _tuned_text(k)))
     return lines
+
+
+def _tuned_text(kernel: Mapping[str, Any]) -> str:
+    """``; tuned x86_64-v4 mr=4 nr=8 (bundle object)`` for a library kernel with tuned choices ('' when none)."""
+    tuned = kernel.get("tuned")
+    if not isinstance(tuned, dict) or not tuned:
+        return ""
+    carried = {(o.get("variant"), o.get("entry")) for o in kernel.get("library_objects") or [] if isinstance(o, dict)}
+    variants = {v for v, _ in carried}
+    parts = []
+    for variant, choice in sorted(tuned.items()):
+        tile = " ".join("%s=%s" % kv for kv in sorted(choice.items())) if isinstance(choice, dict) else "?"
+        parts.append("%s %s%s" % (variant, tile, " (bundle object)" if variant in variants else ""))
+    return "; tuned " + ", ".join(parts)
 
 
 def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_arrays: bool = False) -> Bundle:

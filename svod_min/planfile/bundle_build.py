@@ -27,6 +27,7 @@ from ..jit_loader.layout import relocate
 from ..jit_loader.rt_helpers import HELPER_NAMES
 from ..jit_loader.symbols import lookup
 from .data import DirectoryFiles
+from .library_objects import LibraryNeed, add_library_object, compile_library_objects, library_needs
 from .schema import as_list, as_object, as_text, parse_plan_bytes, read_plan_document
 from ..compiler.targets import TARGETS, Target, check_target_name, object_target_mismatch
 
@@ -48,22 +49,33 @@ class BuildReport:
     manifest: Dict[str, Any] = field(repr=False, default_factory=dict)
 
 
+#: ``build --tune``'s step: (plan document, progress) -> the manifest's ``tuned`` record (None: nothing tuned).
+#: It lives with the autotuner (svod_min.perf.plan_tune), a layer above; the CLI hands it in.
+PlanTuner = Callable[[Dict[str, Any], Callable[[str], None]], Optional[Dict[str, Any]]]
+
+
 def build_bundle(plan: Optional[str], out: str, *, targets: Optional[Sequence[str]] = None,
-                 compiler: Optional[str] = None, progress: Callable[[str], None] = lambda line: None) -> BuildReport:  # fmt: skip
-    """Build ``out`` from the plan file ``plan`` (None: the default MLP plan) for ``targets`` (default: all)."""
+                 compiler: Optional[str] = None, progress: Callable[[str], None] = lambda line: None,
+                 tune: Optional[PlanTuner] = None) -> BuildReport:  # fmt: skip
+    """Build ``out`` from the plan file ``plan`` (None: the default MLP plan) for ``targets`` (default: all);
+    ``tune`` first records tuned tiles in the plan (``build --tune``)."""
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
-    return build_bundle_from_document(doc, entries, out, targets=targets, compiler=compiler, progress=progress)
+    tuned = tune(doc, progress) if tune is not None else None
+    return build_bundle_from_document(doc, entries, out, targets=targets, compiler=compiler, progress=progress,
+                                      manifest_extra={"tuned": tuned} if tuned else None)  # fmt: skip
 
 
 def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], out: str, *,
                                targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
                                progress: Callable[[str], None] = lambda line: None,
-                               created_by: str = "python -m svod_min build") -> BuildReport:  # fmt: skip
+                               created_by: str = "python -m svod_min build",
+                               manifest_extra: Optional[Mapping[str, Any]] = None) -> BuildReport:  # fmt: skip
     """Build ``out`` from a plan document held in memory and the files it names (bundle entry -> bytes).
 
-    The document gains each compiled kernel's ``objects``; every file it names must be in ``files``.
+    The document gains each compiled kernel's ``objects`` (and the ``library_objects`` its tuned library
+    kernels need); every file it names must be in ``files``. ``manifest_extra`` is added to the manifest.
     """
     wanted = [check_target_name(t) for t in (targets or list(TARGETS))]
     entries = dict(files)
@@ -71,7 +83,8 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
         if plan_file_entry(rel, where) not in entries:
             raise PlanError("%s names %r, which is not among the files given" % (where, rel))
     sources = _source_kernels(doc, entries)
-    info = find_compiler(compiler=compiler) if sources else None
+    needs = library_needs(doc)
+    info = find_compiler(compiler=compiler) if sources or needs else None
     buildable, skipped = _buildable(wanted, info)
     for name, why in skipped.items():
         progress("note: %s" % why)
@@ -79,18 +92,30 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
         raise CompilationError("%s cannot build any of the targets asked for: %s"
                                % (info.path if info else "no compiler", "; ".join(skipped.values())))  # fmt: skip
     objects: Dict[str, Dict[str, str]] = {}
-    for target, flags in buildable:
+    for target, flags in buildable if sources else []:  # a tuned library-only plan compiles only library objects
         progress("building %d kernel(s) for %s" % (len(sources), target.name))
         for kname, entry_name, data in _compile_for(sources, target, flags, info):  # type: ignore[arg-type]
             _check_object(data, target, kname)
             entries[entry_name] = data
             objects[entry_name] = {"kernel": kname, "target": target.name}
             _add_object(doc["kernels"][kname], target.name, entry_name, sha256(data))
+    if needs:
+        _library_objects(doc, needs, info, entries, objects, progress)  # type: ignore[arg-type]
     entries[PLAN] = _plan_bytes(doc)
     manifest = _manifest(info, buildable, skipped, objects)
     manifest["created_by"] = created_by
+    manifest.update(manifest_extra or {})
     written = write_bundle(out, entries, manifest)
     return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects), written)
+
+
+def _library_objects(doc: Dict[str, Any], needs: List[LibraryNeed], info: CompilerInfo, entries: Dict[str, bytes],
+                     objects: Dict[str, Dict[str, str]], progress: Callable[[str], None]) -> None:  # fmt: skip
+    """Compile the library instances the tuned choices need (per variant) into the bundle."""
+    for need, entry_name, data in compile_library_objects(needs, info, compiler_arch(info), progress, _check_object):
+        entries[entry_name] = data
+        objects[entry_name] = {"kernel": need.kernel, "variant": need.variant}
+        add_library_object(doc["kernels"][need.kernel], need, entry_name, sha256(data))
 
 
 def _plan_document(plan: Optional[str]) -> Tuple[Dict[str, Any], str]:
@@ -236,4 +261,4 @@ def _manifest(info: Optional[CompilerInfo], built: List[Tuple[Target, List[str]]
     return manifest
 
 
-__all__ = ["FAKE_BASE", "BuildReport", "build_bundle", "build_bundle_from_document", "compiler_arch"]
+__all__ = ["FAKE_BASE", "BuildReport", "PlanTuner", "build_bundle", "build_bundle_from_document", "compiler_arch"]

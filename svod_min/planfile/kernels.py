@@ -23,6 +23,7 @@ from ..jit_loader.arch import host_arch
 from ..expr import compile_expr
 from ..cache.kernel_cache import CachedKernel, compile_many_cached
 from .data import PlanData
+from .library_objects import LIBRARY_EXTRA_KEYS, load_library_kernel
 from .schema import as_bool, as_int, as_list, as_object, as_text, known_keys, need, three
 from ..compiler.targets import TARGET_ENV, TARGET_NAME, choose_target, host_target, object_target_mismatch
 
@@ -48,7 +49,8 @@ class KernelReader:
             path = "kernels.%s" % name
             k = as_object(k, path)
             allowed = {"source", "file", "llvm_ir", "ir_file", "library", "params", "entry", "buffers", "outputs",
-                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda", "objects"}
+                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda", "objects",
+                       *LIBRARY_EXTRA_KEYS}
             known_keys(k, allowed, path)
             forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
             need(len(forms) == 1 or (not forms and ("cuda" in k or "objects" in k)), path,
@@ -221,13 +223,12 @@ class KernelReader:
     def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """A ``library`` kernel in the first library form the device loads: a host object or the shipped PTX."""
         params = as_object(k.get("params", {}), path + ".params")
-        need(not (set(k) - {"library", "params"}), path, "a library kernel takes only library and params")
-        from ..kernels.library import device_kernel  # on first use: the library costs ~50 ms to import, most plans need none
-
-        try:
-            lib = device_kernel(self.device, as_text(k["library"], path + ".library"), **params)
-        except DeviceError:
-            raise  # the driver's or the device's own checks: not bad input
+        need(not (set(k) - {"library", "params", *LIBRARY_EXTRA_KEYS}), path,
+             "a library kernel takes only library, params, %s" % ", ".join(LIBRARY_EXTRA_KEYS))  # fmt: skip
+        try:  # the library itself is imported on first use: it costs ~50 ms, most plans need none
+            lib = load_library_kernel(self.device, self.data.read_bytes, k, params, path)
+        except (DeviceError, PlanFileError):
+            raise  # the driver's or the device's own checks, or the plan's own words: not to be reworded
         except (SvodError, TypeError) as exc:  # no such kernel or form, a bad parameter or dtype
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
         return self._library_kernel(lib.program, lib.source_of, lib.sig.entry, lib.sig, lib.global_size, lib.local_size)
