@@ -99,7 +99,7 @@ def _tune_one(kernel: Dict[str, Any], shape: Dict[str, Any], variant: str, threa
     """Time the candidates for one shape; None (with the defaults kept) when the tuner cannot."""
     name, params = kernel["library"], dict(kernel.get("params", {}))
     tun = tuning_params(name)
-    fixed = {k: v for k, v in params.items() if k not in tun}
+    fixed = {k: v for k, v in params.items() if k not in tun and k != "dtype"}
     default = {k: v for k, v in find_sig(name, variant, **params).params if k in tun}
     try:
         result = tune(name, dtype=params.get("dtype", "float32"), shape=shape, params=fixed, threads=threads,
