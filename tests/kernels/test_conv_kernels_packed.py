@@ -116,7 +116,10 @@ def test_packed_conv_epilogues(act: str, residual: bool, rng: Any) -> None:
 
 def test_packed_conv_threads_bit_identical(rng: Any) -> None:
     for case in ((2, 16, 20, 21, 30, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
-                 (1, 32, 5, 5, 200, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1)):  # one pixel block: the oc split
+                 (1, 32, 5, 5, 200, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # one pixel block: the oc split
+                 (1, 16, 28, 28, 24, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 25 strips spread over 4 or 6 blocks
+                 (3, 8, 13, 13, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 3 images: 2 blocks each on 2 ids
+                 (3, 8, 1, 1, 16, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)):  # one strip in 2 blocks: one is empty
         one, two, three = _run(rng, case, residual=True, threads=(1, 2, 3))  # 3: an uneven oc split
         assert np.array_equal(one, two) and np.array_equal(one, three)
 

@@ -242,7 +242,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -259,7 +266,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -551,7 +560,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -568,7 +584,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -860,7 +878,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -877,7 +902,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -1169,7 +1196,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -1186,7 +1220,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -1478,7 +1514,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -1495,7 +1538,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -1787,7 +1832,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -1804,7 +1856,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -2096,7 +2150,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -2113,7 +2174,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -2405,7 +2468,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -2422,7 +2492,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -2714,7 +2786,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -2731,7 +2810,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -3023,7 +3104,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -3040,7 +3128,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -3332,7 +3422,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -3349,7 +3446,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -3641,7 +3740,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -3658,7 +3764,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -3950,7 +4058,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -3967,7 +4082,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -4259,7 +4376,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -4276,7 +4400,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -4568,7 +4694,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -4585,7 +4718,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -4877,7 +5012,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -4894,7 +5036,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -5186,7 +5330,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -5203,7 +5354,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -5495,7 +5648,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -5512,7 +5672,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -5804,7 +5966,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -5821,7 +5990,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -6113,7 +6284,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -6130,7 +6308,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -6422,7 +6602,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -6439,7 +6626,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -6731,7 +6920,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -6748,7 +6944,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -7040,7 +7238,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -7057,7 +7262,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -7349,7 +7556,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -7366,7 +7580,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -7658,7 +7874,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -7675,7 +7898,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -7967,7 +8192,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -7984,7 +8216,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -8276,7 +8510,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -8293,7 +8534,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -8585,7 +8828,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -8602,7 +8852,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -8894,7 +9146,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -8911,7 +9170,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -9203,7 +9464,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -9220,7 +9488,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -9512,7 +9782,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -9529,7 +9806,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -9821,7 +10100,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -9838,7 +10124,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -10130,7 +10418,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -10147,7 +10442,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -10439,7 +10736,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -10456,7 +10760,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -10748,7 +11054,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -10765,7 +11078,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -11057,7 +11372,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -11074,7 +11396,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -11366,7 +11690,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -11383,7 +11714,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -11675,7 +12008,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -11692,7 +12032,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -12084,7 +12426,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -12101,7 +12450,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -12506,7 +12857,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -12523,7 +12881,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -12928,7 +13288,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -12945,7 +13312,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -13350,7 +13719,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -13367,7 +13743,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -13772,7 +14150,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -13789,7 +14174,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -14194,7 +14581,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -14211,7 +14605,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -14616,7 +15012,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -14633,7 +15036,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -15038,7 +15443,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -15055,7 +15467,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -15460,7 +15874,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -15477,7 +15898,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -15882,7 +16305,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -15899,7 +16329,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -16304,7 +16736,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -16321,7 +16760,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -16726,7 +17167,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -16743,7 +17191,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -17148,7 +17598,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -17165,7 +17622,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -17570,7 +18029,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -17587,7 +18053,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -17992,7 +18460,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -18009,7 +18484,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -18414,7 +18891,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -18431,7 +18915,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -18836,7 +19322,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -18853,7 +19346,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -19258,7 +19753,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -19275,7 +19777,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -19680,7 +20184,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -19697,7 +20208,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -20102,7 +20615,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -20119,7 +20639,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -20524,7 +21046,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -20541,7 +21070,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -20946,7 +21477,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -20963,7 +21501,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -21368,7 +21908,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -21385,7 +21932,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -21790,7 +22339,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -21807,7 +22363,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -22212,7 +22770,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -22229,7 +22794,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -22634,7 +23201,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -22651,7 +23225,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -23056,7 +23632,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -23073,7 +23656,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -23478,7 +24063,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -23495,7 +24087,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -23900,7 +24494,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -23917,7 +24518,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -24322,7 +24925,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -24339,7 +24949,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -24744,7 +25356,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -24761,7 +25380,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -25166,7 +25787,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -25183,7 +25811,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -25588,7 +26218,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -25605,7 +26242,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -26010,7 +26649,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -26027,7 +26673,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -26432,7 +27080,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -26449,7 +27104,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -26854,7 +27511,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -26871,7 +27535,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -27276,7 +27942,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -27293,7 +27966,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -27698,7 +28373,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -27715,7 +28397,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -28191,7 +28875,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -28208,7 +28899,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -28693,7 +29386,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -28710,7 +29410,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -29195,7 +29897,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -29212,7 +29921,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -29697,7 +30408,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -29714,7 +30432,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -30199,7 +30919,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -30216,7 +30943,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -30701,7 +31430,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -30718,7 +31454,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -31203,7 +31941,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -31220,7 +31965,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -31705,7 +32452,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -31722,7 +32476,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -32207,7 +32963,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -32224,7 +32987,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -32709,7 +33474,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -32726,7 +33498,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -33211,7 +33985,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -33228,7 +34009,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -33713,7 +34496,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -33730,7 +34520,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -34215,7 +35007,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -34232,7 +35031,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -34717,7 +35518,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -34734,7 +35542,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -35219,7 +36029,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -35236,7 +36053,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -35721,7 +36540,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -35738,7 +36564,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -36223,7 +37051,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -36240,7 +37075,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -36725,7 +37562,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -36742,7 +37586,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -37227,7 +38073,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -37244,7 +38097,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -37729,7 +38584,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -37746,7 +38608,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -38231,7 +39095,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -38248,7 +39119,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -38733,7 +39606,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -38750,7 +39630,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -39235,7 +40117,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -39252,7 +40141,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -39737,7 +40628,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -39754,7 +40652,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -40239,7 +41139,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -40256,7 +41163,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -40741,7 +41650,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -40758,7 +41674,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -41243,7 +42161,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -41260,7 +42185,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -41745,7 +42672,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -41762,7 +42696,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -42247,7 +43183,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -42264,7 +43207,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -42749,7 +43694,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -42766,7 +43718,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -43251,7 +44205,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -43268,7 +44229,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -43753,7 +44716,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -43770,7 +44740,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -44255,7 +45227,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -44272,7 +45251,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -44757,7 +45738,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -44774,7 +45762,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -45259,7 +46249,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -45276,7 +46273,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -45761,7 +46760,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -45778,7 +46784,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -46263,7 +47271,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -46280,7 +47295,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -46765,7 +47782,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -46782,7 +47806,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -47096,7 +48122,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -47113,7 +48146,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -47405,7 +48440,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -47422,7 +48464,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -47714,7 +48758,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -47731,7 +48782,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -48023,7 +49076,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -48040,7 +49100,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -48332,7 +49394,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -48349,7 +49418,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -48641,7 +49712,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -48658,7 +49736,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -48950,7 +50030,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -48967,7 +50054,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -49259,7 +50348,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 4 - 1) / 4;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -49276,7 +50372,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 4, p1 = strips * (pbk + 1) / pblocks * 4;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -49575,7 +50673,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -49592,7 +50697,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -49891,7 +50998,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -49908,7 +51022,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -50207,7 +51323,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -50224,7 +51347,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -50523,7 +51648,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -50540,7 +51672,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -50839,7 +51973,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -50856,7 +51997,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -51155,7 +52298,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -51172,7 +52322,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -51471,7 +52623,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -51488,7 +52647,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -51787,7 +52948,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -51804,7 +52972,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -52115,7 +53285,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -52132,7 +53309,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -52443,7 +53622,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -52460,7 +53646,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -52771,7 +53959,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -52788,7 +53983,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -53099,7 +54296,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -53116,7 +54320,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -53427,7 +54633,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -53444,7 +54657,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -53755,7 +54970,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -53772,7 +54994,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -54083,7 +55307,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -54100,7 +55331,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
@@ -54411,7 +55644,14 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
     /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
     const svod_i64 kblocks = (K + 192 - 1) / 192, kcb = (K + kblocks - 1) / kblocks;
-    const svod_i64 pblocks = (P + 256 - 1) / 256, images = (svod_i64)N * groups;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
     /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
        (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
        slower than at one) */
@@ -54428,7 +55668,9 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
     for (svod_i64 item = lo; item < hi; ++item) {
         const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
         const svod_i64 n = ig / groups, g = ig - n * groups;
-        const svod_i64 p0 = pbk * 256, nc = P - p0 < 256 ? P - p0 : 256;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
         const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
         const double *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
         const double *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
