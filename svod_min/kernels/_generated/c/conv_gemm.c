@@ -102,7 +102,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -140,6 +140,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -280,6 +281,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -293,10 +313,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -420,7 +443,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -458,6 +481,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -598,6 +622,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -611,10 +654,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -738,7 +784,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -776,6 +822,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -916,6 +963,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -929,10 +995,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1056,7 +1125,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1094,6 +1163,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1234,6 +1304,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -1247,10 +1336,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1374,7 +1466,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1412,6 +1504,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1552,6 +1645,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -1565,10 +1677,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -1692,7 +1807,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -1730,6 +1845,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -1870,6 +1986,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -1883,10 +2018,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2010,7 +2148,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2048,6 +2186,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2188,6 +2327,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -2201,10 +2359,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2328,7 +2489,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2366,6 +2527,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2506,6 +2668,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -2519,10 +2700,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2646,7 +2830,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -2684,6 +2868,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -2824,6 +3009,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -2837,10 +3041,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -2964,7 +3171,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3002,6 +3209,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3142,6 +3350,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -3155,10 +3382,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3282,7 +3512,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3320,6 +3550,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3460,6 +3691,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -3473,10 +3723,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3600,7 +3853,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3638,6 +3891,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -3778,6 +4032,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -3791,10 +4064,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -3918,7 +4194,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -3956,6 +4232,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4096,6 +4373,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -4109,10 +4405,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4236,7 +4535,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4274,6 +4573,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4414,6 +4714,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -4427,10 +4746,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4554,7 +4876,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4592,6 +4914,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -4732,6 +5055,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -4745,10 +5087,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -4872,7 +5217,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -4910,6 +5255,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5050,6 +5396,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -5063,10 +5428,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5190,7 +5558,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5228,6 +5596,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5368,6 +5737,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -5381,10 +5769,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5508,7 +5899,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5546,6 +5937,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -5686,6 +6078,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -5699,10 +6110,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -5826,7 +6240,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -5864,6 +6278,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6004,6 +6419,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -6017,10 +6451,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6144,7 +6581,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6182,6 +6619,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6322,6 +6760,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -6335,10 +6792,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6462,7 +6922,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6500,6 +6960,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6640,6 +7101,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -6653,10 +7133,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -6780,7 +7263,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -6818,6 +7301,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -6958,6 +7442,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -6971,10 +7474,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7098,7 +7604,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7136,6 +7642,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7276,6 +7783,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -7289,10 +7815,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7416,7 +7945,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7454,6 +7983,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7594,6 +8124,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -7607,10 +8156,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -7734,7 +8286,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -7772,6 +8324,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -7912,6 +8465,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -7925,10 +8497,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8052,7 +8627,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8090,6 +8665,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8230,6 +8806,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -8243,10 +8838,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8370,7 +8968,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8408,6 +9006,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8548,6 +9147,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -8561,10 +9179,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -8688,7 +9309,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -8726,6 +9347,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -8866,6 +9488,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -8879,10 +9520,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9006,7 +9650,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9044,6 +9688,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9184,6 +9829,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -9197,10 +9861,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9324,7 +9991,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9362,6 +10029,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9502,6 +10170,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -9515,10 +10202,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9642,7 +10332,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9680,6 +10370,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -9820,6 +10511,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -9833,10 +10543,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -9960,7 +10673,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -9998,6 +10711,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10138,6 +10852,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -10151,10 +10884,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10278,7 +11014,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10316,6 +11052,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10456,6 +11193,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -10469,10 +11225,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10596,7 +11355,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10634,6 +11393,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -10774,6 +11534,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -10787,10 +11566,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -10914,7 +11696,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -10952,6 +11734,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11092,6 +11875,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -11105,10 +11907,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11232,7 +12037,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -11270,6 +12075,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11410,6 +12216,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -11423,10 +12248,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11550,7 +12378,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -11588,6 +12416,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -11728,6 +12557,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -11741,10 +12589,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -11868,7 +12719,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef float vec __attribute__((vector_size(32)));
     typedef float vecu __attribute__((vector_size(32), aligned(4)));
@@ -11906,6 +12757,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12046,6 +12898,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                 svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -12059,10 +12930,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(floa
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12275,7 +13149,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12320,6 +13194,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12477,6 +13352,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -12490,10 +13384,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -12706,7 +13603,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -12751,6 +13648,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -12908,6 +13806,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -12921,10 +13838,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13137,7 +14057,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13182,6 +14102,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13339,6 +14260,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -13352,10 +14292,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13568,7 +14511,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -13613,6 +14556,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -13770,6 +14714,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -13783,10 +14746,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -13999,7 +14965,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14044,6 +15010,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14201,6 +15168,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -14214,10 +15200,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14430,7 +15419,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14475,6 +15464,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -14632,6 +15622,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -14645,10 +15654,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -14861,7 +15873,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -14906,6 +15918,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15063,6 +16076,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -15076,10 +16108,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15292,7 +16327,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15337,6 +16372,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15494,6 +16530,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -15507,10 +16562,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -15723,7 +16781,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -15768,6 +16826,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -15925,6 +16984,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -15938,10 +17016,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16154,7 +17235,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16199,6 +17280,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16356,6 +17438,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -16369,10 +17470,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -16585,7 +17689,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -16630,6 +17734,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -16787,6 +17892,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -16800,10 +17924,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17016,7 +18143,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17061,6 +18188,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17218,6 +18346,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -17231,10 +18378,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17447,7 +18597,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17492,6 +18642,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -17649,6 +18800,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -17662,10 +18832,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -17878,7 +19051,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -17923,6 +19096,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18080,6 +19254,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -18093,10 +19286,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18309,7 +19505,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18354,6 +19550,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18511,6 +19708,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -18524,10 +19740,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -18740,7 +19959,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -18785,6 +20004,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -18942,6 +20162,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -18955,10 +20194,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19171,7 +20413,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19216,6 +20458,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19373,6 +20616,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -19386,10 +20648,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -19602,7 +20867,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -19647,6 +20912,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -19804,6 +21070,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -19817,10 +21102,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20033,7 +21321,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20078,6 +21366,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20235,6 +21524,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -20248,10 +21556,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20464,7 +21775,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20509,6 +21820,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -20666,6 +21978,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -20679,10 +22010,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -20895,7 +22229,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -20940,6 +22274,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21097,6 +22432,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -21110,10 +22464,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21326,7 +22683,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21371,6 +22728,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21528,6 +22886,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -21541,10 +22918,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -21757,7 +23137,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -21802,6 +23182,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -21959,6 +23340,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -21972,10 +23372,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22188,7 +23591,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22233,6 +23636,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22390,6 +23794,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -22403,10 +23826,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -22619,7 +24045,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -22664,6 +24090,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -22821,6 +24248,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -22834,10 +24280,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23050,7 +24499,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23095,6 +24544,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23252,6 +24702,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -23265,10 +24734,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23481,7 +24953,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23526,6 +24998,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -23683,6 +25156,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -23696,10 +25188,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -23912,7 +25407,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -23957,6 +25452,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24114,6 +25610,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -24127,10 +25642,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24343,7 +25861,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24388,6 +25906,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24545,6 +26064,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -24558,10 +26096,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -24774,7 +26315,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -24819,6 +26360,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -24976,6 +26518,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -24989,10 +26550,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25205,7 +26769,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25250,6 +26814,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25407,6 +26972,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -25420,10 +27004,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -25636,7 +27223,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -25681,6 +27268,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -25838,6 +27426,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -25851,10 +27458,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26067,7 +27677,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26112,6 +27722,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26269,6 +27880,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -26282,10 +27912,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26498,7 +28131,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26543,6 +28176,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -26700,6 +28334,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -26713,10 +28366,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -26929,7 +28585,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -26974,6 +28630,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27131,6 +28788,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -27144,10 +28820,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27360,7 +29039,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27405,6 +29084,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27562,6 +29242,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -27575,10 +29274,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -27791,7 +29493,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -27836,6 +29538,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -27993,6 +29696,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -28006,10 +29728,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28222,7 +29947,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -28267,6 +29992,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28424,6 +30150,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                 svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -28437,10 +30182,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -28653,7 +30401,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -28710,6 +30458,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -28926,6 +30675,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -28944,10 +30712,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -29164,7 +30935,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -29221,6 +30992,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29437,6 +31209,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -29455,10 +31246,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -29675,7 +31469,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -29732,6 +31526,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -29948,6 +31743,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -29966,10 +31780,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -30186,7 +32003,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30243,6 +32060,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30459,6 +32277,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -30477,10 +32314,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -30697,7 +32537,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -30754,6 +32594,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -30970,6 +32811,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -30988,10 +32848,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -31208,7 +33071,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -31265,6 +33128,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31481,6 +33345,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -31499,10 +33382,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -31719,7 +33605,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -31776,6 +33662,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -31992,6 +33879,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -32010,10 +33916,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -32230,7 +34139,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -32287,6 +34196,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -32503,6 +34413,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -32521,10 +34450,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -32741,7 +34673,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -32798,6 +34730,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33014,6 +34947,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -33032,10 +34984,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -33252,7 +35207,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -33309,6 +35264,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -33525,6 +35481,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -33543,10 +35518,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -33763,7 +35741,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -33820,6 +35798,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34036,6 +36015,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -34054,10 +36052,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -34274,7 +36275,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -34331,6 +36332,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -34547,6 +36549,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -34565,10 +36586,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -34785,7 +36809,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -34842,6 +36866,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35058,6 +37083,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -35076,10 +37120,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -35296,7 +37343,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -35353,6 +37400,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -35569,6 +37617,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -35587,10 +37654,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -35807,7 +37877,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -35864,6 +37934,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36080,6 +38151,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -36098,10 +38188,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -36318,7 +38411,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -36375,6 +38468,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -36591,6 +38685,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -36609,10 +38722,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -36829,7 +38945,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -36886,6 +39002,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37102,6 +39219,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -37120,10 +39256,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -37340,7 +39479,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -37397,6 +39536,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -37613,6 +39753,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -37631,10 +39790,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -37851,7 +40013,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -37908,6 +40070,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38124,6 +40287,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -38142,10 +40324,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -38362,7 +40547,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -38419,6 +40604,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -38635,6 +40821,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -38653,10 +40858,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -38873,7 +41081,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -38930,6 +41138,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39146,6 +41355,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -39164,10 +41392,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -39384,7 +41615,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -39441,6 +41672,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -39657,6 +41889,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -39675,10 +41926,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -39895,7 +42149,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -39952,6 +42206,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40168,6 +42423,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -40186,10 +42460,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -40406,7 +42683,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -40463,6 +42740,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -40679,6 +42957,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -40697,10 +42994,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -40917,7 +43217,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -40974,6 +43274,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41190,6 +43491,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -41208,10 +43528,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -41428,7 +43751,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -41485,6 +43808,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -41701,6 +44025,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -41719,10 +44062,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -41939,7 +44285,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -41996,6 +44342,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -42212,6 +44559,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -42230,10 +44596,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -42450,7 +44819,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -42507,6 +44876,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -42723,6 +45093,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -42741,10 +45130,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -42961,7 +45353,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -43018,6 +45410,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -43234,6 +45627,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -43252,10 +45664,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -43472,7 +45887,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -43529,6 +45944,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -43745,6 +46161,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -43763,10 +46198,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -43983,7 +46421,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -44040,6 +46478,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -44256,6 +46695,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -44274,10 +46732,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -44494,7 +46955,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -44551,6 +47012,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -44767,6 +47229,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -44785,10 +47266,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -45005,7 +47489,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -45062,6 +47546,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -45278,6 +47763,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -45296,10 +47800,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -45516,7 +48023,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -45573,6 +48080,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -45789,6 +48297,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -45807,10 +48334,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -46027,7 +48557,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -46084,6 +48614,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -46300,6 +48831,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -46318,10 +48868,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -46538,7 +49091,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -46595,6 +49148,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -46811,6 +49365,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -46829,10 +49402,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -47049,7 +49625,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -47106,6 +49682,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -47322,6 +49899,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -47340,10 +49936,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -47560,7 +50159,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b1
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
                                       const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef float vec __attribute__((vector_size(64)));
     typedef float vecu __attribute__((vector_size(64), aligned(4)));
@@ -47617,6 +50216,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -47833,6 +50433,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                 svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -47851,10 +50470,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(flo
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (extra == 1)
                             svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
                         else if (extra)
@@ -47982,7 +50604,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -48020,6 +50642,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -48160,6 +50783,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -48173,10 +50815,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -48300,7 +50945,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -48338,6 +50983,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -48478,6 +51124,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -48491,10 +51156,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -48618,7 +51286,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -48656,6 +51324,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -48796,6 +51465,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -48809,10 +51497,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -48936,7 +51627,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -48974,6 +51665,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -49114,6 +51806,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -49127,10 +51838,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -49254,7 +51968,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -49292,6 +52006,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -49432,6 +52147,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -49445,10 +52179,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -49572,7 +52309,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -49610,6 +52347,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -49750,6 +52488,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -49763,10 +52520,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -49890,7 +52650,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -49928,6 +52688,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -50068,6 +52829,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -50081,10 +52861,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -50208,7 +52991,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX__)
     typedef double vec __attribute__((vector_size(32)));
     typedef double vecu __attribute__((vector_size(32), aligned(8)));
@@ -50246,6 +53029,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 4);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -50386,6 +53170,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                 svod_convgemm_f64_4x4_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 4 - 1) / 4);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_4x4_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -50399,10 +53202,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_4x4_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 4) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_4x4_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_4x4_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -50526,7 +53332,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -50571,6 +53377,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -50711,6 +53518,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -50724,10 +53550,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -50851,7 +53680,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -50896,6 +53725,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -51036,6 +53866,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -51049,10 +53898,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -51176,7 +54028,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -51221,6 +54073,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -51361,6 +54214,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -51374,10 +54246,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -51501,7 +54376,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -51546,6 +54421,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -51686,6 +54562,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -51699,10 +54594,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -51826,7 +54724,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -51871,6 +54769,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -52011,6 +54910,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -52024,10 +54942,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -52151,7 +55072,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -52196,6 +55117,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -52336,6 +55258,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -52349,10 +55290,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -52476,7 +55420,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -52521,6 +55465,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -52661,6 +55606,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -52674,10 +55638,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -52801,7 +55768,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_pack_b(c
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -52846,6 +55813,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_tile(svo
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -52986,6 +55954,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                 svod_convgemm_f64_6x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_6x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -52999,10 +55986,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_6x8_run(doub
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_6x8_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_6x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -53126,7 +56116,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -53183,6 +56173,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -53323,6 +56314,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -53336,10 +56346,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -53463,7 +56476,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -53520,6 +56533,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -53660,6 +56674,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -53673,10 +56706,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -53800,7 +56836,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -53857,6 +56893,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -53997,6 +57034,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -54010,10 +57066,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -54137,7 +57196,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -54194,6 +57253,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -54334,6 +57394,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -54347,10 +57426,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -54474,7 +57556,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -54531,6 +57613,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -54671,6 +57754,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -54684,10 +57786,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -54811,7 +57916,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -54868,6 +57973,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -55008,6 +58114,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -55021,10 +58146,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -55148,7 +58276,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -55205,6 +58333,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -55345,6 +58474,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -55358,10 +58506,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
@@ -55485,7 +58636,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_pack_b(
    (lda = mr for a strip packed here, the pack height for weights packed at build time). */
 __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(svod_i64 kc, const double *restrict ap, svod_i64 lda,
                                       const double *restrict bp, double *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
-                                      int accumulate, const int half) {
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
 #if defined(__AVX512F__)
     typedef double vec __attribute__((vector_size(64)));
     typedef double vecu __attribute__((vector_size(64), aligned(8)));
@@ -55542,6 +58693,7 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_tile(sv
 #endif
     for (svod_i64 p = 0; p < kc; ++p) {
         const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
 #if defined(__clang__)
 #pragma clang loop unroll(full)
 #else
@@ -55682,6 +58834,25 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                 svod_convgemm_f64_8x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
             for (svod_i64 ic = m0; ic < m1; ic += 48) {
                 const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const double *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 8;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 8;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
                 if (!packed)
                     svod_convgemm_f64_8x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
                 /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
@@ -55695,10 +58866,13 @@ __attribute__((always_inline)) static inline void svod_convgemm_f64_8x16_run(dou
                         const svod_i64 at = obase + (ic + ir) * P + jr;
                         const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
                         const double *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
                         if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
                         else
-                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0);
+                            svod_convgemm_f64_8x16_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
                         if (last && (act || bias || res))
                             svod_convgemm_f64_8x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
                                              act, alpha, beta);
