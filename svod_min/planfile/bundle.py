@@ -339,17 +339,17 @@ def describe_bundle(bundle: Bundle) -> List[str]:
 
 
 def _tuned_text(kernel: Mapping[str, Any]) -> str:
-    """``; tuned x86_64-v4 mr=4 nr=8 (bundle object)`` for a library kernel with tuned choices ('' when none)."""
+    """``; tuned x86_64-v4 mr=4 nr=8; objects for x86_64-v4`` for a library kernel ('' when it records neither)."""
     tuned = kernel.get("tuned")
-    if not isinstance(tuned, dict) or not tuned:
-        return ""
-    carried = {(o.get("variant"), o.get("entry")) for o in kernel.get("library_objects") or [] if isinstance(o, dict)}
-    variants = {v for v, _ in carried}
     parts = []
-    for variant, choice in sorted(tuned.items()):
-        tile = " ".join("%s=%s" % kv for kv in sorted(choice.items())) if isinstance(choice, dict) else "?"
-        parts.append("%s %s%s" % (variant, tile, " (bundle object)" if variant in variants else ""))
-    return "; tuned " + ", ".join(parts)
+    if isinstance(tuned, dict) and tuned:
+        tiles = (" ".join("%s=%s" % kv for kv in sorted(c.items())) if isinstance(c, dict) else "?" for c in tuned.values())
+        parts.append("tuned " + ", ".join("%s %s" % (v, t) for v, t in zip(tuned, tiles)))
+    records = kernel.get("library_objects")
+    variants = sorted({o.get("variant") for o in records if isinstance(o, dict)}) if isinstance(records, list) else []
+    if variants:
+        parts.append("objects for " + ", ".join(str(v) for v in variants))
+    return "".join("; " + p for p in parts)
 
 
 def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_arrays: bool = False) -> Bundle:

@@ -83,7 +83,7 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
         if plan_file_entry(rel, where) not in entries:
             raise PlanError("%s names %r, which is not among the files given" % (where, rel))
     sources = _source_kernels(doc, entries)
-    needs = library_needs(doc)
+    needs = library_needs(doc, sorted({t.arch for t in wanted}))
     info = find_compiler(compiler=compiler) if sources or needs else None
     buildable, skipped = _buildable(wanted, info)
     for name, why in skipped.items():

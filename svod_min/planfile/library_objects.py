@@ -4,11 +4,13 @@ A plan's library kernel may say, besides ``library`` and ``params``::
 
     "tuned": {"x86_64-v4": {"mr": 4, "nr": 8}}          tuning params measured on a host of that variant
     "library_objects": [{"variant": "x86_64-v4", "entry": "svod_conv2d_gemm_f32_4x8_relu_bias_packed",
-                         "file": "objects/lib-003-.../x86_64-v4.o", "sha256": "..."}]
+                         "file": "objects/lib/<entry>/x86_64-v4.o", "sha256": "..."}]
 
 At build (:func:`library_needs`, :func:`compile_library_objects`) every instance a ``tuned`` choice needs
-that the variant's prebuilt object lacks is rendered from the library's own source and compiled with
-that variant's flags, so a host of the variant runs it without a compiler. At load
+that the variant's prebuilt object lacks, and every library kernel's own instance that a variant of a
+built target's architecture lacks (float64 convolutions, activations outside the prebuilt subset), is
+rendered from the library's own source and compiled with that variant's flags, so a host of the
+variant runs it without a compiler. At load
 (:func:`load_library_kernel`) a host whose prebuilt variant has a ``tuned`` entry uses that tile, from
 its prebuilt object or the plan's object for (variant, entry point); when neither holds it the kernel's
 own params are used (a debug log says so). Other hosts, and devices that load no host objects, use the
@@ -19,17 +21,14 @@ instance is not prebuilt here loads the plan's object for it before trying to co
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..devices.base import OBJECT
 from ..error import CompilationError, PlanFileError, SvodError
 from .schema import as_list, as_object, as_text, known_keys, need
 from ..compiler.targets import TARGETS, object_target_mismatch
-
-log = logging.getLogger("svod_min.planfile")
 
 #: The keys a library kernel may carry besides ``library`` and ``params``.
 LIBRARY_EXTRA_KEYS = ("tuned", "library_objects")
@@ -90,12 +89,19 @@ def load_library_kernel(device: Any, read_bytes: Callable[[str, str], bytes], k:
         try:
             found = _instance(device, read_bytes, name, dict(params, **choice), variant, objects, path, strict=False)
         except SvodError as exc:  # a tile this svod_min does not know, a bad object: the defaults run
-            log.debug("%s: tuned %s not used: %s", path, choice, exc)
+            _debug("%s: tuned %s not used: %s", path, choice, exc)
             found = None
         if found is not None:
             return found
-        log.debug("%s: tuned %s is neither prebuilt for %s nor carried by the plan; using the defaults", path, choice, variant)
+        _debug("%s: tuned %s is neither prebuilt for %s nor carried by the plan; using the defaults", path, choice, variant)
     return _instance(device, read_bytes, name, params, variant, objects, path, strict=True)
+
+
+def _debug(message: str, *args: Any) -> None:
+    """A debug line on ``svod_min.planfile`` (logging is imported here only: a plain load never needs it)."""
+    import logging
+
+    logging.getLogger("svod_min.planfile").debug(message, *args)
 
 
 def _instance(device: Any, read_bytes: Callable[[str, str], bytes], name: str, params: Dict[str, Any],
@@ -139,24 +145,43 @@ class LibraryNeed:
     source: str
 
 
-def library_needs(doc: Mapping[str, Any]) -> List[LibraryNeed]:
-    """The instances the plan's ``tuned`` choices need that their variant's prebuilt object lacks."""
+def library_needs(doc: Mapping[str, Any], archs: Sequence[str] = ()) -> List[LibraryNeed]:
+    """The library instances the plan needs objects for: each ``tuned`` choice its variant's prebuilt object
+    lacks, and each kernel's own instance that a variant of one of ``archs`` lacks (float64 convolutions...)."""
     kernels = doc.get("kernels") or {}
-    if not any(isinstance(k, dict) and "tuned" in k for k in kernels.values()):
+    if not any(isinstance(k, dict) and "library" in k for k in kernels.values()):
         return []
+    from ..kernels.lookup import generated
+
+    arch_variants = [v for v, row in sorted(generated().VARIANTS.items()) if row["arch"] in archs]
+    out: List[LibraryNeed] = []
+    for kname, k in kernels.items():
+        if not isinstance(k, dict) or "library" not in k:
+            continue
+        tuned = read_tuned(k["tuned"], "kernels.%s.tuned" % kname) if "tuned" in k else {}
+        wanted = [(v, dict(k.get("params", {}), **choice)) for v, choice in tuned.items()]
+        wanted += [(v, dict(k.get("params", {}))) for v in arch_variants if v not in tuned]
+        for variant, params in wanted:
+            found = _missing_instance(kname, k["library"], variant, params)
+            if found is not None and all((n.kernel, n.variant) != (kname, variant) for n in out):
+                out.append(found)
+    return out
+
+
+def _missing_instance(kname: str, name: str, variant: str, params: Dict[str, Any]) -> Optional[LibraryNeed]:
+    """The need for ``name(params)`` on ``variant`` when its prebuilt object lacks it (None: prebuilt, or no
+    such instance for that variant, which the load reports where it matters)."""
     from ..kernels.lookup import find_sig
     from ..kernels.sources import kernel_source
     from ..kernels.variants import has_entry
 
-    out: List[LibraryNeed] = []
-    for kname, k in kernels.items():
-        if not isinstance(k, dict) or "library" not in k or "tuned" not in k:
-            continue
-        for variant, choice in read_tuned(k["tuned"], "kernels.%s.tuned" % kname).items():
-            sig = find_sig(k["library"], variant, **dict(k.get("params", {}), **choice))
-            if not has_entry(variant, sig.entry):
-                out.append(LibraryNeed(kname, variant, sig.entry, kernel_source(sig.family, sig.entry)))
-    return out
+    try:
+        sig = find_sig(name, variant, **params)
+    except SvodError:
+        return None
+    if has_entry(variant, sig.entry):
+        return None
+    return LibraryNeed(kname, variant, sig.entry, kernel_source(sig.family, sig.entry))
 
 
 def _variant_row(variant: str) -> Dict[str, Any]:
@@ -181,17 +206,17 @@ def compile_library_objects(needs: List[LibraryNeed], info: Any, arch: str, prog
         flags = list(row.get("flags", ()))
         if info.family != "clang":  # gcc builds for its own architecture only, and takes no --target
             if arch != row.get("arch"):
-                progress("note: %s %s cannot build %s's tuned kernels; hosts of that variant use the defaults"
-                         % (info.family, info.version, variant))  # fmt: skip
+                progress("note: %s %s cannot build library kernels for %s; hosts of that variant use the defaults "
+                         "(or compile)" % (info.family, info.version, variant))  # fmt: skip
                 continue
             flags = [f for f in flags if not f.startswith("--target=")]
-        progress("building %d tuned library kernel(s) for %s" % (len(group), variant))
+        progress("building %d library kernel(s) for %s (tuned tiles, or instances it has not prebuilt)" % (len(group), variant))
         try:
             objs = compile_many_c([n.source for n in group], extra_flags=flags, compiler=info.path,
                                   names=["kernels.%s (%s)" % (n.kernel, variant) for n in group])  # fmt: skip
         except CompilationError as exc:
-            progress("note: %s's tuned kernels do not build (%s); hosts of that variant use the defaults"
-                     % (variant, str(exc).splitlines()[0][:160]))  # fmt: skip
+            progress("note: library kernels for %s do not build (%s); hosts of that variant use the defaults "
+                     "(or compile)" % (variant, str(exc).splitlines()[0][:160]))  # fmt: skip
             continue
         for n, data in zip(group, objs):
             check(data, TARGETS[variant_target(variant)], n.kernel)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import zipfile
 
@@ -133,7 +134,7 @@ def _library_plan(tmp_path, kernel_extra):
 
 
 @needs_variant
-def test_a_choice_recorded_for_another_variant_or_without_its_object_is_ignored(tmp_path):
+def test_a_choice_recorded_for_another_variant_or_without_its_object_is_ignored(tmp_path, caplog):
     default = find_sig("conv2d_gemm", VARIANT, dtype="float32").entry
     other = "aarch64-baseline" if VARIANT != "aarch64-baseline" else "x86_64-v4"
     odd = {"mr": 4, "nr": 8} if find_sig("conv2d_gemm", VARIANT, dtype="float32", mr=4, nr=8).entry != default else {"mr": 6, "nr": 16}
@@ -141,6 +142,9 @@ def test_a_choice_recorded_for_another_variant_or_without_its_object_is_ignored(
         path = _library_plan(tmp_path, {"tuned": tuned})
         loaded = load_plan(path)
         assert [k.entry_point for k in loaded.plan.kernels()] == [default], tuned
+    caplog.set_level(logging.DEBUG, logger="svod_min.planfile")
+    load_plan(_library_plan(tmp_path, {"tuned": {VARIANT: odd}}))
+    assert "neither prebuilt for %s nor carried by the plan; using the defaults" % VARIANT in caplog.text
     # a tile this svod_min does not know falls back too, never a crash
     assert _entries(_library_plan(tmp_path, {"tuned": {VARIANT: {"mr": 5, "nr": 7}}})) == {default}
 

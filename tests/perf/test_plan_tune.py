@@ -52,7 +52,7 @@ def _stub(monkeypatch, other_share: Dict[int, float], calls: List[Dict[str, Any]
 
 def test_regroups_ops_by_their_choice_and_keeps_the_default_within_the_margin(monkeypatch):
     calls: List[Dict[str, Any]] = []
-    _stub(monkeypatch, {7: 0.90, 14: 0.99, 28: 1.20}, calls)
+    _stub(monkeypatch, {7: 0.90, 14: 0.97, 28: 1.20}, calls)
     doc = _doc([7, 14, 28, 7])
     result = plan_tune.tune_plan(doc, threads=2)
     assert result is not None and result.variant == VARIANT and len(result.ops) == 3  # the repeated shape once
@@ -60,7 +60,7 @@ def test_regroups_ops_by_their_choice_and_keeps_the_default_within_the_margin(mo
     assert all(c["params"] == {"act": "relu", "bias": True, "packed": True, "residual": False} for c in calls)
     other_key = "%s~mr=%d.nr=%d" % (KEY, _other()["mr"], _other()["nr"])
     assert [op["kernel"] for op in doc["ops"]] == [other_key, KEY, KEY, other_key, "other"]
-    assert doc["kernels"][KEY]["tuned"] == {VARIANT: _default()}  # 1% faster is noise: the default stays
+    assert doc["kernels"][KEY]["tuned"] == {VARIANT: _default()}  # 3% faster is noise: the default stays
     assert doc["kernels"][other_key]["tuned"] == {VARIANT: _other()}
     assert doc["kernels"][other_key]["params"] == PARAMS
     assert "tuned" not in doc["kernels"]["other"]
