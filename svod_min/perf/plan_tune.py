@@ -41,6 +41,7 @@ class TunedOp:
     choice: Dict[str, Any]
     default: Dict[str, Any]
     times: Dict[str, float] = field(default_factory=dict)  # candidate params text -> min seconds
+    note: str = ""  # why the shape was not tuned ('' when it was)
 
 
 @dataclass
@@ -56,7 +57,8 @@ class PlanTuning:
         """The bundle manifest's ``tuned`` record."""
         changed = sum(1 for t in self.ops if t.choice != t.default)
         return {"variant": self.variant, "cpu": cpu_model(), "threads": self.threads, "shapes": len(self.ops),
-                "non_default": changed, "seconds": round(self.seconds, 3)}  # fmt: skip
+                "non_default": changed, "not_tuned": sum(1 for t in self.ops if t.note),
+                "seconds": round(self.seconds, 3)}  # fmt: skip
 
 
 def tune_plan(doc: Dict[str, Any], progress: Progress = lambda line: None, *, threads: int = 1,
@@ -105,8 +107,8 @@ def _tune_one(kernel: Dict[str, Any], shape: Dict[str, Any], variant: str, threa
         result = tune(name, dtype=params.get("dtype", "float32"), shape=shape, params=fixed, threads=threads,
                       candidates=candidates if candidates is not None else candidate_params(name, params.get("dtype", "float32"), fixed),
                       config=config, store=False)  # fmt: skip
-    except SvodError as exc:
-        return TunedOp(name, shape, default, default, {"(not tuned: %s)" % str(exc).splitlines()[0][:120]: 0.0})
+    except SvodError as exc:  # a shape the tuner cannot run (too large, symbolic variables...): the defaults
+        return TunedOp(name, shape, default, default, note="not tuned: %s" % str(exc).splitlines()[0][:160])
     times = {format_params(r.params): r.min_s for r in result.rows if r.min_s is not None}
     choice = dict(result.best_params)
     base = times.get(format_params(default))
@@ -140,7 +142,9 @@ def _shape_text(shape: Mapping[str, Any]) -> str:
 
 
 def _choice_text(t: TunedOp) -> str:
-    times = ", ".join("%s %s" % (p, "%.1f µs" % (s * 1e6) if s else "") for p, s in t.times.items())
+    if t.note:
+        return "%s (default; %s)" % (format_params(t.choice), t.note)
+    times = ", ".join("%s %.1f µs" % (p, s * 1e6) for p, s in t.times.items())
     what = "default" if t.choice == t.default else "tuned"
     return "%s (%s; %s)" % (format_params(t.choice), what, times)
 

@@ -85,3 +85,18 @@ def test_no_variant_means_nothing_is_tuned(monkeypatch):
 def test_tuning_params_of_the_tunable_kernels_are_the_tile():
     assert tuning_params("conv2d_gemm") == ["mr", "nr"]
     assert {"mr", "nr"} <= set(tuning_params("matmul"))
+
+
+def test_a_shape_the_tuner_refuses_keeps_the_default_and_says_why(monkeypatch):
+    from svod_min.error import KernelParamError
+
+    def refuse(name, **kwargs):
+        raise KernelParamError("too large to tune")
+
+    monkeypatch.setattr(plan_tune, "tune", refuse)
+    lines: List[str] = []
+    doc = _doc([7])
+    result = plan_tune.tune_plan(doc, lines.append)
+    assert result is not None and result.ops[0].choice == _default()
+    assert doc["kernels"][KEY]["tuned"] == {VARIANT: _default()}
+    assert any("not tuned: too large to tune" in line for line in lines) and result.summary()["not_tuned"] == 1
