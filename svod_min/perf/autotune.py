@@ -223,7 +223,8 @@ def tune(name: str, *, dtype: Any = "float32", shape: Mapping[str, Any],
     ``candidates``: tuning-param dicts (default :func:`candidate_params`).
     ``config``: warm-ups and timing rounds (default 1 and 5). ``progress``
     gets one line per event. ``store``: record the winner for ``get``.
-    ``params``: the kernel's other params, held fixed (e.g. a plan op's ``act``, ``bias``, ``packed``).
+    ``params``: the kernel's other params, held fixed (e.g. a plan op's ``act``, ``bias``, ``packed``); the
+    store's key does not hold them (``get(shape=...)`` serves the winner for any of them).
     ``threads``: the thread count every candidate runs at (default: automatic, as ``run``).
     """
     config = config or BenchmarkConfig(warmup_runs=1, timing_runs=5)

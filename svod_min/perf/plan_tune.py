@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .autotune import candidate_params, format_params, tune, tuning_params
+from .autotune import format_params, tune, tuning_params
 from .benchmark import BenchmarkConfig
 from ..error import SvodError
 from ..kernels import find_sig, host_variant
@@ -105,8 +105,7 @@ def _tune_one(kernel: Dict[str, Any], shape: Dict[str, Any], variant: str, threa
     default = {k: v for k, v in find_sig(name, variant, **params).params if k in tun}
     try:
         result = tune(name, dtype=params.get("dtype", "float32"), shape=shape, params=fixed, threads=threads,
-                      candidates=candidates if candidates is not None else candidate_params(name, params.get("dtype", "float32"), fixed),
-                      config=config, store=False)  # fmt: skip
+                      candidates=candidates, config=config, store=False)  # fmt: skip
     except SvodError as exc:  # a shape the tuner cannot run (too large, symbolic variables...): the defaults
         return TunedOp(name, shape, default, default, note="not tuned: %s" % str(exc).splitlines()[0][:160])
     times = {format_params(r.params): r.min_s for r in result.rows if r.min_s is not None}
