@@ -1,7 +1,7 @@
 """``build --tune``: time the register tiles of a plan's library kernels on this machine, record the winners.
 
 For every distinct (library kernel, params, shape) among the plan's ops whose kernel has tuning params
-(conv2d_gemm, matmul: ``mr`` x ``nr``), the autotuner (:func:`svod_min.perf.autotune.tune`) verifies and
+(conv2d_gemm, matmul: ``mr`` x ``nr``; a plan variable at its default), the autotuner (:func:`svod_min.perf.autotune.tune`) verifies and
 times the candidate tiles at the thread count asked for (default 1), round-robin, and the fastest wins;
 a tile other than this host's default must beat the default by :data:`MARGIN` (noise on a shared
 machine must not make a bundle carry objects for nothing). Ops are then regrouped by their choice:
@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .autotune import format_params, tune, tuning_params
 from .benchmark import BenchmarkConfig
 from ..error import SvodError
+from ..expr import compile_expr
 from ..kernels import find_sig, host_variant
 from ..kernels.tuning import cpu_model
 
@@ -92,8 +93,24 @@ def _tunable_ops(doc: Dict[str, Any]) -> Dict[ShapeKey, str]:
         k = kernels.get(key) if isinstance(key, str) else None
         if not isinstance(k, dict) or k.get("library") not in TUNABLE or "tuned" in k:
             continue
-        out.setdefault((key, tuple(sorted(op.get("vars", {}).items()))), key)
+        out.setdefault(_shape_key(doc, op), key)
     return out
+
+
+def _shape_key(doc: Dict[str, Any], op: Mapping[str, Any]) -> ShapeKey:
+    """The op's kernel and variables, a plan variable's expression (``"M": "rows"``) at the variables' defaults."""
+    defaults = {}
+    for name, v in (doc.get("vars") or {}).items():
+        default = v[2] if isinstance(v, list) and len(v) == 3 else v.get("default", v.get("max")) if isinstance(v, dict) else None
+        if type(default) is int:
+            defaults[name] = default
+    values = {}
+    for name, value in (op.get("vars") or {}).items():
+        try:
+            values[name] = compile_expr(value)(defaults) if isinstance(value, str) else value
+        except SvodError:  # an expression the defaults do not settle: the tuner names it
+            values[name] = value
+    return op.get("kernel"), tuple(sorted(values.items()))
 
 
 def _tune_one(kernel: Dict[str, Any], shape: Dict[str, Any], variant: str, threads: int,
@@ -123,7 +140,7 @@ def _regroup(doc: Dict[str, Any], results: Mapping[ShapeKey, TunedOp], variant: 
     fresh: Dict[str, Dict[str, Any]] = {}
     for op in doc.get("ops", []):
         key = op.get("kernel")
-        tuned = results.get((key, tuple(sorted(op.get("vars", {}).items())))) if isinstance(key, str) else None
+        tuned = results.get(_shape_key(doc, op)) if isinstance(key, str) else None
         if tuned is None:
             continue
         new_key = key if tuned.choice == tuned.default else "%s~%s" % (key, ".".join("%s=%s" % kv for kv in sorted(tuned.choice.items())))

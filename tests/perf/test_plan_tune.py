@@ -100,3 +100,14 @@ def test_a_shape_the_tuner_refuses_keeps_the_default_and_says_why(monkeypatch):
     assert result is not None and result.ops[0].choice == _default()
     assert doc["kernels"][KEY]["tuned"] == {VARIANT: _default()}
     assert any("not tuned: too large to tune" in line for line in lines) and result.summary()["not_tuned"] == 1
+
+
+def test_a_plan_variable_is_tuned_at_its_default(monkeypatch):
+    calls: List[Dict[str, Any]] = []
+    _stub(monkeypatch, {7: 0.5}, calls)
+    doc = _doc([7])
+    doc["vars"] = {"side": {"min": 1, "max": 9, "default": 7}}
+    doc["ops"][0]["vars"].update(H="side", W="side")
+    plan_tune.tune_plan(doc)
+    assert calls[0]["shape"]["H"] == calls[0]["shape"]["W"] == 7
+    assert doc["ops"][0]["vars"]["H"] == "side" and doc["ops"][0]["kernel"].startswith(KEY + "~")
