@@ -20,6 +20,22 @@ Shape = Tuple[int, ...]
 # --- buffers ---------------------------------------------------------------
 
 
+#: Mappings from this size up ask for transparent huge pages: a convolution gathers from hundreds of input rows
+#: and streams megabytes of weights, and with 4 KiB pages the TLB misses cost more than the arithmetic.
+HUGE_PAGE_MIN = 4 << 20
+
+
+def ask_for_huge_pages(mm: mmap.mmap) -> None:
+    """MADV_HUGEPAGE where the platform has it (Linux with THP in "madvise" mode); elsewhere nothing."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None:
+        return
+    try:
+        mm.madvise(advice)
+    except OSError:  # THP compiled out, or a kernel that refuses the advice: 4 KiB pages still work
+        pass
+
+
 class CpuStorage:
     """One anonymous private mapping; every view of it shares this object.
 
@@ -33,6 +49,8 @@ class CpuStorage:
         # mmap refuses length 0; a 0-byte buffer still gets a (1-page) mapping.
         self.capacity = max(check_index(nbytes, "storage size"), 1)
         self.mm = mmap.mmap(-1, self.capacity, flags=mmap.MAP_PRIVATE)
+        if self.capacity >= HUGE_PAGE_MIN:
+            ask_for_huge_pages(self.mm)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
         self.address: int = ctypes.addressof(self._anchor)
 

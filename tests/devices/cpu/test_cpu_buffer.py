@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import array
 import ctypes
+import mmap
+import os
 import struct
-from typing import Any
+from typing import Any, List
 
 import pytest
 
 from svod_min import dtypes
 from svod_min.devices.cpu import buffer as cpu_buffer
+from svod_min.devices.cpu.buffer import HUGE_PAGE_MIN
 from svod_min.devices.cpu.device import CpuBuffer, CpuDevice, CpuStorage
 from svod_min.dtypes import float32
 from svod_min.error import EXIT_BAD_INPUT, BufferAllocationError, NotSupportedError, SvodError
@@ -347,3 +350,27 @@ def test_a_hand_built_buffer_must_fit_its_storage() -> None:
     with pytest.raises(BufferAllocationError, match=r"shape \[3\] of float32 does not span 8 bytes"):
         CpuBuffer(storage, 8, 8, float32, (3,))
     assert CpuBuffer(storage, 8, 8, float32, (2,)).tolist() == [0.0, 0.0]
+
+
+def _vm_flags(address: int) -> List[str]:
+    """The VmFlags of the mapping holding ``address`` (Linux /proc/self/smaps)."""
+    flags: List[str] = []
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(part, 16) for part in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                flags = line.split()[1:]
+    return flags
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage") or not hasattr(mmap, "MADV_HUGEPAGE"),
+                    reason="no transparent huge pages on this host")  # fmt: skip
+def test_large_storage_asks_for_huge_pages_and_small_does_not() -> None:
+    large = CpuStorage(HUGE_PAGE_MIN)
+    small = CpuStorage(HUGE_PAGE_MIN // 2)
+    assert "hg" in _vm_flags(large.address)  # MADV_HUGEPAGE taken
+    assert "hg" not in _vm_flags(small.address)
