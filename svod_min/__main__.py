@@ -363,9 +363,10 @@ def _plan_tuner(args: argparse.Namespace) -> Any:
 
 
 def _print_build(report: Any) -> None:
-    print("wrote %s: %d kernel(s) x %d target(s) = %d object(s); targets %s%s" % (
-        report.path, report.kernels, len(report.built), report.objects, ", ".join(report.built) or "-",
-        "; not built: %s" % ", ".join(report.skipped) if report.skipped else ""))
+    library = "; %d library object(s) for variants whose prebuilt object lacks the instance" % report.library_objects
+    print("wrote %s: %d kernel(s) x %d target(s) = %d object(s)%s; targets %s%s" % (
+        report.path, report.kernels, len(report.built), report.objects, library if report.library_objects else "",
+        ", ".join(report.built) or "-", "; not built: %s" % ", ".join(report.skipped) if report.skipped else ""))
 
 
 def _is_onnx(path: str) -> bool:

@@ -45,8 +45,9 @@ class BuildReport:
     built: List[str]
     skipped: Dict[str, str]
     kernels: int
-    objects: int
+    objects: int  # the generated kernels' objects, kernels x targets
     manifest: Dict[str, Any] = field(repr=False, default_factory=dict)
+    library_objects: int = 0  # library instances carried for variants that lack them (tuned tiles, float64...)
 
 
 #: ``build --tune``'s step: (plan document, progress) -> the manifest's ``tuned`` record (None: nothing tuned).
@@ -106,7 +107,9 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
     manifest["created_by"] = created_by
     manifest.update(manifest_extra or {})
     written = write_bundle(out, entries, manifest)
-    return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects), written)
+    library = sum(1 for o in objects.values() if "variant" in o)
+    return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects) - library, written,
+                       library)  # fmt: skip
 
 
 def _library_objects(doc: Dict[str, Any], needs: List[LibraryNeed], info: CompilerInfo, entries: Dict[str, bytes],

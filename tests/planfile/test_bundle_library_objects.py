@@ -45,11 +45,12 @@ def test_a_float64_convolution_runs_from_the_bundle_without_a_compiler(tmp_path)
             "ops": [{"kernel": "conv", "buffers": ["y", "x", "w"], "vars": VARS}]}  # fmt: skip
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     out = str(tmp_path / "p.svod")
-    build_bundle(str(tmp_path / "plan.json"), out, targets=[host_target()])
+    report = build_bundle(str(tmp_path / "plan.json"), out, targets=[host_target()])
     with zipfile.ZipFile(out) as zf:
         records = json.loads(zf.read("plan.json"))["kernels"]["conv"]["library_objects"]
     here = sorted(v for v, row in generated().VARIANTS.items() if row["arch"] == host_arch())
     assert sorted(r["variant"] for r in records) == here  # every variant of the arch, none of another
+    assert (report.objects, report.library_objects) == (0, len(here))  # no generated kernel: all are library's
     entry = find_sig("conv2d_gemm", host_variant(), dtype="float64").entry
     assert any(r["entry"] == entry and r["variant"] == host_variant() for r in records)
     code = """
