@@ -1,6 +1,8 @@
 """Resize (and Upsample, its older form) as separable passes: one generated kernel per resized axis, each
 output position reading one source row (nearest) or two weighted ones (linear) whose indices and weights
-are computed here, at build time, with ONNX's coordinate transforms in float32 as onnxruntime does."""
+are computed here, at build time, with ONNX's coordinate transforms in float32 as onnxruntime does.
+The last axis's pass loops over output positions within a row (table gathers); nearest over the last two
+axes is one pass (no intermediate tensor)."""
 
 from __future__ import annotations
 
@@ -176,6 +178,13 @@ def lower_resize(L: Lowering, node: Node) -> None:
     axes = [a for a in range(len(in_shape)) if in_shape[a] != out_shape[a] or scales[a] != 1.0 or roi[a] != (0.0, 1.0)]
     if not axes:
         L.copy(out, x)
+        return
+    rank = len(in_shape)
+    if how.mode == "nearest" and how.transform != "tf_crop_and_resize" and axes == [rank - 2, rank - 1]:
+        rows_at = axis_taps(how, scales[rank - 2], in_shape[rank - 2], out_shape[rank - 2])[0]
+        cols_at = axis_taps(how, scales[rank - 1], in_shape[rank - 1], out_shape[rank - 1])[0]
+        outer = int(np.prod(in_shape[:rank - 2]))
+        L.source(csrc_more.nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at), [out, x])
         return
     current, shape = x, list(in_shape)
     for k, a in enumerate(axes):
