@@ -324,24 +324,97 @@ def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset
     return _finish(tag, "\n".join(lines), [n_out, src_count], chunks)
 
 
+#: Softmax's exp of x - max (never above 0): a polynomial the compiler vectorises, unlike a libm call. Below -87
+#: the result is 0 (exp(-87) is float32's smallest normal; the subnormals below it vanish against the row's sum,
+#: which is at least 1); NaN stays NaN.
+SOFTMAX_EXP = """static inline float softmax_exp(float x) {
+  float xc = x < -87.0f ? -87.0f : (x != x ? 0.0f : x);
+  float kf = (xc * 1.44269502f + 12582912.0f) - 12582912.0f;
+  float r = (xc - kf * 0.693145752f) - kf * 1.42860677e-06f;
+  float p = 0.000198412701f;
+  p = p * r + 0.00138888892f; p = p * r + 0.00833333377f; p = p * r + 0.0416666679f;
+  p = p * r + 0.166666672f; p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f;
+  union { unsigned u; float f; } scale = { (unsigned)((int)kf + 127) << 23 };
+  float y = p * scale.f;
+  return x < -87.0f ? 0.0f : (x != x ? x : y);
+}
+"""
+#: Softmax over a middle axis runs this many inner positions side by side (one vector loop each step).
+SOFTMAX_BLOCK = 64
+
+
 def softmax_axis(outer: int, red: int, inner: int, log: bool) -> CKernel:
-    """Softmax (or LogSoftmax) along a middle axis: x viewed as (outer, red, inner)."""
-    items = outer * inner
-    chunks = chunks_for(items, red * 3)
+    """Softmax (or LogSoftmax) along an axis: x viewed as (outer, red, inner); rows (inner 1) or blocks of
+    inner positions, each pass a contiguous loop: the max, exp and its sum, then the scale (or x - max - log sum)."""
+    if inner == 1:
+        return _softmax_rows(outer, red, log)
+    block = min(inner, SOFTMAX_BLOCK)
+    blocks = -(-inner // block)
+    items = outer * blocks
+    chunks = chunks_for(items, red * block * 3)
     per = -(-items // chunks)
-    final = "out[b + k * %d] = x[b + k * %d] - m - logf(s);" % (inner, inner) if log else "out[b + k * %d] = expf(x[b + k * %d] - m) / s;" % (inner, inner)
-    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
-  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;
-  for (long i = i0; i < i1; ++i) {
-    long b = (i / %d) * %d + i %% %d;
-    float m = -(1e39f), s = 0.0f;
-    for (long k = 0; k < %d; ++k) { float v = x[b + k * %d]; m = v > m ? v : m; }
-    for (long k = 0; k < %d; ++k) s += expf(x[b + k * %d] - m);
-    for (long k = 0; k < %d; ++k) %s
+    store = "" if log else "o[i] = e; "
+    final = "o[i] = v[i] - m[i] - ls[i];" if log else "o[i] *= ls[i];"
+    body = SOFTMAX_EXP + """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long i0 = (long)core_id * %(per)d, i1 = i0 + %(per)d < %(items)d ? i0 + %(per)d : %(items)d;
+  float m[%(block)d], s[%(block)d], ls[%(block)d];
+  for (long it = i0; it < i1; ++it) {
+    long b = (it / %(blocks)d) * %(plane)d + (it %% %(blocks)d) * %(block)d;
+    long n = %(inner)d - (it %% %(blocks)d) * %(block)d < %(block)d ? %(inner)d - (it %% %(blocks)d) * %(block)d : %(block)d;
+    for (long i = 0; i < n; ++i) { m[i] = -(1e39f); s[i] = 0.0f; }
+    for (long k = 0; k < %(red)d; ++k) {
+      const float *restrict v = x + b + k * %(inner)d;
+      for (long i = 0; i < n; ++i) m[i] = v[i] > m[i] ? v[i] : m[i];
+    }
+    for (long k = 0; k < %(red)d; ++k) {
+      const float *restrict v = x + b + k * %(inner)d;
+      float *restrict o = out + b + k * %(inner)d;
+      for (long i = 0; i < n; ++i) { float e = softmax_exp(v[i] - m[i]); %(store)ss[i] += e; }
+    }
+    for (long i = 0; i < n; ++i) ls[i] = %(total)s;
+    for (long k = 0; k < %(red)d; ++k) {
+      %(source)sfloat *restrict o = out + b + k * %(inner)d;
+      for (long i = 0; i < n; ++i) %(final)s
+    }
   }
 }
-""" % (per, per, items, per, items, inner, red * inner, inner, red, inner, red, inner, red, final)
+""" % dict(per=per, items=items, block=block, blocks=blocks, plane=red * inner, inner=inner, red=red, store=store,
+           total="logf(s[i])" if log else "1.0f / s[i]", final=final,
+           source="const float *restrict v = x + b + k * %d; " % inner if log else "")
     return _finish("softmax", body, [outer * red * inner, outer * red * inner], chunks)
+
+
+def _softmax_rows(rows: int, cols: int, log: bool) -> CKernel:
+    """Softmax (or LogSoftmax) of contiguous rows: the max and the sum of exps in 16 lane accumulators (vector
+    loops, a fixed summation order), the exps stored in the same pass as their sum, then scaled."""
+    chunks = chunks_for(rows, cols * 3)
+    per = -(-rows // chunks)
+    store = "" if log else "o[j + l] = e; "
+    tail_store = "" if log else "o[j] = e; "
+    final = "o[j] = v[j] - m - ls;" if log else "o[j] *= ls;"
+    body = SOFTMAX_EXP + """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long r0 = (long)core_id * %(per)d, r1 = r0 + %(per)d < %(rows)d ? r0 + %(per)d : %(rows)d;
+  for (long r = r0; r < r1; ++r) {
+    const float *restrict v = x + r * %(cols)d;
+    float *restrict o = out + r * %(cols)d;
+    float lane[16], m = -(1e39f), s = 0.0f;
+    long j;
+    for (int l = 0; l < 16; ++l) lane[l] = -(1e39f);
+    for (j = 0; j + 16 <= %(cols)d; j += 16)
+      for (int l = 0; l < 16; ++l) lane[l] = v[j + l] > lane[l] ? v[j + l] : lane[l];
+    for (int l = 0; l < 16; ++l) m = lane[l] > m ? lane[l] : m;
+    for (; j < %(cols)d; ++j) m = v[j] > m ? v[j] : m;
+    for (int l = 0; l < 16; ++l) lane[l] = 0.0f;
+    for (j = 0; j + 16 <= %(cols)d; j += 16)
+      for (int l = 0; l < 16; ++l) { float e = softmax_exp(v[j + l] - m); %(store)slane[l] += e; }
+    for (int l = 0; l < 16; ++l) s += lane[l];
+    for (; j < %(cols)d; ++j) { float e = softmax_exp(v[j] - m); %(tail_store)ss += e; }
+    float ls = %(total)s;
+    for (j = 0; j < %(cols)d; ++j) %(final)s
+  }
+}
+""" % dict(per=per, rows=rows, cols=cols, store=store, tail_store=tail_store, total="logf(s)" if log else "1.0f / s", final=final)
+    return _finish("softmax", body, [rows * cols, rows * cols], chunks)
 
 
 def reduce_axis(outer: int, red: int, inner: int, kind: str) -> CKernel:

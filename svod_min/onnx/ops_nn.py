@@ -1,5 +1,5 @@
 """Convolution, dense layers, pooling, normalisation and softmax: library conv2d_gemm / depthwise_conv2d / pools
-(conv_kernels.py) / matmul / softmax / reductions / layernorm where they fit, generated C (1-D windows, LRN) otherwise."""
+(conv_kernels.py) / matmul / reductions / layernorm where they fit, generated C (1-D windows, LRN, softmax) otherwise."""
 
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-@register(["Softmax", "LogSoftmax"], "library softmax over the last axis (opset < 13: the flattened trailing axes); generated C otherwise", axis=ANY)
+@register(["Softmax", "LogSoftmax"], "generated C: rows of the last axis (opset < 13: the flattened trailing axes) or blocks of 64 inner positions, vector exp", axis=ANY)
 def lower_softmax(L: Lowering, node: Node) -> None:
     shape = L.value(node.inputs[0]).shape
     rank = max(1, len(shape))
@@ -305,10 +305,7 @@ def lower_softmax(L: Lowering, node: Node) -> None:
         outer, red, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis:])), 1
     else:
         outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))
-    if inner == 1 and node.op == "Softmax":
-        L.library("softmax", F32, [node.outputs[0], node.inputs[0]], {"rows": outer, "cols": red})
-    else:
-        L.source(csrc.softmax_axis(outer, red, inner, node.op == "LogSoftmax"), [node.outputs[0], node.inputs[0]])
+    L.source(csrc.softmax_axis(outer, red, inner, node.op == "LogSoftmax"), [node.outputs[0], node.inputs[0]])
 
 
 def _layernorm_check(graph: Graph, node: Node) -> Optional[str]:
