@@ -117,3 +117,16 @@ def test_resize_of_the_last_axis_alone(tmp_path: Any) -> None:
         want = run_ort(model, feeds)[0]
         got = build_and_load(model, str(tmp_path), name=mode)(**feeds)["y"]
         assert got.shape == want.shape and max_rel_error(got, want) < 1e-5, mode
+
+
+def test_two_softmax_kernels_in_one_model(tmp_path: Any) -> None:
+    """Both kernels define softmax_exp: compiled in one batch, each keeps its own."""
+    nodes = [helper.make_node("Softmax", ["x"], ["a"], axis=1), helper.make_node("LogSoftmax", ["a"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 20])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 20])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(5).standard_normal((2, 3, 20)).astype(np.float32)
+    got = build_and_load(model, str(tmp_path))(x=x)["y"]
+    want = _softmax64(_softmax64(x, 1, False), -1, True)
+    assert np.allclose(got, want, rtol=2e-6, atol=2e-6)
