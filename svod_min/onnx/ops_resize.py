@@ -163,7 +163,7 @@ def _sampling(graph: Graph, node: Node) -> Sampling:
                     float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)), float(a.get("extrapolation_value", 0.0)))
 
 
-@register(["Resize"], "separable generated C passes (one per resized axis); nearest, linear, cubic; scales/sizes constant",
+@register(["Resize"], "separable generated C passes (one per resized axis; nearest over the last two axes in one); nearest, linear, cubic; scales/sizes constant",
           check=_resize_check, mode=one_of("nearest", "linear", "cubic"), nearest_mode=one_of(*NEAREST_MODES),
           coordinate_transformation_mode=one_of(*TRANSFORMS), cubic_coeff_a=ANY, exclude_outside=ANY,
           extrapolation_value=ANY, antialias=one_of(0), axes=ANY,
