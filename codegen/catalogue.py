@@ -400,8 +400,9 @@ def _epilogues(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool]]
 
 
 #: The epilogues of the instances that take weights packed at build time (``packed=True``): float32 with a bias
-#: (the ONNX front end gives every packed convolution one) and the activations the prebuilt objects hold.
-PACKED_ACTS = ("none", "relu", "clip")
+#: (the ONNX front end gives every packed convolution one), every activation. The prebuilt objects hold
+#: those of PREBUILT_SUBSET; a bundle carries objects for the others (planfile/library_objects.py).
+PACKED_ACTS = ACT_NAMES
 
 
 def _conv_instances(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool, bool]]:

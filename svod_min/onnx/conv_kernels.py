@@ -1,9 +1,10 @@
 """Library convolution and pooling kernels (docs/kernels.md): conv2d_gemm, depthwise_conv2d, maxpool2d,
-avgpool2d, global_avgpool, used where a prebuilt float32 instance exists, so a bundle needs no compiler.
+avgpool2d, global_avgpool, for 2-D float32 tensors; a bundle needs no compiler to run them.
 
-A convolution's epilogue ``act(conv + bias + residual)`` runs in the kernel; an activation the prebuilt
-instances lack (anything but relu and clip) runs after it, in place. Constant conv2d_gemm weights are packed
-here into the kernel's panel layout (``packed=True``) and stored packed in the bundle.
+A convolution's epilogue ``act(conv + bias + residual)`` runs in the kernel for every activation the fuse
+pass attaches (only a Clip with one open bound, other than Relu's, runs after it, in place). The prebuilt
+objects hold none, relu and clip; a bundle carries objects for the other instances. Constant conv2d_gemm
+weights are packed here into the kernel's panel layout (``packed=True``) and stored packed in the bundle.
 """
 
 from __future__ import annotations
@@ -19,13 +20,20 @@ from .ir import Node
 from .lower import Lowering
 from .ops_elementwise import activation_of, apply_activation
 
-#: The fused activations the prebuilt convolution instances hold (codegen's PREBUILT_SUBSET).
-PREBUILT_ACTS = ("none", "relu", "clip")
-
-
 def residual_of(node: Node) -> str:
     """The tensor a residual Add fused into ``node`` adds to its output ('' when none)."""
     return node.inputs[3] if node.fused.get("residual") and len(node.inputs) > 3 else ""
+
+
+#: ONNX activation -> the library epilogue's act and its float variables ((variable, activation param), ...).
+EPILOGUE_ACTS: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
+    "Relu": ("relu", ()),
+    "LeakyRelu": ("leaky_relu", (("alpha", "alpha"),)),
+    "Sigmoid": ("sigmoid", ()),
+    "Tanh": ("tanh", ()),
+    "HardSigmoid": ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta"))),
+    "HardSwish": ("hardswish", ()),
+}
 
 
 def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
@@ -33,8 +41,9 @@ def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
     kind, params = activation_of(node)
     if kind is None:
         return "none", {}, False
-    if kind == "Relu":
-        return "relu", {}, False
+    if kind in EPILOGUE_ACTS:
+        act, names = EPILOGUE_ACTS[kind]
+        return act, {var: params[key] for var, key in names}, False
     if kind == "Clip" and math.isfinite(params["min"]) and math.isfinite(params["max"]):
         return "clip", {"clip_min": params["min"], "clip_max": params["max"]}, False
     if kind == "Clip" and params["min"] == 0.0 and params["max"] == math.inf:

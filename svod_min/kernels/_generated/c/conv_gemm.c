@@ -12959,6 +12959,3416 @@ void svod_conv2d_gemm_f32_4x8_clip_bias_res_packed(float *restrict out, const fl
 }
 /* END svod_conv2d_gemm_f32_4x8_clip_bias_res_packed */
 
+/* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_leaky_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_leaky_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_leaky_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_sigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_sigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_sigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_sigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_sigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_hardsigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_hardswish_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_hardswish_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_hardswish_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_hardswish_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_hardswish_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_hardswish_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_tanh_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_tanh_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_tanh_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_4x8_tanh_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_4x8 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 4, ap += 4 * kc) {
+        if (i0 + 4 <= mc) {
+            const float *rows[4];
+            for (int i = 0; i < 4; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 4; ++i) ap[p * 4 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 4; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 4 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 8 <= nc; j0 += 8) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (int j = 0; j < 8; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 8;
+        for (svod_i64 j = 0; j < 8; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_4x8_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_4x8_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 32 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[4][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 31, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 31, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 8);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 4 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 4; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_4x8_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 8 - 1) / 8;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 4 - 1) / 4;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 4 - 1) / 4 * 4;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 8, p1 = strips * (pbk + 1) / pblocks * 8;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+        const int runs = 0;
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+                svod_convgemm_f32_4x8_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 4 - 1) / 4 * ((nc + 8 - 1) / 8);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_4x8_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 8) {
+                    const svod_i64 nr = nc - jr < 8 ? nc - jr : 8;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 4) {
+                        const svod_i64 mr = mc - ir < 4 ? mc - ir : 4;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 8) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_4x8_tile(kc, strip, packed ? 24 : 4, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_4x8_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_4x8 */
+
+void svod_conv2d_gemm_f32_4x8_tanh_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_4x8_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_4x8_tanh_bias_res_packed */
+
 /* BEGIN svod_conv2d_gemm_f32_6x16_none */
 /* SHARED BEGIN svod_convgemm_f32_6x16 */
 __attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
@@ -30210,6 +33620,4546 @@ void svod_conv2d_gemm_f32_6x16_clip_bias_res_packed(float *restrict out, const f
                      core_id_count, core_id);
 }
 /* END svod_conv2d_gemm_f32_6x16_clip_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_leaky_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_leaky_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_leaky_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_sigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_sigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_sigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_sigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_sigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_hardsigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_hardswish_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_hardswish_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_hardswish_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_hardswish_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_hardswish_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_hardswish_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_tanh_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_tanh_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_tanh_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_6x16_tanh_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_6x16 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 6, ap += 6 * kc) {
+        if (i0 + 6 <= mc) {
+            const float *rows[6];
+            for (int i = 0; i < 6; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 6; ++i) ap[p * 6 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 6; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 6 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 16 <= nc; j0 += 16) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (int j = 0; j < 16; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 16;
+        for (svod_i64 j = 0; j < 16; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_6x16_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_6x16_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_6x16_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 16 - 1) / 16 * (16 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 16 * 16 * kc + kk * 16 + ch * 16 % 16) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 64 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[6][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 63, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 63, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 16);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 6 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 6; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_6x16_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 16 - 1) / 16;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 6 - 1) / 6;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 6 - 1) / 6 * 6;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 16, p1 = strips * (pbk + 1) / pblocks * 16;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_6x16_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_6x16_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_6x16_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 6 - 1) / 6 * ((nc + 16 - 1) / 16);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_6x16_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 16) {
+                    const svod_i64 nr = nc - jr < 16 ? nc - jr : 16;
+                    const svod_i64 nt = nr;
+                    for (svod_i64 ir = 0; ir < mc; ir += 6) {
+                        const svod_i64 mr = mc - ir < 6 ? mc - ir : 6;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 16) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_6x16_tile(kc, strip, packed ? 24 : 6, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_6x16_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_6x16 */
+
+void svod_conv2d_gemm_f32_6x16_tanh_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_6x16_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_6x16_tanh_bias_res_packed */
 
 /* BEGIN svod_conv2d_gemm_f32_8x32_none */
 /* SHARED BEGIN svod_convgemm_f32_8x32 */
@@ -50502,6 +58452,5346 @@ void svod_conv2d_gemm_f32_8x32_clip_bias_res_packed(float *restrict out, const f
                      core_id_count, core_id);
 }
 /* END svod_conv2d_gemm_f32_8x32_clip_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_leaky_relu_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_leaky_relu_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 3, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_leaky_relu_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_sigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_sigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_sigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_sigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 4, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_sigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int alpha, int beta, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 5, 1,
+                     (float)svod_u2f((svod_u32)alpha),
+                     (float)svod_u2f((svod_u32)beta),
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_hardsigmoid_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_hardswish_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_hardswish_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_hardswish_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_hardswish_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_hardswish_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 6, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_hardswish_bias_res_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_tanh_bias_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_tanh_bias_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, 0, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_tanh_bias_packed */
+
+/* BEGIN svod_conv2d_gemm_f32_8x32_tanh_bias_res_packed */
+/* SHARED BEGIN svod_convgemm_f32_8x32 */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_a(svod_i64 mc, svod_i64 kc, const float *restrict a, svod_i64 lda, float *restrict ap) {
+    for (svod_i64 i0 = 0; i0 < mc; i0 += 8, ap += 8 * kc) {
+        if (i0 + 8 <= mc) {
+            const float *rows[8];
+            for (int i = 0; i < 8; ++i) rows[i] = a + (i0 + i) * lda;
+            for (svod_i64 p = 0; p < kc; ++p)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+                for (int i = 0; i < 8; ++i) ap[p * 8 + i] = rows[i][p];
+            continue;
+        }
+        for (svod_i64 i = 0; i < 8; ++i) {  /* the last, partial strip: zero-padded */
+            if (i0 + i < mc) {
+                const float *row = a + (i0 + i) * lda;
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = row[p];
+            } else {
+                for (svod_i64 p = 0; p < kc; ++p) ap[p * 8 + i] = 0;
+            }
+        }
+    }
+}
+
+/* Row kk of the packed B tile: `row` (nc contiguous pixels) scattered into the nr-wide strips. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_scatter(const float *restrict row, svod_i64 nc, svod_i64 kc, svod_i64 kk, float *restrict bp) {
+    svod_i64 j0 = 0;
+    for (; j0 + 32 <= nc; j0 += 32) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (int j = 0; j < 32; ++j) dst[j] = row[j0 + j];
+    }
+    if (j0 < nc) {
+        float *dst = bp + j0 * kc + kk * 32;
+        for (svod_i64 j = 0; j < 32; ++j) dst[j] = j0 + j < nc ? row[j0 + j] : 0;
+    }
+}
+
+/* Rows pc..pc+kc of the im2col matrix of one (image, group), pixels p0..p0+nc, packed for the tile.
+   Each row is one (c, kh, kw), counted on from pc (no division per row): per output row, the columns
+   whose input column lies in the image are a contiguous range (computed, not tested per pixel); the
+   rest is padding. */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b(const float *restrict xg, svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, int pointwise,
+        svod_i64 pc, svod_i64 kc, svod_i64 p0, svod_i64 nc, float *restrict bp, float *restrict row) {
+    const svod_i64 taps = KH * KW;
+    svod_i64 c = pc / taps, kh = (pc - c * taps) / KW, kw = pc - c * taps - kh * KW;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * H * W;
+        if (pointwise) {
+            svod_convgemm_f32_8x32_scatter(xc + p0, nc, kc, kk, bp);
+            ++c;
+            continue;
+        }
+        const svod_i64 off = kw * dw - pl; /* iw = ow * sw + off */
+        svod_i64 owa = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        svod_i64 owb = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+        if (owb > OW) owb = OW;
+        if (owa > owb) owa = owb;
+        svod_i64 oh = p0 / OW, ow = p0 - oh * OW, q = 0;
+        while (q < nc) {
+            const svod_i64 len = OW - ow < nc - q ? OW - ow : nc - q, end = ow + len;
+            float *dst = row + q - ow; /* dst[o] is pixel (oh, o) */
+            const svod_i64 ih = oh * sh - pt + kh * dh;
+            if (ih < 0 || ih >= H) {
+                for (svod_i64 o = ow; o < end; ++o) dst[o] = 0;
+            } else {
+                const float *xr = xc + ih * W + off;
+                const svod_i64 a = owa > ow ? (owa < end ? owa : end) : ow;
+                const svod_i64 b = owb < end ? (owb > a ? owb : a) : end;
+                for (svod_i64 o = ow; o < a; ++o) dst[o] = 0;
+                if (sw == 1) {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o];
+                } else if (sw == 2) { /* a constant stride: vector loads and shuffles, not a gather */
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[2 * o];
+                } else {
+                    for (svod_i64 o = a; o < b; ++o) dst[o] = xr[o * sw];
+                }
+                for (svod_i64 o = b; o < end; ++o) dst[o] = 0;
+            }
+            q += len;
+            ow = 0;
+            ++oh;
+        }
+        svod_convgemm_f32_8x32_scatter(row, nc, kc, kk, bp);
+        if (++kw == KW) {
+            kw = 0;
+            if (++kh == KH) {
+                kh = 0;
+                ++c;
+            }
+        }
+    }
+}
+
+/* im2col by masked vector loads (AVX-512, float32), column stride 1 or 2. For one pixel block, the
+   16-pixel chunks of an im2col row of tap (kh, kw) are the same few runs of input row for every channel c:
+   at most 4 runs (an output row each, for OW >= 5) at offsets from the channel's plane. plan_b lists
+   them once per pixel block (tap-major, then chunk, 4 slots, unused ones mask 0): lane j of a run reads
+   plane[off + j sw]; its mask has bit j sw for each lane it fills. pack_b16 then builds each chunk of each
+   row from a masked load per run (stride 2: two, and the even elements of the pair), straight into the
+   tile's nr-wide strips, padding lanes zero: no scalar tails, no row buffer, no division. The AVX-512 guard
+   sits inside pack_b16's body, not around the functions: a block with a directive at file scope cannot share
+   a batch unit (compiler.batch_unit.unit_ready), and plan_b is portable C. */
+__attribute__((always_inline)) static inline int svod_convgemm_f32_8x32_plan_b(svod_i64 H, svod_i64 W, svod_i64 KH, svod_i64 KW,
+        svod_i64 sh, svod_i64 sw, svod_i64 pt, svod_i64 pl, svod_i64 dh, svod_i64 dw, svod_i64 OW, svod_i64 p0,
+        svod_i64 nc, svod_i64 *restrict off, unsigned *restrict mask) {
+    const svod_i64 chunks = (nc + 15) / 16;
+    for (svod_i64 kh = 0; kh < KH; ++kh)
+        for (svod_i64 kw = 0; kw < KW; ++kw) {
+            const svod_i64 shift = kw * dw - pl; /* iw = ow sw + shift */
+            svod_i64 owa = shift >= 0 ? 0 : (-shift + sw - 1) / sw, owb = W - shift <= 0 ? 0 : (W - shift + sw - 1) / sw;
+            if (owb > OW) owb = OW;
+            svod_i64 oh = p0 / OW, ow = p0 - oh * OW;
+            for (svod_i64 ch = 0; ch < chunks; ++ch) {
+                const svod_i64 at = ((kh * KW + kw) * chunks + ch) * 4;
+                const svod_i64 lanes = nc - ch * 16 < 16 ? nc - ch * 16 : 16;
+                int n = 0;
+                for (svod_i64 l = 0; l < lanes;) {
+                    const svod_i64 len = OW - ow < lanes - l ? OW - ow : lanes - l, ih = oh * sh - pt + kh * dh;
+                    const svod_i64 a = ow > owa ? ow : owa, b = ow + len < owb ? ow + len : owb;
+                    if (ih >= 0 && ih < H && a < b) {
+                        if (n == 4) return 0;
+                        off[at + n] = ih * W + shift + (ow - l) * sw;
+                        const svod_u64 lanes_to = (1ull << ((b - ow + l) * sw)) - 1u, lanes_from = (1ull << ((a - ow + l) * sw)) - 1u;
+                        mask[at + n] = (unsigned)((lanes_to & ~lanes_from) & (sw == 1 ? 0xffffffffu : 0x55555555u));
+                        ++n;
+                    }
+                    l += len;
+                    ow += len;
+                    if (ow == OW) {
+                        ow = 0;
+                        ++oh;
+                    }
+                }
+                for (; n < 4; ++n) {
+                    off[at + n] = 0;
+                    mask[at + n] = 0;
+                }
+            }
+        }
+    return 1;
+}
+
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_pack_b16(const float *restrict xg, svod_i64 plane, svod_i64 taps,
+        svod_i64 pc, svod_i64 kc, svod_i64 nc, const svod_i64 *restrict off, const unsigned *restrict mask,
+        float *restrict bp, const int sw) {
+#if defined(__AVX512F__)
+    typedef float v16 __attribute__((vector_size(64)));
+    typedef int v16i __attribute__((vector_size(64)));
+    const svod_i64 chunks = (nc + 15) / 16, written = (nc + 32 - 1) / 32 * (32 / 16);
+    svod_i64 c = pc / taps, tap = pc - c * taps;
+    for (svod_i64 kk = 0; kk < kc; ++kk) {
+        const float *xc = xg + c * plane;
+        const svod_i64 *o = off + tap * chunks * 4;
+        const unsigned *m = mask + tap * chunks * 4;
+        for (svod_i64 ch = 0; ch < written; ++ch) {
+            v16 v = {0};
+            if (ch < chunks && sw == 1) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s)
+                    v = (v16)__builtin_ia32_loadups512_mask(xc + o[ch * 4 + s], v, (unsigned short)m[ch * 4 + s]);
+            } else if (ch < chunks) {
+                for (int s = 0; s < 4 && m[ch * 4 + s]; ++s) {
+                    const float *src = xc + o[ch * 4 + s];
+                    const unsigned bits = m[ch * 4 + s];
+                    const v16 zero = {0};
+                    const v16 lo = (v16)__builtin_ia32_loadups512_mask(src, zero, (unsigned short)bits);
+                    const v16 hi = (v16)__builtin_ia32_loadups512_mask(src + 16, zero, (unsigned short)(bits >> 16));
+                    const v16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    v = (v16)((v16i)v | (v16i)even); /* the runs' lanes are disjoint, the rest zero */
+                }
+            }
+            *(v16 *)(bp + ch * 16 / 32 * 32 * kc + kk * 32 + ch * 16 % 32) = v;
+        }
+        if (++tap == taps) {
+            tap = 0;
+            ++c;
+        }
+    }
+#else
+    (void)xg, (void)plane, (void)taps, (void)pc, (void)kc, (void)nc, (void)off, (void)mask, (void)bp, (void)sw;
+#endif
+}
+
+/* matmul's mr x nr register tile (templates/c/matmul.c.j2); the k-th column of the A strip is ap + k lda
+   (lda = mr for a strip packed here, the pack height for weights packed at build time). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_tile(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bp, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 nr,
+                                      int accumulate, const int half, const char *pf, svod_i64 pf_step) {
+#if defined(__AVX512F__)
+    typedef float vec __attribute__((vector_size(64)));
+    typedef float vecu __attribute__((vector_size(64), aligned(4)));
+#elif defined(__AVX__)
+    typedef float vec __attribute__((vector_size(32)));
+    typedef float vecu __attribute__((vector_size(32), aligned(4)));
+#else
+    typedef float vec __attribute__((vector_size(16)));
+    typedef float vecu __attribute__((vector_size(16), aligned(4)));
+#endif
+    enum { NV0 = 128 / (int)sizeof(vec), VL = (int)(sizeof(vec) / 4) };
+    const int NV = half && NV0 % 2 == 0 ? NV0 / 2 : NV0; /* a constant where the tile is inlined */
+    vec acc[8][NV0];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < NV; ++j) acc[i][j] = (vec){0};
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 0 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 1 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 2 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 3 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 4 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 5 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 6 * ldc) + 127, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 0, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 64, 1, 3);
+    __builtin_prefetch((const char *)(c + 7 * ldc) + 127, 1, 3);
+#if defined(__clang__)
+#pragma clang loop unroll_count(4)
+#else
+#pragma GCC unroll 4
+#endif
+    for (svod_i64 p = 0; p < kc; ++p) {
+        const vec *bv = (const vec *)(bp + p * 32);
+        __builtin_prefetch(pf + p * pf_step, 0, 2);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i) {
+            const float ai = ap[p * lda + i];
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];
+        }
+    }
+    if (mr == 8 && nr == NV * VL) {
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int i = 0; i < 8; ++i)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < NV; ++j) {
+                vecu *row = (vecu *)(c + i * ldc + j * VL);
+                *row = accumulate ? *row + acc[i][j] : acc[i][j];
+            }
+    } else {
+        const float *t = (const float *)acc;
+        for (svod_i64 i = 0; i < mr; ++i)
+            for (svod_i64 j = 0; j < nr; ++j)
+                c[i * ldc + j] = accumulate ? c[i * ldc + j] + t[i * NV0 * VL + j] : t[i * NV0 * VL + j];
+    }
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_epi(float *c, svod_i64 ldc, svod_i64 rows, svod_i64 cols, const float *bias,
+                             const float *res, int act, float alpha, float beta) {
+    for (svod_i64 i = 0; i < rows; ++i) {
+        float *restrict o = c + i * ldc;
+        const float b = bias ? bias[i] : (float)0;
+        if (res) {
+            const float *restrict r = res + i * ldc;
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = (o[j] + b) + r[j];
+        } else if (bias) {
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] + b;
+        }
+        switch (act) {
+        case 1: /* relu: nan stays nan */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? (float)0 : o[j];
+            break;
+        case 2: /* clip(alpha = min, beta = max) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] < alpha ? alpha : o[j];
+                o[j] = v > beta ? beta : v;
+            }
+            break;
+        case 3: /* leaky_relu(alpha) */
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = o[j] < 0 ? alpha * o[j] : o[j];
+            break;
+        case 4:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_sigmoidf(o[j]);
+            break;
+        case 5: /* hardsigmoid: max(0, min(1, alpha x + beta)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = alpha * o[j] + beta;
+                v = v > 1 ? (float)1 : v;
+                o[j] = v < 0 ? (float)0 : v;
+            }
+            break;
+        case 6: /* hardswish: x max(0, min(1, x / 6 + 1/2)) */
+            for (svod_i64 j = 0; j < cols; ++j) {
+                float v = o[j] * (float)(1.0 / 6.0) + (float)0.5;
+                v = v > 1 ? (float)1 : v;
+                v = v < 0 ? (float)0 : v;
+                o[j] = o[j] * v;
+            }
+            break;
+        case 7:
+            for (svod_i64 j = 0; j < cols; ++j) o[j] = svod_tanhf(o[j]);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+
+/* The few pixels (t <= T) a last strip has past half the tile's width, as columns: the mr rows of A in one
+   vector, a broadcast of B per pixel, so 17 pixels (a 7x7 image: 32 + 17) cost a half tile and one
+   vector per row, not a whole tile; bq[4 p + j] is pixel j's B at k = p (copied out of the strip once per
+   pixel block and kc block, so that each row of the tile reads it from one stream of lines). */
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_cols(svod_i64 kc, const float *restrict ap, svod_i64 lda,
+                                      const float *restrict bq, float *restrict c, svod_i64 ldc, svod_i64 mr, svod_i64 t,
+                                      int accumulate, const int T) {
+    typedef float col __attribute__((vector_size(32)));
+    typedef float colu __attribute__((vector_size(32), aligned(4)));
+    col acc[4][4]; /* [k % 4][pixel]: four sums per pixel, so that one pixel is not one FMA latency per k */
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int u = 0; u < 4; ++u)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[u][j] = (col){0};
+    svod_i64 p = 0;
+    for (; p + 4 <= kc; p += 4)
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const col a = *(const colu *)(ap + (p + u) * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+            for (int j = 0; j < T; ++j) acc[u][j] += bq[(p + u) * 4 + j] * a;
+        }
+    for (; p < kc; ++p) {
+        const col a = *(const colu *)(ap + p * lda);
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+        for (int j = 0; j < T; ++j) acc[0][j] += bq[p * 4 + j] * a;
+    }
+#if defined(__clang__)
+#pragma clang loop unroll(full)
+#else
+#pragma GCC unroll 64
+#endif
+    for (int j = 0; j < T; ++j) acc[0][j] = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+    for (svod_i64 j = 0; j < t; ++j)
+        for (svod_i64 i = 0; i < mr; ++i)
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[0][j][i] : acc[0][j][i];
+}
+__attribute__((always_inline)) static inline void svod_convgemm_f32_8x32_run(float *restrict out, const float *restrict x,
+        const float *restrict w, const float *restrict bias, const float *restrict res,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int act, int packed, float alpha, float beta, int core_id_count, int core_id) {
+    float ap[18432] __attribute__((aligned(64)));
+    float bp[98304] __attribute__((aligned(64)));
+    float row[256] __attribute__((aligned(64)));
+    float bx[1536] __attribute__((aligned(64)));
+#if defined(__AVX512F__)
+    svod_i64 runs_off[3136];
+    unsigned runs_mask[3136];
+#endif
+    const svod_i64 OH = (H + (svod_i64)pt + pb - (svod_i64)dh * (KH - 1) - 1) / sh + 1;
+    const svod_i64 OW = (W + (svod_i64)pl + pr - (svod_i64)dw * (KW - 1) - 1) / sw + 1;
+    const svod_i64 P = OH * OW, Cg = C / groups, OCg = OC / groups, K = Cg * (svod_i64)KH * KW;
+    const int pointwise = KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && pb == 0 && pr == 0;
+    /* kc blocks of equal size (576 = 2 x 288, not 384 + 192) */
+    const svod_i64 kblocks = (K + 384 - 1) / 384, kcb = (K + kblocks - 1) / kblocks;
+    const svod_i64 images = (svod_i64)N * groups;
+    svod_i64 pblocks = (P + 256 - 1) / 256;
+    /* pixel blocks of whole strips (nr pixels), spread evenly, as many as make the items a multiple of the core
+       ids: 784 pixels in blocks of 256 are 512 + 272 pixels on two ids; 25 strips in four blocks are 384 + 400.
+       Only the last block holds a part strip, so each pixel takes the same path (and sum) at any id count. */
+    const svod_i64 strips = (P + 32 - 1) / 32;
+    if (core_id_count > 1 && images * pblocks > (svod_i64)core_id_count && images * pblocks % core_id_count)
+        while (images * pblocks % core_id_count) ++pblocks;
+    /* oc blocks: whole OC/groups, unless there are fewer items than core ids: then as few as give each id one
+       (every oc block gathers its pixel block's B tile again: two blocks per id ran 14x14 layers at 2 threads
+       slower than at one) */
+    svod_i64 oblocks = 1;
+    if (core_id_count > 1 && images * pblocks < (svod_i64)core_id_count) {
+        const svod_i64 tiles = (OCg + 8 - 1) / 8;
+        oblocks = ((svod_i64)core_id_count + images * pblocks - 1) / (images * pblocks);
+        if (oblocks > tiles) oblocks = tiles;
+    }
+    const svod_i64 ocb = ((OCg + oblocks - 1) / oblocks + 8 - 1) / 8 * 8;
+    oblocks = (OCg + ocb - 1) / ocb;
+    svod_i64 lo, hi;
+    svod_chunk(images * pblocks * oblocks, core_id_count, core_id, 1, &lo, &hi);
+    for (svod_i64 item = lo; item < hi; ++item) {
+        const svod_i64 ob = item % oblocks, pbk = item / oblocks % pblocks, ig = item / oblocks / pblocks;
+        const svod_i64 n = ig / groups, g = ig - n * groups;
+        const svod_i64 p0 = strips * pbk / pblocks * 32, p1 = strips * (pbk + 1) / pblocks * 32;
+        const svod_i64 nc = (p1 < P ? p1 : P) - p0;
+        if (nc <= 0) continue; /* more blocks than strips (one pixel, three images, two ids) leave some empty */
+        const svod_i64 m0 = ob * ocb, m1 = OCg - m0 < ocb ? OCg : m0 + ocb;
+        const float *xg = x + (n * C + g * Cg) * (svod_i64)H * W;
+        const float *wg = w + g * (packed ? (OCg + 24 - 1) / 24 * 24 : OCg) * K;
+        const svod_i64 obase = (n * OC + g * OCg) * P + p0; /* out / res offset of (oc = 0, p0) */
+#if defined(__AVX512F__)
+        /* planned runs: not for a few channels in and out (an RGB stem), where planning costs more than it saves */
+        const int runs = (sw == 1 || sw == 2) && !pointwise && (svod_i64)KH * KW <= 49 && Cg * OCg >= 1024
+                         && svod_convgemm_f32_8x32_plan_b(H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, p0, nc, runs_off, runs_mask);
+#else
+        const int runs = 0;
+#endif
+        for (svod_i64 pc = 0; pc < K; pc += kcb) {
+            const svod_i64 kc = K - pc < kcb ? K - pc : kcb;
+            const int last = pc + kc == K;
+#if defined(__AVX512F__)
+            if (runs && sw == 1)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 1);
+            else if (runs)
+                svod_convgemm_f32_8x32_pack_b16(xg, (svod_i64)H * W, (svod_i64)KH * KW, pc, kc, nc, runs_off, runs_mask, bp, 2);
+            else
+#endif
+                svod_convgemm_f32_8x32_pack_b(xg, H, W, KH, KW, sh, sw, pt, pl, dh, dw, OW, pointwise, pc, kc, p0, nc, bp, row);
+            for (svod_i64 ic = m0; ic < m1; ic += 48) {
+                const svod_i64 mc = m1 - ic < 48 ? m1 - ic : 48;
+                /* the next block of packed weights (the next mc rows, else the next kc block's first rows), a slice
+                   per tile toward L2 while this block's tiles run from cache: weights are touched once per run, and
+                   a tile that meets them first otherwise stalls on memory */
+                const float *pf_block = bp;
+                svod_i64 pf_bytes = 0;
+                if (packed) {
+                    const svod_i64 OCp = (OCg + 24 - 1) / 24 * 24;
+                    if (ic + mc < m1) {
+                        pf_block = wg + pc * OCp + (ic + mc) / 24 * 24 * kc;
+                        pf_bytes = (m1 - ic - mc < 48 ? m1 - ic - mc : 48) * kc * 4;
+                    } else if (pc + kc < K) {
+                        const svod_i64 kn = K - pc - kc < kcb ? K - pc - kc : kcb;
+                        pf_block = wg + (pc + kc) * OCp + m0 / 24 * 24 * kn;
+                        pf_bytes = (m1 - m0 < 48 ? m1 - m0 : 48) * kn * 4;
+                    }
+                }
+                const svod_i64 tiles = (mc + 8 - 1) / 8 * ((nc + 32 - 1) / 32);
+                const svod_i64 pf_slice = (pf_bytes + tiles - 1) / tiles, pf_step = pf_slice / kc;
+                svod_i64 tile = 0;
+                if (!packed)
+                    svod_convgemm_f32_8x32_pack_a(mc, kc, wg + ic * K + pc, K, ap);
+                /* packed weights: per kc block (its strips start at wg + pc S ps, S strips of ps rows), strips
+                   of ps rows, each kc x ps with the row fastest; ps is a multiple of mr, so no tile crosses a strip */
+                const float *wblock = wg + pc * ((OCg + 24 - 1) / 24 * 24);
+                for (svod_i64 jr = 0; jr < nc; jr += 32) {
+                    const svod_i64 nr = nc - jr < 32 ? nc - jr : 32;
+                    /* a last strip a few pixels past half the width: a half tile and those pixels as columns */
+                    const svod_i64 extra = nr * 2 > 32 && nr - 16 <= 4 ? nr - 16 : 0;
+                    const svod_i64 nt = extra ? 16 : nr;
+                    if (extra && ic == m0)
+                        for (svod_i64 p = 0; p < kc; ++p)
+                            for (int j = 0; j < 4; ++j) bx[p * 4 + j] = bp[jr * kc + p * 32 + 16 + j];
+                    for (svod_i64 ir = 0; ir < mc; ir += 8) {
+                        const svod_i64 mr = mc - ir < 8 ? mc - ir : 8;
+                        const svod_i64 at = obase + (ic + ir) * P + jr;
+                        const svod_i64 row = ic + ir; /* one call site: the tile's code once per driver */
+                        const float *strip = packed ? wblock + row / 24 * 24 * kc + row % 24 : ap + ir * kc;
+                        const char *pf = (const char *)pf_block + tile++ * pf_slice;
+                        if (nt * 2 <= 32) /* a last strip of half the width or less: half the tile's vectors */
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 1,
+                                              pf, pf_step);
+                        else
+                            svod_convgemm_f32_8x32_tile(kc, strip, packed ? 24 : 8, bp + jr * kc, out + at, P, mr, nt, pc > 0, 0,
+                                              pf, pf_step);
+                        if (extra == 1)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 1);
+                        else if (extra)
+                            svod_convgemm_f32_8x32_cols(kc, strip, packed ? 24 : 8, bx, out + at + nt, P, mr, extra, pc > 0, 4);
+                        if (last && (act || bias || res))
+                            svod_convgemm_f32_8x32_epi(out + at, P, mr, nr, bias ? bias + g * OCg + ic + ir : 0, res ? res + at : 0,
+                                             act, alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+/* SHARED END svod_convgemm_f32_8x32 */
+
+void svod_conv2d_gemm_f32_8x32_tanh_bias_res_packed(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias, const float *restrict residual,
+        int N, int C, int H, int W, int OC, int KH, int KW, int sh, int sw, int pt, int pl, int pb, int pr,
+        int dh, int dw, int groups, int core_id_count, int core_id) {
+    svod_convgemm_f32_8x32_run(out, x, w, bias, residual, N, C, H, W, OC, KH, KW,
+                     sh, sw, pt, pl, pb, pr, dh, dw, groups, 7, 1,
+                     0,
+                     0,
+                     core_id_count, core_id);
+}
+/* END svod_conv2d_gemm_f32_8x32_tanh_bias_res_packed */
 
 /* BEGIN svod_conv2d_gemm_f64_4x4_none */
 /* SHARED BEGIN svod_convgemm_f64_4x4 */
