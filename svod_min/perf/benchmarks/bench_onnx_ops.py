@@ -6,7 +6,7 @@
 Each case is a model of one node made with onnx.helper at realistic shapes (ImageNet's 1000 classes, a
 transformer's attention rows, a segmentation head's 21 classes over axis 1, AlexNet/GoogLeNet's LRN, x2
 upsampling and a downsample in every Resize mode svod_min lowers). svod_min builds it for this host's
-target (``build_onnx``, as ``python -m svod_min build`` does) and runs it through ``load_model``; an
+target (``python -m svod_min build``) and runs it through ``load_model``; an
 onnxruntime session holds the same model (``intra_op_num_threads`` the same, no spinning between runs).
 Both run in this process on the same input, outputs checked to agree first, timed in turn (round-robin,
 medians). ratio = onnxruntime / svod_min (> 1: svod_min is faster). Goal >= 0.7; a case whose tensor is
@@ -109,15 +109,15 @@ def case_input(case: OpCase) -> Any:
 
 
 def build(case: OpCase, directory: str) -> str:
-    """Save the case's model and build its bundle for this host's target; the .onnx path (the bundle beside it)."""
+    """Save the case's model and build its bundle for this host's target with ``python -m svod_min build`` (as
+    bench_onnx does: perf sits beside onnx in the layers); the .onnx path (the bundle beside it)."""
     import onnx
 
-    from svod_min.compiler.targets import host_target
-    from svod_min.onnx import build_onnx
+    from svod_min.perf.benchmarks.bench_onnx import build_bundle
 
     stem = os.path.join(directory, "".join(ch if ch.isalnum() else "_" for ch in case.label))
     onnx.save(make_model(case), stem + ".onnx")
-    build_onnx(stem + ".onnx", stem + ".svod", targets=[host_target()], expect=False)
+    build_bundle(stem + ".onnx", stem + ".svod")
     return stem + ".onnx"
 
 
