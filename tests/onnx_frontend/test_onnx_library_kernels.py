@@ -108,11 +108,10 @@ def test_grouped_and_depthwise_conv_with_relu6(group, oc, tmp_path, every_librar
     assert ops == [{"library": kernel, "params": dict({"dtype": "float32", "act": "clip", "bias": True, "residual": False}, **packed)}]
 
 
-@pytest.mark.parametrize("op, attrs, act", [
-    ("Sigmoid", {}, "sigmoid"), ("Tanh", {}, "tanh"), ("HardSwish", {}, "hardswish"),
-    ("LeakyRelu", {"alpha": 0.07}, "leaky_relu"), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, "hardsigmoid"),
+@pytest.mark.parametrize("op, attrs, act, residual", [
+    ("Sigmoid", {}, "sigmoid", False), ("Tanh", {}, "tanh", True), ("HardSwish", {}, "hardswish", False),
+    ("LeakyRelu", {"alpha": 0.07}, "leaky_relu", True), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, "hardsigmoid", False),
 ])  # fmt: skip
-@pytest.mark.parametrize("residual", [False, True])
 def test_every_activation_is_fused_into_the_conv(op, attrs, act, residual, tmp_path):
     """One library conv with the activation in its epilogue (after the residual Add), run from the object the
     bundle carries for it (the prebuilt objects hold none, relu and clip only)."""
