@@ -51,8 +51,9 @@ class LoadedPlan:
         """(buffer, ok, max abs error) for every expectation; NaN where NaN is expected counts as equal."""
         return [_check_nan_aware(self.buffers[e.buffer], e) for e in self.expectations]
 
-    def set_input(self, name: str, dtype_name: str, shape: Tuple[int, ...], payload: bytes) -> None:
-        """Replace input buffer ``name``'s contents (shape and dtype must be the plan's); PlanError naming it otherwise."""
+    def set_input(self, name: str, dtype_name: str, shape: Tuple[int, ...], payload: Any) -> None:
+        """Replace input buffer ``name``'s contents from ``payload`` (bytes-like: its bytes; shape and dtype must be
+        the plan's); PlanError naming it otherwise."""
         if name not in self.inputs:
             raise PlanError("input %r: the plan has no such input (inputs: %s)" % (name, ", ".join(repr(n) for n in self.inputs) or "none"))
         buf = self.buffers[name]
@@ -211,7 +212,8 @@ class Model:
         with self._lock:
             for name, value in inputs.items():
                 arr = np.ascontiguousarray(value)
-                self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), arr.tobytes())
+                payload = memoryview(arr).cast("B") if arr.nbytes else b""  # the array's bytes, not a copy
+                self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), payload)
             if var_values:
                 self.loaded.plan.execute_with_vars(var_values)
             else:
@@ -224,7 +226,7 @@ class Model:
 
         buf = self.loaded.buffers[name]
         dt = buf.dtype.numpy_name if hasattr(buf.dtype, "numpy_name") else str(buf.dtype)
-        return np.frombuffer(buf.copyout(), dtype=dt).reshape(tuple(buf.shape)).copy()
+        return buf.copyout_into(np.empty(tuple(buf.shape), dtype=dt))  # one copy, on any device
 
 
 def load_model(source: Any, *, device: Any = None) -> Model:

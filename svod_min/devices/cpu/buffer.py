@@ -134,6 +134,20 @@ class CpuBuffer:
         """The buffer's bytes (a copy)."""
         return self.storage.mm[self.offset : self.offset + self.nbytes]
 
+    def copyout_into(self, dst: Any) -> Any:
+        """Copy the buffer's bytes into ``dst`` (writable, C-contiguous, the same number of bytes); returns it."""
+        try:
+            view = memoryview(dst)
+        except TypeError as exc:
+            raise BufferAllocationError("copyout_into needs writable memory, got %s: %s" % (type(dst).__name__, exc)) from None
+        if view.readonly or not view.c_contiguous or view.nbytes != self.nbytes:
+            raise BufferAllocationError("copyout_into: destination must be writable, C-contiguous and %d bytes; got %s%s, "
+                                        "%d bytes" % (self.nbytes, "read-only " if view.readonly else "",
+                                                      "contiguous" if view.c_contiguous else "strided", view.nbytes))  # fmt: skip
+        if self.nbytes:
+            view.cast("B")[:] = self.storage.mm[self.offset : self.offset + self.nbytes]
+        return dst
+
     def numpy(self) -> Any:
         """A zero-copy numpy array over the buffer (writes go straight to the buffer)."""
         np = numpy_module()

@@ -374,3 +374,23 @@ def test_large_storage_asks_for_huge_pages_and_small_does_not() -> None:
     small = CpuStorage(HUGE_PAGE_MIN // 2)
     assert "hg" in _vm_flags(large.address)  # MADV_HUGEPAGE taken
     assert "hg" not in _vm_flags(small.address)
+
+
+@needs_numpy
+def test_copyout_into_fills_a_numpy_array_and_refuses_what_it_cannot_fill(dev: CpuDevice) -> None:
+    buf = dev.allocate((3, 4), float32)
+    buf.copyin(np.arange(12, dtype=np.float32).reshape(3, 4))
+    out = np.full((3, 4), np.nan, np.float32)
+    assert buf.copyout_into(out) is out
+    np.testing.assert_array_equal(out, np.arange(12, dtype=np.float32).reshape(3, 4))
+    into = bytearray(48)
+    buf.copyout_into(into)
+    assert bytes(into) == buf.copyout()
+    with pytest.raises(BufferAllocationError, match="48 bytes; got contiguous, 44 bytes"):
+        buf.copyout_into(np.empty(11, np.float32))
+    with pytest.raises(BufferAllocationError, match="read-only"):
+        buf.copyout_into(bytes(48))
+    with pytest.raises(BufferAllocationError, match="strided"):
+        buf.copyout_into(np.empty((3, 8), np.float32)[:, ::2])
+    with pytest.raises(BufferAllocationError, match="writable memory, got int"):
+        buf.copyout_into(7)
