@@ -9,7 +9,6 @@ selfcheck) must come from its ``program_forms`` and ``load_program``, never from
 from __future__ import annotations
 
 import copy
-import gc
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
@@ -224,16 +223,21 @@ def test_kernel_library_binds_to_the_stand_in(hostsim: HostSim) -> None:
 
 def test_a_new_device_at_a_dead_devices_address_loads_its_own_kernel() -> None:
     """The library memo keys on id(device); a device created where a closed one lived must not get its kernel."""
-    for _ in range(20):  # CPython tends to place the next device at the freed address: the memo hit to refuse
-        first = HostSim(DeviceSpec(KIND))
+    spec = DeviceSpec(KIND)
+    reused = 0
+    for _ in range(5):
+        first = HostSim(spec)
         kernels.get("add", device=first)
         first.close()
-        del first
-        gc.collect()
-        second = HostSim(DeviceSpec(KIND))
+        first_id = id(first)
+        del first  # its block is the allocator's next: the HostSim made next takes the same address
+        second = HostSim(spec)
+        reused += id(second) == first_id
         kernels.get("add", device=second)
         assert len(second.loaded) == 1, "the kernel came from the memo of a device that no longer exists"
         second.close()
+    if not reused:
+        pytest.skip("this interpreter never placed a new device at the dead one's address: nothing was checked")
 
 
 @needs_cc
