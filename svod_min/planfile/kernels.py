@@ -24,7 +24,7 @@ from ..expr import compile_expr
 from ..cache.kernel_cache import CachedKernel, compile_many_cached
 from .data import PlanData
 from .library_objects import LIBRARY_EXTRA_KEYS, load_library_kernel
-from .schema import as_bool, as_int, as_list, as_object, as_text, known_keys, need, three
+from .schema import as_bool, as_int, as_list, as_object, as_sha256, as_text, known_keys, need, three
 from ..compiler.targets import TARGET_ENV, TARGET_NAME, choose_target, host_target, object_target_mismatch
 
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
@@ -268,11 +268,10 @@ def read_object_list(value: Any, path: str) -> List[Dict[str, str]]:
         where = "%s[%d]" % (path, i)
         o = as_object(o, where)
         known_keys(o, {"target", "file", "sha256"}, where)
-        target, rel, digest = (as_text(o.get(key), "%s.%s" % (where, key)) for key in ("target", "file", "sha256"))
+        target, rel = (as_text(o.get(key), "%s.%s" % (where, key)) for key in ("target", "file"))
         need(TARGET_NAME.match(target) is not None, where + ".target", "%r is not a target name" % target)
         need(all(t["target"] != target for t in out), where + ".target", "a second object for target %s" % target)
-        need(len(digest) == 64 and all(c in "0123456789abcdef" for c in digest), where + ".sha256",
-             "expected 64 lowercase hex digits")
+        digest = as_sha256(o.get("sha256"), where + ".sha256")
         out.append({"target": target, "file": rel, "sha256": digest})
     need(bool(out), path, "lists no object")
     return out

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..devices.base import OBJECT
 from ..error import CompilationError, PlanFileError, SvodError
-from .schema import as_list, as_object, as_text, known_keys, need
+from .schema import as_list, as_object, as_sha256, as_text, known_keys, need
 from ..compiler.targets import TARGETS, object_target_mismatch
 
 #: The keys a library kernel may carry besides ``library`` and ``params``.
@@ -58,10 +58,9 @@ def read_library_objects(value: Any, path: str) -> List[Dict[str, str]]:
         where = "%s[%d]" % (path, i)
         o = as_object(o, where)
         known_keys(o, {"variant", "entry", "file", "sha256"}, where)
-        rec = {key: as_text(o.get(key), "%s.%s" % (where, key)) for key in ("variant", "entry", "file", "sha256")}
+        rec = {key: as_text(o.get(key), "%s.%s" % (where, key)) for key in ("variant", "entry", "file")}
+        rec["sha256"] = as_sha256(o.get("sha256"), where + ".sha256")
         need(_NAME.match(rec["variant"]) is not None, where + ".variant", "%r is not a variant name" % rec["variant"])
-        need(len(rec["sha256"]) == 64 and all(c in "0123456789abcdef" for c in rec["sha256"]), where + ".sha256",
-             "expected 64 lowercase hex digits")  # fmt: skip
         need(all((t["variant"], t["entry"]) != (rec["variant"], rec["entry"]) for t in out), where,
              "a second object for %s %s" % (rec["variant"], rec["entry"]))  # fmt: skip
         out.append(rec)

@@ -67,6 +67,13 @@ def float32_bits(value: Any, path: str) -> int:
     return struct.unpack("<i", struct.pack("<f", number))[0]
 
 
+def as_sha256(value: Any, path: str) -> str:
+    """A sha256 digest as the plan writes it: 64 lowercase hex digits."""
+    digest = as_text(value, path)
+    need(len(digest) == 64 and all(c in "0123456789abcdef" for c in digest), path, "expected 64 lowercase hex digits")
+    return digest
+
+
 def as_bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise PlanFileError(path, "expected true or false, got %s" % describe(value))
