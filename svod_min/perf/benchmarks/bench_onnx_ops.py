@@ -24,6 +24,8 @@ import sys
 import tempfile
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from svod_min.perf.benchmarks.bench_onnx import build_bundle, missing_dependency  # the same build and packages
+
 #: The goal: svod_min at least this fraction of onnxruntime's speed.
 GOAL = 0.7
 #: A case with fewer output elements than this is info only: the call, not the op, is what is timed.
@@ -71,16 +73,6 @@ CASES: Tuple[OpCase, ...] = (
 )
 
 
-def missing_dependency() -> Optional[str]:
-    """Why the benchmark cannot run here (the first missing package), or None."""
-    for module, why in (("numpy", "the onnx extra (numpy)"), ("onnx", "the onnx extra (onnx)"), ("onnxruntime", "onnxruntime")):
-        try:
-            __import__(module)
-        except ImportError:
-            return "skipped: needs %s" % why
-    return None
-
-
 def make_model(case: OpCase) -> Any:
     """The case as a one-node ModelProto (opset 17), output shape inferred."""
     import numpy as np
@@ -112,8 +104,6 @@ def build(case: OpCase, directory: str) -> str:
     """Save the case's model and build its bundle for this host's target with ``python -m svod_min build`` (as
     bench_onnx does: perf sits beside onnx in the layers); the .onnx path (the bundle beside it)."""
     import onnx
-
-    from svod_min.perf.benchmarks.bench_onnx import build_bundle
 
     stem = os.path.join(directory, "".join(ch if ch.isalnum() else "_" for ch in case.label))
     onnx.save(make_model(case), stem + ".onnx")
