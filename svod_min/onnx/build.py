@@ -90,8 +90,7 @@ def build_onnx(path: str, out: str, *, targets: Optional[Sequence[str]] = None, 
         path, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
     note = record_expectations(path, parts, dims or {}, shapes or {}) if expect else "no expectations recorded (--no-expect)"
     progress(note)
-    tuned = tune(parts.doc, progress) if tune is not None else None
     report = build_bundle_from_document(parts.doc, parts.files, out, targets=targets, compiler=compiler, progress=progress,
                                         created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
-                                        manifest_extra={"tuned": tuned} if tuned else None)  # fmt: skip
+                                        tune=tune)  # fmt: skip
     return OnnxBuild(report, 0, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)

@@ -63,26 +63,27 @@ def build_bundle(plan: Optional[str], out: str, *, targets: Optional[Sequence[st
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
-    tuned = tune(doc, progress) if tune is not None else None
     return build_bundle_from_document(doc, entries, out, targets=targets, compiler=compiler, progress=progress,
-                                      manifest_extra={"tuned": tuned} if tuned else None)  # fmt: skip
+                                      tune=tune)  # fmt: skip
 
 
 def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], out: str, *,
                                targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
                                progress: Callable[[str], None] = lambda line: None,
                                created_by: str = "python -m svod_min build",
-                               manifest_extra: Optional[Mapping[str, Any]] = None) -> BuildReport:  # fmt: skip
+                               tune: Optional[PlanTuner] = None) -> BuildReport:  # fmt: skip
     """Build ``out`` from a plan document held in memory and the files it names (bundle entry -> bytes).
 
-    The document gains each compiled kernel's ``objects`` (and the ``library_objects`` its tuned library
-    kernels need); every file it names must be in ``files``. ``manifest_extra`` is added to the manifest.
+    ``tune`` first records tuned tiles in the document (``build --tune``; the manifest keeps its summary as
+    ``tuned``). The document gains each compiled kernel's ``objects`` (and the ``library_objects`` its library
+    kernels need); every file it names must be in ``files``.
     """
     wanted = [check_target_name(t) for t in (targets or list(TARGETS))]
     entries = dict(files)
     for where, rel in file_references(doc):
         if plan_file_entry(rel, where) not in entries:
             raise PlanError("%s names %r, which is not among the files given" % (where, rel))
+    tuned = tune(doc, progress) if tune is not None else None
     sources = _source_kernels(doc, entries)
     needs = library_needs(doc, sorted({t.arch for t in wanted}))
     info = find_compiler(compiler=compiler) if sources or needs else None
@@ -105,7 +106,8 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
     entries[PLAN] = _plan_bytes(doc)
     manifest = _manifest(info, buildable, skipped, objects)
     manifest["created_by"] = created_by
-    manifest.update(manifest_extra or {})
+    if tuned:
+        manifest["tuned"] = tuned
     written = write_bundle(out, entries, manifest)
     library = sum(1 for o in objects.values() if "variant" in o)
     return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects) - library, written,
