@@ -23,6 +23,7 @@ from ..error import SvodError
 from ..expr import compile_expr
 from ..kernels import find_sig, host_variant
 from ..kernels.tuning import cpu_model
+from ..planfile.schema import var_bounds
 
 #: The library kernels ``--tune`` times (the ones with register-tile params the lowering uses).
 TUNABLE = ("conv2d_gemm", "matmul")
@@ -99,11 +100,7 @@ def _tunable_ops(doc: Dict[str, Any]) -> Dict[ShapeKey, str]:
 
 def _shape_key(doc: Dict[str, Any], op: Mapping[str, Any]) -> ShapeKey:
     """The op's kernel and variables, a plan variable's expression (``"M": "rows"``) at the variables' defaults."""
-    defaults = {}
-    for name, v in (doc.get("vars") or {}).items():
-        default = v[2] if isinstance(v, list) and len(v) == 3 else v.get("default", v.get("max")) if isinstance(v, dict) else None
-        if type(default) is int:
-            defaults[name] = default
+    defaults = {name: var_bounds(v, "vars.%s" % name)[2] for name, v in (doc.get("vars") or {}).items()}
     values = {}
     for name, value in (op.get("vars") or {}).items():
         try:

@@ -27,7 +27,7 @@ from ..cache.kernel_cache import CachedKernel
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
 from ..plan.ops import custom_function_kinds
-from .schema import FORMAT_VERSION, MAX_PLAN_BYTES, as_bool, as_int, as_list, as_object, as_text, float32_bits, known_keys, missing, need, read_plan_document
+from .schema import FORMAT_VERSION, MAX_PLAN_BYTES, as_bool, as_int, as_list, as_object, as_text, float32_bits, known_keys, missing, need, read_plan_document, var_bounds
 
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
 
@@ -295,17 +295,7 @@ class _PlanReader:
         for name, v in spec.items():
             path = "vars.%s" % name
             need(name.isidentifier() and name != "core_id", path, "variable names are identifiers (core_id is reserved)")
-            if isinstance(v, list):
-                need(len(v) == 3, path, "expected [min, max, default]")
-                lo, hi, default = (as_int(x, "%s[%d]" % (path, i), -(1 << 31), (1 << 31) - 1) for i, x in enumerate(v))
-            else:
-                v = as_object(v, path)
-                known_keys(v, {"min", "max", "default"}, path)
-                lo = as_int(v.get("min"), path + ".min", -(1 << 31), (1 << 31) - 1)
-                hi = as_int(v.get("max"), path + ".max", -(1 << 31), (1 << 31) - 1)
-                default = as_int(v.get("default", hi), path + ".default")
-            need(lo <= hi, path, "min %d > max %d" % (lo, hi))
-            need(lo <= default <= hi, path, "default %d is outside [%d, %d]" % (default, lo, hi))
+            lo, hi, default = var_bounds(v, path)
             self.variables[name] = RuntimeVar(name, lo, hi)
             self.values[name] = default
         for name, value in self.var_values.items():

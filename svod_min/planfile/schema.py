@@ -74,6 +74,24 @@ def as_sha256(value: Any, path: str) -> str:
     return digest
 
 
+def var_bounds(value: Any, path: str) -> Tuple[int, int, int]:
+    """A plan variable's (min, max, default): ``[min, max, default]`` or ``{"min", "max"[, "default"]}`` (default:
+    max), each an int32, min <= default <= max."""
+    int32 = (-(1 << 31), (1 << 31) - 1)
+    if isinstance(value, list):
+        need(len(value) == 3, path, "expected [min, max, default]")
+        lo, hi, default = (as_int(x, "%s[%d]" % (path, i), *int32) for i, x in enumerate(value))
+    else:
+        value = as_object(value, path)
+        known_keys(value, {"min", "max", "default"}, path)
+        lo = as_int(value.get("min"), path + ".min", *int32)
+        hi = as_int(value.get("max"), path + ".max", *int32)
+        default = as_int(value.get("default", hi), path + ".default")
+    need(lo <= hi, path, "min %d > max %d" % (lo, hi))
+    need(lo <= default <= hi, path, "default %d is outside [%d, %d]" % (default, lo, hi))
+    return lo, hi, default
+
+
 def as_bool(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise PlanFileError(path, "expected true or false, got %s" % describe(value))
