@@ -165,7 +165,7 @@ def test_blocked_pool_matches_reference(case: Tuple[Any, ...]) -> None:
 @needs_cc
 @pytest.mark.parametrize("shape,nans", [
     ((1, 17, 9, 9), [(0, 16, 4, 4), (0, 0, 8, 0)]),
-    ((2, 33, 30, 30), [(1, 32, 15, 15), (0, 3, 2, 29), (1, 20, 29, 0)]),  # several items per call, rows already scanned
+    ((2, 33, 30, 30), [(1, 32, 15, 15), (0, 3, 2, 29), (1, 20, 29, 0)]),  # several calls, several items each
 ])  # fmt: skip
 def test_blocked_maxpool_propagates_nan(shape: Tuple[int, ...], nans: Sequence[Tuple[int, int, int, int]]) -> None:
     g = geometry(shape, (3, 3), (1, 1), (1, 1, 1, 1))
