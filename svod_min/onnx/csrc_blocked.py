@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from typing import Dict, Sequence
 
+from ..error import NotSupportedError
 from .csrc import PROTOTYPES, CKernel, ConvGeom, chunks_for
 
 #: Channels per block.
@@ -192,9 +193,9 @@ def blocked_pool(op: str, g: ConvGeom, count_include_pad: bool) -> CKernel:
     """MaxPool or AveragePool on blocked tensors (buffers: out [N, CB, OH, OW, 16], in [N, CB, H, W, 16]); ``g``'s
     output size already holds ceil_mode. One work item per output row of a channel block."""
     if op not in POOL_KINDS:
-        raise ValueError("blocked_pool: op %r is not MaxPool or AveragePool" % (op,))
+        raise NotSupportedError("blocked_pool: op %r is not MaxPool or AveragePool" % (op,))
     if min(g.pt, g.pl, g.pb, g.pr) < 0 or min(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.oh, g.ow) < 1:
-        raise ValueError("blocked_pool: negative padding or a size below 1 in %r" % (g,))
+        raise NotSupportedError("blocked_pool: negative padding or a size below 1 in %r" % (g,))
     cb = blocks(g.c)
     items = g.n * cb * g.oh
     chunks = chunks_for(items, g.ow * g.kh * g.kw * LANES)

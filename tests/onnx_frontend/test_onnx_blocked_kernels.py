@@ -19,6 +19,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
+from svod_min.error import NotSupportedError  # noqa: E402
 from svod_min.onnx import csrc, csrc_blocked  # noqa: E402
 from svod_min.onnx.csrc import CKernel, ConvGeom  # noqa: E402
 
@@ -192,9 +193,11 @@ def test_blocked_global_pools(shape: Tuple[int, int, int, int]) -> None:
     assert_close(top, want)
 
 
-def test_blocked_pool_refuses_other_ops() -> None:
-    with pytest.raises(ValueError, match="LpPool"):
+def test_blocked_pool_refuses_what_it_cannot_compute() -> None:
+    with pytest.raises(NotSupportedError, match="LpPool"):
         csrc_blocked.blocked_pool("LpPool", geometry((1, 1, 4, 4), (2, 2)), False)
+    with pytest.raises(NotSupportedError, match="negative padding"):
+        csrc_blocked.blocked_pool("MaxPool", geometry((1, 1, 4, 4), (2, 2), pads=(-1, 0, 0, 0)), False)
 
 
 def all_kernels() -> List[CKernel]:
