@@ -12,8 +12,7 @@ divisor is ONNX's count, (rows counted) x (columns counted), and the overhang of
 end padding never counts. They run in the same two passes (the window's rows element by element into a
 buffer of a tile of columns padded with -inf or 0, then its columns without bounds tests), one output row of
 one channel block per work item. A max takes the NaN-propagating step at every tap: on 16-lane pixels it
-costs a compare and a blend beside the max, less than the NCHW kernels' scan for NaN and second copy
-(measured on MaxPool 3x3/2 over [1, 256, 56, 56] at one thread: the scan-and-copy form ran ~10% slower).
+costs a compare and a blend beside the max, less than the NCHW kernels' scan for NaN and second copy.
 
 Same calling convention as :mod:`svod_min.onnx.csrc`.
 """
