@@ -144,6 +144,7 @@ ROW_FUNCTION = """static __attribute__((noinline)) void KNAME_row(const float *r
   if (hi > KH) hi = KH;
   long r = 0;
   for (long kh = 0; kh < KH; ++kh) { long ih = top + kh * DH; r += %(row_ok)s; }
+  float full = 1.0f / ((float)r * (float)KW);
   for (long t0 = 0; t0 < OW; t0 += OT) {
     long nt = OW - t0 < OT ? OW - t0 : OT;
     long left = t0 * SW - PL, tw = (nt - 1) * SW + (KW - 1) * DW + 1;
@@ -178,13 +179,22 @@ ROW_FUNCTION = """static __attribute__((noinline)) void KNAME_row(const float *r
       }
     }
   }
-  (void)r;
+  (void)r; (void)full;
 }
 """
-#: The average's multiplier of output column t0 + i: 1 / (rows counted x columns counted).
-AVG_SCALE = """      long cols = 0;
-      for (long kw = 0; kw < KW; ++kw) { long iw = (t0 + i) * SW - PL + kw * DW; cols += %(col_ok)s; }
-      float sc = 1.0f / ((float)r * (float)cols);
+#: The average's multiplier of output column t0 + i: 1 / (rows counted x columns counted), the row's ``full`` where
+#: the first and the last tap count (then all do), so that only the edge columns count theirs and divide.
+AVG_SCALE = """      float sc = full;
+      {
+        long iw = (t0 + i) * SW - PL;
+        int first = %(col_ok)s;
+        iw += (KW - 1) * DW;
+        if (!first || !(%(col_ok)s)) {
+          long cols = 0;
+          for (long kw = 0; kw < KW; ++kw) { iw = (t0 + i) * SW - PL + kw * DW; cols += %(col_ok)s; }
+          sc = 1.0f / ((float)r * (float)cols);
+        }
+      }
 """
 
 
