@@ -153,10 +153,10 @@ ROW_FUNCTION = """static __attribute__((noinline)) void KNAME_row(const float *r
     for (long e = 0; e < jlo * 16; ++e) buf[e] = %(pad)s;
     for (long e = jhi * 16; e < tw * 16; ++e) buf[e] = %(pad)s;
     if (lo == 0 && hi == KH) {
-      const float *xr = xp + (top * W + left) * 16;
+      const float *xr = xp + top * W * 16;
       for (long e = jlo * 16; e < jhi * 16; ++e) {
-        float acc = xr[e];
-        for (long kh = 1; kh < KH; ++kh) { float v = xr[kh * DH * W * 16 + e]; %(step)s }
+        float acc = xr[left * 16 + e];
+        for (long kh = 1; kh < KH; ++kh) { float v = xr[kh * DH * W * 16 + left * 16 + e]; %(step)s }
         buf[e] = acc;
       }
     } else if (lo >= hi) {
