@@ -14,9 +14,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
-from . import ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_rnn, ops_shape  # noqa: F401 - they fill the op table
+from . import ops_blocked, ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_rnn, ops_shape  # noqa: F401 - they fill the op table
 from .ir import Graph
 from .lower import Lowering, PlanParts, npy_bytes
+from .layout import block_channels
 from .parse import read_graph
 from .passes import run_passes
 from .table import OPS, check_graph
@@ -41,7 +42,7 @@ class OnnxBuild:
 def lower_graph(graph: Graph, description: str) -> PlanParts:
     """Checked IR -> plan document and files (passes included)."""
     check_graph(graph)
-    graph = run_passes(graph)
+    graph = block_channels(run_passes(graph))
     lowering = Lowering(graph)
     for node in graph.nodes:
         OPS[node.op].lower(lowering, node)

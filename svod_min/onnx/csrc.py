@@ -24,23 +24,26 @@ MAX_CHUNKS = 64
 
 @dataclass(frozen=True)
 class CKernel:
-    """A generated kernel: entry name, C text, pointer count, element counts each buffer must hold, calls."""
+    """A generated kernel: entry name, C text, pointer count, element counts each buffer must hold, calls, and
+    compiler flags it adds to the target's (after them, so they win)."""
 
     name: str
     source: str
     extents: Tuple[int, ...]
     chunks: int
+    flags: Tuple[str, ...] = ()
 
     @property
     def buffers(self) -> int:
         return len(self.extents)
 
 
-def _finish(tag: str, body: str, extents: Sequence[int], chunks: int) -> CKernel:
-    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:12]
+def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = ()) -> CKernel:
+    """A CKernel named after the hash of its body and flags (equal ones share one compiled kernel)."""
+    digest = hashlib.sha256("\0".join([body, *flags]).encode("utf-8")).hexdigest()[:12]
     name = "svod_onnx_%s_%s" % (tag, digest)
-    source = PROTOTYPES + body.replace("KNAME", name)
-    return CKernel(name, source, tuple(int(e) for e in extents), max(1, int(chunks)))
+    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents),
+                   max(1, int(chunks)), tuple(flags))  # fmt: skip
 
 
 def chunks_for(items: int, work_per_item: int) -> int:
@@ -142,7 +145,7 @@ def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], ex
     lines += ["    for (long j = j0; j < j1; ++j) {", "      %s" % " ".join(loads),
               "      out[o + j] = %s;" % expr, "    }", "  }", "}", ""]
     extents = [n_out] + [max(1, int(math.prod(s))) for s in in_shapes[first:]]
-    return _finish(tag, "\n".join(lines), extents, chunks)
+    return make_kernel(tag, "\n".join(lines), extents, chunks)
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def conv2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, fl
        cg * g.kh * g.kw, g.oh * g.ow, g.oh, g.ow, "bias[oc]" if bias else "0.0f", cg, g.kh, g.sh, g.pt, g.dh, g.h,
        g.kw, g.sw, g.pl, g.dw, g.w, g.h, g.w, g.kh, g.kw, g.ow, store)  # fmt: skip
     extents = [g.n * g.oc * g.oh * g.ow, g.n * g.c * g.h * g.w, g.oc * cg * g.kh * g.kw] + ([g.oc] if bias else [])
-    return _finish("conv", body, extents, chunks)
+    return make_kernel("conv", body, extents, chunks)
 
 
 def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
@@ -246,7 +249,7 @@ def pool2d(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
 }
 """ % (per, per, planes, per, planes, g.h * g.w, g.oh * g.ow, g.oh, g.ow, init, g.kh, g.sh, g.pt, g.dh, g.kw, g.sw,
        g.pl, g.dw, g.h, g.w, g.h + g.pb, g.w + g.pr, "padded" if count_include_pad else "inside", g.w, step, g.ow, final)  # fmt: skip
-    return _finish("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+    return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
 
 
 #: LRN's power (bias + alpha/size sum)^beta for the betas CNNs use, as square roots (instructions that
@@ -290,7 +293,7 @@ def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: flo
 }
 """ % dict(per=per, planes=planes, block=LRN_BLOCK, c=c, before=(size - 1) // 2, after=-(-(size - 1) // 2),
            last=c - 1, hw=hw, bias=flt(bias), scale=flt(alpha / size), power=power)
-    return _finish("lrn", body, [planes * hw, planes * hw], chunks)
+    return make_kernel("lrn", body, [planes * hw, planes * hw], chunks)
 
 
 def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
@@ -303,7 +306,7 @@ def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
     for (long j = 0; j < %d; ++j) out[r * %d + %d + j] = x[r * %d + j];
 }
 """ % (per, per, outer, per, outer, length, total, offset, length)
-    return _finish("concat", body, [outer * total, outer * length], chunks)
+    return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 
 def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset: int, src_count: int, tag: str) -> CKernel:
@@ -321,7 +324,7 @@ def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset
     for axis in reversed(range(len(outer))):
         lines.append("    { long k = q %% %d; q /= %d; o += k * %d; s += k * %d; }" % (outer[axis], outer[axis], strides[0][axis], strides[1][axis]))
     lines += ["    for (long j = 0; j < %d; ++j) out[o + j] = x[s + j * %d];" % (last, strides[1][-1]), "  }", "}", ""]
-    return _finish(tag, "\n".join(lines), [n_out, src_count], chunks)
+    return make_kernel(tag, "\n".join(lines), [n_out, src_count], chunks)
 
 
 #: Softmax's exp of x - max (never above 0): a polynomial the compiler vectorises, unlike a libm call. Below -87
@@ -381,7 +384,7 @@ def softmax_axis(outer: int, red: int, inner: int, log: bool) -> CKernel:
 """ % dict(per=per, items=items, block=block, blocks=blocks, plane=red * inner, inner=inner, red=red, store=store,
            total="logf(s[i])" if log else "1.0f / s[i]", final=final,
            source="const float *restrict v = x + b + k * %d; " % inner if log else "")
-    return _finish("softmax", body, [outer * red * inner, outer * red * inner], chunks)
+    return make_kernel("softmax", body, [outer * red * inner, outer * red * inner], chunks)
 
 
 def _softmax_rows(rows: int, cols: int, log: bool) -> CKernel:
@@ -414,7 +417,7 @@ def _softmax_rows(rows: int, cols: int, log: bool) -> CKernel:
   }
 }
 """ % dict(per=per, rows=rows, cols=cols, store=store, tail_store=tail_store, total="logf(s)" if log else "1.0f / s", final=final)
-    return _finish("softmax", body, [rows * cols, rows * cols], chunks)
+    return make_kernel("softmax", body, [rows * cols, rows * cols], chunks)
 
 
 def reduce_axis(outer: int, red: int, inner: int, kind: str) -> CKernel:
@@ -440,7 +443,7 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str) -> CKernel:
   }
 }
 """ % (per, per, items, per, items, inner, red * inner, inner, init, red, inner, step, final)
-    return _finish("reduce", body, [items, outer * red * inner], chunks)
+    return make_kernel("reduce", body, [items, outer * red * inner], chunks)
 
 
 def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float) -> CKernel:
@@ -457,7 +460,7 @@ def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int],
         lines.append("    { long k = q %% %d - %d; q /= %d; inside &= k >= 0 && k < %d; s += k * %d; }" % (
             out_shape[axis], begin[axis], out_shape[axis], in_shape[axis], in_strides[axis]))
     lines += ["    out[i] = inside ? x[s] : %s;" % flt(value), "  }", "}", ""]
-    return _finish("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
+    return make_kernel("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
 
 
 def im2col(g: ConvGeom) -> CKernel:
@@ -482,4 +485,4 @@ def im2col(g: ConvGeom) -> CKernel:
 }
 """ % (per, per, rows, per, rows, g.kh * g.kw, g.kw, g.kh, g.kw, g.oh * g.ow, g.h * g.w, g.oh, g.sh, g.pt, g.dh, g.ow,
        g.sw, g.pl, g.dw, g.ow, g.h, g.w, g.w)  # fmt: skip
-    return _finish("im2col", body, [rows * g.oh * g.ow, g.c * g.h * g.w], chunks)
+    return make_kernel("im2col", body, [rows * g.oh * g.ow, g.c * g.h * g.w], chunks)

@@ -19,11 +19,10 @@ Same calling convention as :mod:`svod_min.onnx.csrc`.
 
 from __future__ import annotations
 
-import hashlib
-from typing import Dict, Sequence
+from typing import Dict, Tuple
 
 from ..error import NotSupportedError
-from .csrc import PROTOTYPES, CKernel, ConvGeom, chunks_for
+from .csrc import CKernel, ConvGeom, chunks_for, make_kernel
 
 #: Channels per block.
 LANES = 16
@@ -35,15 +34,15 @@ NAN_STEP = "acc = (v > acc || v != v) ? v : acc;"
 POOL_KINDS = {"MaxPool": ("-(1e39f)", NAN_STEP), "AveragePool": ("0.0f", "acc += v;")}
 
 
-def make_named(tag: str, body: str, extents: Sequence[int], chunks: int) -> CKernel:
-    """A CKernel named after the hash of its body (equal bodies share one compiled kernel)."""
-    name = "svod_onnx_%s_%s" % (tag, hashlib.sha256(body.encode("utf-8")).hexdigest()[:12])
-    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents), max(1, int(chunks)))
-
-
 def blocks(c: int) -> int:
     """Channel blocks of ``c`` channels."""
     return -(-c // LANES)
+
+
+def blocked_shape(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The physical shape [N, CB, H, W, 16] of a plain [N, C, H, W]."""
+    n, c, h, w = shape
+    return (n, blocks(c), h, w, LANES)
 
 
 def _range_head(items: int, chunks: int) -> str:
@@ -100,7 +99,7 @@ def to_blocked(n: int, c: int, h: int, w: int) -> CKernel:
                           load="nchw + k * (long)(H * W) + iw", store="blk + (iw + k) * 16", transpose=transpose16(),
                           element="blk[iw * 16 + l] = nchw[l * (long)(H * W) + iw]",
                           zero="      for (long l = lanes; l < 16; ++l) blk[iw * 16 + l] = 0.0f;\n")  # fmt: skip
-    return make_named("to_blocked", body.replace("float *blk", "float *restrict blk"), [n * cb * h * w * LANES, n * c * h * w], chunks)
+    return make_kernel("to_blocked", body.replace("float *blk", "float *restrict blk"), [n * cb * h * w * LANES, n * c * h * w], chunks)
 
 
 def from_blocked(n: int, c: int, h: int, w: int) -> CKernel:
@@ -111,7 +110,7 @@ def from_blocked(n: int, c: int, h: int, w: int) -> CKernel:
                           load="blk + (iw + k) * 16", store="nchw + k * (long)(H * W) + iw", transpose=transpose16(),
                           element="nchw[l * (long)(H * W) + iw] = blk[iw * 16 + l]", zero="")  # fmt: skip
     body = body.replace("const float *nchw", "float *restrict nchw").replace("float *blk", "const float *restrict blk")
-    return make_named("from_blocked", body, [n * c * h * w, n * cb * h * w * LANES], chunks)
+    return make_kernel("from_blocked", body, [n * c * h * w, n * cb * h * w * LANES], chunks)
 
 
 def _geometry_enum(g: ConvGeom, tile: int) -> str:
@@ -220,7 +219,7 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
 }
 """ % dict(enum=fill["enum"], head=_range_head(items, chunks), buf=LANES * TILE_COLUMNS)  # fmt: skip
     tag = "bpool_max" if is_max else "bpool_avg"
-    return make_named(tag, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks)
+    return make_kernel(tag, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks)
 
 
 #: A global pool of one channel block into the NCHW output's real channels: four 16-lane accumulators over the
@@ -258,7 +257,7 @@ def _global_pool(tag: str, n: int, c: int, h: int, w: int, init: str, step: str,
     items = n * cb
     chunks = chunks_for(items, h * w * LANES)
     body = GLOBAL_BODY % dict(c=c, cb=cb, hw=h * w, head=_range_head(items, chunks), init=init, step=step, final=final)
-    return make_named(tag, body, [n * c, items * h * w * LANES], chunks)
+    return make_kernel(tag, body, [n * c, items * h * w * LANES], chunks)
 
 
 def blocked_global_avgpool(n: int, c: int, h: int, w: int) -> CKernel:

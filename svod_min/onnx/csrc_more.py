@@ -8,21 +8,13 @@ output position of one axis) and known at build time.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Dict, Optional, Sequence
 
-from .csrc import PROTOTYPES, CKernel, ConvGeom, activation, chunks_for, contiguous_strides, flt
+from .csrc import CKernel, ConvGeom, activation, chunks_for, contiguous_strides, flt, make_kernel
 
 #: C type of each run-time dtype a generated kernel reads or writes.
 C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}
-
-
-def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int) -> CKernel:
-    """A CKernel named after the hash of its body (equal bodies share one compiled kernel)."""
-    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:12]
-    name = "svod_onnx_%s_%s" % (tag, digest)
-    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents), max(1, int(chunks)))
 
 
 def _range_head(per: int, total: int, var: str = "i") -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from .csrc import CKernel, ConvGeom, chunks_for
-from .csrc_more import make_kernel
+from .csrc import make_kernel
 
 #: The widest padded row (elements, on the stack) the row kernel holds.
 POOL_ROW_MAX = 8192

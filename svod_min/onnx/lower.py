@@ -112,6 +112,8 @@ class Lowering:
         self.kernels.setdefault(kernel.name, {
             "source": kernel.source, "buffers": kernel.buffers, "outputs": list(outputs), "vars": ["core_id"],
             "global_size": [kernel.chunks, 1, 1], "extents": {str(i): e for i, e in enumerate(kernel.extents)}})  # fmt: skip
+        if kernel.flags:
+            self.kernels[kernel.name]["flags"] = list(kernel.flags)
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
     def copy(self, dst: str, src: str) -> None:

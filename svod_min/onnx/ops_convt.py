@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import csrc_more
-from .csrc import CKernel, ConvGeom, chunks_for
+from .csrc import CKernel, ConvGeom, chunks_for, make_kernel
 from .ops_elementwise import F32
 from .ir import Graph, Node
 from .lower import Lowering
@@ -152,4 +152,4 @@ def col2im(g: ConvGeom, bias: bool) -> CKernel:
        "plane": g.oh * g.ow, "oh": g.oh, "ow": g.ow, "init": "bias[o]" if bias else "0.0f", "kh": g.kh, "kw": g.kw,
        "pt": g.pt, "pl": g.pl, "dh": g.dh, "dw": g.dw, "sh": g.sh, "sw": g.sw, "h": g.h, "w": g.w}  # fmt: skip
     extents = [planes * g.oh * g.ow, g.n * g.groups * col_rows(g) * g.h * g.w] + ([g.oc] if bias else [])
-    return csrc_more.make_kernel("col2im", body, extents, chunks)
+    return make_kernel("col2im", body, extents, chunks)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from . import csrc_more
-from .csrc import flt
+from .csrc import CKernel, flt, make_kernel
 from .ir import Graph, Node
 from .lower import Lowering
 from .table import ANY, Rule, one_of, register
@@ -135,7 +134,7 @@ def _rows(k: Dict[str, Any]) -> Dict[str, str]:
     return {"x": f"(b * {T} + t) * {I}", "y": f"((b * {T} + t) * {D} + d) * {H}", "s": f"(b * {D} + d) * {H}"}
 
 
-def rnn_kernel(op: str, k: Dict[str, Any], node: Node) -> csrc_more.CKernel:
+def rnn_kernel(op: str, k: Dict[str, Any], node: Node) -> CKernel:
     a = node.attrs
     clip = float(a["clip"]) if "clip" in a else None
     T, B, D, H, G = k["T"], k["B"], k["D"], k["H"], k["G"]
@@ -174,7 +173,7 @@ def rnn_kernel(op: str, k: Dict[str, Any], node: Node) -> csrc_more.CKernel:
 """
     state = D * B * H
     extents = [T * D * B * H, state, state, D * B * (G + H), T * B * k["I"], D * G * k["I"], D * G * H, D * 2 * G, B, state, state, D * 3 * H]
-    return csrc_more.make_kernel(op.lower(), body, [e for e, keep in zip(extents, present) if keep], D * B)
+    return make_kernel(op.lower(), body, [e for e, keep in zip(extents, present) if keep], D * B)
 
 
 RNN_ATTRS = dict(activation_alpha=ANY, activation_beta=ANY, clip=ANY, direction=one_of("forward", "reverse", "bidirectional"),

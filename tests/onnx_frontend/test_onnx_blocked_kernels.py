@@ -7,11 +7,8 @@ The blocked inputs carry large finite garbage in their padding channels: none ma
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any, List, Sequence, Tuple
 
@@ -22,51 +19,7 @@ np = pytest.importorskip("numpy")
 from svod_min.error import NotSupportedError  # noqa: E402
 from svod_min.onnx import csrc, csrc_blocked  # noqa: E402
 from svod_min.onnx.csrc import CKernel, ConvGeom  # noqa: E402
-
-CC = shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
-needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (clang, gcc or cc) to build the kernels")
-#: Padding channels of the blocked inputs: finite, and larger than any real value, so a leak shows.
-GARBAGE = 3.0e38
-_BUILD = tempfile.TemporaryDirectory(prefix="svod_blocked_")
-
-
-@functools.lru_cache(maxsize=None)
-def _library(source: str, name: str) -> Any:
-    """The kernel compiled as a shared object (once per source) and its entry point."""
-    path = Path(_BUILD.name)
-    (path / (name + ".c")).write_text(source)
-    subprocess.run([str(CC), "-O2", "-shared", "-fPIC", "-w", "-o", str(path / (name + ".so")), str(path / (name + ".c")), "-lm"],
-                   check=True)  # fmt: skip
-    entry = getattr(ctypes.CDLL(str(path / (name + ".so"))), name)
-    entry.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-    entry.restype = None
-    return entry
-
-
-def run(kernel: CKernel, src: Any) -> Any:
-    """The kernel's output for ``src`` (float32, flat), every core_id in turn."""
-    assert kernel.buffers == 2 and src.size == kernel.extents[1]
-    src = np.ascontiguousarray(src, dtype=np.float32).reshape(-1)
-    out = np.full(kernel.extents[0], np.float32(-7.25))
-    entry = _library(kernel.source, kernel.name)
-    for core_id in range(kernel.chunks):
-        entry(out.ctypes.data, src.ctypes.data, core_id)
-    return out
-
-
-def block(x: Any, pad_value: float = GARBAGE) -> Any:
-    """NCHW -> [N, CB, H, W, 16] with numpy, ``pad_value`` in the padding channels."""
-    n, c, h, w = x.shape
-    cb = -(-c // 16)
-    padded = np.full((n, cb * 16, h, w), pad_value, dtype=np.float32)
-    padded[:, :c] = x
-    return np.ascontiguousarray(padded.reshape(n, cb, 16, h, w).transpose(0, 1, 3, 4, 2))
-
-
-def unblock(y: Any, c: int) -> Any:
-    """[N, CB, H, W, 16] -> NCHW (the real channels)."""
-    n, cb, h, w, _ = y.shape
-    return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * 16, h, w)[:, :c]
+from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 
 
 def geometry(shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),

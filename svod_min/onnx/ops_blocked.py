@@ -1,0 +1,82 @@
+"""Lowerings of the blocked-layout ops the layout pass (:mod:`.layout`) emits.
+
+Each reads its geometry from the plain tensors the node stands for (``layout.logical``) and runs one generated
+kernel on the blocked ones: the convolution of :mod:`.csrc_blocked_conv` (weights and bias packed here, once),
+the reorders, pools and global pool of :mod:`.csrc_blocked`, and a per-channel affine as a broadcasting
+elementwise kernel over [1, CB, 1, 1, 16] constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import csrc, csrc_blocked
+from .conv_kernels import residual_of
+from .csrc_blocked import LANES, blocks
+from .csrc_blocked_conv import blocked_conv, pack_weights, pad_bias
+from .ir import Node
+from .layout import BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL, FROM_BLOCKED, TO_BLOCKED, logical
+from .lower import Lowering
+from .ops_elementwise import activation_of
+from .ops_nn import geometry
+from .table import register
+
+
+def _plain_shape(L: Lowering, node: Node) -> tuple:
+    return L.value(node.attrs["_plain_inputs"][0]).shape
+
+
+@register([TO_BLOCKED], "plain [N, C, H, W] -> blocked [N, CB, H, W, 16], padding channels zero")
+def lower_to_blocked(L: Lowering, node: Node) -> None:
+    L.source(csrc_blocked.to_blocked(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
+
+
+@register([FROM_BLOCKED], "blocked -> plain")
+def lower_from_blocked(L: Lowering, node: Node) -> None:
+    L.source(csrc_blocked.from_blocked(*L.value(node.outputs[0]).shape), [node.outputs[0], node.inputs[0]])
+
+
+@register([BLOCKED_CONV], "group-1 2-D convolution on blocked tensors; bias, activation and residual in the store")
+def lower_blocked_conv(L: Lowering, node: Node) -> None:
+    plain = logical(node)
+    w = L.graph.const(node.inputs[1]).astype(np.float32)
+    g = geometry(L, plain, w.shape[2:], w.shape[0], 1)
+    bias_name = node.inputs[2] if len(node.inputs) > 2 else ""
+    bias = L.graph.const(bias_name) if bias_name else None
+    residual = residual_of(node)
+    kind, params = activation_of(node)
+    kernel = blocked_conv(g, kind, params, bool(residual))
+    packed = L.const(pack_weights(w), node.inputs[1] + "~nchwc")
+    padded = L.const(pad_bias(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
+    L.source(kernel, [node.outputs[0], node.inputs[0], packed, padded] + ([residual] if residual else []))
+
+
+@register([BLOCKED_POOL], "MaxPool / AveragePool on blocked tensors")
+def lower_blocked_pool(L: Lowering, node: Node) -> None:
+    plain = logical(node)
+    c = _plain_shape(L, node)[1]
+    g = geometry(L, plain, list(node.attrs["kernel_shape"]), c)
+    op = node.attrs["_op"]
+    kernel = csrc_blocked.blocked_pool(op, g, bool(int(node.attrs.get("count_include_pad", 0))))
+    L.source(kernel, [node.outputs[0], node.inputs[0]])
+
+
+@register([BLOCKED_GLOBAL_POOL], "GlobalAveragePool of a blocked tensor, written plain")
+def lower_blocked_global_pool(L: Lowering, node: Node) -> None:
+    L.source(csrc_blocked.blocked_global_avgpool(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
+
+
+@register([BLOCKED_AFFINE], "x * scale[c] + shift[c] (+ activation) on a blocked tensor")
+def lower_blocked_affine(L: Lowering, node: Node) -> None:
+    x, scale, shift = node.inputs
+    shape = L.value(x).shape
+    channel = (1, shape[1], 1, 1, LANES)
+    consts = []
+    for name in (scale, shift):
+        data = np.zeros(blocks(_plain_shape(L, node)[1]) * LANES, np.float32)
+        values = L.graph.const(name).reshape(-1)
+        data[: values.size] = values
+        consts.append(L.const(data.reshape(channel), name + "~nchwc"))
+    kind, params = activation_of(node)
+    expr = csrc.activation(kind, params, "(x0 * x1 + x2)")
+    L.source(csrc.elementwise(shape, [shape, channel, channel], expr, tag="baffine"), [node.outputs[0], x] + consts)
