@@ -1,0 +1,235 @@
+"""The blocked channel layout (NCHWc) in whole ONNX graphs: each small graph, with seeded random weights, is built
+into a bundle for this host, run, and compared with onnxruntime; and the layout pass
+(``layout.block_channels`` after ``passes.run_passes``, as ``build.lower_graph`` runs them) is checked to take the
+path the case is about, by the ops it leaves: how many convolutions run blocked, how many reorders there are and
+where. Cases: a convolution chain, ResNet blocks whose residual Add is fused (shortcut blocked, or the graph input
+reordered), pools between blocked convolutions, the global average pool writing plain, an unfoldable
+BatchNormalization as a blocked affine, channel Concats of whole blocks (blocked) or not (plain), a blocked tensor
+read by plain ops too or also a graph output, a 3-channel input (never reordered), and the convolutions that stay
+plain (groups, a 1x1 16->16 from a plain input)."""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any, Dict, List, Sequence, Tuple
+
+import pytest
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+import onnx  # noqa: E402
+from onnx import helper  # noqa: E402
+
+from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
+from svod_min.onnx import build  # noqa: E402,F401 - importing it fills the op table check_graph reads
+from svod_min.onnx.ir import Graph  # noqa: E402
+from svod_min.onnx.layout import (BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL,  # noqa: E402
+                                  FROM_BLOCKED, TO_BLOCKED, block_channels)  # fmt: skip
+from svod_min.onnx.parse import read_graph  # noqa: E402
+from svod_min.onnx.passes import run_passes  # noqa: E402
+from svod_min.onnx.table import check_graph  # noqa: E402
+
+OPSET = 17
+
+
+class Net:
+    """A graph under construction: nodes, and constants drawn from one seeded generator."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: List[Any] = []
+        self.consts: Dict[str, np.ndarray] = {}
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        self.consts[name] = value.astype(np.float32)
+        return name
+
+    def conv(self, x: str, y: str, c: int, oc: int, k: int = 3, pads: Sequence[int] = (1, 1, 1, 1), group: int = 1,
+             **attrs: Any) -> str:  # fmt: skip
+        w = self.rng.standard_normal((oc, c // group, k, k)) / np.sqrt(c // group * k * k)
+        inputs = [x, self.const(y + "_w", w), self.const(y + "_b", self.rng.standard_normal(oc) * 0.3)]
+        self.nodes.append(helper.make_node("Conv", inputs, [y], kernel_shape=[k, k], pads=list(pads), group=group, **attrs))
+        return y
+
+    def op(self, op: str, inputs: Sequence[str], y: str, **attrs: Any) -> str:
+        self.nodes.append(helper.make_node(op, list(inputs), [y], **attrs))
+        return y
+
+    def batchnorm(self, x: str, y: str, c: int) -> str:
+        stats = [self.rng.standard_normal(c) * 0.5 + 1.0, self.rng.standard_normal(c) * 0.2,
+                 self.rng.standard_normal(c) * 0.2, self.rng.uniform(0.5, 1.5, c)]  # fmt: skip
+        names = [self.const("%s_%s" % (y, part), v) for part, v in zip(("scale", "bias", "mean", "var"), stats)]
+        return self.op("BatchNormalization", [x] + names, y)
+
+    def model(self, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str]) -> onnx.ModelProto:
+        return graph_model(self.nodes, inputs, outputs, OPSET, self.consts)
+
+
+def layout_of(model: onnx.ModelProto, directory: str) -> Graph:
+    """The graph the lowering lowers: read as ``build`` reads it, checked, passed, laid out."""
+    path = os.path.join(directory, "layout.onnx")
+    onnx.save(model, path)
+    graph = read_graph(path, {}, {})
+    check_graph(graph)
+    return block_channels(run_passes(graph))
+
+
+def op_counts(graph: Graph) -> Dict[str, int]:
+    return dict(collections.Counter(node.op for node in graph.nodes))
+
+
+def check(model: onnx.ModelProto, tmp_path: Any, expect: Dict[str, int], tol: float = 5e-4) -> Graph:
+    """Assert the laid-out graph holds ``expect``'s op counts (0: none), and that the bundle matches onnxruntime."""
+    graph = layout_of(model, str(tmp_path))
+    counts = op_counts(graph)
+    assert {op: counts.get(op, 0) for op in expect} == expect, counts
+    feeds = random_inputs(model)
+    want = run_ort(model, feeds)
+    m = build_and_load(model, str(tmp_path))
+    got = m.run(feeds)
+    for value, name in zip(want, m.output_names):
+        assert got[name].shape == value.shape, name
+        assert max_rel_error(got[name], value) < tol, (name, max_rel_error(got[name], value))
+    return graph
+
+
+def producer_of(graph: Graph, name: str) -> Any:
+    return next(node for node in graph.nodes if name in node.outputs)
+
+
+def test_conv_chain_reorders_once_each_way(tmp_path: Any) -> None:
+    net = Net(1)
+    net.op("Relu", [net.conv("x", "a", 16, 32)], "ar")
+    net.conv("ar", "y", 32, 32)
+    check(net.model([("x", (1, 16, 12, 12))], ["y"]), tmp_path,
+          {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Conv": 0, "Relu": 0})  # fmt: skip
+
+
+def test_resnet_block_fuses_a_blocked_shortcut(tmp_path: Any) -> None:
+    net = Net(2)
+    t = net.op("Relu", [net.conv("x", "a", 16, 32)], "t")
+    u = net.op("Relu", [net.conv(t, "b", 32, 32)], "u")
+    net.op("Relu", [net.op("Add", [net.conv(u, "c", 32, 32), t], "s")], "y")
+    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0, "Relu": 0})  # fmt: skip
+    fused = [n for n in graph.nodes if n.op == BLOCKED_CONV and len(n.inputs) > 3]
+    assert [n.inputs[3] for n in fused] == ["t~nchwc"]
+
+
+def test_resnet_block_reorders_a_plain_input_shortcut(tmp_path: Any) -> None:
+    """The shortcut is the graph input: it is reordered once, for the first convolution and the residual both."""
+    net = Net(3)
+    t = net.op("Relu", [net.conv("x", "a", 32, 32)], "t")
+    net.op("Relu", [net.op("Add", [net.conv(t, "b", 32, 32), "x"], "s")], "y")
+    graph = check(net.model([("x", (2, 32, 9, 11))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0})  # fmt: skip
+    assert producer_of(graph, "x~nchwc").op == TO_BLOCKED
+    assert [n.inputs[3] for n in graph.nodes if n.op == BLOCKED_CONV and len(n.inputs) > 3] == ["x~nchwc"]
+
+
+def test_pools_between_blocked_convs(tmp_path: Any) -> None:
+    net = Net(4)
+    a = net.op("Relu", [net.conv("x", "a", 16, 32)], "ar")
+    p = net.op("MaxPool", [a], "p", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)  # 17 -> 8
+    b = net.conv(p, "b", 32, 32)
+    q = net.op("AveragePool", [b], "q", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+               count_include_pad=1)  # fmt: skip
+    c = net.conv(q, "c", 32, 48, k=1, pads=(0, 0, 0, 0))
+    net.op("AveragePool", [c], "y", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1)
+    check(net.model([("x", (2, 16, 17, 17))], ["y"]), tmp_path,
+          {BLOCKED_CONV: 3, BLOCKED_POOL: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "MaxPool": 0, "AveragePool": 0})  # fmt: skip
+
+
+def test_global_average_pool_writes_plain(tmp_path: Any) -> None:
+    net = Net(5)
+    g = net.op("GlobalAveragePool", [net.op("Relu", [net.conv("x", "a", 16, 40)], "ar")], "g")
+    net.op("Flatten", [g], "y")
+    check(net.model([("x", (1, 16, 13, 13))], ["y"]), tmp_path,
+          {BLOCKED_CONV: 1, BLOCKED_GLOBAL_POOL: 1, TO_BLOCKED: 1, FROM_BLOCKED: 0})  # fmt: skip
+
+
+def test_unfoldable_batchnorm_is_a_blocked_affine(tmp_path: Any) -> None:
+    """A Relu between the convolution and the BatchNormalization keeps it from folding into the weights."""
+    net = Net(6)
+    a = net.op("Relu", [net.conv("x", "a", 16, 24)], "ar")
+    bn = net.op("Relu", [net.batchnorm(a, "bn", 24)], "bnr")
+    net.conv(bn, "y", 24, 32)
+    graph = check(net.model([("x", (1, 16, 11, 11))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 2, BLOCKED_AFFINE: 1, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Relu": 0})  # fmt: skip
+    affine = next(n for n in graph.nodes if n.op == BLOCKED_AFFINE)
+    assert affine.fused.get("activation", ("",))[0] == "Relu"
+
+
+def test_concat_of_whole_blocks_stays_blocked(tmp_path: Any) -> None:
+    net = Net(7)
+    cat = net.op("Concat", [net.conv("x", "a", 16, 16), net.conv("x", "b", 16, 32)], "cat", axis=1)
+    net.conv(cat, "y", 48, 32)
+    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
+    concat = producer_of(graph, "cat~nchwc")
+    assert concat.op == "Concat" and concat.inputs == ["a~nchwc", "b~nchwc"]
+
+
+def test_concat_of_partial_blocks_goes_plain(tmp_path: Any) -> None:
+    """24 + 40 channels: the second input's channels would not start a block, so the Concat runs plain."""
+    net = Net(8)
+    cat = net.op("Concat", [net.conv("x", "a", 16, 24), net.conv("x", "b", 16, 40)], "cat", axis=1)
+    net.conv(cat, "y", 64, 32)
+    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 2, FROM_BLOCKED: 3})  # fmt: skip
+    assert producer_of(graph, "cat").op == "Concat"
+    assert producer_of(graph, "cat~nchwc").op == TO_BLOCKED
+
+
+def test_blocked_tensor_read_by_plain_ops_reorders_once(tmp_path: Any) -> None:
+    net = Net(9)
+    t = net.conv("x", "t", 16, 32)
+    net.op("Transpose", [t], "y1", perm=[0, 2, 3, 1])
+    net.op("Softmax", [t], "y2", axis=1)
+    net.conv(t, "y3", 32, 16)
+    graph = check(net.model([("x", (1, 16, 8, 8))], ["y1", "y2", "y3"]), tmp_path,
+                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2, "Transpose": 1, "Softmax": 1})  # fmt: skip
+    reorders = [n for n in graph.nodes if n.op == FROM_BLOCKED]
+    assert sorted(n.outputs[0] for n in reorders) == ["t", "y3"]
+    order = [n.op for n in graph.nodes]
+    assert order.index(FROM_BLOCKED) < order.index("Transpose")  # emitted before its first plain reader
+
+
+def test_blocked_tensor_that_is_a_graph_output(tmp_path: Any) -> None:
+    net = Net(10)
+    t = net.op("Relu", [net.conv("x", "a", 16, 32)], "t")
+    net.conv(t, "y", 32, 32)
+    graph = check(net.model([("x", (1, 16, 9, 9))], ["t", "y"]), tmp_path,
+                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2})  # fmt: skip
+    assert sorted(n.outputs[0] for n in graph.nodes if n.op == FROM_BLOCKED) == ["t", "y"]
+    second = producer_of(graph, "y~nchwc")
+    assert second.op == BLOCKED_CONV and second.inputs[0] == "t~nchwc"
+
+
+def test_three_channel_input_is_never_reordered(tmp_path: Any) -> None:
+    """A 3-channel input is read as it is (a plain Conv, or a first layer reading plain channels): copying it into
+    16-lane blocks would move five times its size; the convolution after it runs blocked."""
+    net = Net(11)
+    a = net.op("Relu", [net.conv("x", "a", 3, 16)], "ar")
+    net.conv(a, "y", 16, 32)
+    graph = check(net.model([("x", (1, 3, 14, 14))], ["y"]), tmp_path, {FROM_BLOCKED: 1})
+    readers = [n.op for n in graph.nodes if "x" in n.inputs]
+    assert readers in (["Conv"], [BLOCKED_CONV]), readers  # no svod.ToBlocked among them
+    assert producer_of(graph, "y~nchwc").op == BLOCKED_CONV
+
+
+@pytest.mark.parametrize("case", ["grouped", "1x1-16-16"])
+def test_convs_below_the_rules_stay_plain(case: str, tmp_path: Any) -> None:
+    """A grouped convolution, and a 1x1 16->16 from a plain input (16 multiply-adds per copied element, below the
+    start threshold), never reorder."""
+    net = Net(12)
+    if case == "grouped":
+        net.conv("x", "y", 32, 32, group=2)
+        shape: Tuple[int, ...] = (1, 32, 10, 10)
+    else:
+        net.conv("x", "y", 16, 16, k=1, pads=(0, 0, 0, 0))
+        shape = (2, 16, 10, 10)
+    check(net.model([("x", shape)], ["y"]), tmp_path, {"Conv": 1, BLOCKED_CONV: 0, TO_BLOCKED: 0, FROM_BLOCKED: 0})
