@@ -3,10 +3,10 @@ into a bundle for this host, run, and compared with onnxruntime; and the layout 
 (``layout.block_channels`` after ``passes.run_passes``, as ``build.lower_graph`` runs them) is checked to take the
 path the case is about, by the ops it leaves: how many convolutions run blocked, how many reorders there are and
 where. Cases: a convolution chain, ResNet blocks whose residual Add is fused (shortcut blocked, or the graph input
-reordered), pools between blocked convolutions, the global average pool writing plain, an unfoldable
-BatchNormalization as a blocked affine, channel Concats of whole blocks (blocked) or not (plain), a blocked tensor
-read by plain ops too or also a graph output, a 3-channel input (never reordered), and the convolutions that stay
-plain (groups, a 1x1 16->16 from a plain input)."""
+reordered), pools between blocked convolutions, same-shape elementwise ops and unfused activations, the global
+average pool writing plain, an unfoldable BatchNormalization as a blocked affine, channel Concats of whole blocks
+(blocked) or not (plain), a blocked tensor read by plain ops too or also a graph output, a 3-channel input (never
+reordered), and the convolutions that stay plain (groups, a 1x1 16->16 from a plain input)."""
 
 from __future__ import annotations
 
@@ -141,6 +141,18 @@ def test_pools_between_blocked_convs(tmp_path: Any) -> None:
     net.op("AveragePool", [c], "y", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1)
     check(net.model([("x", (2, 16, 17, 17))], ["y"]), tmp_path,
           {BLOCKED_CONV: 3, BLOCKED_POOL: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "MaxPool": 0, "AveragePool": 0})  # fmt: skip
+
+
+def test_elementwise_ops_of_blocked_tensors_stay_blocked(tmp_path: Any) -> None:
+    """A Mul of two blocked tensors and an activation no producer fuses (after a pool) run on the blocked data."""
+    net = Net(13)
+    prod = net.op("Mul", [net.conv("x", "a", 16, 32), net.conv("x", "b", 16, 32)], "prod")
+    pooled = net.op("MaxPool", [prod], "p", kernel_shape=[2, 2], strides=[2, 2])
+    net.conv(net.op("Sigmoid", [pooled], "sig"), "y", 32, 16)
+    graph = check(net.model([("x", (1, 16, 12, 12))], ["y"]), tmp_path,
+                  {BLOCKED_CONV: 3, BLOCKED_POOL: 1, "Mul": 1, "Sigmoid": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
+    assert producer_of(graph, "prod~nchwc").inputs == ["a~nchwc", "b~nchwc"]
+    assert producer_of(graph, "sig~nchwc").inputs == ["p~nchwc"]
 
 
 def test_global_average_pool_writes_plain(tmp_path: Any) -> None:
