@@ -32,18 +32,19 @@ class CKernel:
     extents: Tuple[int, ...]
     chunks: int
     flags: Tuple[str, ...] = ()
+    flops: int = 0
 
     @property
     def buffers(self) -> int:
         return len(self.extents)
 
 
-def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = ()) -> CKernel:
+def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0) -> CKernel:
     """A CKernel named after the hash of its body and flags (equal ones share one compiled kernel)."""
     digest = hashlib.sha256("\0".join([body, *flags]).encode("utf-8")).hexdigest()[:12]
     name = "svod_onnx_%s_%s" % (tag, digest)
     return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents),
-                   max(1, int(chunks)), tuple(flags))  # fmt: skip
+                   max(1, int(chunks)), tuple(flags), int(flops))  # fmt: skip
 
 
 def chunks_for(items: int, work_per_item: int) -> int:

@@ -50,40 +50,38 @@ def pad_bias(bias: Optional[np.ndarray], oc: int) -> np.ndarray:
 #: the register tile, at a third of the speed.
 _BODY = """typedef float svod_v16 __attribute__((vector_size(64), aligned(4)));
 #if defined(__AVX512F__)
-#define SVOD_BC_PIX 14
+#define SVOD_BC_ACC 28
 #elif defined(__aarch64__)
-#define SVOD_BC_PIX 3
+#define SVOD_BC_ACC 6
 #else
-#define SVOD_BC_PIX 2
+#define SVOD_BC_ACC 4
 #endif
+#define SVOD_BC_PIX (SVOD_BC_ACC / %(OT)d > 0 ? SVOD_BC_ACC / %(OT)d : 1)
 #pragma GCC diagnostic ignored "-Wpsabi"
 static inline __attribute__((always_inline)) svod_v16 KNAME_ld(const float *p) { svod_v16 v; __builtin_memcpy(&v, p, 64); return v; }
 static inline __attribute__((always_inline)) void KNAME_tile(float *restrict out, const float *restrict x,
     const float *restrict w, const float *restrict bias, const float *restrict res,
     long n, long ocb, long oh, long ow0, const int ot, const int tn, const int edge) {
-  svod_v16 acc[2][SVOD_BC_PIX];
+  svod_v16 acc[%(OT)d][SVOD_BC_PIX];
   for (int o = 0; o < ot; o++) {
     const svod_v16 b = KNAME_ld(bias + (ocb + o) * 16);
     for (int p = 0; p < tn; p++) acc[o][p] = b;
   }
-  const float *xn = x + n * (%(ICB)dL * %(H)d * %(W)d * 16);
+  const float *xn = x + n * %(XN)dL;
   for (long icb = 0; icb < %(ICB)d; icb++) {
     const int icn = icb == %(ICB)d - 1 ? %(LASTN)d : 16;
     for (long kh = 0; kh < %(KH)d; kh++) {
       const long ih = oh * %(SH)d - %(PT)d + kh * %(DH)d;
       if (ih < 0 || ih >= %(H)d) continue;
-      const float *xr = xn + (icb * %(H)d + ih) * (%(W)dL * 16);
+      const float *xr = xn + %(XROW)s;
       const float *w0 = w + ((ocb * %(ICB)d + icb) * %(KH)d + kh) * (%(KW)dL * 256);
-      const float *w1 = w0 + %(ICB)dL * %(KH)d * %(KW)d * 256;
       for (long kw = 0; kw < %(KW)d; kw++) {
         for (int ic = 0; ic < icn; ic++) {
-          const svod_v16 wa = KNAME_ld(w0 + (kw * 16 + ic) * 16);
-          const svod_v16 wb = ot > 1 ? KNAME_ld(w1 + (kw * 16 + ic) * 16) : wa;
+%(WLOADS)s
           for (int p = 0; p < tn; p++) {
             const long iw = (ow0 + p) * %(SW)d - %(PL)d + kw * %(DW)d;
-            const float xv = edge ? ((iw >= 0 && iw < %(W)d) ? xr[iw * 16 + ic] : 0.0f) : xr[iw * 16 + ic];
-            acc[0][p] += xv * wa;
-            if (ot > 1) acc[1][p] += xv * wb;
+            const float xv = edge ? ((iw >= 0 && iw < %(W)d) ? %(XAT)s : 0.0f) : %(XAT)s;
+%(FMAS)s
           }
         }
       }
@@ -115,37 +113,64 @@ void KNAME(float *restrict out, const float *restrict x, const float *restrict w
   const long items = %(ITEMS)d, per = %(PER)d;
   const long i0 = (long)core_id * per, i1 = i0 + per < items ? i0 + per : items;
   for (long i = i0; i < i1; i++) {
-    const long oh = i %% %(OH)d, pair = (i / %(OH)d) %% %(PAIRS)d, n = i / (%(OH)dL * %(PAIRS)d);
-    if (2 * pair + 1 < %(OCB)d)
-      KNAME_row(out, x, w, bias, %(RESARG)s, n, 2 * pair, oh, 2);
+    const long oh = i %% %(OH)d, group = (i / %(OH)d) %% %(GROUPS)d, n = i / (%(OH)dL * %(GROUPS)d);
+    if ((group + 1) * %(OT)d <= %(OCB)d)
+      KNAME_row(out, x, w, bias, %(RESARG)s, n, group * %(OT)d, oh, %(OT)d);
     else
-      KNAME_row(out, x, w, bias, %(RESARG)s, n, 2 * pair, oh, 1);
+      KNAME_row(out, x, w, bias, %(RESARG)s, n, group * %(OT)d, oh, %(LASTOT)d);
   }
 }
 #undef SVOD_BC_PIX
+#undef SVOD_BC_ACC
 """
 
 
-def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, float], residual: bool) -> CKernel:
-    """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked.
+def oc_tile(g: ConvGeom) -> int:
+    """Output-channel blocks per register tile: four where rows are short (a 7-pixel row fills the tile's other
+    dimension only half), else two."""
+    return 4 if g.ow <= 7 and blocks(g.oc) >= 4 else 2
 
-    Buffers: out [N, OCB, OH, OW, 16], x [N, ICB, H, W, 16], w packed (:func:`pack_weights`),
-    bias [OCB * 16] (:func:`pad_bias`), and residual shaped like out when ``residual``.
+
+def _weight_loads(ot: int, block_stride: int) -> str:
+    """One named vector per output-channel block of the tile (an array of them is kept in memory, not registers)."""
+    lines = ["          const svod_v16 wv0 = KNAME_ld(w0 + (kw * 16 + ic) * 16);"]
+    for o in range(1, ot):
+        lines.append("          const svod_v16 wv%d = ot > %d ? KNAME_ld(w0 + %dL + (kw * 16 + ic) * 16) : wv0;" % (o, o, o * block_stride))
+    return "\n".join(lines)
+
+
+def _fmas(ot: int) -> str:
+    return "\n".join("            %sacc[%d][p] += xv * wv%d;" % ("if (ot > %d) " % o if o else "", o, o) for o in range(ot))
+
+
+def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, float], residual: bool, plain_input: bool = False) -> CKernel:
+    """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked (the input
+    plain [N, C, H, W] with ``plain_input``: a first layer with few channels writes blocked without a reorder).
+
+    Buffers: out [N, OCB, OH, OW, 16], x, w packed (:func:`pack_weights`), bias [OCB * 16] (:func:`pad_bias`),
+    and residual shaped like out when ``residual``.
     """
     if g.groups != 1:
         raise ValueError("the blocked convolution takes one group, not %d" % g.groups)
-    icb, ocb = blocks(g.c), blocks(g.oc)
-    pairs = -(-ocb // 2)
-    items = g.n * pairs * g.oh
+    icb, ocb, ot = blocks(g.c), blocks(g.oc), oc_tile(g)
+    groups = -(-ocb // ot)
+    items = g.n * groups * g.oh
     macs = g.n * g.oc * g.oh * g.ow * g.c * g.kh * g.kw
     chunks = max(1, min(items, MAX_CHUNKS, macs // GRAIN_MACS))
-    values = {"ICB": icb, "OCB": ocb, "H": g.h, "W": g.w, "KH": g.kh, "KW": g.kw, "SH": g.sh, "SW": g.sw,
-              "PT": g.pt, "PL": g.pl, "DH": g.dh, "DW": g.dw, "OH": g.oh, "OW": g.ow, "PAIRS": pairs,
-              "LASTN": g.c - LANES * (icb - 1), "KWSPAN": (g.kw - 1) * g.dw, "ITEMS": items, "PER": -(-items // chunks),
-              "RES": " + res[at + j]" if residual else "", "RESPARAM": ", const float *restrict res" if residual else "",
-              "RESARG": "res" if residual else "0", "ACT": activation(act, act_params, "v")}  # fmt: skip
+    if plain_input:
+        layout = {"XN": g.c * g.h * g.w, "XROW": "(icb * 16 * %dL + ih) * %d" % (g.h, g.w), "XAT": "xr[ic * %dL + iw]" % (g.h * g.w)}
+        x_size = g.n * g.c * g.h * g.w
+    else:
+        layout = {"XN": icb * g.h * g.w * LANES, "XROW": "(icb * %d + ih) * %dL" % (g.h, g.w * LANES), "XAT": "xr[iw * 16 + ic]"}
+        x_size = g.n * icb * g.h * g.w * LANES
+    values = dict(layout, WLOADS=_weight_loads(ot, icb * g.kh * g.kw * LANES * LANES), FMAS=_fmas(ot), ICB=icb, OCB=ocb, OT=ot, GROUPS=groups, LASTOT=ocb - (groups - 1) * ot, H=g.h, W=g.w,
+                  KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PT=g.pt, PL=g.pl, DH=g.dh, DW=g.dw, OH=g.oh, OW=g.ow,
+                  LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
+                  ITEMS=items, PER=-(-items // chunks), RES=" + res[at + j]" if residual else "",
+                  RESPARAM=", const float *restrict res" if residual else "", RESARG="res" if residual else "0",
+                  ACT=activation(act, act_params, "v"))  # fmt: skip
     out_size = g.n * ocb * g.oh * g.ow * LANES
-    extents = [out_size, g.n * icb * g.h * g.w * LANES, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]
+    extents = [out_size, x_size, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]
     if residual:
         extents.append(out_size)
-    return make_kernel("bconv", _BODY % values, extents, chunks, OPT_FLAGS)
+    return make_kernel("bconv", _BODY % values, extents, chunks, OPT_FLAGS, flops=2 * macs)

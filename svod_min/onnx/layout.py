@@ -1,6 +1,7 @@
 """The layout pass: which tensors the lowering keeps in the blocked channel layout (NCHWc).
 
-A convolution with at least 16 channels in and out runs blocked (:mod:`.csrc_blocked_conv`). Its result stays
+A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`); one with fewer than 16
+plain channels in (a first layer) reads them plain and writes blocked. Its result stays
 blocked through the ops that read blocked tensors as they are: pools, the global average pool (which writes
 its result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
 channel Concat of inputs whose channel counts are multiples of 16. Every other reader, and a graph output,
@@ -81,6 +82,8 @@ class _Rewrite:
     def _blocked_input(self, name: str, index: int, op: str) -> str:
         if not name or self.graph.is_const(name) or (op == BLOCKED_CONV and index in (1, 2)):
             return name
+        if op == BLOCKED_CONV and index == 0 and name not in self.blocked and self.graph.values[name].shape[1] < LANES:
+            return name  # a first layer reads its few plain channels as they are
         if name not in self.blocked:
             self.blocked[name] = self._new_blocked(name)
             self._emit(TO_BLOCKED, [name], [self.blocked[name]])
@@ -128,9 +131,11 @@ class _Rewrite:
         if len(node.inputs) > 2 and node.inputs[2] and not g.is_const(node.inputs[2]) or not self._pads_ok(node):
             return False
         oc, c, kh, kw = g.values[w].shape
-        if c < LANES or oc < LANES or node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        if oc < LANES:
             return False
-        return x in self.blocked or oc * kh * kw >= START_MACS_PER_INPUT
+        if x in self.blocked:
+            return True
+        return oc * kh * kw >= START_MACS_PER_INPUT
 
     def _tensors(self, node: Node) -> Sequence[str]:
         return [n for n in node.inputs if n and not self.graph.is_const(n)]

@@ -114,6 +114,8 @@ class Lowering:
             "global_size": [kernel.chunks, 1, 1], "extents": {str(i): e for i, e in enumerate(kernel.extents)}})  # fmt: skip
         if kernel.flags:
             self.kernels[kernel.name]["flags"] = list(kernel.flags)
+        if kernel.flops:
+            self.kernels[kernel.name]["flops"] = kernel.flops
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
     def copy(self, dst: str, src: str) -> None:

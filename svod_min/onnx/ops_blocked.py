@@ -45,7 +45,8 @@ def lower_blocked_conv(L: Lowering, node: Node) -> None:
     bias = L.graph.const(bias_name) if bias_name else None
     residual = residual_of(node)
     kind, params = activation_of(node)
-    kernel = blocked_conv(g, kind, params, bool(residual))
+    plain_input = len(L.value(node.inputs[0]).shape) == 4  # a first layer's few channels, read plain
+    kernel = blocked_conv(g, kind, params, bool(residual), plain_input)
     packed = L.const(pack_weights(w), node.inputs[1] + "~nchwc")
     padded = L.const(pad_bias(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
     L.source(kernel, [node.outputs[0], node.inputs[0], packed, padded] + ([residual] if residual else []))

@@ -77,7 +77,7 @@ def for_level(kernel: CKernel, level: Optional[str]) -> CKernel:
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One convolution: plain input shape, OC, kernel, strides, pads (top, left, bottom, right), dilations, the
-    fused activation and whether a residual is added."""
+    fused activation, whether a residual is added and whether the input is read plain (a first layer)."""
 
     shape: Tuple[int, int, int, int]
     oc: int
@@ -87,6 +87,7 @@ class Case:
     dilations: Tuple[int, int] = (1, 1)
     act: Optional[str] = None
     residual: bool = False
+    plain_input: bool = False
 
     def geometry(self) -> ConvGeom:
         n, c, h, w = self.shape
@@ -97,9 +98,11 @@ class Case:
     def label(self) -> str:
         sizes = ["".join(map(str, v)) for v in (self.kernel, self.strides, self.pads, self.dilations)]
         return "%s-oc%d-k%s-s%s-p%s-d%s-%s%s" % ("x".join(map(str, self.shape)), self.oc, *sizes, self.act or "none",
-                                                 "-res" if self.residual else "")  # fmt: skip
+                                                 "-res" if self.residual else "") + ("-plain" if self.plain_input else "")  # fmt: skip
 
 
+#: Big enough for several core_id calls.
+SEVERAL_CALLS = Case((1, 33, 29, 29), 33)
 #: Each case is one compile (0.2-1 s at -O3; C = 24 with a 5x3 window took 2 s), so the activations ride on the edge
 #: shapes instead of multiplying them.
 CASES: List[Case] = [
@@ -113,7 +116,10 @@ CASES: List[Case] = [
     Case((1, 16, 9, 20), 33, kernel=(5, 3), pads=(0, 2, 4, 0), residual=True),  # padding on one side only, each axis
     Case((1, 16, 10, 16), 32, kernel=(5, 5), pads=(2, 2, 2, 2), strides=(2, 2), act="Relu"),
     Case((2, 17, 11, 29), 17, kernel=(7, 7), pads=(3, 3, 3, 3), act="LeakyRelu", residual=True),  # 7x7; OCB 2 (one pair)
-    Case((1, 33, 29, 29), 33),  # big enough for several core_id calls
+    SEVERAL_CALLS,
+    Case((1, 40, 7, 7), 70, act="Relu", residual=True),  # OW 7: tiles of 4 output blocks, the last group holds one
+    Case((1, 3, 23, 21), 20, kernel=(7, 7), strides=(2, 2), pads=(3, 3, 3, 3), act="Relu", plain_input=True),  # a stem
+    Case((2, 5, 9, 16), 16, plain_input=True),  # plain input, C 5, batch 2
 ]
 
 
@@ -138,8 +144,8 @@ def run_case(case: Case, level: Optional[str], seed: int = 5) -> Tuple[Any, Any]
     """(the kernel's blocked output [N, OCB, OH, OW, 16], the float64 reference [N, OC, OH, OW])."""
     g = case.geometry()
     x, w, bias, residual = _weights(case, seed)
-    kernel = for_level(blocked_conv(g, case.act, ACTIVATIONS[case.act][1], case.residual), level)
-    inputs = [block(x), pack_weights(w), pad_bias(bias, g.oc)] + ([block(residual)] if residual is not None else [])
+    kernel = for_level(blocked_conv(g, case.act, ACTIVATIONS[case.act][1], case.residual, case.plain_input), level)
+    inputs = [x if case.plain_input else block(x), pack_weights(w), pad_bias(bias, g.oc)] + ([block(residual)] if residual is not None else [])
     got = run(kernel, *inputs).reshape(g.n, -(-g.oc // 16), g.oh, g.ow, 16)
     return got, reference(case, x, w, bias, residual)
 
@@ -162,7 +168,7 @@ def test_blocked_conv_matches_reference(case: Case) -> None:
 
 @needs_cc
 def test_several_calls_split_the_work() -> None:
-    g = CASES[-1].geometry()
+    g = SEVERAL_CALLS.geometry()
     assert blocked_conv(g, None, {}, False).chunks > 1
 
 

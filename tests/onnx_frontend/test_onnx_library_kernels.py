@@ -139,19 +139,38 @@ def test_a_clip_with_one_open_bound_runs_after_the_conv(tmp_path):
     assert ops[1]["library"] == "source"
 
 
+def _stored_consts(doc, tmp_path):
+    """Each constant the bundle stores (not an input): name -> its array."""
+    consts = [n for n, b in doc["buffers"].items() if "init" in b and not b.get("input")]
+    with zipfile.ZipFile(os.path.join(str(tmp_path), "m.svod")) as zf:
+        return {n: np.load(zf.open(doc["buffers"][n]["init"]["npy"])) for n in consts}
+
+
 def test_conv_weights_are_stored_packed_only(tmp_path):
-    """The bundle holds the packed weights (OC 30 padded to 2 strips of 24 rows), not the (OC, C, KH, KW) tensor too."""
+    """The bundle holds the packed weights (OC 12 padded to a strip of 24 rows), not the (OC, C, KH, KW) tensor
+    too; fewer than 16 output channels keep the convolution on conv2d_gemm."""
     from svod_min.kernels.conv_pack import PACK_ROWS, pack_conv_weights
 
-    w = _w(30, 2, 3, 3)
+    w = _w(12, 2, 3, 3)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])]
-    doc = _build(graph_model(nodes, [("x", (1, 2, 6, 7))], ["y"], 13, {"w": w}), tmp_path)
-    consts = {n: b["shape"] for n, b in doc["buffers"].items() if "init" in b and not b.get("input")}
-    assert sorted(consts.values()) == [[30], [2 * PACK_ROWS * 2 * 9]], consts  # the zero bias and the packed weights
-    with zipfile.ZipFile(os.path.join(str(tmp_path), "m.svod")) as zf:
-        name = [n for n, shape in consts.items() if shape != [30]][0]
-        stored = np.load(zf.open(doc["buffers"][name]["init"]["npy"]))
-    assert np.array_equal(stored, pack_conv_weights(w))
+    stored = _stored_consts(_build(graph_model(nodes, [("x", (1, 2, 6, 7))], ["y"], 13, {"w": w}), tmp_path), tmp_path)
+    assert sorted(list(a.shape) for a in stored.values()) == [[12], [PACK_ROWS * 2 * 9]]  # the zero bias, the packed weights
+    packed = [a for a in stored.values() if a.shape != (12,)][0]
+    assert np.array_equal(packed, pack_conv_weights(w))
+
+
+def test_blocked_conv_weights_are_stored_packed_only(tmp_path):
+    """A convolution in the blocked layout stores its weights once, packed in 16x16 channel blocks (OC 30 padded
+    to 32, C 2 to 16), and its bias padded to 32."""
+    from svod_min.onnx.csrc_blocked_conv import pack_weights, pad_bias
+
+    w, b = _w(30, 2, 3, 3), np.arange(30, dtype=np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])]
+    doc = _build(graph_model(nodes, [("x", (1, 2, 6, 7))], ["y"], 13, {"w": w, "b": b}), tmp_path)
+    stored = _stored_consts(doc, tmp_path)
+    assert sorted(list(a.shape) for a in stored.values()) == [[2, 1, 3, 3, 16, 16], [32]]
+    for array in stored.values():
+        assert np.array_equal(array, pack_weights(w) if array.ndim == 6 else pad_bias(b, 30))
 
 
 def test_conv_with_weights_from_an_input_takes_the_unpacked_kernel(tmp_path):
