@@ -90,7 +90,7 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
                          strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], groups)  # fmt: skip
 
 
-@register(["Conv"], "2-D float32: library conv2d_gemm (any groups, any N; depthwise: generated C), bias, BatchNormalization, Relu/Clip and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
+@register(["Conv"], "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), else library conv2d_gemm (any groups, any N; depthwise: generated C); bias, BatchNormalization, the activations and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
           check=_window_check, auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
 def lower_conv(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
