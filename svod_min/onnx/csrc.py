@@ -79,6 +79,10 @@ def activation(kind: Optional[str], params: Dict[str, float], v: str) -> str:
         return "__builtin_fmaxf(0.0f, __builtin_fminf(1.0f, %s * %s + %s))" % (flt(params["alpha"]), v, flt(params["beta"]))
     if kind == "HardSwish":
         return "(%s * __builtin_fmaxf(0.0f, __builtin_fminf(1.0f, %s / 6.0f + 0.5f)))" % (v, v)
+    if kind == "Gelu" and params.get("tanh"):
+        return "(0.5f * %s * (1.0f + tanhf(0.7978845608028654f * (%s + 0.044715f * %s * %s * %s))))" % (v, v, v, v, v)
+    if kind == "Gelu":
+        return "(0.5f * %s * (1.0f + erff(%s * 0.70710678118654752f)))" % (v, v)
     raise ValueError(kind)
 
 

@@ -14,11 +14,11 @@ The epilogue ``act(conv + bias + residual)`` runs in the store; padding output c
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .csrc import MAX_CHUNKS, CKernel, ConvGeom, activation, make_kernel
+from .csrc import MAX_CHUNKS, CKernel, ConvGeom, activation, flt, make_kernel
 from .csrc_blocked import LANES, blocks
 
 #: Multiply-adds one core_id call does at least: smaller convolutions run in fewer calls.
@@ -52,7 +52,7 @@ def pad_bias(bias: Optional[np.ndarray], oc: int) -> np.ndarray:
 
 #: ``KNAME_ld`` loads a vector by value: a memcpy into a local or a may_alias pointer load makes clang spill
 #: the register tile, at a third of the speed.
-_BODY = """typedef float svod_v16 __attribute__((vector_size(64), aligned(4)));
+_BODY = """%(TABLES)stypedef float svod_v16 __attribute__((vector_size(64), aligned(4)));
 #if defined(__AVX512F__)
 #define SVOD_BC_ACC 28
 #elif defined(__aarch64__)
@@ -142,6 +142,15 @@ def oc_tile(g: ConvGeom) -> int:
     return 4 if g.ow <= 7 and blocks(g.oc) >= 4 else 2
 
 
+def _epilogue(act: Optional[str], act_params: Dict[str, Any], ocb: int) -> Dict[str, str]:
+    """The store's activation of ``v`` and the tables it reads: a per-channel PRelu's slopes, one per blocked channel."""
+    if act != "PRelu":
+        return {"ACT": activation(act, act_params, "v"), "TABLES": ""}
+    slopes = list(act_params["slope"]) + [0.0] * (ocb * LANES - len(act_params["slope"]))
+    table = "static const float KNAME_slope[%d] = {%s};\n" % (len(slopes), ", ".join(flt(v) for v in slopes))
+    return {"ACT": "(v < 0.0f ? v * KNAME_slope[(ocb + o) * 16 + j] : v)", "TABLES": table}
+
+
 def _weight_loads(ot: int, block_stride: int) -> str:
     """One named vector per output-channel block of the tile (an array of them is kept in memory, not registers)."""
     lines = ["          const svod_v16 wv0 = KNAME_ld(w0 + (kw * 16 + ic) * 16);"]
@@ -154,7 +163,7 @@ def _fmas(ot: int) -> str:
     return "\n".join("            %sacc[%d][p] += xv * wv%d;" % ("if (ot > %d) " % o if o else "", o, o) for o in range(ot))
 
 
-def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, float], residual: bool, plain_input: bool = False) -> CKernel:
+def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], residual: bool, plain_input: bool = False) -> CKernel:
     """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked (the input
     plain [N, C, H, W] with ``plain_input``: a first layer with few channels writes blocked without a reorder).
 
@@ -179,7 +188,7 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, float], 
                   LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
                   ITEMS=items, PER=-(-items // chunks), RES=" + res[at + j]" if residual else "",
                   RESPARAM=", const float *restrict res" if residual else "", RESARG="res" if residual else "0",
-                  ACT=activation(act, act_params, "v"))  # fmt: skip
+                  **_epilogue(act, act_params, ocb))  # fmt: skip
     out_size = g.n * ocb * g.oh * g.ow * LANES
     extents = [out_size, x_size, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]
     if residual:

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Set
 
 from .csrc_blocked import LANES, blocked_shape
 from .ir import Graph, Node, Value
-from .passes import ACTIVATIONS, AFFINE
+from .passes import ACTIVATIONS, AFFINE, channel_vector
 
 TO_BLOCKED = "svod.ToBlocked"
 FROM_BLOCKED = "svod.FromBlocked"
@@ -57,9 +57,13 @@ class _Rewrite:
         self.nodes: List[Node] = []
         self.blocked: Dict[str, str] = {}
         self.plain: Set[str] = set(graph.values)  # names whose plain tensor exists (or will, once produced)
+        self.readers = graph.consumers()
+        self.absorbed: Set[int] = set()  # ids of nodes a blocked Conv took into its epilogue
         self.counter = 0
 
     def visit(self, node: Node) -> None:
+        if id(node) in self.absorbed:
+            return
         op = self._blocked_op(node)
         if op is None:
             for name in node.inputs:
@@ -72,7 +76,28 @@ class _Rewrite:
         attrs = dict(node.attrs, _plain_inputs=list(node.inputs), _plain_outputs=list(node.outputs), _op=node.op)
         if node.op == "Concat":
             attrs["axis"] = 1
-        self.nodes.append(Node(op, node.name, node.index, inputs, outputs, attrs, node.domain, dict(node.fused)))
+        fused = dict(node.fused)
+        if op == BLOCKED_CONV:
+            outputs = self._absorb_prelu(node, fused, outputs)
+        self.nodes.append(Node(op, node.name, node.index, inputs, outputs, attrs, node.domain, fused))
+
+    def _absorb_prelu(self, conv: Node, fused: Dict[str, object], outputs: List[str]) -> List[str]:
+        """A PRelu with a constant per-channel slope, the only reader of the convolution, runs in its epilogue."""
+        name = conv.outputs[0]
+        users = self.readers.get(name, [])
+        if "activation" in fused or len(users) != 1 or name in self.graph.outputs or users[0].op != "PRelu":
+            return outputs
+        prelu = users[0]
+        if prelu.inputs[0] != name or not self.graph.is_const(prelu.inputs[1]):
+            return outputs
+        slope = channel_vector(self.graph, name, prelu.inputs[1])
+        if slope is None:
+            return outputs
+        fused["activation"] = ("PRelu", {"slope": tuple(float(v) for v in slope)})
+        self.absorbed.add(id(prelu))
+        del self.blocked[name]
+        self.plain.add(name)
+        return [self._blocked_output(prelu.outputs[0])]
 
     def need_plain(self, name: str) -> None:
         if name and name not in self.plain:

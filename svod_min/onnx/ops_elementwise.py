@@ -10,7 +10,7 @@ import numpy as np
 from . import csrc
 from .ir import Graph, Node
 from .lower import Lowering
-from .passes import AFFINE, activation_params
+from .passes import ACTIVATIONS, AFFINE, activation_params
 from .table import ANY, one_of, register
 
 F32 = {"dtype": "float32"}
@@ -41,7 +41,7 @@ def apply_activation(L: Lowering, name: str, node: Node) -> None:
 def unary_expr(node: Node, graph: Graph) -> str:
     a = node.attrs
     op = node.op
-    if op in ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish"):
+    if op in ACTIVATIONS:
         return csrc.activation(op, activation_params(graph, node), "x0")
     exprs = {
         "Exp": "expf(x0)", "Log": "logf(x0)", "Sqrt": "__builtin_sqrtf(x0)", "Neg": "(-x0)", "Abs": "__builtin_fabsf(x0)",
@@ -53,10 +53,6 @@ def unary_expr(node: Node, graph: Graph) -> str:
         "ThresholdedRelu": "(x0 > %s ? x0 : 0.0f)" % csrc.flt(float(a.get("alpha", 1.0))),
         "Celu": "(x0 > 0.0f ? x0 : %s * (expf(x0 / %s) - 1.0f))" % (csrc.flt(float(a.get("alpha", 1.0))), csrc.flt(float(a.get("alpha", 1.0)))),
     }
-    if op == "Gelu":
-        if a.get("approximate", "none") == "tanh":
-            return "(0.5f * x0 * (1.0f + tanhf(0.7978845608028654f * (x0 + 0.044715f * x0 * x0 * x0))))"
-        return "(0.5f * x0 * (1.0f + erff(x0 * 0.70710678118654752f)))"
     return exprs[op]
 
 
@@ -83,6 +79,14 @@ def lower_unary(L: Lowering, node: Node) -> None:
     kind, params = activation_of(node)
     expr = csrc.activation(kind, params, unary_expr(node, L.graph))
     L.source(csrc.elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
+
+
+@register(["PRelu"], "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv")
+def lower_prelu(L: Lowering, node: Node) -> None:
+    x, slope = node.inputs
+    out = node.outputs[0]
+    kernel = csrc.elementwise(L.value(out).shape, [L.value(x).shape, L.value(slope).shape], "(x0 < 0.0f ? x0 * x1 : x0)", tag="prelu")
+    L.source(kernel, [out, x, slope])
 
 
 def _broadcast_check(graph: Graph, node: Node) -> Optional[str]:

@@ -8,8 +8,9 @@
   the weights and bias: ``W' = W * scale``, ``b' = b * scale + shift``.
 - ``fuse_residual_adds``: an Add (or two-input Sum) of a 2-D Conv's only use and another tensor of the same
   shape (ResNet's shortcut) becomes the Conv's residual epilogue (input 3); the Conv moves to the Add's place.
-- ``fuse_activations``: Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish that are the
-  only reader of a Conv, Gemm, Affine or elementwise node's output become that node's epilogue.
+- ``fuse_activations``: Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu, and a PRelu with
+  one constant slope (a LeakyRelu), that are the only reader of a Conv, Gemm, Affine or elementwise node's
+  output become that node's epilogue (the layout pass fuses a per-channel PRelu into a blocked Conv).
 Nodes are checked against the op table before any pass runs, so passes see valid attributes only.
 """
 
@@ -22,7 +23,7 @@ import numpy as np
 from .ir import Graph, Node
 
 AFFINE = "svod.Affine"
-ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu")
 #: Ops whose lowering applies a fused activation to what they write.
 ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "BatchNormalization", "MatMul")
 
@@ -59,7 +60,7 @@ def drop_inference_noops(graph: Graph) -> Graph:
     return graph
 
 
-def _channel_vector(graph: Graph, x: str, c: str) -> Optional[np.ndarray]:
+def channel_vector(graph: Graph, x: str, c: str) -> Optional[np.ndarray]:
     """The per-channel vector of constant ``c`` applied to ``x`` (axis 1), or None when it is not one."""
     xs, data = graph.values[x].shape, graph.const(c)
     if len(xs) < 2 or data.dtype != np.float32 or data.ndim > len(xs):
@@ -98,7 +99,7 @@ def _affine_of(graph: Graph, node: Node) -> Optional[Tuple[str, np.ndarray, np.n
         return None
     for x, c, swapped in ((a, b, False), (b, a, True)):
         if graph.is_const(c) and not graph.is_const(x) and graph.values[x].shape == graph.values[node.outputs[0]].shape:
-            vec = _channel_vector(graph, x, c)
+            vec = channel_vector(graph, x, c)
             if vec is None:
                 continue
             ones, zeros = np.ones_like(vec), np.zeros_like(vec)
@@ -254,9 +255,14 @@ def fuse_activations(graph: Graph) -> Graph:
         if node.op not in ACTIVATION_HOSTS or "activation" in node.fused or len(node.outputs) != 1:
             continue
         act = _single_reader(graph, node.outputs[0], readers)
-        if act is None or act.op not in ACTIVATIONS or not _activation_static(graph, act):
+        if act is None or not _activation_static(graph, act):
             continue
-        node.fused["activation"] = (act.op, activation_params(graph, act))
+        if act.op in ACTIVATIONS:
+            node.fused["activation"] = (act.op, activation_params(graph, act))
+        elif act.op == "PRelu" and act.inputs[0] == node.outputs[0] and graph.const(act.inputs[1]).size == 1:
+            node.fused["activation"] = ("LeakyRelu", {"alpha": float(graph.const(act.inputs[1]).reshape(-1)[0])})
+        else:
+            continue
         node.outputs = [act.outputs[0]]
         dropped.add(id(act))
         readers = graph.consumers()
@@ -265,7 +271,7 @@ def fuse_activations(graph: Graph) -> Graph:
 
 
 def _activation_static(graph: Graph, act: Node) -> bool:
-    """Clip's bounds must be constants to be compiled in."""
+    """Clip's bounds and PRelu's slope must be constants to be compiled in."""
     return all(graph.is_const(n) for n in act.inputs[1:] if n)
 
 
@@ -276,6 +282,8 @@ def activation_params(graph: Graph, act: Node) -> Dict[str, float]:
         return {"alpha": float(a.get("alpha", 0.01))}
     if act.op == "HardSigmoid":
         return {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))}
+    if act.op == "Gelu":
+        return {"tanh": 1.0 if a.get("approximate", "none") == "tanh" else 0.0}
     if act.op == "Clip":
         lo, hi = float(a.get("min", -np.inf)), float(a.get("max", np.inf))
         if len(act.inputs) > 1 and act.inputs[1]:

@@ -64,8 +64,8 @@ class Net:
         names = [self.const("%s_%s" % (y, part), v) for part, v in zip(("scale", "bias", "mean", "var"), stats)]
         return self.op("BatchNormalization", [x] + names, y)
 
-    def model(self, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str]) -> onnx.ModelProto:
-        return graph_model(self.nodes, inputs, outputs, OPSET, self.consts)
+    def model(self, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int = OPSET) -> onnx.ModelProto:
+        return graph_model(self.nodes, inputs, outputs, opset, self.consts)
 
 
 def layout_of(model: onnx.ModelProto, directory: str) -> Graph:
@@ -245,3 +245,23 @@ def test_convs_below_the_rules_stay_plain(case: str, tmp_path: Any) -> None:
         net.conv("x", "y", 16, 16, k=1, pads=(0, 0, 0, 0))
         shape = (2, 16, 10, 10)
     check(net.model([("x", shape)], ["y"]), tmp_path, {"Conv": 1, BLOCKED_CONV: 0, TO_BLOCKED: 0, FROM_BLOCKED: 0})
+
+
+def test_per_channel_prelu_runs_in_the_blocked_convs_store(tmp_path: Any) -> None:
+    """A PRelu with a constant slope per channel, the convolution's only reader, is its epilogue (a slope table)."""
+    net = Net(13)
+    slope = net.const("slope", net.rng.standard_normal((40, 1, 1)))
+    net.op("PRelu", [net.conv("x", "a", 16, 40), slope], "ap")
+    net.conv("ap", "y", 40, 16)
+    graph = check(net.model([("x", (2, 16, 9, 11))], ["y"]), tmp_path, {BLOCKED_CONV: 2, "PRelu": 0, FROM_BLOCKED: 1})
+    assert producer_of(graph, "ap~nchwc").fused["activation"][0] == "PRelu"
+
+
+def test_prelu_read_by_another_op_too_stays_a_node(tmp_path: Any) -> None:
+    """A convolution read by a PRelu and by something else keeps its result: the PRelu runs on its own."""
+    net = Net(14)
+    slope = net.const("slope", net.rng.standard_normal((1, 32, 1, 1)))
+    a = net.conv("x", "a", 16, 32)
+    net.op("PRelu", [a, slope], "ap")
+    net.op("Add", [a, "ap"], "y")
+    check(net.model([("x", (1, 16, 8, 8))], ["y"]), tmp_path, {BLOCKED_CONV: 1, "PRelu": 1})
