@@ -1,7 +1,8 @@
 """The layout pass: which tensors the lowering keeps in the blocked channel layout (NCHWc).
 
 A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`); one with fewer than 16
-plain channels in (a first layer) reads them plain and writes blocked. Its result stays
+plain channels in (a first layer) reads them plain and writes blocked, and a PRelu with a constant slope per
+channel that is its only reader runs in its store. Its result stays
 blocked through the ops that read blocked tensors as they are: pools, the global average pool (which writes
 its result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
 channel Concat of inputs whose channel counts are multiples of 16. Every other reader, and a graph output,
@@ -13,7 +14,9 @@ input element pays for the copy. Blocked values are named ``<tensor>~nchwc`` and
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
 
 from .csrc_blocked import LANES, blocked_shape
 from .ir import Graph, Node, Value
@@ -70,34 +73,29 @@ class _Rewrite:
                 self.need_plain(name)
             self.nodes.append(node)
             return
-        plain_out = op == BLOCKED_GLOBAL_POOL
+        fused, plain_outputs = dict(node.fused), list(node.outputs)
+        prelu = self._prelu_to_absorb(node) if op == BLOCKED_CONV and "activation" not in fused else None
+        if prelu is not None:
+            fused["activation"] = ("PRelu", {"slope": tuple(float(v) for v in prelu[1])})
+            self.absorbed.add(id(prelu[0]))
+            plain_outputs = list(prelu[0].outputs)
         inputs = [self._blocked_input(name, k, op) for k, name in enumerate(node.inputs)]
-        outputs = list(node.outputs) if plain_out else [self._blocked_output(name) for name in node.outputs]
-        attrs = dict(node.attrs, _plain_inputs=list(node.inputs), _plain_outputs=list(node.outputs), _op=node.op)
+        outputs = plain_outputs if op == BLOCKED_GLOBAL_POOL else [self._blocked_output(name) for name in plain_outputs]
+        attrs = dict(node.attrs, _plain_inputs=list(node.inputs), _plain_outputs=plain_outputs, _op=node.op)
         if node.op == "Concat":
             attrs["axis"] = 1
-        fused = dict(node.fused)
-        if op == BLOCKED_CONV:
-            outputs = self._absorb_prelu(node, fused, outputs)
         self.nodes.append(Node(op, node.name, node.index, inputs, outputs, attrs, node.domain, fused))
 
-    def _absorb_prelu(self, conv: Node, fused: Dict[str, object], outputs: List[str]) -> List[str]:
-        """A PRelu with a constant per-channel slope, the only reader of the convolution, runs in its epilogue."""
+    def _prelu_to_absorb(self, conv: Node) -> Optional[Tuple[Node, np.ndarray]]:
+        """(a PRelu with a constant per-channel slope that is the convolution's only reader, its slope), or None:
+        it runs in the convolution's store."""
         name = conv.outputs[0]
         users = self.readers.get(name, [])
-        if "activation" in fused or len(users) != 1 or name in self.graph.outputs or users[0].op != "PRelu":
-            return outputs
-        prelu = users[0]
-        if prelu.inputs[0] != name or not self.graph.is_const(prelu.inputs[1]):
-            return outputs
-        slope = channel_vector(self.graph, name, prelu.inputs[1])
-        if slope is None:
-            return outputs
-        fused["activation"] = ("PRelu", {"slope": tuple(float(v) for v in slope)})
-        self.absorbed.add(id(prelu))
-        del self.blocked[name]
-        self.plain.add(name)
-        return [self._blocked_output(prelu.outputs[0])]
+        if len(users) != 1 or name in self.graph.outputs or users[0].op != "PRelu" or users[0].inputs[0] != name:
+            return None
+        slope_name = users[0].inputs[1]
+        slope = channel_vector(self.graph, name, slope_name) if self.graph.is_const(slope_name) else None
+        return None if slope is None else (users[0], slope)
 
     def need_plain(self, name: str) -> None:
         if name and name not in self.plain:
