@@ -14,10 +14,11 @@ The epilogue ``act(conv + bias + residual)`` runs in the store; padding output c
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from ..error import NotSupportedError
 from .csrc import MAX_CHUNKS, CKernel, ConvGeom, activation, flt, make_kernel
 from .csrc_blocked import LANES, blocks
 
@@ -163,6 +164,16 @@ def _fmas(ot: int) -> str:
     return "\n".join("            %sacc[%d][p] += xv * wv%d;" % ("if (ot > %d) " % o if o else "", o, o) for o in range(ot))
 
 
+def _input_layout(g: ConvGeom, plain_input: bool) -> Tuple[Dict[str, Any], int]:
+    """How the kernel addresses its input (an image's offset, a row's, a pixel's channel) and its size."""
+    if plain_input:
+        return {"XN": g.c * g.h * g.w, "XROW": "(icb * 16 * %dL + ih) * %d" % (g.h, g.w),
+                "XAT": "xr[ic * %dL + iw]" % (g.h * g.w)}, g.n * g.c * g.h * g.w  # fmt: skip
+    icb = blocks(g.c)
+    return {"XN": icb * g.h * g.w * LANES, "XROW": "(icb * %d + ih) * %dL" % (g.h, g.w * LANES),
+            "XAT": "xr[iw * 16 + ic]"}, g.n * icb * g.h * g.w * LANES  # fmt: skip
+
+
 def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], residual: bool, plain_input: bool = False) -> CKernel:
     """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked (the input
     plain [N, C, H, W] with ``plain_input``: a first layer with few channels writes blocked without a reorder).
@@ -171,21 +182,17 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], re
     and residual shaped like out when ``residual``.
     """
     if g.groups != 1:
-        raise ValueError("the blocked convolution takes one group, not %d" % g.groups)
+        raise NotSupportedError("the blocked convolution takes one group, not %d" % g.groups)
     icb, ocb, ot = blocks(g.c), blocks(g.oc), oc_tile(g)
     groups = -(-ocb // ot)
     items = g.n * groups * g.oh
     macs = g.n * g.oc * g.oh * g.ow * g.c * g.kh * g.kw
     chunks = max(1, min(items, MAX_CHUNKS, macs // GRAIN_MACS))
-    if plain_input:
-        layout = {"XN": g.c * g.h * g.w, "XROW": "(icb * 16 * %dL + ih) * %d" % (g.h, g.w), "XAT": "xr[ic * %dL + iw]" % (g.h * g.w)}
-        x_size = g.n * g.c * g.h * g.w
-    else:
-        layout = {"XN": icb * g.h * g.w * LANES, "XROW": "(icb * %d + ih) * %dL" % (g.h, g.w * LANES), "XAT": "xr[iw * 16 + ic]"}
-        x_size = g.n * icb * g.h * g.w * LANES
-    values = dict(layout, IG=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)), WLOADS=_weight_loads(ot, icb * g.kh * g.kw * LANES * LANES), FMAS=_fmas(ot), ICB=icb, OCB=ocb, OT=ot, GROUPS=groups, LASTOT=ocb - (groups - 1) * ot, H=g.h, W=g.w,
+    layout, x_size = _input_layout(g, plain_input)
+    values = dict(layout, ICB=icb, OCB=ocb, OT=ot, GROUPS=groups, LASTOT=ocb - (groups - 1) * ot, H=g.h, W=g.w,
                   KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PT=g.pt, PL=g.pl, DH=g.dh, DW=g.dw, OH=g.oh, OW=g.ow,
-                  LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
+                  IG=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)), LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
+                  WLOADS=_weight_loads(ot, icb * g.kh * g.kw * LANES * LANES), FMAS=_fmas(ot),
                   ITEMS=items, PER=-(-items // chunks), RES=" + res[at + j]" if residual else "",
                   RESPARAM=", const float *restrict res" if residual else "", RESARG="res" if residual else "0",
                   **_epilogue(act, act_params, ocb))  # fmt: skip
