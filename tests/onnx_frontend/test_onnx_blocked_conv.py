@@ -206,3 +206,10 @@ def test_pad_bias() -> None:
     assert np.array_equal(padded[:17], bias) and not padded[17:].any()
     assert np.array_equal(pad_bias(None, 20), np.zeros(32, np.float32))
 
+
+
+def test_a_grouped_geometry_is_refused() -> None:
+    from svod_min.error import NotSupportedError
+
+    with pytest.raises(NotSupportedError, match="one group, not 2"):
+        blocked_conv(ConvGeom(1, 4, 4, 4, 4, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2), None, {}, False)
