@@ -114,19 +114,19 @@ static inline __attribute__((always_inline)) void KNAME_row(float *restrict out,
     const float *restrict w, const float *restrict bias, const float *restrict res, long n, long ocb, long oh, const int ot) {
   long ow0 = 0;
   for (; ow0 + SVOD_BC_PIX <= %(OW)d; ow0 += SVOD_BC_PIX) {
-    if (ow0 * %(SW)d - %(PL)d >= 0 && (ow0 + SVOD_BC_PIX - 1) * %(SW)d - %(PL)d + %(KWSPAN)d < %(W)d)
+    if (!%(EDGES)d || (ow0 * %(SW)d - %(PL)d >= 0 && (ow0 + SVOD_BC_PIX - 1) * %(SW)d - %(PL)d + %(KWSPAN)d < %(W)d))
       KNAME_tile(out, x, w, bias, res, n, ocb, oh, ow0, ot, SVOD_BC_PIX, 0);
     else
       KNAME_tile(out, x, w, bias, res, n, ocb, oh, ow0, ot, SVOD_BC_PIX, 1);
   }
-  if (%(OW)d %% SVOD_BC_PIX) KNAME_tile(out, x, w, bias, res, n, ocb, oh, ow0, ot, %(OW)d %% SVOD_BC_PIX, 1);
+  if (%(OW)d %% SVOD_BC_PIX) KNAME_tile(out, x, w, bias, res, n, ocb, oh, ow0, ot, %(OW)d %% SVOD_BC_PIX, %(EDGES)d);
 }
 void KNAME(float *restrict out, const float *restrict x, const float *restrict w, const float *restrict bias%(RESPARAM)s, int core_id) {
   const long items = %(ITEMS)d, per = %(PER)d;
   const long i0 = (long)core_id * per, i1 = i0 + per < items ? i0 + per : items;
   for (long i = i0; i < i1; i++) {
     const long oh = i %% %(OH)d, group = (i / %(OH)d) %% %(GROUPS)d, n = i / (%(OH)dL * %(GROUPS)d);
-    if ((group + 1) * %(OT)d <= %(OCB)d)
+    if (%(LASTOT)d == %(OT)d || (group + 1) * %(OT)d <= %(OCB)d)
       KNAME_row(out, x, w, bias, %(RESARG)s, n, group * %(OT)d, oh, %(OT)d);
     else
       KNAME_row(out, x, w, bias, %(RESARG)s, n, group * %(OT)d, oh, %(LASTOT)d);
@@ -164,6 +164,12 @@ def _fmas(ot: int) -> str:
     return "\n".join("            %sacc[%d][p] += xv * wv%d;" % ("if (ot > %d) " % o if o else "", o, o) for o in range(ot))
 
 
+def _has_edges(g: ConvGeom) -> bool:
+    """Whether some output column's window reaches past the input row (padding): without, no tile tests its taps,
+    and the kernel is compiled without the testing variant."""
+    return g.pl > 0 or (g.ow - 1) * g.sw + (g.kw - 1) * g.dw >= g.w
+
+
 def _input_layout(g: ConvGeom, plain_input: bool) -> Tuple[Dict[str, Any], int]:
     """How the kernel addresses its input (an image's offset, a row's, a pixel's channel) and its size."""
     if plain_input:
@@ -191,7 +197,7 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], re
     layout, x_size = _input_layout(g, plain_input)
     values = dict(layout, ICB=icb, OCB=ocb, OT=ot, GROUPS=groups, LASTOT=ocb - (groups - 1) * ot, H=g.h, W=g.w,
                   KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PT=g.pt, PL=g.pl, DH=g.dh, DW=g.dw, OH=g.oh, OW=g.ow,
-                  IG=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)), LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
+                  IG=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)), EDGES=int(_has_edges(g)), LASTN=g.c - LANES * (icb - 1), KWSPAN=(g.kw - 1) * g.dw,
                   WLOADS=_weight_loads(ot, icb * g.kh * g.kw * LANES * LANES), FMAS=_fmas(ot),
                   ITEMS=items, PER=-(-items // chunks), RES=" + res[at + j]" if residual else "",
                   RESPARAM=", const float *restrict res" if residual else "", RESARG="res" if residual else "0",
