@@ -19,7 +19,9 @@ Same calling convention as :mod:`svod_min.onnx.csrc`.
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
+
+import numpy as np
 
 from ..error import NotSupportedError
 from .csrc import CKernel, ConvGeom, chunks_for, make_kernel
@@ -43,6 +45,15 @@ def blocked_shape(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     """The physical shape [N, CB, H, W, 16] of a plain [N, C, H, W]."""
     n, c, h, w = shape
     return (n, blocks(c), h, w, LANES)
+
+
+def pad_channels(values: Optional[np.ndarray], c: int) -> np.ndarray:
+    """A per-channel vector (a bias, a scale, a shift) over every blocked channel, float32, zero beyond the ``c``
+    real ones (all zeros for None)."""
+    out = np.zeros(blocks(c) * LANES, np.float32)
+    if values is not None:
+        out[:c] = values.reshape(-1)
+    return out
 
 
 def _range_head(items: int, chunks: int) -> str:

@@ -43,14 +43,6 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(tiles.transpose(0, 2, 4, 5, 3, 1))
 
 
-def pad_bias(bias: Optional[np.ndarray], oc: int) -> np.ndarray:
-    """The bias over every blocked output channel (zeros where there is none)."""
-    out = np.zeros(blocks(oc) * LANES, np.float32)
-    if bias is not None:
-        out[:oc] = bias.reshape(-1)
-    return out
-
-
 #: ``KNAME_ld`` loads a vector by value: a memcpy into a local or a may_alias pointer load makes clang spill
 #: the register tile, at a third of the speed.
 _BODY = """%(TABLES)stypedef float svod_v16 __attribute__((vector_size(64), aligned(4)));
@@ -184,7 +176,7 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], re
     """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked (the input
     plain [N, C, H, W] with ``plain_input``: a first layer with few channels writes blocked without a reorder).
 
-    Buffers: out [N, OCB, OH, OW, 16], x, w packed (:func:`pack_weights`), bias [OCB * 16] (:func:`pad_bias`),
+    Buffers: out [N, OCB, OH, OW, 16], x, w packed (:func:`pack_weights`), bias [OCB * 16] (:func:`.csrc_blocked.pad_channels`),
     and residual shaped like out when ``residual``.
     """
     if g.groups != 1:

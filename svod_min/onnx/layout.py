@@ -3,8 +3,8 @@
 A convolution with at least 16 channels out runs blocked (:mod:`.csrc_blocked_conv`); one with fewer than 16
 plain channels in (a first layer) reads them plain and writes blocked, and a PRelu with a constant slope per
 channel that is its only reader runs in its store. Its result stays
-blocked through the ops that read blocked tensors as they are: pools, the global average pool (which writes
-its result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
+blocked through the ops that read blocked tensors as they are: pools, the global average and max pools (which
+write their result plain), per-channel affines, activations, same-shape elementwise ops of blocked tensors, and a
 channel Concat of inputs whose channel counts are multiples of 16. Every other reader, and a graph output,
 gets the plain tensor back through one ``svod.FromBlocked`` reorder, emitted before its first plain reader;
 a convolution whose input is plain reorders it with ``svod.ToBlocked`` only where the convolution's work per
@@ -26,7 +26,7 @@ TO_BLOCKED = "svod.ToBlocked"
 FROM_BLOCKED = "svod.FromBlocked"
 BLOCKED_CONV = "svod.BlockedConv"
 BLOCKED_POOL = "svod.BlockedPool"
-BLOCKED_GLOBAL_POOL = "svod.BlockedGlobalAveragePool"
+BLOCKED_GLOBAL_POOL = "svod.BlockedGlobalPool"
 BLOCKED_AFFINE = "svod.BlockedAffine"
 #: Ops that read blocked operands of one shape as flat arrays and write one of the same shape.
 SAME_SHAPE_OPS = frozenset(ACTIVATIONS) | {"Add", "Sum", "Sub", "Mul", "Max", "Min"}
@@ -136,7 +136,7 @@ class _Rewrite:
             return None
         if node.op in ("MaxPool", "AveragePool") and len(node.outputs) == 1 and self._pads_ok(node):
             return BLOCKED_POOL
-        if node.op == "GlobalAveragePool":
+        if node.op in ("GlobalAveragePool", "GlobalMaxPool"):
             return BLOCKED_GLOBAL_POOL
         if node.op == AFFINE:
             return BLOCKED_AFFINE
@@ -169,8 +169,8 @@ class _Rewrite:
         return all(len(values[n].shape) == 4 and values[n].dtype == "float32" for n in names)
 
     def _pads_ok(self, node: Node) -> bool:
-        pads = node.attrs.get("pads", [])
-        return node.attrs.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and all(int(p) >= 0 for p in pads)
+        """No negative explicit padding (auto_pad's SAME and VALID padding never is; the geometry resolves it)."""
+        return all(int(p) >= 0 for p in node.attrs.get("pads", []))
 
     def _same_shapes(self, node: Node) -> bool:
         shape = self.graph.values[node.outputs[0]].shape

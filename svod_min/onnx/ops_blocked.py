@@ -2,7 +2,7 @@
 
 Each reads its geometry from the plain tensors the node stands for (``layout.logical``) and runs one generated
 kernel on the blocked ones: the convolution of :mod:`.csrc_blocked_conv` (weights and bias packed here, once),
-the reorders, pools and global pool of :mod:`.csrc_blocked`, and a per-channel affine as a broadcasting
+the reorders, pools and global pools of :mod:`.csrc_blocked`, and a per-channel affine as a broadcasting
 elementwise kernel over [1, CB, 1, 1, 16] constants.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from . import csrc, csrc_blocked
 from .conv_kernels import residual_of
-from .csrc_blocked import LANES, blocks
-from .csrc_blocked_conv import blocked_conv, pack_weights, pad_bias
+from .csrc_blocked import LANES, pad_channels
+from .csrc_blocked_conv import blocked_conv, pack_weights
 from .ir import Node
 from .layout import BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL, FROM_BLOCKED, TO_BLOCKED, logical
 from .lower import Lowering
@@ -48,7 +48,7 @@ def lower_blocked_conv(L: Lowering, node: Node) -> None:
     plain_input = len(L.value(node.inputs[0]).shape) == 4  # a first layer's few channels, read plain
     kernel = blocked_conv(g, kind, params, bool(residual), plain_input)
     packed = L.const(pack_weights(w), node.inputs[1] + "~nchwc")
-    padded = L.const(pad_bias(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
+    padded = L.const(pad_channels(bias, g.oc), (bias_name or node.outputs[0]) + "~nchwc_bias")
     L.source(kernel, [node.outputs[0], node.inputs[0], packed, padded] + ([residual] if residual else []))
 
 
@@ -62,9 +62,10 @@ def lower_blocked_pool(L: Lowering, node: Node) -> None:
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
-@register([BLOCKED_GLOBAL_POOL], "GlobalAveragePool of a blocked tensor, written plain")
+@register([BLOCKED_GLOBAL_POOL], "GlobalAveragePool / GlobalMaxPool of a blocked tensor, written plain")
 def lower_blocked_global_pool(L: Lowering, node: Node) -> None:
-    L.source(csrc_blocked.blocked_global_avgpool(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
+    pool = csrc_blocked.blocked_global_avgpool if node.attrs["_op"] == "GlobalAveragePool" else csrc_blocked.blocked_global_maxpool
+    L.source(pool(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
 
 
 @register([BLOCKED_AFFINE], "x * scale[c] + shift[c] (+ activation) on a blocked tensor")
@@ -72,12 +73,8 @@ def lower_blocked_affine(L: Lowering, node: Node) -> None:
     x, scale, shift = node.inputs
     shape = L.value(x).shape
     channel = (1, shape[1], 1, 1, LANES)
-    consts = []
-    for name in (scale, shift):
-        data = np.zeros(blocks(_plain_shape(L, node)[1]) * LANES, np.float32)
-        values = L.graph.const(name).reshape(-1)
-        data[: values.size] = values
-        consts.append(L.const(data.reshape(channel), name + "~nchwc"))
+    c = _plain_shape(L, node)[1]
+    consts = [L.const(pad_channels(L.graph.const(name), c).reshape(channel), name + "~nchwc") for name in (scale, shift)]
     kind, params = activation_of(node)
     expr = csrc.activation(kind, params, "(x0 * x1 + x2)")
     L.source(csrc.elementwise(shape, [shape, channel, channel], expr, tag="baffine"), [node.outputs[0], x] + consts)

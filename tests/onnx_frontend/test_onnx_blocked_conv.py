@@ -19,7 +19,8 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from svod_min.onnx.csrc import CKernel, ConvGeom  # noqa: E402
-from svod_min.onnx.csrc_blocked_conv import blocked_conv, pack_weights, pad_bias  # noqa: E402
+from svod_min.onnx.csrc_blocked import pad_channels  # noqa: E402
+from svod_min.onnx.csrc_blocked_conv import blocked_conv, pack_weights  # noqa: E402
 from support import conv_ref  # noqa: E402
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 
@@ -145,7 +146,7 @@ def run_case(case: Case, level: Optional[str], seed: int = 5) -> Tuple[Any, Any]
     g = case.geometry()
     x, w, bias, residual = _weights(case, seed)
     kernel = for_level(blocked_conv(g, case.act, ACTIVATIONS[case.act][1], case.residual, case.plain_input), level)
-    inputs = [x if case.plain_input else block(x), pack_weights(w), pad_bias(bias, g.oc)] + ([block(residual)] if residual is not None else [])
+    inputs = [x if case.plain_input else block(x), pack_weights(w), pad_channels(bias, g.oc)] + ([block(residual)] if residual is not None else [])
     got = run(kernel, *inputs).reshape(g.n, -(-g.oc // 16), g.oh, g.ow, 16)
     return got, reference(case, x, w, bias, residual)
 
@@ -199,12 +200,12 @@ def test_pack_weights_round_trips(oc: int, ic: int, kh: int, kw: int) -> None:
                 assert not taps.any(), "nonzero weight beyond the real channels at out %d, in %d" % (o, i)
 
 
-def test_pad_bias() -> None:
+def test_pad_channels() -> None:
     bias = np.arange(1, 18, dtype=np.float32)
-    padded = pad_bias(bias, 17)
+    padded = pad_channels(bias, 17)
     assert padded.dtype == np.float32 and padded.shape == (32,)
     assert np.array_equal(padded[:17], bias) and not padded[17:].any()
-    assert np.array_equal(pad_bias(None, 20), np.zeros(32, np.float32))
+    assert np.array_equal(pad_channels(None, 20), np.zeros(32, np.float32))
 
 
 

@@ -155,12 +155,26 @@ def test_elementwise_ops_of_blocked_tensors_stay_blocked(tmp_path: Any) -> None:
     assert producer_of(graph, "sig~nchwc").inputs == ["p~nchwc"]
 
 
-def test_global_average_pool_writes_plain(tmp_path: Any) -> None:
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool_writes_plain(pool: str, tmp_path: Any) -> None:
     net = Net(5)
-    g = net.op("GlobalAveragePool", [net.op("Relu", [net.conv("x", "a", 16, 40)], "ar")], "g")
+    g = net.op(pool, [net.op("Relu", [net.conv("x", "a", 16, 40)], "ar")], "g")
     net.op("Flatten", [g], "y")
     check(net.model([("x", (1, 16, 13, 13))], ["y"]), tmp_path,
           {BLOCKED_CONV: 1, BLOCKED_GLOBAL_POOL: 1, TO_BLOCKED: 1, FROM_BLOCKED: 0})  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+def test_auto_pad_convs_and_pools_run_blocked(mode: str, tmp_path: Any) -> None:
+    """auto_pad's padding (here uneven: stride 2 over an even size) is resolved by the geometry, as given pads are."""
+    net = Net(15)
+    w1 = net.const("w1", net.rng.standard_normal((32, 16, 3, 3)) / 12.0)
+    w2 = net.const("w2", net.rng.standard_normal((24, 32, 3, 3)) / 17.0)
+    net.nodes.append(helper.make_node("Conv", ["x", w1], ["a"], kernel_shape=[3, 3], strides=[2, 2], auto_pad=mode))
+    net.op("MaxPool", ["a"], "p", kernel_shape=[2, 2], auto_pad=mode)
+    net.nodes.append(helper.make_node("Conv", ["p", w2], ["y"], kernel_shape=[3, 3], auto_pad=mode))
+    check(net.model([("x", (1, 16, 14, 12))], ["y"]), tmp_path,
+          {BLOCKED_CONV: 2, BLOCKED_POOL: 1, "Conv": 0, "MaxPool": 0, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
 
 
 def test_unfoldable_batchnorm_is_a_blocked_affine(tmp_path: Any) -> None:

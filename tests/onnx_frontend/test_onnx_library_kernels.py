@@ -162,7 +162,8 @@ def test_conv_weights_are_stored_packed_only(tmp_path):
 def test_blocked_conv_weights_are_stored_packed_only(tmp_path):
     """A convolution in the blocked layout stores its weights once, packed in 16x16 channel blocks (OC 30 padded
     to 32, C 2 to 16), and its bias padded to 32."""
-    from svod_min.onnx.csrc_blocked_conv import pack_weights, pad_bias
+    from svod_min.onnx.csrc_blocked import pad_channels
+    from svod_min.onnx.csrc_blocked_conv import pack_weights
 
     w, b = _w(30, 2, 3, 3), np.arange(30, dtype=np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])]
@@ -170,7 +171,7 @@ def test_blocked_conv_weights_are_stored_packed_only(tmp_path):
     stored = _stored_consts(doc, tmp_path)
     assert sorted(list(a.shape) for a in stored.values()) == [[2, 1, 3, 3, 16, 16], [32]]
     for array in stored.values():
-        assert np.array_equal(array, pack_weights(w) if array.ndim == 6 else pad_bias(b, 30))
+        assert np.array_equal(array, pack_weights(w) if array.ndim == 6 else pad_channels(b, 30))
 
 
 def test_conv_with_weights_from_an_input_takes_the_unpacked_kernel(tmp_path):
