@@ -24,7 +24,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ..error import NotSupportedError
-from .csrc import CKernel, ConvGeom, chunks_for, make_kernel
+from .csrc import CKernel, ConvGeom, chunks_for, make_kernel, range_head
 
 #: Channels per block.
 LANES = 16
@@ -56,9 +56,8 @@ def pad_channels(values: Optional[np.ndarray], c: int) -> np.ndarray:
     return out
 
 
-def _range_head(items: int, chunks: int) -> str:
-    per = -(-items // chunks)
-    return "  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;\n" % (per, per, items, per, items)
+def _items_head(items: int, chunks: int) -> str:
+    return range_head(-(-items // chunks), items) + "\n"
 
 
 def transpose16() -> str:
@@ -106,7 +105,7 @@ def to_blocked(n: int, c: int, h: int, w: int) -> CKernel:
     """NCHW -> blocked (buffers: out blocked, in NCHW); padding channels 0. One work item per (n, block, row)."""
     cb, items = blocks(c), n * blocks(c) * h
     chunks = chunks_for(items, LANES * w)
-    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_range_head(items, chunks), nchw_base="x", blocked_base="out",
+    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_items_head(items, chunks), nchw_base="x", blocked_base="out",
                           load="nchw + k * (long)(H * W) + iw", store="blk + (iw + k) * 16", transpose=transpose16(),
                           element="blk[iw * 16 + l] = nchw[l * (long)(H * W) + iw]",
                           zero="      for (long l = lanes; l < 16; ++l) blk[iw * 16 + l] = 0.0f;\n")  # fmt: skip
@@ -117,7 +116,7 @@ def from_blocked(n: int, c: int, h: int, w: int) -> CKernel:
     """Blocked -> NCHW (buffers: out NCHW, in blocked): the real channels only. One work item per (n, block, row)."""
     cb, items = blocks(c), n * blocks(c) * h
     chunks = chunks_for(items, LANES * w)
-    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_range_head(items, chunks), nchw_base="out", blocked_base="x",
+    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_items_head(items, chunks), nchw_base="out", blocked_base="x",
                           load="blk + (iw + k) * 16", store="nchw + k * (long)(H * W) + iw", transpose=transpose16(),
                           element="nchw[l * (long)(H * W) + iw] = blk[iw * 16 + l]", zero="")  # fmt: skip
     body = body.replace("const float *nchw", "float *restrict nchw").replace("float *blk", "const float *restrict blk")
@@ -228,7 +227,7 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
   for (long it = i0; it < i1; ++it)
     KNAME_row(x + (it / OH) * (long)(H * W * 16), out + it * (long)(OW * 16), it %% OH, buf);
 }
-""" % dict(enum=fill["enum"], head=_range_head(items, chunks), buf=LANES * TILE_COLUMNS)  # fmt: skip
+""" % dict(enum=fill["enum"], head=_items_head(items, chunks), buf=LANES * TILE_COLUMNS)  # fmt: skip
     tag = "bpool_max" if is_max else "bpool_avg"
     return make_kernel(tag, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks)
 
@@ -267,7 +266,7 @@ def _global_pool(tag: str, n: int, c: int, h: int, w: int, init: str, step: str,
     cb = blocks(c)
     items = n * cb
     chunks = chunks_for(items, h * w * LANES)
-    body = GLOBAL_BODY % dict(c=c, cb=cb, hw=h * w, head=_range_head(items, chunks), init=init, step=step, final=final)
+    body = GLOBAL_BODY % dict(c=c, cb=cb, hw=h * w, head=_items_head(items, chunks), init=init, step=step, final=final)
     return make_kernel(tag, body, [n * c, items * h * w * LANES], chunks)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ..error import NotSupportedError
-from .csrc import MAX_CHUNKS, CKernel, ConvGeom, activation, flt, make_kernel
+from .csrc import CKernel, ConvGeom, activation, chunks_for, flt, make_kernel
 from .csrc_blocked import LANES, blocks
 
 #: Multiply-adds one core_id call does at least: smaller convolutions run in fewer calls.
@@ -185,7 +185,7 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], re
     groups = -(-ocb // ot)
     items = g.n * groups * g.oh
     macs = g.n * g.oc * g.oh * g.ow * g.c * g.kh * g.kw
-    chunks = max(1, min(items, MAX_CHUNKS, macs // GRAIN_MACS))
+    chunks = chunks_for(items, macs // items, GRAIN_MACS)
     layout, x_size = _input_layout(g, plain_input)
     values = dict(layout, ICB=icb, OCB=ocb, OT=ot, GROUPS=groups, LASTOT=ocb - (groups - 1) * ot, H=g.h, W=g.w,
                   KH=g.kh, KW=g.kw, SH=g.sh, SW=g.sw, PT=g.pt, PL=g.pl, DH=g.dh, DW=g.dw, OH=g.oh, OW=g.ow,

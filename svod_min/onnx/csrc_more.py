@@ -11,14 +11,10 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional, Sequence
 
-from .csrc import CKernel, ConvGeom, activation, chunks_for, contiguous_strides, flt, make_kernel
+from .csrc import CKernel, ConvGeom, activation, chunks_for, contiguous_strides, flt, make_kernel, range_head
 
 #: C type of each run-time dtype a generated kernel reads or writes.
 C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}
-
-
-def _range_head(per: int, total: int, var: str = "i") -> str:
-    return "  long %s0 = (long)core_id * %d, %s1 = %s0 + %d < %d ? %s0 + %d : %d;" % (var, per, var, var, per, total, var, per, total)
 
 
 def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str) -> CKernel:
@@ -40,7 +36,7 @@ def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str) -
     for (long i = 0; i < %d; ++i) dst[i] = src[i];
   }
 }
-""" % (index_type, _range_head(per, rows, "r"), count, count, axis_len, axis_len, axis_len - 1, axis_len, inner, inner, inner)
+""" % (index_type, range_head(per, rows, "r"), count, count, axis_len, axis_len, axis_len - 1, axis_len, inner, inner, inner)
     return make_kernel("gather", body, [rows * inner, outer * axis_len * inner, count], chunks)
 
 
@@ -59,7 +55,7 @@ def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool) -> C
     out[i] = at;
   }
 }
-""" % (_range_head(per, items), inner, red * inner, inner, red, inner, cmp)
+""" % (range_head(per, items), inner, red * inner, inner, red, inner, cmp)
     return make_kernel("arg", body, [items, outer * red * inner], chunks)
 
 
@@ -82,7 +78,7 @@ def instance_norm(planes: int, channels: int, size: int, epsilon: float) -> CKer
     for (long i = 0; i < %d; ++i) op[i] = (xp[i] - mean) * k + b;
   }
 }
-""" % (_range_head(per, planes, "p"), size, size, size, size, size, size, channels, flt(epsilon), size)
+""" % (range_head(per, planes, "p"), size, size, size, size, size, size, channels, flt(epsilon), size)
     return make_kernel("instnorm", body, [planes * size, planes * size, channels, channels], chunks)
 
 
@@ -98,7 +94,7 @@ def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence
         "edge": "if (k < 0) k = 0; if (k >= n) k = n - 1;",
         "wrap": "k %= n; if (k < 0) k += n;",
     }[mode]
-    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {", _range_head(per, n_out),
+    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {", range_head(per, n_out),
              "  for (long i = i0; i < i1; ++i) {", "    long q = i, s = 0;"]
     for axis in reversed(range(rank)):
         lines.append("    { long n = %d, k = q %% %d - %d; q /= %d; %s s += k * %d; }" % (
@@ -140,7 +136,7 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
     %s
   }
 }
-""" % (len(index), idx, len(weight), wts, _range_head(per, rows, "r"), n_out, n_out, inner, pointers, inner_loop)
+""" % (len(index), idx, len(weight), wts, range_head(per, rows, "r"), n_out, n_out, inner, pointers, inner_loop)
     return make_kernel("resize", body, [rows * inner, outer * n_in * inner], chunks)
 
 
@@ -176,7 +172,7 @@ def taps_last_axis(outer: int, n_in: int, n_out: int, index: Sequence[int], weig
     for (long j = 0; j < %d; ++j) dst[j] = %s;
   }
 }
-""" % (_range_head(per, outer, "r"), n_in, n_out, n_out, terms)
+""" % (range_head(per, outer, "r"), n_in, n_out, n_out, terms)
     return make_kernel("resize", body, [outer * n_out, outer * n_in], chunks)
 
 
@@ -203,7 +199,7 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
     for (long j = 0; j < %d; ++j) dst[j] = s[IX[j]];
   }
 }
-""" % (h_out, ", ".join(str(int(v)) for v in rows_at), w_out, ", ".join(str(int(v)) for v in cols_at), _range_head(per, rows, "r"),
+""" % (h_out, ", ".join(str(int(v)) for v in rows_at), w_out, ", ".join(str(int(v)) for v in cols_at), range_head(per, rows, "r"),
        h_out, h_out, w_out, w_out, w_out, h_in, w_in, w_out)  # fmt: skip
     return make_kernel("resize", body, [rows * w_out, outer * h_in * w_in], chunks)
 
@@ -244,7 +240,7 @@ def conv_transpose(n: int, c: int, h: int, w: int, oc: int, oh: int, ow: int, kh
     }
   }
 }
-""" % (", const float *restrict bias" if bias else "", _range_head(per, planes, "p"), oc, oc, ocg, ocg, c, cg, h * w,
+""" % (", const float *restrict bias" if bias else "", range_head(per, planes, "p"), oc, oc, ocg, ocg, c, cg, h * w,
        oh * ow, oh, ow, "bias[o]" if bias else "0.0f", kh, pt, dh, sh, sh, h, kw, pl, dw, sw, sw, w, cg, h, w, cg, ocg,
        kh, kw, ow)  # fmt: skip
     extents = [n * oc * oh * ow, n * c * h * w, c * ocg * kh * kw] + ([oc] if bias else [])
