@@ -47,16 +47,31 @@ def _find_archive() -> Optional[str]:
     return os.path.abspath(loader.archive)
 
 
+def _zip_loader() -> Any:
+    """The zipimporter svod_min came from, when its reads do not depend on the working directory; else None.
+
+    A zipimporter keeps its archive path as it was on sys.path: Python 3.8 puts a zipapp there as typed
+    (``python3.8 svod_min.pyz``, 3.9+ make it absolute), and PYTHONPATH may name it relatively. Such a
+    loader opens that relative path at each read, so a later chdir would send it elsewhere: those
+    reads go through zipfile and the absolute path taken at import instead.
+    """
+    loader = _loader()
+    if hasattr(loader, "get_data") and os.path.isabs(getattr(loader, "archive", "")):
+        return loader
+    return None
+
+
 def read_bytes(rel: str) -> bytes:
     """The package file ``rel`` (``kernels/prebuilt/x86_64-baseline/library.o``); OSError when absent."""
     if _ARCHIVE is None:
         with open(_full_path(rel), "rb") as fh:
             return fh.read()
     member = _archive_member(rel)
-    loader = _loader()
-    if hasattr(loader, "get_data"):  # zipimport already holds the archive's directory: no second parse of it
+    loader = _zip_loader()
+    if loader is not None:  # zipimport already holds the archive's directory: no second parse of it
         try:
-            return loader.get_data(os.path.join(_ARCHIVE, *member.split("/")))
+            # named under the loader's own archive path: get_data strips only that prefix, as spelled
+            return loader.get_data(os.path.join(loader.archive, *member.split("/")))
         except OSError:
             raise FileNotFoundError("%s has no member %s" % (_ARCHIVE, member)) from None
     try:
@@ -75,7 +90,7 @@ def exists(rel: str) -> bool:
     asking it for the member costs less than parsing the archive's directory a second time)."""
     if not in_archive():
         return os.path.isfile(_full_path(rel))
-    if not hasattr(_loader(), "get_data"):
+    if _zip_loader() is None:
         return _archive_member(rel) in _names_in_archive()
     with _lock:
         found = _members_found.get(rel)

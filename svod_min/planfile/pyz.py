@@ -23,7 +23,13 @@ from ..error import NotSupportedError
 from ..resources import PACKAGE_DIR, archive_path, in_archive
 
 MAIN = b"""# svod_min one-file runtime: python3 svod_min.pyz run [PLAN.json | MODEL.svod]
+import os
 import sys
+
+# Python 3.8 puts the archive on sys.path as typed (3.9+: absolute): a relative entry would leave every
+# later import from the archive relative to a working directory that may have changed by then.
+if sys.path and sys.path[0] == os.path.dirname(__file__) and not os.path.isabs(sys.path[0]):
+    sys.path[0] = os.path.abspath(sys.path[0])
 
 from svod_min.__main__ import main
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -80,3 +81,25 @@ def test_info_and_help_run_from_the_archive(pyz: str, tmp_path: Any) -> None:
     assert proc.returncode == 0 and "W^X mode" in proc.stdout, proc.stderr
     proc = _bare([sys.executable, "-I", pyz, "--help"], tmp_path)
     assert proc.returncode == 0 and "build" in proc.stdout and "zipapp" in proc.stdout
+
+
+_RELATIVE_ON_SYS_PATH = r"""
+import os, sys
+sys.path.insert(0, "svod_min.pyz")  # relative, as PYTHONPATH=svod_min.pyz or a 3.8 zipapp start leaves it
+import svod_min.resources as r
+from svod_min.kernels import variants
+v = variants.choose_variant()
+assert v is not None, "no prebuilt variant found in the archive"
+member = variants.object_member(v)
+os.chdir("/")  # package data is still read from the archive the package came from
+assert r.exists(member) and r.read_bytes(member)[:4] == b"\x7fELF"
+assert r.read_text("kernels/_generated/c/prelude.h")
+print(v)
+"""
+
+
+def test_package_data_is_read_when_the_archive_is_on_sys_path_relatively(pyz: str, tmp_path: Any) -> None:
+    shutil.copy(pyz, str(tmp_path / "svod_min.pyz"))
+    proc = _bare([sys.executable, "-I", "-S", "-c", _RELATIVE_ON_SYS_PATH], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
