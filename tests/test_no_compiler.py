@@ -100,3 +100,56 @@ def test_no_compiler_library_kernels_run_from_prebuilt_objects(tmp_path) -> None
     result = run_python(_NO_CC_LIBRARY, env=no_compiler_env(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "[0.5,", "1.5,", "2.5]", "999.5"], result.stdout
+
+
+def _skip_without_prebuilt_library() -> None:
+    from svod_min.kernels import host_variant
+
+    if host_variant() is None:
+        pytest.skip("no prebuilt library object for this host")
+
+
+def test_no_compiler_selfcheck_verifies_the_prebuilt_library_and_says_compiling_was_skipped(tmp_path) -> None:
+    _skip_without_prebuilt_library()
+    env = no_compiler_env(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True,
+                            timeout=120, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    note, table = result.stdout.split("\n", 1)
+    assert note.startswith("compiling skipped: no C compiler found: tried clang, gcc, cc on PATH; not a failure"), note
+    for kernel in ("add", "matmul", "softmax", "reduce_sum", "transpose"):
+        assert "\n%s " % kernel in "\n" + table
+    assert "FAIL" not in table
+    as_json = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck", "--json"], capture_output=True, text=True,
+                             timeout=120, env=env)  # fmt: skip
+    assert as_json.returncode == 0 and as_json.stderr.startswith("compiling skipped: "), as_json.stderr
+    assert {r["origin"].split()[0] for r in json.loads(as_json.stdout)} == {"prebuilt"}
+
+
+def test_no_compiler_selfcheck_detects_a_wrong_prebuilt_answer(monkeypatch, tmp_path) -> None:
+    _skip_without_prebuilt_library()
+    from svod_min.kernels import selfcheck
+
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("SVOD_CC", raising=False)
+    real = selfcheck._library_wants
+
+    def wrong_add(*args: object) -> dict:
+        wants = real(*args)  # type: ignore[arg-type]
+        wants["add"] = [v + 1.0 for v in wants["add"]]
+        return wants
+
+    monkeypatch.setattr(selfcheck, "_library_wants", wrong_add)
+    results = {r.name: r for r in selfcheck.run_selfcheck()}
+    assert results["add"].ok is False and results["matmul"].ok is True
+    assert results["add"].origin.startswith("prebuilt ")
+
+
+def test_no_compiler_and_no_prebuilt_library_selfcheck_exits_3(tmp_path) -> None:
+    env = dict(no_compiler_env(tmp_path), SVOD_KERNELS_VARIANT="none")
+    result = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True,
+                            timeout=120, env=env)  # fmt: skip
+    assert result.returncode == EXIT_DEVICE, result.stdout + result.stderr
+    line = one_line_error(result.stderr)
+    assert line.startswith("error: no C compiler found") and "selfcheck has nothing it can run here" in line, line

@@ -174,6 +174,17 @@ def _find_compiler(*, need_clang: bool = False, compiler: Optional[str] = None) 
     )
 
 
+def missing_compiler() -> Optional[str]:
+    """Why :func:`find_compiler` finds no C compiler here (None: a candidate is on PATH; probing it may still fail).
+
+    Only absence counts: a compiler that is there but does not run is a failure to report, not a host without one.
+    """
+    names = _candidates(False)
+    if any(shutil.which(name) for name in names):
+        return None
+    return "no C compiler found: tried %s on PATH" % ", ".join(names)
+
+
 def available_compilers() -> List[CompilerInfo]:
     """Every distinct compiler reachable on PATH (for ``svod_min info``)."""
     found: Dict[str, CompilerInfo] = {}
@@ -191,4 +202,5 @@ def available_compilers() -> List[CompilerInfo]:
     return list(found.values())
 
 
-__all__ = ["PROBE_STORE_NAME", "CompilerInfo", "available_compilers", "find_compiler", "probe_compiler", "probe_store"]
+__all__ = ["PROBE_STORE_NAME", "CompilerInfo", "available_compilers", "find_compiler", "missing_compiler", "probe_compiler",
+           "probe_store"]
