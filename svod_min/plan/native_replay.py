@@ -12,8 +12,11 @@ kernels are spread over the runner's worker threads (pthreads resolved by the
 loader from libc; started on first use and kept for the process), which claim
 the invocations one at a time, as the Python path's threads do. During a replay
 idle workers poll for the next kernel (a kernel of 0.1 ms would otherwise wait
-on a sleeping CPU's wake-up); between replays they sleep. Set
-``SVOD_NATIVE_THREADS=0`` to run the invocations serially instead.
+on a sleeping CPU's wake-up); between replays they sleep. ``SVOD_NATIVE_SPIN=0``
+makes them sleep as soon as they find no kernel, even during a replay (each
+threaded kernel then wakes them); the caller still polls for the workers' last
+core ids of a kernel. Set ``SVOD_NATIVE_THREADS=0`` to run the invocations
+serially instead.
 
 Passing every argument as a 64-bit integer is ABI-correct for svod's kernels
 (pointers and int32 variables only) on x86_64 and aarch64: integer arguments
@@ -136,14 +139,16 @@ static void chunk_of(chunk_t* c, const u64* e, long* next, sync_t* lock) {
    owns the pool (another replay meanwhile runs its kernels serially).  While a replay runs, idle
    workers poll `gen` for the next shared kernel, for a while: then, and between replays, they sleep
    on `wake` until `wakes` changes (each replay's start, and each kernel posted while one sleeps;
-   a wake-up missed in a race costs that kernel a helper, never an answer).  A worker
+   a wake-up missed in a race costs that kernel a helper, never an answer).  A replay without `spin`
+   has its workers sleep as soon as they find no kernel (no wake-up at its start: they would find
+   none); `polls` counts the idle polls workers made, added when they sleep, for the tests.  A worker
    joins a kernel under `claims` only while ids are left and fewer than its thread cap have joined,
    so a late worker never holds the caller up, and the caller's kernel is done when its ids are all
    claimed and `inflight` is back to 0. */
 static struct {
     sync_t owner, sleep, wake, claims;
-    int pid, workers, active, inflight, cap, sleepers;
-    long gen, next, wakes;
+    int pid, workers, active, inflight, cap, sleepers, spin;
+    long gen, next, wakes, polls;
     chunk_t job;
 } pool;
 
@@ -163,9 +168,10 @@ static void pool_join(void) {
     pthread_mutex_unlock(&pool.claims);
 }
 
-/* Sleeps until the next wake-up, unless a kernel came after `seen` meanwhile. */
-static void pool_sleep(long seen) {
+/* Sleeps until the next wake-up, unless a kernel came after `seen` meanwhile; counts `polled`. */
+static void pool_sleep(long seen, long polled) {
     pthread_mutex_lock(&pool.sleep);
+    pool.polls += polled;
     long wakes = pool.wakes;
     STORE(&pool.sleepers, pool.sleepers + 1);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* pairs with pool_run's: one of the two sees the other */
@@ -183,7 +189,7 @@ static void pool_wake(void) {
 
 static void* pool_worker(void* unused) {
     (void)unused;
-    long seen = LOAD(&pool.gen);
+    long seen = LOAD(&pool.gen), polled = 0;
     unsigned spins = 0;
     for (;;) {
         long gen = LOAD(&pool.gen);
@@ -191,20 +197,20 @@ static void* pool_worker(void* unused) {
             seen = gen;
             spins = 0;
             pool_join();
-        } else if (!LOAD(&pool.active) || spins >= SPINS_BEFORE_SLEEP) {
-            pool_sleep(seen);
+        } else if (!LOAD(&pool.active) || !LOAD(&pool.spin) || spins >= SPINS_BEFORE_SLEEP) {
+            pool_sleep(seen, polled);
             spins = 0;
-        } else if (++spins %% SPINS_PER_YIELD) {
-            relax();
+            polled = 0;
         } else {
-            sched_yield();
+            polled++;
+            if (++spins %% SPINS_PER_YIELD) relax(); else sched_yield();
         }
     }
     return 0;
 }
 
 /* Owns the pool for a replay of `threads`, starting workers it lacks; 0 when another replay owns it. */
-static int pool_acquire(int threads) {
+static int pool_acquire(int threads, int spin) {
     int pid = getpid();
     if (pool.pid != pid) {  /* first use, or a child after fork(): the parent's workers are not here */
         char* bytes = (char*)&pool;
@@ -226,8 +232,9 @@ static int pool_acquire(int threads) {
         pool.workers++;
     }
     if (sized) pthread_attr_destroy(&attr);
+    STORE(&pool.spin, spin);
     STORE(&pool.active, 1);
-    pool_wake();
+    if (spin) pool_wake();
     return 1;
 }
 
@@ -272,14 +279,24 @@ static int check_rows(const u64* p, const u64* end) {
 /* This runner's row limit, for the Python side to check it against its own. */
 int svod_replay_max_args(void) { return MAX_ARGS; }
 
-/* Returns the number of kernels run, or -1 (nothing run) for a malformed table. */
-long svod_replay(const u64* table, long nwords, int threads) {
+/* Idle polls of the workers so far (those of a worker still polling are added when it sleeps). */
+long svod_replay_polls(void) {
+    if (pool.pid != getpid()) return 0;  /* no pool yet in this process */
+    pthread_mutex_lock(&pool.sleep);
+    long polls = pool.polls;
+    pthread_mutex_unlock(&pool.sleep);
+    return polls;
+}
+
+/* Returns the number of kernels run, or -1 (nothing run) for a malformed table.  `spin`: idle
+   workers poll for the next kernel during the replay (1) or sleep at once (0). */
+long svod_replay_spin(const u64* table, long nwords, int threads, int spin) {
     long done = 0;
     const u64* p = table;
     const u64* end = table + nwords;
     int threaded = check_rows(p, end);
     if (threaded < 0) return -1;
-    int pooled = threads > 1 && threaded && pool_acquire(threads);
+    int pooled = threads > 1 && threaded && pool_acquire(threads, spin);
     if (pooled && threads > pool.workers + 1) threads = pool.workers + 1;
     while (p < end) {
         int nargs = (int)p[1];
@@ -302,25 +319,30 @@ long svod_replay(const u64* table, long nwords, int threads) {
     if (pooled) pool_release();
     return done;
 }
+
+long svod_replay(const u64* table, long nwords, int threads) { return svod_replay_spin(table, nwords, threads, 1); }
 """ % {"max_args": MAX_ARGS, "header": HEADER_WORDS}
 
+#: The runner's entry points this svod_min calls: a prebuilt object without them is of an older svod_min.
+ENTRIES = ("svod_replay_spin", "svod_replay_polls")
+
 _lock = threading.Lock()
-_runner: Optional[object] = None
+_runner: Optional[Tuple[Any, Any]] = None
 _runner_error: Optional[str] = None
 
 
-def _load_runner() -> object:
+def _load_runner() -> Tuple[Any, Any]:
     # On first use only: plans import this module, and GPU-only ones never build the runner.
     from ..jit_loader import load_object
     from ..cache.kernel_cache import compile_cached
 
     loaded = prebuilt_runtime(load_object)
-    if loaded is None or runner_row_limit(loaded) != MAX_ARGS:  # none shipped, or one of another svod_min
-        loaded = load_object(compile_cached(RUNNER_C, kind="c"))
-    fn = loaded.function(
-        "svod_replay", ctypes.c_long, ctypes.POINTER(ctypes.c_uint64), ctypes.c_long, ctypes.c_int
+    if loaded is None or runner_row_limit(loaded) != MAX_ARGS or not all(e in loaded.symbols for e in ENTRIES):
+        loaded = load_object(compile_cached(RUNNER_C, kind="c"))  # none shipped, or one of another svod_min
+    replay = loaded.function(
+        "svod_replay_spin", ctypes.c_long, ctypes.POINTER(ctypes.c_uint64), ctypes.c_long, ctypes.c_int, ctypes.c_int
     )
-    return fn
+    return replay, loaded.function("svod_replay_polls", ctypes.c_long)
 
 
 def runner_row_limit(loaded: Any) -> Optional[int]:
@@ -342,8 +364,7 @@ def prebuilt_runtime(load: Any) -> Any:
     return loaded_runtime(load)
 
 
-def runner() -> object:
-    """The process-wide runner function; NotSupportedError when it cannot be built."""
+def _entries() -> Tuple[Any, Any]:
     global _runner, _runner_error
     with _lock:
         if _runner is None and _runner_error is None:
@@ -354,6 +375,16 @@ def runner() -> object:
         if _runner is None:
             raise NotSupportedError("native replay is unavailable: %s" % _runner_error)
         return _runner
+
+
+def runner() -> Any:
+    """The process-wide runner function ``(table, nwords, threads, spin)``; NotSupportedError when it cannot be built."""
+    return _entries()[0]
+
+
+def idle_polls() -> int:
+    """How often the runner's idle workers have polled for a kernel in this process (the tests read it)."""
+    return int(_entries()[1]())
 
 
 def available() -> bool:
@@ -368,6 +399,12 @@ def available() -> bool:
 def native_threads(default: int) -> int:
     """Threads for core_id kernels inside the runner: ``SVOD_NATIVE_THREADS`` (0 or 1: serial) or ``default``."""
     return max(1, env_int("SVOD_NATIVE_THREADS", default, minimum=0))
+
+
+def native_spin() -> bool:
+    """Whether the runner's idle workers poll for the next kernel during a replay (``SVOD_NATIVE_SPIN``, on by
+    default) or sleep at once, woken for each threaded kernel."""
+    return env_flag("SVOD_NATIVE_SPIN", True)
 
 
 class ReplayTable:
@@ -393,12 +430,12 @@ class ReplayTable:
             self._array = (ctypes.c_uint64 * max(len(self._words), 1))(*self._words)
         return self._array
 
-    def bind(self, threads: int) -> "functools.partial":
-        """A zero-argument callable replaying the table (no per-call lookups)."""
-        return functools.partial(runner(), self.freeze(), len(self._words), threads)
+    def bind(self, threads: int, spin: bool = True) -> "functools.partial":
+        """A zero-argument callable replaying the table (no per-call lookups); ``spin``: see :func:`native_spin`."""
+        return functools.partial(runner(), self.freeze(), len(self._words), threads, int(spin))
 
-    def run(self, threads: int) -> int:
-        return self.bind(threads)()
+    def run(self, threads: int, spin: bool = True) -> int:
+        return self.bind(threads, spin)()
 
 
 def native_entry(address: Optional[int], bufs: Sequence[Any], vals: Sequence[int], ncalls: int,
@@ -439,5 +476,5 @@ def pack_segments(groups: Sequence[List[int]], entries: Mapping[int, NativeEntry
         segments.append(group)
     if table is not None:
         segments.append(table)
-    threads = native_threads(threads)  # bound once: a replay is then one C call per table, no lookups
-    return [seg if isinstance(seg, list) else seg.bind(threads) for seg in segments]
+    threads, spin = native_threads(threads), native_spin()  # bound once: a replay is then one C call per table, no lookups
+    return [seg if isinstance(seg, list) else seg.bind(threads, spin) for seg in segments]

@@ -6,7 +6,8 @@ import ctypes
 import glob
 import os
 import random
-from typing import List
+import time
+from typing import List, Tuple
 
 import pytest
 from conftest import needs_cc
@@ -274,10 +275,10 @@ def test_malformed_rows_are_refused_before_anything_runs() -> None:
     ):
         words = good + bad  # the good row first: a refusal must come before it runs
         table = (ctypes.c_uint64 * len(words))(*words)
-        assert run(table, len(words), 2) == -1
+        assert run(table, len(words), 2, 1) == -1
         assert out.tolist() == [4.0] * 8
     table = (ctypes.c_uint64 * len(good))(*good)
-    assert run(table, len(good), 2) == 1
+    assert run(table, len(good), 2, 1) == 1
     assert out.tolist() == [3.0] * 8
 
 
@@ -286,3 +287,75 @@ def test_the_prebuilt_runner_takes_the_rows_this_svod_min_writes() -> None:
     if loaded is None:
         pytest.skip("no prebuilt runtime object for this architecture")
     assert native_replay.runner_row_limit(loaded) == native_replay.MAX_ARGS
+    assert all(name in loaded.symbols for name in native_replay.ENTRIES)  # else every process compiles the runner
+
+
+# --- SVOD_NATIVE_SPIN: idle workers poll during a replay, or sleep at once -----------------------
+
+SPIN_C = r"""
+/* core id i adds 1 to o[i] */
+void bump(int* o, int core_id) { o[core_id] += 1; }
+/* a serial stretch of the replay: the workers have nothing to do meanwhile */
+void busy(int* o, int n) {
+    volatile int s = 0;
+    for (int i = 0; i < n; i++) s += i;
+    o[0] += s == -1;
+}
+"""
+
+
+def _spin_table(dev: CpuDevice, out: object) -> Tuple[native_replay.ReplayTable, List[object]]:
+    """Three rounds of a threaded kernel (8 ids on 2 threads) followed by a serial stretch; and the
+    programs, which the caller keeps (their code is unmapped with them)."""
+    bump = dev.compile(SPIN_C, "bump", buf_count=1, var_names=["core_id"])
+    busy = dev.compile(SPIN_C, "busy", buf_count=1, var_names=["n"])
+    table = native_replay.ReplayTable()
+    for _ in range(3):
+        table.add(bump.address, [out.address, 0], ncalls=8, core_pos=1, threads=2)
+        table.add(busy.address, [out.address + 32, 2000000])
+    return table, [bump, busy]
+
+
+def _settled_polls() -> int:
+    time.sleep(0.05)  # a worker that polled counts its polls when it next sleeps
+    return native_replay.idle_polls()
+
+
+def test_workers_without_spinning_never_poll() -> None:
+    dev = create_cpu_device()
+    out = dev.allocate([9], "int32").copyin([0] * 9)
+    table, _programs = _spin_table(dev, out)
+    before = _settled_polls()
+    for _ in range(20):
+        assert table.run(2, spin=False) == 6
+    assert out.tolist()[:8] == [60] * 8  # every id of every round ran, workers woken or not
+    assert _settled_polls() == before
+
+
+def test_workers_with_spinning_poll_between_kernels() -> None:
+    dev = create_cpu_device()
+    out = dev.allocate([9], "int32").copyin([0] * 9)
+    table, _programs = _spin_table(dev, out)
+    before = _settled_polls()
+    for _ in range(20):
+        assert table.run(2, spin=True) == 6
+    assert out.tolist()[:8] == [60] * 8
+    deadline = time.monotonic() + 5.0
+    while native_replay.idle_polls() == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert native_replay.idle_polls() > before
+
+
+def test_native_spin_follows_the_one_on_off_rule(monkeypatch) -> None:
+    from svod_min.error import ConfigError
+
+    monkeypatch.delenv("SVOD_NATIVE_SPIN", raising=False)
+    assert native_replay.native_spin() is True
+    monkeypatch.setenv("SVOD_NATIVE_SPIN", "off")
+    assert native_replay.native_spin() is False
+    entry = (0xABC, [1], 4, 0, 2)
+    segments = native_replay.pack_segments([[0]], {0: entry}, 2)
+    assert segments is not None and segments[0].args[2:] == (2, 0)  # threads, spin: bound into the table's call
+    monkeypatch.setenv("SVOD_NATIVE_SPIN", "sometimes")
+    with pytest.raises(ConfigError, match="SVOD_NATIVE_SPIN='sometimes' is not an on/off value"):
+        native_replay.native_spin()
