@@ -132,6 +132,25 @@ def test_prebuilt_kernels_work_without_any_compiler(tmp_path: Any) -> None:
     assert "no-compiler-ok" in out.stdout
 
 
+_RUN_READING_NO_SOURCE = """
+from svod_min.kernels import sources
+def no_source(name):
+    raise SystemExit("the default plan read kernel source %s" % name)
+sources._read = no_source  # every C unit the library cuts (kernel_source, prelude) comes through here
+from svod_min.__main__ import main
+raise SystemExit(main(["run"]))
+"""
+
+
+@needs_prebuilt
+def test_default_plan_runs_from_the_prebuilt_object_reading_no_kernel_source() -> None:
+    """run's main job maps the prebuilt library: it needs no C source (issue 39 saw it ask for matmul.c
+    only because the prebuilt object was not found)."""
+    out = subprocess.run([sys.executable, "-c", _RUN_READING_NO_SOURCE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verify y: ok" in out.stdout
+
+
 def test_get_prebuilt_false_compiles_the_rendered_source(rng: Any) -> None:
     if not HAVE_CC:
         with pytest.raises(CompilerNotFoundError):

@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from typing import Any, List
+from typing import Any, List, Optional
+
+import pytest
 
 from svod_min.planfile.pyz import build_pyz
 
@@ -81,6 +83,48 @@ def test_info_and_help_run_from_the_archive(pyz: str, tmp_path: Any) -> None:
     assert proc.returncode == 0 and "W^X mode" in proc.stdout, proc.stderr
     proc = _bare([sys.executable, "-I", pyz, "--help"], tmp_path)
     assert proc.returncode == 0 and "build" in proc.stdout and "zipapp" in proc.stdout
+
+
+def _real_python(name: str) -> Optional[str]:
+    """The interpreter ``name`` on PATH runs as (a pyenv shim needs the PATH the bare runs strip), or None."""
+    found = shutil.which(name)
+    if found is None:
+        return None
+    proc = subprocess.run([found, "-I", "-S", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return proc.stdout.strip()
+
+
+@pytest.mark.python_independent  # it runs python3.8 from PATH itself, whatever the env's Python is
+def test_main_job_runs_on_a_bare_python38_with_the_archive_named_relatively(pyz: str, tmp_path: Any) -> None:
+    # README's main job as a new user types it: `python3 svod_min.pyz run` beside the archive, no compiler.
+    # Python 3.8 keeps the archive's path as typed (3.9+ make it absolute): issue 39, item 1.
+    python = _real_python("python3.8")
+    if python is None:
+        pytest.skip("python3.8 is not on PATH (CI puts every pyenv version there)")
+    app, home = tmp_path / "app", tmp_path / "home"
+    for d in (app, home, tmp_path / "bin"):
+        d.mkdir()
+    shutil.copy(pyz, str(app / "svod_min.pyz"))
+    os.chmod(str(home), 0o555)
+    env = {"PATH": str(tmp_path / "bin"), "SVOD_OBJECT_CACHE": "0", "HOME": str(home), "LANG": "C.UTF-8"}
+
+    def bare(*args: str) -> subprocess.CompletedProcess:
+        cmd = [python, "-I", "-S", "svod_min.pyz", *args]
+        return subprocess.run(cmd, env=env, cwd=str(app), capture_output=True, text=True, timeout=300)
+
+    run = bare("run")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "verify y: ok" in run.stdout
+    check = bare("selfcheck")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "compiling skipped: no C compiler" in check.stdout and "FAIL" not in check.stdout
+    info = bare("info")
+    assert info.returncode == 0, info.stdout + info.stderr
+    assert "kernel library: prebuilt" in info.stdout and "compiler: none found" in info.stdout
+    assert os.listdir(str(home)) == []  # root ignores the mode: nothing written is the check
 
 
 _RELATIVE_ON_SYS_PATH = r"""
