@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
-from . import ops_blocked, ops_convt, ops_elementwise, ops_index, ops_nn, ops_resize, ops_rnn, ops_shape  # noqa: F401 - they fill the op table
-from .ir import Graph
-from .lower import Lowering, PlanParts, npy_bytes
-from .layout import block_channels
-from .parse import read_graph
-from .passes import run_passes
-from .table import OPS, check_graph
+from .frontend.ir import Graph
+from .frontend.layout import block_channels
+from .frontend.parse import read_graph
+from .frontend.passes import run_passes
+from .frontend.table import OPS, check_graph
+from .ops import blocked, conv, conv_transpose, elementwise, matmul, norm, pool, reduce, resize, rnn, shape  # noqa: F401 - they fill the op table
+from .ops.lowering import Lowering, PlanParts, npy_bytes
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order).
 RTOL, ATOL = 1e-3, 1e-5

@@ -18,10 +18,10 @@ from onnx import helper  # noqa: E402
 from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
 
 from svod_min.onnx import build  # noqa: E402,F401 - fills the op table
-from svod_min.onnx.layout import block_channels  # noqa: E402
-from svod_min.onnx.parse import read_graph  # noqa: E402
-from svod_min.onnx.passes import run_passes  # noqa: E402
-from svod_min.onnx.table import check_graph  # noqa: E402
+from svod_min.onnx.frontend.layout import block_channels  # noqa: E402
+from svod_min.onnx.frontend.parse import read_graph  # noqa: E402
+from svod_min.onnx.frontend.passes import run_passes  # noqa: E402
+from svod_min.onnx.frontend.table import check_graph  # noqa: E402
 
 OPSET = 20  # Gelu's first opset
 RNG = np.random.default_rng(21)

@@ -1,4 +1,4 @@
-"""The blocked convolution (svod_min/onnx/csrc_blocked_conv.py) alone, compiled with the host's C compiler for this
+"""The blocked convolution (svod_min/onnx/kernels/blocked_conv.py) alone, compiled with the host's C compiler for this
 CPU's best x86-64 level (the bundle's host target) and called for every core_id, against a float64 numpy
 convolution of the plain data (support.conv_ref): edge shapes (1x1 images, channels not a multiple of 16 or exactly
 16, stride above the kernel, dilation, padding wider than the kernel or on one side only, batch 2, output rows
@@ -18,9 +18,9 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from svod_min.onnx.csrc import CKernel, ConvGeom  # noqa: E402
-from svod_min.onnx.csrc_blocked import pad_channels  # noqa: E402
-from svod_min.onnx.csrc_blocked_conv import blocked_conv, pack_weights  # noqa: E402
+from svod_min.onnx.geometry import ConvGeom, pad_channels  # noqa: E402
+from svod_min.onnx.kernels.ckernel import CKernel  # noqa: E402
+from svod_min.onnx.kernels.blocked_conv import blocked_conv, pack_weights  # noqa: E402
 from support import conv_ref  # noqa: E402
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 

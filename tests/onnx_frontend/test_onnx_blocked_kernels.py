@@ -1,4 +1,4 @@
-"""The blocked-channel-layout kernels (svod_min/onnx/csrc_blocked.py), compiled with the host's C compiler and
+"""The blocked-channel-layout kernels (svod_min/onnx/kernels/blocked.py and kernels/blocked_pool.py), compiled with the host's C compiler and
 called through ctypes for every core_id, against float64 numpy references computed on the NCHW data: the
 reorders (exact round trip, zeros in the padding channels), MaxPool and AveragePool over edge shapes (channels
 not a multiple of 16, 1x1 images, batch 2, stride above the kernel, dilation, one-sided padding, ceil_mode
@@ -17,8 +17,10 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from svod_min.error import NotSupportedError  # noqa: E402
-from svod_min.onnx import csrc, csrc_blocked  # noqa: E402
-from svod_min.onnx.csrc import CKernel, ConvGeom  # noqa: E402
+from svod_min.onnx.geometry import ConvGeom  # noqa: E402
+from svod_min.onnx.kernels import blocked as reorders  # noqa: E402
+from svod_min.onnx.kernels import blocked_pool  # noqa: E402
+from svod_min.onnx.kernels.ckernel import PROTOTYPES, CKernel  # noqa: E402
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 
 
@@ -72,9 +74,9 @@ def test_reorders_round_trip_exactly(shape: Tuple[int, int, int, int]) -> None:
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     n, c, h, w = shape
     cb = -(-c // 16)
-    blocked = run(csrc_blocked.to_blocked(n, c, h, w), x).reshape(n, cb, h, w, 16)
+    blocked = run(reorders.to_blocked(n, c, h, w), x).reshape(n, cb, h, w, 16)
     assert np.array_equal(blocked, block(x, 0.0))  # padding channels are 0, real ones in place
-    back = run(csrc_blocked.from_blocked(n, c, h, w), block(x)).reshape(shape)  # garbage in the padding: ignored
+    back = run(reorders.from_blocked(n, c, h, w), block(x)).reshape(shape)  # garbage in the padding: ignored
     assert np.array_equal(back, x)
 
 
@@ -109,7 +111,7 @@ def test_blocked_pool_matches_reference(case: Tuple[Any, ...]) -> None:
     op, shape, kernel, strides, pads, dil, ceil, include = case
     g = geometry(shape, kernel, strides, pads, dil, ceil)
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
-    k = csrc_blocked.blocked_pool(op, g, include)
+    k = blocked_pool.blocked_pool(op, g, include)
     if shape == (2, 33, 30, 30):
         assert k.chunks > 1  # the split over calls is exercised
     got = unblock(run(k, block(x)).reshape(g.n, -(-g.c // 16), g.oh, g.ow, 16), g.c)
@@ -126,7 +128,7 @@ def test_blocked_maxpool_propagates_nan(shape: Tuple[int, ...], nans: Sequence[T
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
     for at in nans:
         x[at] = np.nan
-    got = unblock(run(csrc_blocked.blocked_pool("MaxPool", g, False), block(x)).reshape(g.n, -1, g.oh, g.ow, 16), g.c)
+    got = unblock(run(blocked_pool.blocked_pool("MaxPool", g, False), block(x)).reshape(g.n, -1, g.oh, g.ow, 16), g.c)
     want = reference_pool("MaxPool", x, g, False)
     assert np.isnan(want).sum() >= 9 * len(nans) - 8
     assert_close(got, want)
@@ -137,10 +139,10 @@ def test_blocked_maxpool_propagates_nan(shape: Tuple[int, ...], nans: Sequence[T
 def test_blocked_global_pools(shape: Tuple[int, int, int, int]) -> None:
     n, c, h, w = shape
     x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
-    avg = run(csrc_blocked.blocked_global_avgpool(n, c, h, w), block(x)).reshape(n, c, 1, 1)
+    avg = run(blocked_pool.blocked_global_avgpool(n, c, h, w), block(x)).reshape(n, c, 1, 1)
     assert_close(avg, x.astype(np.float64).mean(axis=(2, 3), keepdims=True))
     x[0, c - 1, h - 1, w - 1] = np.nan
-    top = run(csrc_blocked.blocked_global_maxpool(n, c, h, w), block(x)).reshape(n, c, 1, 1)
+    top = run(blocked_pool.blocked_global_maxpool(n, c, h, w), block(x)).reshape(n, c, 1, 1)
     want = x.astype(np.float64).max(axis=(2, 3), keepdims=True)  # numpy's max propagates NaN
     assert np.isnan(want[0, c - 1, 0, 0])
     assert_close(top, want)
@@ -148,16 +150,16 @@ def test_blocked_global_pools(shape: Tuple[int, int, int, int]) -> None:
 
 def test_blocked_pool_refuses_what_it_cannot_compute() -> None:
     with pytest.raises(NotSupportedError, match="LpPool"):
-        csrc_blocked.blocked_pool("LpPool", geometry((1, 1, 4, 4), (2, 2)), False)
+        blocked_pool.blocked_pool("LpPool", geometry((1, 1, 4, 4), (2, 2)), False)
     with pytest.raises(NotSupportedError, match="negative padding"):
-        csrc_blocked.blocked_pool("MaxPool", geometry((1, 1, 4, 4), (2, 2), pads=(-1, 0, 0, 0)), False)
+        blocked_pool.blocked_pool("MaxPool", geometry((1, 1, 4, 4), (2, 2), pads=(-1, 0, 0, 0)), False)
 
 
 def all_kernels() -> List[CKernel]:
     g = geometry((1, 17, 9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
-    return [csrc_blocked.to_blocked(1, 17, 9, 9), csrc_blocked.from_blocked(1, 17, 9, 9),
-            csrc_blocked.blocked_pool("MaxPool", g, False), csrc_blocked.blocked_pool("AveragePool", g, True),
-            csrc_blocked.blocked_global_avgpool(1, 17, 9, 9), csrc_blocked.blocked_global_maxpool(1, 17, 9, 9)]  # fmt: skip
+    return [reorders.to_blocked(1, 17, 9, 9), reorders.from_blocked(1, 17, 9, 9),
+            blocked_pool.blocked_pool("MaxPool", g, False), blocked_pool.blocked_pool("AveragePool", g, True),
+            blocked_pool.blocked_global_avgpool(1, 17, 9, 9), blocked_pool.blocked_global_maxpool(1, 17, 9, 9)]  # fmt: skip
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="no clang to cross-compile with")
@@ -171,4 +173,4 @@ def test_kernels_compile_for_aarch64(tmp_path: Path) -> None:
 
 
 def test_header_lists_the_prototypes() -> None:
-    assert all(k.source.startswith(csrc.PROTOTYPES) for k in all_kernels())
+    assert all(k.source.startswith(PROTOTYPES) for k in all_kernels())

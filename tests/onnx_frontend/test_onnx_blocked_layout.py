@@ -25,12 +25,12 @@ from onnx import helper  # noqa: E402
 
 from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
 from svod_min.onnx import build  # noqa: E402,F401 - importing it fills the op table check_graph reads
-from svod_min.onnx.ir import Graph  # noqa: E402
-from svod_min.onnx.layout import (BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL,  # noqa: E402
+from svod_min.onnx.frontend.ir import Graph  # noqa: E402
+from svod_min.onnx.frontend.layout import (BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL,  # noqa: E402
                                   FROM_BLOCKED, TO_BLOCKED, block_channels)  # fmt: skip
-from svod_min.onnx.parse import read_graph  # noqa: E402
-from svod_min.onnx.passes import run_passes  # noqa: E402
-from svod_min.onnx.table import check_graph  # noqa: E402
+from svod_min.onnx.frontend.parse import read_graph  # noqa: E402
+from svod_min.onnx.frontend.passes import run_passes  # noqa: E402
+from svod_min.onnx.frontend.table import check_graph  # noqa: E402
 
 OPSET = 17
 

@@ -64,7 +64,7 @@ def test_bundle_runs_without_onnx_or_numpy(tmp_path):
 
 def test_doc_op_table_is_the_registered_one():
     from svod_min.onnx import build  # noqa: F401 - fills the table
-    from svod_min.onnx.table import markdown_table
+    from svod_min.onnx.frontend.table import markdown_table
 
     doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "onnx.md"), encoding="utf-8").read()
     begin, end = "<!-- onnx:ops -->\n", "\n<!-- /onnx:ops -->"

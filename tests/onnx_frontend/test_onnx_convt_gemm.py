@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from support.onnx_models import max_rel_error, run_both, single_node, typed_model  # noqa: E402
-from svod_min.onnx import ops_convt  # noqa: E402
+from svod_min.onnx.ops import conv_transpose  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
 
 rng = np.random.default_rng(23)
@@ -68,7 +68,7 @@ def test_weights_computed_at_run_time_take_the_gather_path(tmp_path):
 
 
 def test_a_col_buffer_over_the_limit_takes_the_gather_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(ops_convt, "COL_BYTES_MAX", 1024)
+    monkeypatch.setattr(conv_transpose, "COL_BYTES_MAX", 1024)
     model = single_node("ConvTranspose", [("x", (1, 4, 6, 6))], consts={"w": _w(4, 3, 3, 3)}, strides=[2, 2])
     kernels = _kernels(model, tmp_path)
     assert not any(k.get("library") == "matmul" for k in kernels.values())

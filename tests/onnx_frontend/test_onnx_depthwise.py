@@ -1,4 +1,4 @@
-"""Generated depthwise convolutions (groups = C = OC, csrc_more.depthwise2d: a zero-padded copy of each plane,
+"""Generated depthwise convolutions (groups = C = OC, conv_kernels.depthwise2d: a zero-padded copy of each plane,
 fixed taps) against onnxruntime: stride larger than the kernel, dilation, asymmetric pads wider than the kernel,
 a 1x1 image, batch 2, with and without bias, the fused activations; a plane too large for the padded copy takes
 another kernel."""
@@ -19,7 +19,8 @@ pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
 
-from svod_min.onnx import csrc, csrc_more  # noqa: E402
+from svod_min.onnx.geometry import ConvGeom  # noqa: E402
+from svod_min.onnx.kernels import conv as conv_kernels  # noqa: E402
 
 rng = np.random.default_rng(5)
 
@@ -72,11 +73,11 @@ def test_depthwise_activations_and_no_bias(act: Optional[str], tmp_path: Any) ->
 
 
 def test_plane_size_picks_the_kernel() -> None:
-    def geom(h: int) -> "csrc.ConvGeom":
-        return csrc.ConvGeom(1, 2, h, h, 2, h, h, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2)
+    def geom(h: int) -> "ConvGeom":
+        return ConvGeom(1, 2, h, h, 2, h, h, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2)
 
-    assert csrc_more.depthwise_padded_plane(geom(127)) == 129 * 129 > csrc_more.DEPTHWISE_PAD_MAX
-    assert csrc_more.depthwise_padded_plane(geom(126)) == 128 * 128 <= csrc_more.DEPTHWISE_PAD_MAX
+    assert conv_kernels.depthwise_padded_plane(geom(127)) == 129 * 129 > conv_kernels.DEPTHWISE_PAD_MAX
+    assert conv_kernels.depthwise_padded_plane(geom(126)) == 128 * 128 <= conv_kernels.DEPTHWISE_PAD_MAX
 
 
 def test_large_plane_takes_another_kernel(tmp_path: Any) -> None:

@@ -18,7 +18,7 @@ pytest.importorskip("onnxruntime")
 from onnx import helper  # noqa: E402
 from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
 
-from svod_min.onnx.parse import fold_constants  # noqa: E402
+from svod_min.onnx.frontend.parse import fold_constants  # noqa: E402
 
 rng = np.random.default_rng(3)
 

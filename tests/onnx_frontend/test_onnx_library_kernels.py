@@ -25,7 +25,7 @@ rng = np.random.default_rng(11)
 @pytest.fixture
 def every_library_kernel(monkeypatch: Any) -> None:
     """Lower onto every library kernel, including those the default set leaves to generated C."""
-    from svod_min.onnx import conv_kernels
+    from svod_min.onnx.ops import conv as conv_kernels
 
     kinds = {"conv2d_gemm", "depthwise_conv2d", "maxpool2d", "avgpool2d", "global_avgpool"}
     monkeypatch.setattr(conv_kernels, "LIBRARY_KERNELS", frozenset(kinds))
@@ -162,8 +162,8 @@ def test_conv_weights_are_stored_packed_only(tmp_path):
 def test_blocked_conv_weights_are_stored_packed_only(tmp_path):
     """A convolution in the blocked layout stores its weights once, packed in 16x16 channel blocks (OC 30 padded
     to 32, C 2 to 16), and its bias padded to 32."""
-    from svod_min.onnx.csrc_blocked import pad_channels
-    from svod_min.onnx.csrc_blocked_conv import pack_weights
+    from svod_min.onnx.geometry import pad_channels
+    from svod_min.onnx.kernels.blocked_conv import pack_weights
 
     w, b = _w(30, 2, 3, 3), np.arange(30, dtype=np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])]

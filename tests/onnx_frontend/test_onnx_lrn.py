@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 
 from support.onnx_models import build_and_load, random_inputs, run_ort, single_node  # noqa: E402
 
-from svod_min.onnx import csrc  # noqa: E402
+from svod_min.onnx.kernels import norm  # noqa: E402
 
 #: (input shape, size, alpha, beta, bias)
 CASES = [
@@ -50,7 +50,7 @@ def test_even_window_matches_the_onnx_definition(tmp_path: Any) -> None:
 
 
 def test_cnn_betas_need_no_powf() -> None:
-    assert csrc.LRN_BLOCK < 33 * 33
+    assert norm.LRN_BLOCK < 33 * 33
     for beta in (0.75, 0.5, 1.0):
-        assert "powf(t" not in csrc.lrn(1, 8, 9, 5, 1e-4, beta, 1.0).source
-    assert "powf(t" in csrc.lrn(1, 8, 9, 5, 1e-4, 0.6, 1.0).source
+        assert "powf(t" not in norm.lrn(1, 8, 9, 5, 1e-4, beta, 1.0).source
+    assert "powf(t" in norm.lrn(1, 8, 9, 5, 1e-4, 0.6, 1.0).source

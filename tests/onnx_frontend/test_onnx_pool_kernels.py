@@ -1,4 +1,4 @@
-"""The two-pass pooling kernels (svod_min/onnx/csrc_pool.py) against onnxruntime, each case checked to take the
+"""The two-pass pooling kernels (svod_min/onnx/kernels/pool.py) against onnxruntime, each case checked to take the
 kernel it is listed under: the same-size kernel (stride 1, padding that keeps the plane's size, symmetric or
 not, columns at the row's edges), the whole-plane kernel (row stride 1 and 2, padded width a multiple of the column
 stride or not, dilation, ceil_mode, count_include_pad), the row kernel (planes too large for the plane kernel,
@@ -17,7 +17,8 @@ pytest.importorskip("onnxruntime")
 
 from support.onnx_models import build_and_load, random_inputs, run_both, single_node  # noqa: E402
 
-from svod_min.onnx import csrc, csrc_pool  # noqa: E402
+from svod_min.onnx.geometry import ConvGeom  # noqa: E402
+from svod_min.onnx.kernels import pool as pool_kernels  # noqa: E402
 
 Case = Tuple[str, Tuple[int, ...], Dict[str, Any]]
 #: kernel -> cases (op, input shape, attributes)
@@ -64,7 +65,7 @@ CASES: Dict[str, Sequence[Case]] = {
 }
 
 
-def geometry(shape: Sequence[int], attrs: Dict[str, Any]) -> csrc.ConvGeom:
+def geometry(shape: Sequence[int], attrs: Dict[str, Any]) -> ConvGeom:
     """The 2-D window geometry ONNX gives these attributes (explicit pads; a 1-D pool gets H = 1)."""
     spatial = list(shape[2:])
     rank = len(spatial)
@@ -80,14 +81,14 @@ def geometry(shape: Sequence[int], attrs: Dict[str, Any]) -> csrc.ConvGeom:
     if rank == 1:
         spatial, outs, kernel, strides, dil = [1] + spatial, [1] + outs, [1] + kernel, [1] + strides, [1] + dil
         pads = [0, pads[0], 0, pads[1]]
-    return csrc.ConvGeom(shape[0], shape[1], spatial[0], spatial[1], shape[1], outs[0], outs[1], kernel[0], kernel[1],
+    return ConvGeom(shape[0], shape[1], spatial[0], spatial[1], shape[1], outs[0], outs[1], kernel[0], kernel[1],
                          strides[0], strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1])  # fmt: skip
 
 
 def kernel_of(op: str, shape: Sequence[int], attrs: Dict[str, Any]) -> str:
     """Which kernel the lowering generates for this pool."""
     g = geometry(shape, attrs)
-    kernel = csrc_pool.pool2d(g, "max" if op == "MaxPool" else "avg", bool(attrs.get("count_include_pad", 0)))
+    kernel = pool_kernels.pool2d(g, "max" if op == "MaxPool" else "avg", bool(attrs.get("count_include_pad", 0)))
     if kernel is None:
         return "per-output"
     return "same" if "margins[" in kernel.source else "plane" if "pp[" in kernel.source else "rows"
@@ -111,7 +112,7 @@ def test_pool_kernel_matches_onnxruntime(item: Tuple[str, Case], tmp_path: Any) 
     assert np.allclose(got, want, rtol=1e-6, atol=1e-6), float(np.max(np.abs(got - want)))
 
 
-def reference_maxpool(x: Any, g: csrc.ConvGeom) -> Any:
+def reference_maxpool(x: Any, g: ConvGeom) -> Any:
     """float64 max over each window's taps inside the input; NaN where a tap is NaN."""
     out = np.full((g.n, g.c, g.oh, g.ow), -np.inf)
     for oh in range(g.oh):

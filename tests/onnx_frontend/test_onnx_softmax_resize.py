@@ -16,7 +16,7 @@ import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from support.onnx_models import build_and_load, max_rel_error, run_ort, single_node  # noqa: E402
 
-from svod_min.onnx import csrc  # noqa: E402
+from svod_min.onnx.kernels import norm  # noqa: E402
 
 
 def _softmax64(x: Any, axis: int, log: bool) -> Any:
@@ -27,7 +27,7 @@ def _softmax64(x: Any, axis: int, log: bool) -> Any:
 
 
 #: (shape, axis): last-axis rows (1 element, fewer than 16, not a multiple of 16, ImageNet's 1000) and middle axes
-#: whose inner size is below, past and a multiple of csrc.SOFTMAX_BLOCK, and a one-element reduced axis.
+#: whose inner size is below, past and a multiple of norm.SOFTMAX_BLOCK, and a one-element reduced axis.
 SOFTMAX_CASES = [((1, 1), -1), ((3, 7), -1), ((2, 33), -1), ((2, 1000), -1), ((2, 5, 3), 1), ((1, 21, 5, 7), 1),
                  ((2, 3, 70), 1), ((1, 4, 128), 1), ((1, 130), 0), ((3, 4, 5), 0)]  # fmt: skip
 
@@ -66,7 +66,7 @@ def test_softmax_of_far_apart_and_infinite_inputs(axis: int, tmp_path: Any) -> N
 
 def test_softmax_kernels_have_no_libm_exp() -> None:
     """The exp is the inline polynomial (a libm call would keep the loops scalar)."""
-    for kernel in (csrc.softmax_axis(4, 1000, 1, False), csrc.softmax_axis(1, 21, 4096, True)):
+    for kernel in (norm.softmax_axis(4, 1000, 1, False), norm.softmax_axis(1, 21, 4096, True)):
         body = kernel.source[kernel.source.index("softmax_exp"):]
         assert "expf(" not in body.replace("softmax_exp(", "")
 

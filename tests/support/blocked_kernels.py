@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from svod_min.onnx.csrc import CKernel
+from svod_min.onnx.kernels.ckernel import CKernel
 
 CC = shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (clang, gcc or cc) to build the kernels")

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .csrc import CKernel
-from .ir import Graph, Value
+from ..frontend.ir import Graph, Value
+from ..kernels.ckernel import CKernel
 
 ARENA = "svod.arena"
+#: The params of a float32 library kernel.
+F32 = {"dtype": "float32"}
 ALIGN = 64
 
 

@@ -18,9 +18,10 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..error import NotSupportedError
-from .csrc import CKernel, ConvGeom, activation, chunks_for, flt, make_kernel
-from .csrc_blocked import LANES, blocks
+from ...error import NotSupportedError
+from ..activations import activation
+from ..geometry import LANES, ConvGeom, blocks
+from .ckernel import CKernel, chunks_for, flt, make_kernel
 
 #: Multiply-adds one core_id call does at least: smaller convolutions run in fewer calls.
 GRAIN_MACS = 1 << 21

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import csrc, csrc_blocked
-from .conv_kernels import residual_of
-from .csrc_blocked import LANES, pad_channels
-from .csrc_blocked_conv import blocked_conv, pack_weights
-from .ir import Node
-from .layout import BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL, FROM_BLOCKED, TO_BLOCKED, logical
-from .lower import Lowering
-from .ops_elementwise import activation_of
-from .ops_nn import geometry
-from .table import register
+from ..activations import activation
+from ..frontend.ir import Node
+from ..frontend.layout import BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL, FROM_BLOCKED, TO_BLOCKED, logical
+from ..frontend.table import register
+from ..geometry import LANES, pad_channels
+from ..kernels import blocked, blocked_pool
+from ..kernels.blocked_conv import blocked_conv, pack_weights
+from ..kernels.elementwise import elementwise
+from .conv import residual_of
+from .elementwise import activation_of
+from .lowering import Lowering
+from .window import geometry
 
 
 def _plain_shape(L: Lowering, node: Node) -> tuple:
@@ -28,12 +30,12 @@ def _plain_shape(L: Lowering, node: Node) -> tuple:
 
 @register([TO_BLOCKED], "plain [N, C, H, W] -> blocked [N, CB, H, W, 16], padding channels zero")
 def lower_to_blocked(L: Lowering, node: Node) -> None:
-    L.source(csrc_blocked.to_blocked(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
+    L.source(blocked.to_blocked(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
 
 
 @register([FROM_BLOCKED], "blocked -> plain")
 def lower_from_blocked(L: Lowering, node: Node) -> None:
-    L.source(csrc_blocked.from_blocked(*L.value(node.outputs[0]).shape), [node.outputs[0], node.inputs[0]])
+    L.source(blocked.from_blocked(*L.value(node.outputs[0]).shape), [node.outputs[0], node.inputs[0]])
 
 
 @register([BLOCKED_CONV], "group-1 2-D convolution on blocked tensors; bias, activation and residual in the store")
@@ -58,13 +60,13 @@ def lower_blocked_pool(L: Lowering, node: Node) -> None:
     c = _plain_shape(L, node)[1]
     g = geometry(L, plain, list(node.attrs["kernel_shape"]), c)
     op = node.attrs["_op"]
-    kernel = csrc_blocked.blocked_pool(op, g, bool(int(node.attrs.get("count_include_pad", 0))))
+    kernel = blocked_pool.blocked_pool(op, g, bool(int(node.attrs.get("count_include_pad", 0))))
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
 @register([BLOCKED_GLOBAL_POOL], "GlobalAveragePool / GlobalMaxPool of a blocked tensor, written plain")
 def lower_blocked_global_pool(L: Lowering, node: Node) -> None:
-    pool = csrc_blocked.blocked_global_avgpool if node.attrs["_op"] == "GlobalAveragePool" else csrc_blocked.blocked_global_maxpool
+    pool = blocked_pool.blocked_global_avgpool if node.attrs["_op"] == "GlobalAveragePool" else blocked_pool.blocked_global_maxpool
     L.source(pool(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
 
 
@@ -76,5 +78,5 @@ def lower_blocked_affine(L: Lowering, node: Node) -> None:
     c = _plain_shape(L, node)[1]
     consts = [L.const(pad_channels(L.graph.const(name), c).reshape(channel), name + "~nchwc") for name in (scale, shift)]
     kind, params = activation_of(node)
-    expr = csrc.activation(kind, params, "(x0 * x1 + x2)")
-    L.source(csrc.elementwise(shape, [shape, channel, channel], expr, tag="baffine"), [node.outputs[0], x] + consts)
+    expr = activation(kind, params, "(x0 * x1 + x2)")
+    L.source(elementwise(shape, [shape, channel, channel], expr, tag="baffine"), [node.outputs[0], x] + consts)

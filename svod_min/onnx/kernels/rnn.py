@@ -1,52 +1,10 @@
-"""LSTM and GRU: one generated C kernel per node that loops over time, one call per (direction, batch row).
-
-Batch rows and directions are independent recurrences, so each ``core_id`` call runs one of them from
-its initial state to the end of its sequence (``sequence_lens``: a shorter row stops early, its Y rows
-past the end are zero and Y_h/Y_c hold the state of its last step). The hidden (and cell) state lives
-in Y_h (and Y_c), or in a temporary where the model does not ask for them; gate pre-activations go to a
-scratch buffer. Both layouts are strides compiled in; only the default activations are implemented.
-"""
+"""LSTM and GRU as one generated C kernel per node that loops over time, one call per (direction, batch row)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-from .csrc import CKernel, flt, make_kernel
-from .ir import Graph, Node
-from .lower import Lowering
-from .table import ANY, Rule, one_of, register
-
-DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
-#: Gate count per op: LSTM i, o, f, c; GRU z, r, h.
-GATES = {"LSTM": 4, "GRU": 3}
-
-
-def default_activations(op: str) -> Rule:
-    """Only the default activations (Sigmoid, Tanh[, Tanh]) for each direction."""
-    want = [a.lower() for a in DEFAULT_ACTIVATIONS[op]]
-
-    def rule(value: Any) -> Optional[str]:
-        names = [str(v).lower() for v in value]
-        ok = len(names) in (len(want), 2 * len(want)) and names == want * (len(names) // len(want))
-        return None if ok else "only the defaults %s per direction" % "/".join(DEFAULT_ACTIVATIONS[op])
-
-    rule.doc = "/".join(DEFAULT_ACTIVATIONS[op])  # type: ignore[attr-defined]
-    return rule
-
-
-def _optional(node: Node, i: int) -> str:
-    return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else ""
-
-
-def _rnn_check(graph: Graph, node: Node) -> Optional[str]:
-    for i in range(1, 3):
-        if not graph.is_const(node.inputs[i]) and graph.values[node.inputs[i]].dtype != "float32":
-            return "W and R must be float32"
-    lens = _optional(node, 4)
-    if lens and graph.values[lens].dtype != "int32":
-        return "sequence_lens must be int32"
-    return None
-
+from .ckernel import CKernel, flt, make_kernel
 
 def _sigmoid(v: str) -> str:
     return "(1.0f / (1.0f + expf(-(%s))))" % v
@@ -134,8 +92,8 @@ def _rows(k: Dict[str, Any]) -> Dict[str, str]:
     return {"x": f"(b * {T} + t) * {I}", "y": f"((b * {T} + t) * {D} + d) * {H}", "s": f"(b * {D} + d) * {H}"}
 
 
-def rnn_kernel(op: str, k: Dict[str, Any], node: Node) -> CKernel:
-    a = node.attrs
+def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any]) -> CKernel:
+    """The kernel of LSTM or GRU ``op`` with sizes and present inputs ``k`` and the node's attributes ``a``."""
     clip = float(a["clip"]) if "clip" in a else None
     T, B, D, H, G = k["T"], k["B"], k["D"], k["H"], k["G"]
     lstm = op == "LSTM"
@@ -174,37 +132,3 @@ def rnn_kernel(op: str, k: Dict[str, Any], node: Node) -> CKernel:
     state = D * B * H
     extents = [T * D * B * H, state, state, D * B * (G + H), T * B * k["I"], D * G * k["I"], D * G * H, D * 2 * G, B, state, state, D * 3 * H]
     return make_kernel(op.lower(), body, [e for e, keep in zip(extents, present) if keep], D * B)
-
-
-RNN_ATTRS = dict(activation_alpha=ANY, activation_beta=ANY, clip=ANY, direction=one_of("forward", "reverse", "bidirectional"),
-                 hidden_size=ANY, layout=one_of(0, 1))  # fmt: skip
-
-
-@register(["LSTM"], "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h, Y_c",
-          check=_rnn_check, dtypes=("float32", "int32"), activations=default_activations("LSTM"), input_forget=ANY, **RNN_ATTRS)
-@register(["GRU"], "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h",
-          check=_rnn_check, dtypes=("float32", "int32"), activations=default_activations("GRU"), linear_before_reset=ANY, **RNN_ATTRS)
-def lower_rnn(L: Lowering, node: Node) -> None:
-    op = node.op
-    x, w, r = node.inputs[:3]
-    xs, ws = L.value(x).shape, L.value(w).shape
-    layout = int(node.attrs.get("layout", 0))
-    seq, batch = (xs[0], xs[1]) if layout == 0 else (xs[1], xs[0])
-    dirs, gates = ws[0], ws[1]
-    hidden = gates // GATES[op]
-    outs = list(node.outputs) + [""] * (3 - len(node.outputs))
-    k = {"T": seq, "B": batch, "I": xs[2], "H": hidden, "D": dirs, "G": gates, "G2": 2 * gates, "layout": layout,
-         "reverse": node.attrs.get("direction", "forward") == "reverse", "y": bool(outs[0]), "bias": bool(_optional(node, 3)),
-         "lens": bool(_optional(node, 4)), "h0": bool(_optional(node, 5)), "c0": op == "LSTM" and bool(_optional(node, 6)),
-         "peephole": op == "LSTM" and bool(_optional(node, 7))}  # fmt: skip
-    state_shape = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
-    yh = outs[1] or L.temp(state_shape, hint="h")
-    buffers: List[str] = ([outs[0]] if outs[0] else []) + [yh]
-    if op == "LSTM":
-        buffers.append(outs[2] or L.temp(state_shape, hint="c"))
-    buffers.append(L.temp((dirs * batch, gates + hidden), hint="gates"))
-    buffers += [x, w, r] + [n for n in (_optional(node, 3), _optional(node, 4), _optional(node, 5)) if n]
-    if op == "LSTM":
-        buffers += [n for n in (_optional(node, 6), _optional(node, 7)) if n]
-    written = int(k["y"]) + 1 + int(op == "LSTM") + 1  # Y, Y_h, Y_c, scratch come first
-    L.source(rnn_kernel(op, k, node), buffers, outputs=list(range(written)))

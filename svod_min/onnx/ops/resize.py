@@ -11,10 +11,10 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import csrc_more
-from .ir import Graph, Node
-from .lower import Lowering
-from .table import ANY, one_of, register
+from ..frontend.ir import Graph, Node
+from ..frontend.table import ANY, one_of, register
+from ..kernels.resize import nearest_2d, taps
+from .lowering import Lowering
 
 TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel_symmetric",
               "tf_crop_and_resize")
@@ -184,7 +184,7 @@ def lower_resize(L: Lowering, node: Node) -> None:
         rows_at = axis_taps(how, scales[rank - 2], in_shape[rank - 2], out_shape[rank - 2])[0]
         cols_at = axis_taps(how, scales[rank - 1], in_shape[rank - 1], out_shape[rank - 1])[0]
         outer = int(np.prod(in_shape[:rank - 2]))
-        L.source(csrc_more.nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at), [out, x])
+        L.source(nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at), [out, x])
         return
     current, shape = x, list(in_shape)
     for k, a in enumerate(axes):
@@ -192,5 +192,5 @@ def lower_resize(L: Lowering, node: Node) -> None:
         shape[a] = out_shape[a]
         target = out if k == len(axes) - 1 else L.temp(shape, hint="resize")
         outer, inner = int(np.prod(shape[:a])), int(np.prod(shape[a + 1:]))
-        L.source(csrc_more.taps(outer, in_shape[a], out_shape[a], inner, index, weight, per_out, fill), [target, current])
+        L.source(taps(outer, in_shape[a], out_shape[a], inner, index, weight, per_out, fill), [target, current])
         current = target

@@ -86,3 +86,8 @@ class Graph:
             unique = "%s~%d" % (name, i)
         self.values[unique] = Value(unique, tuple(int(d) for d in data.shape), data.dtype.name, data)
         return unique
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """An ONNX axis attribute (negative: counted from the end) as an index into ``rank`` dims."""
+    return axis + rank if axis < 0 else axis

@@ -1,126 +1,35 @@
-"""C source of the blocked-channel-layout kernels other than convolution: reorders and pools.
+"""Pools of the blocked channel layout (NCHWc): MaxPool/AveragePool and the global pools.
 
-The blocked layout stores a float32 tensor of logical shape [N, C, H, W] as [N, CB, H, W, 16] with
-CB = ceil(C / 16): element (n, c, h, w) at (((n CB + c / 16) H + h) W + w) 16 + c % 16. Channels C and above
-in the last block are padding: finite but arbitrary values (``to_blocked`` writes zeros) that no kernel lets
-reach a real output channel. Every pixel is then 16 contiguous channels, so a pool's work is whole 16-float
-vectors: the loops below run over 16 lanes (or over whole rows of 16-lane pixels) and the compiler turns each
-into vector instructions.
+Every pixel is 16 contiguous channels, so a pool's work is whole 16-float vectors: the loops below run over 16
+lanes (or over whole rows of 16-lane pixels) and the compiler turns each into vector instructions.
 
-The pools mirror :mod:`svod_min.onnx.csrc_pool`'s semantics: padding never wins a max, NaN does; the average's
+The pools mirror :mod:`svod_min.onnx.kernels.pool`'s semantics: padding never wins a max, NaN does; the average's
 divisor is ONNX's count, (rows counted) x (columns counted), and the overhang of a ceil_mode window past the
 end padding never counts. They run in the same two passes (the window's rows element by element into a
 buffer of a tile of columns padded with -inf or 0, then its columns without bounds tests), one output row of
 one channel block per work item. A max takes the NaN-propagating step at every tap: on 16-lane pixels it
 costs a compare and a blend beside the max, less than the NCHW kernels' scan for NaN and second copy.
-
-Same calling convention as :mod:`svod_min.onnx.csrc`.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
-import numpy as np
+from ...error import NotSupportedError
+from ..geometry import LANES, ConvGeom, blocks
+from .blocked import items_head
+from .ckernel import CKernel, chunks_for, make_kernel
 
-from ..error import NotSupportedError
-from .csrc import CKernel, ConvGeom, chunks_for, make_kernel, range_head
-
-#: Channels per block.
-LANES = 16
 #: Columns (of 16 floats each) of a pool's tile buffer, on the stack: 16 KiB.
 TILE_COLUMNS = 256
+
+
 #: A max's step: NaN wins, padding (-inf) never does.
 NAN_STEP = "acc = (v > acc || v != v) ? v : acc;"
+
+
 #: (padding, step) of each pool: the step folds ``v`` into ``acc``.
 POOL_KINDS = {"MaxPool": ("-(1e39f)", NAN_STEP), "AveragePool": ("0.0f", "acc += v;")}
-
-
-def blocks(c: int) -> int:
-    """Channel blocks of ``c`` channels."""
-    return -(-c // LANES)
-
-
-def blocked_shape(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    """The physical shape [N, CB, H, W, 16] of a plain [N, C, H, W]."""
-    n, c, h, w = shape
-    return (n, blocks(c), h, w, LANES)
-
-
-def pad_channels(values: Optional[np.ndarray], c: int) -> np.ndarray:
-    """A per-channel vector (a bias, a scale, a shift) over every blocked channel, float32, zero beyond the ``c``
-    real ones (all zeros for None)."""
-    out = np.zeros(blocks(c) * LANES, np.float32)
-    if values is not None:
-        out[:c] = values.reshape(-1)
-    return out
-
-
-def _items_head(items: int, chunks: int) -> str:
-    return range_head(-(-items // chunks), items) + "\n"
-
-
-def transpose16() -> str:
-    """C statements transposing ``r``, 16 vectors of 16 floats, in place: the off-diagonal blocks of each size (8, 4,
-    2, 1) swapped, a two-source shuffle per vector and size."""
-    lines = []
-    for size in (8, 4, 2, 1):
-        for i in (i for i in range(16) if not i & size):
-            top = ", ".join(str(16 + j - size if j & size else j) for j in range(16))
-            bottom = ", ".join(str(16 + j if j & size else j + size) for j in range(16))
-            lines.append("      { v16 va = r[%d], vb = r[%d]; r[%d] = __builtin_shufflevector(va, vb, %s);"
-                         " r[%d] = __builtin_shufflevector(va, vb, %s); }" % (i, i + size, i, top, i + size, bottom))
-    return "\n".join(lines) + "\n"
-
-
-#: A reorder, one (n, block, row) item at a time: whole 16 x 16 tiles (16 channels by 16 pixels) transposed in
-#: vectors where the compiler has __builtin_shufflevector (clang; gcc from 12), every other element one at a time
-#: (``element``: element (l, iw) of the NCHW row ``nchw`` and the blocked row ``blk``).
-REORDER = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
-  enum { C = %(c)d, CB = %(cb)d, H = %(h)d, W = %(w)d };
-  typedef float v16 __attribute__((vector_size(64), aligned(4)));
-%(head)s  for (long it = i0; it < i1; ++it) {
-    long row = it %% H, b = (it / H) %% CB, n = it / (H * CB);
-    long lanes = C - b * 16 < 16 ? C - b * 16 : 16;
-    const float *nchw = %(nchw_base)s + ((n * C + b * 16) * H + row) * (long)W;
-    float *blk = %(blocked_base)s + it * (long)(W * 16);
-    long iw = 0;
-#if defined(__clang__) || __GNUC__ >= 12
-    if (lanes == 16)
-      for (; iw + 16 <= W; iw += 16) {
-        v16 r[16];
-        for (long k = 0; k < 16; ++k) __builtin_memcpy(&r[k], %(load)s, 64);
-%(transpose)s        for (long k = 0; k < 16; ++k) __builtin_memcpy(%(store)s, &r[k], 64);
-      }
-#endif
-    for (; iw < W; ++iw) {
-      for (long l = 0; l < lanes; ++l) %(element)s;
-%(zero)s    }
-  }
-}
-"""
-
-
-def to_blocked(n: int, c: int, h: int, w: int) -> CKernel:
-    """NCHW -> blocked (buffers: out blocked, in NCHW); padding channels 0. One work item per (n, block, row)."""
-    cb, items = blocks(c), n * blocks(c) * h
-    chunks = chunks_for(items, LANES * w)
-    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_items_head(items, chunks), nchw_base="x", blocked_base="out",
-                          load="nchw + k * (long)(H * W) + iw", store="blk + (iw + k) * 16", transpose=transpose16(),
-                          element="blk[iw * 16 + l] = nchw[l * (long)(H * W) + iw]",
-                          zero="      for (long l = lanes; l < 16; ++l) blk[iw * 16 + l] = 0.0f;\n")  # fmt: skip
-    return make_kernel("to_blocked", body.replace("float *blk", "float *restrict blk"), [n * cb * h * w * LANES, n * c * h * w], chunks)
-
-
-def from_blocked(n: int, c: int, h: int, w: int) -> CKernel:
-    """Blocked -> NCHW (buffers: out NCHW, in blocked): the real channels only. One work item per (n, block, row)."""
-    cb, items = blocks(c), n * blocks(c) * h
-    chunks = chunks_for(items, LANES * w)
-    body = REORDER % dict(c=c, cb=cb, h=h, w=w, head=_items_head(items, chunks), nchw_base="out", blocked_base="x",
-                          load="blk + (iw + k) * 16", store="nchw + k * (long)(H * W) + iw", transpose=transpose16(),
-                          element="nchw[l * (long)(H * W) + iw] = blk[iw * 16 + l]", zero="")  # fmt: skip
-    body = body.replace("const float *nchw", "float *restrict nchw").replace("float *blk", "const float *restrict blk")
-    return make_kernel("from_blocked", body, [n * c * h * w, n * cb * h * w * LANES], chunks)
 
 
 def _geometry_enum(g: ConvGeom, tile: int) -> str:
@@ -191,6 +100,8 @@ ROW_FUNCTION = """static __attribute__((noinline)) void KNAME_row(const float *r
   (void)r; (void)full;
 }
 """
+
+
 #: The average's multiplier of output column t0 + i: 1 / (rows counted x columns counted), the row's ``full`` where
 #: the first and the last tap count (then all do), so that only the edge columns count theirs and divide.
 AVG_SCALE = """      float sc = full;
@@ -227,7 +138,7 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
   for (long it = i0; it < i1; ++it)
     KNAME_row(x + (it / OH) * (long)(H * W * 16), out + it * (long)(OW * 16), it %% OH, buf);
 }
-""" % dict(enum=fill["enum"], head=_items_head(items, chunks), buf=LANES * TILE_COLUMNS)  # fmt: skip
+""" % dict(enum=fill["enum"], head=items_head(items, chunks), buf=LANES * TILE_COLUMNS)  # fmt: skip
     tag = "bpool_max" if is_max else "bpool_avg"
     return make_kernel(tag, body, [items * g.ow * LANES, g.n * cb * g.h * g.w * LANES], chunks)
 
@@ -266,7 +177,7 @@ def _global_pool(tag: str, n: int, c: int, h: int, w: int, init: str, step: str,
     cb = blocks(c)
     items = n * cb
     chunks = chunks_for(items, h * w * LANES)
-    body = GLOBAL_BODY % dict(c=c, cb=cb, hw=h * w, head=_items_head(items, chunks), init=init, step=step, final=final)
+    body = GLOBAL_BODY % dict(c=c, cb=cb, hw=h * w, head=items_head(items, chunks), init=init, step=step, final=final)
     return make_kernel(tag, body, [n * c, items * h * w * LANES], chunks)
 
 

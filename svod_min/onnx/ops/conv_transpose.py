@@ -13,12 +13,11 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from . import csrc_more
-from .csrc import CKernel, ConvGeom, chunks_for, make_kernel
-from .ops_elementwise import F32
-from .ir import Graph, Node
-from .lower import Lowering
-from .table import ANY, one_of, register
+from ..frontend.ir import Graph, Node
+from ..frontend.table import ANY, one_of, register
+from ..geometry import ConvGeom
+from ..kernels.conv import col2im, col_rows, conv_transpose
+from .lowering import F32, Lowering
 
 
 def _convt_check(graph: Graph, node: Node) -> Optional[str]:
@@ -49,9 +48,6 @@ def begin_pads(node: Node, in_sizes: Sequence[int], out_sizes: Sequence[int], ke
 COL_BYTES_MAX = 256 << 20
 
 
-def col_rows(g: ConvGeom) -> int:
-    """Rows of one group's col matrix: (output channel of the group, kh, kw)."""
-    return g.oc // g.groups * g.kh * g.kw
 
 
 def end_pads(in_sizes: Sequence[int], out_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
@@ -86,7 +82,7 @@ def lower_conv_transpose(L: Lowering, node: Node) -> None:
     if gemm_applies(L, w, g):
         lower_gemm(L, g, out, x, w, bias)
         return
-    k = csrc_more.conv_transpose(g.n, g.c, g.h, g.w, g.oc, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
+    k = conv_transpose(g.n, g.c, g.h, g.w, g.oc, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
                                  g.groups, bool(bias))  # fmt: skip
     L.source(k, [out, x, w] + ([bias] if bias else []))
 
@@ -113,43 +109,3 @@ def lower_gemm(L: Lowering, g: ConvGeom, out: str, x: str, w: str, bias: str) ->
     L.source(col2im(g, bool(bias)), [out, col] + ([bias] if bias else []))
 
 
-def col2im(g: ConvGeom, bias: bool) -> CKernel:
-    """out[n, oc, y, x] = bias + the sum of col[n, group, (oc % ocg, ky, kx), iy, ix] over the taps with
-    y + pt = iy * sh + ky * dh and x + pl = ix * sw + kx * dw (iy, ix inside the input)."""
-    ocg = g.oc // g.groups
-    planes = g.n * g.oc
-    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
-    per = -(-planes // chunks)
-    body = """void KNAME(float *restrict out, const float *restrict col%(bias_arg)s, int core_id) {
-  long p0 = (long)core_id * %(per)d, p1 = p0 + %(per)d < %(planes)d ? p0 + %(per)d : %(planes)d;
-  for (long p = p0; p < p1; ++p) {
-    const long b = p / %(oc)d, o = p %% %(oc)d, grp = o / %(ocg)d, oo = o %% %(ocg)d;
-    const float *cols = col + ((b * %(groups)d + grp) * %(rows)d + oo * %(taps)d) * %(pixels)dL;
-    float *dst = out + p * %(plane)dL;
-    for (long y = 0; y < %(oh)d; ++y) {
-      for (long xx = 0; xx < %(ow)d; ++xx) {
-        float acc = %(init)s;
-        for (long ky = 0; ky < %(kh)d; ++ky) {
-          const long ty = y + %(pt)d - ky * %(dh)d;
-          if (ty < 0 || ty %% %(sh)d) continue;
-          const long iy = ty / %(sh)d;
-          if (iy >= %(h)d) continue;
-          for (long kx = 0; kx < %(kw)d; ++kx) {
-            const long tx = xx + %(pl)d - kx * %(dw)d;
-            if (tx < 0 || tx %% %(sw)d) continue;
-            const long ix = tx / %(sw)d;
-            if (ix >= %(w)d) continue;
-            acc += cols[(ky * %(kw)d + kx) * %(pixels)dL + iy * %(w)d + ix];
-          }
-        }
-        dst[y * %(ow)d + xx] = acc;
-      }
-    }
-  }
-}
-""" % {"bias_arg": ", const float *restrict bias" if bias else "", "per": per, "planes": planes, "oc": g.oc,
-       "ocg": ocg, "groups": g.groups, "rows": col_rows(g), "taps": g.kh * g.kw, "pixels": g.h * g.w,
-       "plane": g.oh * g.ow, "oh": g.oh, "ow": g.ow, "init": "bias[o]" if bias else "0.0f", "kh": g.kh, "kw": g.kw,
-       "pt": g.pt, "pl": g.pl, "dh": g.dh, "dw": g.dw, "sh": g.sh, "sw": g.sw, "h": g.h, "w": g.w}  # fmt: skip
-    extents = [planes * g.oh * g.ow, g.n * g.groups * col_rows(g) * g.h * g.w] + ([g.oc] if bias else [])
-    return make_kernel("col2im", body, extents, chunks)

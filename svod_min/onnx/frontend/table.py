@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..error import UnsupportedModelError
+from ...error import UnsupportedModelError
 from .ir import Graph, Node
 
 Rule = Callable[[Any], Optional[str]]

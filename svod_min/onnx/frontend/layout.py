@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .csrc_blocked import LANES, blocked_shape
+from ..geometry import LANES, blocked_shape
 from .ir import Graph, Node, Value
 from .passes import ACTIVATIONS, AFFINE, channel_vector
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from .csrc import CKernel, ConvGeom, chunks_for
-from .csrc import make_kernel
+from ..geometry import ConvGeom
+from .ckernel import CKernel, chunks_for, make_kernel
 
 #: The widest padded row (elements, on the stack) the row kernel holds.
 POOL_ROW_MAX = 8192
@@ -366,4 +366,44 @@ void KNAME(float *restrict out, const float *restrict x, int core_id) {
 """ % dict(enum=enum, per=per, planes=planes, pad=KINDS[kind][0], row_ok=counts["row_ok"],
            scale=g.h * g.w if kind == "avg" else 1, scale_rows=g.h if kind == "avg" else 0,
            counts=COLUMN_COUNTS % counts, dispatch=DISPATCH % _per_plane(kind, "xp, o, col, scale"))  # fmt: skip
+    return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)
+
+
+def pool2d_taps(g: ConvGeom, kind: str, count_include_pad: bool) -> CKernel:
+    """Max or average pooling, every output testing each tap (padding never wins a max, NaN wins; ONNX's divisor):
+    for the rows too wide for :mod:`svod_min.onnx.csrc_pool`'s buffers, its stack use does not grow with the row."""
+    planes = g.n * g.c
+    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    per = -(-planes // chunks)
+    if kind == "max":
+        init, step, final = "-(1e39f)", "acc = (v > acc || v != v) ? v : acc;", "acc"
+    else:
+        init, step, final = "0.0f", "acc += v;", "acc / (float)cnt"
+    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
+  long p0 = (long)core_id * %d, p1 = p0 + %d < %d ? p0 + %d : %d;
+  for (long p = p0; p < p1; ++p) {
+    const float *xp = x + p * %d;
+    float *o = out + p * %d;
+    for (long oh = 0; oh < %d; ++oh) {
+      for (long ow = 0; ow < %d; ++ow) {
+        float acc = %s; long cnt = 0;
+        for (long kh = 0; kh < %d; ++kh) {
+          long ih = oh * %d - %d + kh * %d;
+          for (long kw = 0; kw < %d; ++kw) {
+            long iw = ow * %d - %d + kw * %d;
+            int inside = ih >= 0 && ih < %d && iw >= 0 && iw < %d;
+            int padded = ih < %d && iw < %d;
+            cnt += %s;
+            if (!inside) continue;
+            float v = xp[ih * %d + iw];
+            %s
+          }
+        }
+        o[oh * %d + ow] = %s;
+      }
+    }
+  }
+}
+""" % (per, per, planes, per, planes, g.h * g.w, g.oh * g.ow, g.oh, g.ow, init, g.kh, g.sh, g.pt, g.dh, g.kw, g.sw,
+       g.pl, g.dw, g.h, g.w, g.h + g.pb, g.w + g.pr, "padded" if count_include_pad else "inside", g.w, step, g.ow, final)  # fmt: skip
     return make_kernel("pool", body, [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w], chunks)

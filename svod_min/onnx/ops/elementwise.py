@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from . import csrc
-from .ir import Graph, Node
-from .lower import Lowering
-from .passes import ACTIVATIONS, AFFINE, activation_params
-from .table import ANY, one_of, register
+from ..activations import activation
+from ..frontend.ir import Graph, Node
+from ..frontend.passes import ACTIVATIONS, AFFINE, activation_params
+from ..frontend.table import ANY, one_of, register
+from ..kernels.ckernel import C_TYPES, flt
+from ..kernels.elementwise import elementwise
+from .lowering import F32, Lowering
 
-F32 = {"dtype": "float32"}
 LIB_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
              "Neg": "neg", "Abs": "abs"}  # fmt: skip
 LIB_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Sum": "add"}
@@ -35,23 +36,23 @@ def apply_activation(L: Lowering, name: str, node: Node) -> None:
     if kind == "Relu":
         L.library("relu", F32, [name, name], {"n": v.size})
         return
-    L.source(csrc.elementwise(v.shape, [v.shape], csrc.activation(kind, params, "x0"), inplace=True, tag="act"), [name])
+    L.source(elementwise(v.shape, [v.shape], activation(kind, params, "x0"), inplace=True, tag="act"), [name])
 
 
 def unary_expr(node: Node, graph: Graph) -> str:
     a = node.attrs
     op = node.op
     if op in ACTIVATIONS:
-        return csrc.activation(op, activation_params(graph, node), "x0")
+        return activation(op, activation_params(graph, node), "x0")
     exprs = {
         "Exp": "expf(x0)", "Log": "logf(x0)", "Sqrt": "__builtin_sqrtf(x0)", "Neg": "(-x0)", "Abs": "__builtin_fabsf(x0)",
         "Reciprocal": "(1.0f / x0)", "Floor": "floorf(x0)", "Ceil": "ceilf(x0)", "Erf": "erff(x0)",
         "Sign": "(x0 > 0.0f ? 1.0f : (x0 < 0.0f ? -1.0f : x0))", "Softsign": "(x0 / (1.0f + __builtin_fabsf(x0)))",
         "Softplus": "(x0 > 20.0f ? x0 : logf(1.0f + expf(x0)))", "Round": "nearbyintf(x0)",
-        "Elu": "(x0 < 0.0f ? %s * (expf(x0) - 1.0f) : x0)" % csrc.flt(float(a.get("alpha", 1.0))),
-        "Selu": "(%s * (x0 <= 0.0f ? %s * (expf(x0) - 1.0f) : x0))" % (csrc.flt(float(a.get("gamma", 1.05070102214813232421875))), csrc.flt(float(a.get("alpha", 1.67326319217681884765625)))),
-        "ThresholdedRelu": "(x0 > %s ? x0 : 0.0f)" % csrc.flt(float(a.get("alpha", 1.0))),
-        "Celu": "(x0 > 0.0f ? x0 : %s * (expf(x0 / %s) - 1.0f))" % (csrc.flt(float(a.get("alpha", 1.0))), csrc.flt(float(a.get("alpha", 1.0)))),
+        "Elu": "(x0 < 0.0f ? %s * (expf(x0) - 1.0f) : x0)" % flt(float(a.get("alpha", 1.0))),
+        "Selu": "(%s * (x0 <= 0.0f ? %s * (expf(x0) - 1.0f) : x0))" % (flt(float(a.get("gamma", 1.05070102214813232421875))), flt(float(a.get("alpha", 1.67326319217681884765625)))),
+        "ThresholdedRelu": "(x0 > %s ? x0 : 0.0f)" % flt(float(a.get("alpha", 1.0))),
+        "Celu": "(x0 > 0.0f ? x0 : %s * (expf(x0 / %s) - 1.0f))" % (flt(float(a.get("alpha", 1.0))), flt(float(a.get("alpha", 1.0)))),
     }
     return exprs[op]
 
@@ -77,15 +78,15 @@ def lower_unary(L: Lowering, node: Node) -> None:
         L.library(LIB_UNARY[node.op], F32, [out, x], {"n": v.size})
         return
     kind, params = activation_of(node)
-    expr = csrc.activation(kind, params, unary_expr(node, L.graph))
-    L.source(csrc.elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
+    expr = activation(kind, params, unary_expr(node, L.graph))
+    L.source(elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
 
 
 @register(["PRelu"], "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv")
 def lower_prelu(L: Lowering, node: Node) -> None:
     x, slope = node.inputs
     out = node.outputs[0]
-    kernel = csrc.elementwise(L.value(out).shape, [L.value(x).shape, L.value(slope).shape], "(x0 < 0.0f ? x0 * x1 : x0)", tag="prelu")
+    kernel = elementwise(L.value(out).shape, [L.value(x).shape, L.value(slope).shape], "(x0 < 0.0f ? x0 * x1 : x0)", tag="prelu")
     L.source(kernel, [out, x, slope])
 
 
@@ -118,9 +119,9 @@ def lower_nary(L: Lowering, node: Node) -> None:
         op = "Add" if node.op in ("Sum", "Mean") else node.op
         expr = C_BINARY[op].replace("x1", "x%d" % k).replace("x0", "(%s)" % expr)  # x1 first: expr holds x1
     if node.op == "Mean":
-        expr = "(%s) / %s" % (expr, csrc.flt(float(len(ins))))
+        expr = "(%s) / %s" % (expr, flt(float(len(ins))))
     kind, params = activation_of(node)
-    L.source(csrc.elementwise(v.shape, [L.value(n).shape for n in ins], csrc.activation(kind, params, expr), tag="ew"), [out] + ins)
+    L.source(elementwise(v.shape, [L.value(n).shape for n in ins], activation(kind, params, expr), tag="ew"), [out] + ins)
 
 
 @register([AFFINE], "x * scale[c] + shift[c] (from BatchNormalization and per-channel Mul/Add)")
@@ -132,7 +133,7 @@ def lower_affine(L: Lowering, node: Node) -> None:
     s = L.const(L.graph.const(scale).reshape(channel), scale)
     t = L.const(L.graph.const(shift).reshape(channel), shift)
     kind, params = activation_of(node)
-    kernel = csrc.elementwise(shape, [shape, channel, channel], csrc.activation(kind, params, "(x0 * x1 + x2)"), tag="affine")
+    kernel = elementwise(shape, [shape, channel, channel], activation(kind, params, "(x0 * x1 + x2)"), tag="affine")
     L.source(kernel, [out, x, s, t])
 
 
@@ -149,6 +150,27 @@ def lower_where(L: Lowering, node: Node) -> None:
     if L.graph.is_const(c):
         cond = L.const(L.graph.const(c).astype(bool), c)
     shapes = [L.value(n).shape for n in (cond, a, b)]
-    kernel = csrc.elementwise(L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where",
+    kernel = elementwise(L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where",
                               in_types=["unsigned char", "float", "float"])  # fmt: skip
     L.source(kernel, [out, cond, a, b])
+
+
+COMPARE = {"Equal": "(x0 == x1)", "Less": "(x0 < x1)", "Greater": "(x0 > x1)", "LessOrEqual": "(x0 <= x1)",
+           "GreaterOrEqual": "(x0 >= x1)", "And": "(x0 != 0.0f && x1 != 0.0f)", "Or": "(x0 != 0.0f || x1 != 0.0f)",
+           "Xor": "((x0 != 0.0f) != (x1 != 0.0f))", "Not": "(x0 == 0.0f)"}  # fmt: skip
+
+
+@register(["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"],
+          "generated C (broadcasting); bool result", dtypes=("float32", "bool"))
+def lower_compare(L: Lowering, node: Node) -> None:
+    ins = []
+    for name in node.inputs:
+        if L.graph.is_const(name):  # a constant of another dtype (int64 zero, ...) compares as float32 here
+            data = L.graph.const(name)
+            name = L.const(data.astype(bool if data.dtype == np.bool_ else np.float32), name)
+        ins.append(name)
+    out = node.outputs[0]
+    types = [C_TYPES[L.value(n).dtype] for n in ins]
+    kernel = elementwise(L.value(out).shape, [L.value(n).shape for n in ins], COMPARE[node.op], tag=node.op.lower(),
+                              in_types=types, out_type="unsigned char")  # fmt: skip
+    L.source(kernel, [out] + ins)

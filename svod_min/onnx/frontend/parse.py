@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ..error import ModelFileError, UnsupportedModelError
+from ...error import ModelFileError, UnsupportedModelError
 from .ir import Graph, Node, Value
 
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from . import csrc, csrc_more
-from .ir import Graph, Node
-from .lower import Lowering
-from .ops_elementwise import F32
-from .table import ANY, one_of, register
+from ..frontend.ir import Graph, Node, normalize_axis
+from ..frontend.table import ANY, one_of, register
+from ..geometry import broadcast_strides, collapse, contiguous_strides
+from ..kernels.copy import gather, gather_copy, pad, pad_index, slice_copy
+from .lowering import F32, Lowering
 
 
 @register(["Reshape", "Flatten", "Squeeze", "Unsqueeze"], "a view (no copy); shapes from shape inference",
@@ -40,13 +40,13 @@ def lower_concat(L: Lowering, node: Node) -> None:
             if not L.place_into(name, out, 4 * at):
                 L.copy(L.subview(out, 4 * at, L.value(name).shape), name)
         elif part:
-            L.source(csrc.slice_copy(outer, part, shape[axis] * inner, at), [out, name])
+            L.source(slice_copy(outer, part, shape[axis] * inner, at), [out, name])
         at += part
 
 
 def permuted(L: Lowering, out: str, x: str, out_shape: Sequence[int], src_strides: Sequence[int], offset: int, tag: str) -> None:
     """out = x read with ``src_strides`` from ``offset``: library permute up to 4 collapsed dims, C beyond."""
-    shape, strides = csrc.collapse(out_shape, [csrc.contiguous_strides(out_shape), list(src_strides)])
+    shape, strides = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
     src = strides[1]
     if offset == 0 and len(shape) <= 4:
         pad = 4 - len(shape)
@@ -54,7 +54,7 @@ def permuted(L: Lowering, out: str, x: str, out_shape: Sequence[int], src_stride
         t = [0] * pad + list(src)
         L.library("permute", F32, [out, x], dict([("e%d" % i, e[i]) for i in range(4)] + [("t%d" % i, t[i]) for i in range(4)]))
         return
-    L.source(csrc.gather_copy(out_shape, src_strides, offset, L.value(x).size, tag), [out, x])
+    L.source(gather_copy(out_shape, src_strides, offset, L.value(x).size, tag), [out, x])
 
 
 @register(["Transpose"], "library permute (up to 4 dims after merging), generated C beyond", perm=ANY)
@@ -62,7 +62,7 @@ def lower_transpose(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     shape = L.value(x).shape
     perm = node.attrs.get("perm", list(reversed(range(len(shape)))))
-    strides = csrc.contiguous_strides(shape)
+    strides = contiguous_strides(shape)
     permuted(L, out, x, L.value(out).shape, [strides[p] for p in perm], 0, "transpose")
 
 
@@ -96,7 +96,7 @@ def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
 def lower_slice(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     begin, step = _slice_params(L.graph, node)  # type: ignore[misc]
-    strides = csrc.contiguous_strides(L.value(x).shape)
+    strides = contiguous_strides(L.value(x).shape)
     offset = sum(b * s for b, s in zip(begin, strides))
     permuted(L, out, x, L.value(out).shape, [s * k for s, k in zip(strides, step)], offset, "slice")
 
@@ -108,7 +108,7 @@ def lower_split(L: Lowering, node: Node) -> None:
     x = node.inputs[0]
     shape = L.value(x).shape
     axis = int(node.attrs.get("axis", 0)) % len(shape)
-    strides = csrc.contiguous_strides(shape)
+    strides = contiguous_strides(shape)
     outer = int(np.prod(shape[:axis]))
     at = 0
     for out in node.outputs:
@@ -125,7 +125,7 @@ def lower_split(L: Lowering, node: Node) -> None:
 def lower_expand(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     out_shape = L.value(out).shape
-    permuted(L, out, x, out_shape, csrc.broadcast_strides(L.value(x).shape, out_shape), 0, "expand")
+    permuted(L, out, x, out_shape, broadcast_strides(L.value(x).shape, out_shape), 0, "expand")
 
 
 def _pad_check(graph: Graph, node: Node) -> Optional[str]:
@@ -152,6 +152,30 @@ def lower_pad(L: Lowering, node: Node) -> None:
             pads[a], pads[a + rank] = raw[i], raw[i + len(axes)]
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
-        L.source(csrc.pad(in_shape, out_shape, pads[:rank], value), [out, x])
+        L.source(pad(in_shape, out_shape, pads[:rank], value), [out, x])
     else:
-        L.source(csrc_more.pad_index(in_shape, out_shape, pads[:rank], mode), [out, x])
+        L.source(pad_index(in_shape, out_shape, pads[:rank], mode), [out, x])
+
+
+def _gather_check(graph: Graph, node: Node) -> Optional[str]:
+    data = graph.values[node.inputs[0]]
+    if data.const is None and data.dtype != "float32":
+        return "run-time data must be float32"
+    if data.const is not None and data.const.dtype != np.float32 and not graph.is_const(node.inputs[1]):
+        return "constant data of dtype %s (float32 only)" % data.const.dtype
+    return None
+
+
+@register(["Gather"], "generated C; int64/int32 indices, constant or run-time; negative indices count from the end",
+          check=_gather_check, dtypes=("float32", "int64", "int32"), axis=ANY)
+def lower_gather(L: Lowering, node: Node) -> None:
+    data, indices = node.inputs[0], node.inputs[1]
+    shape = L.value(data).shape
+    axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
+    if L.graph.is_const(indices):
+        raw = L.graph.const(indices).astype(np.int64)
+        indices = L.const(np.where(raw < 0, raw + shape[axis], raw).reshape(-1), indices)
+    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    index_type = "int" if L.value(indices).dtype == "int32" else "long long"
+    kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type)
+    L.source(kernel, [node.outputs[0], data, indices])

@@ -1,0 +1,74 @@
+"""The generated kernel: :class:`CKernel`, its name, how its work is shared out between core_id calls, C literals.
+
+Each kernel is one C function in svod's calling convention (``void k(float *out, const T *in..., int core_id)``,
+run ``chunks`` times with ``core_id = 0..chunks-1``, each call doing its own contiguous share). Shapes, strides
+and attributes are compiled in as constants: the bundle compiles every kernel for every target at build time,
+and constant trip counts let the compiler unroll and vectorise. No header is included (a cross target may lack
+the C library's headers); the few libm functions used are declared here and resolved by the loader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Sequence, Tuple
+
+PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
+              "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
+
+
+#: Elements one core_id call handles at least: smaller tensors run on one thread.
+GRAIN = 1 << 15
+
+
+MAX_CHUNKS = 64
+
+
+@dataclass(frozen=True)
+class CKernel:
+    """A generated kernel: entry name, C text, pointer count, element counts each buffer must hold, calls, and
+    compiler flags it adds to the target's (after them, so they win)."""
+
+    name: str
+    source: str
+    extents: Tuple[int, ...]
+    chunks: int
+    flags: Tuple[str, ...] = ()
+    flops: int = 0
+
+    @property
+    def buffers(self) -> int:
+        return len(self.extents)
+
+
+def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0) -> CKernel:
+    """A CKernel named after the hash of its body and flags (equal ones share one compiled kernel)."""
+    digest = hashlib.sha256("\0".join([body, *flags]).encode("utf-8")).hexdigest()[:12]
+    name = "svod_onnx_%s_%s" % (tag, digest)
+    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents),
+                   max(1, int(chunks)), tuple(flags), int(flops))  # fmt: skip
+
+
+def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
+    """How many core_id calls share ``items`` independent items of ``work_per_item`` elements each (each call doing
+    ``grain`` of that work at least)."""
+    return max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
+
+
+def range_head(per: int, total: int, var: str = "i") -> str:
+    """The C line giving this core_id's items ``[var0, var1)`` of ``total``, ``per`` per call."""
+    return "  long %s0 = (long)core_id * %d, %s1 = %s0 + %d < %d ? %s0 + %d : %d;" % (var, per, var, var, per, total, var, per, total)
+
+
+def flt(value: float) -> str:
+    """A float32 C literal (infinities as huge constants the compiler folds to inf)."""
+    if math.isinf(value):
+        return "(%s1e39f)" % ("-" if value < 0 else "")
+    if math.isnan(value):
+        return "(0.0f/0.0f)"
+    return "%.9gf" % value if "e" in "%.9g" % value or "." in "%.9g" % value else "%.9g.0f" % value
+
+
+#: C type of each run-time dtype a generated kernel reads or writes.
+C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}

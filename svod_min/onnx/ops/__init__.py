@@ -1,0 +1,9 @@
+"""Lowerings, one module per op family: each registers its ops in the op table (:mod:`..frontend.table`) and emits
+plan ops through :class:`.lowering.Lowering` (library kernels, generated kernels from :mod:`..kernels`, views, copies).
+
+- :mod:`.lowering`: the plan document being built (ops, kernels, aliases, the arena planned by liveness).
+- :mod:`.window`: a Conv's or pool's window from its node (pads, auto_pad, :class:`~..geometry.ConvGeom`).
+- :mod:`.conv`, :mod:`.conv_transpose`, :mod:`.pool`, :mod:`.matmul`, :mod:`.norm`, :mod:`.reduce`,
+  :mod:`.elementwise`, :mod:`.shape` (with Gather), :mod:`.resize`, :mod:`.rnn`: the ONNX ops by family.
+- :mod:`.blocked`: the ops of the blocked channel layout that :mod:`..frontend.layout` emits.
+"""

@@ -1,0 +1,68 @@
+"""Reductions along contiguous axes: the library's reduce_mean / reduce_sum / reduce_max, generated C for the others and for
+ArgMax / ArgMin."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+
+from ..frontend.ir import Graph, Node, normalize_axis
+from ..frontend.table import ANY, one_of, register
+from .lowering import F32, Lowering
+from ..kernels.reduce import arg_reduce, reduce_axis
+
+def reduce_axes(graph: Graph, node: Node) -> Optional[List[int]]:
+    shape = graph.values[node.inputs[0]].shape
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1]:
+        axes = [int(a) for a in graph.const(node.inputs[1]).reshape(-1)] if graph.is_const(node.inputs[1]) else None
+        if axes is None:
+            return None
+    if axes is None or len(axes) == 0:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            return []
+        axes = list(range(len(shape)))
+    return sorted(normalize_axis(int(a), len(shape)) for a in axes)
+
+
+def _reduce_check(graph: Graph, node: Node) -> Optional[str]:
+    axes = reduce_axes(graph, node)
+    if axes is None:
+        return "axes must be a constant"
+    if axes and axes != list(range(axes[0], axes[-1] + 1)):
+        return "axes %s are not one contiguous block" % axes
+    return None
+
+
+REDUCE_LIB = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
+
+
+REDUCE_C = {"ReduceMin": "min", "ReduceProd": "prod", "ReduceSumSquare": "sumsquare", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceLogSum": "logsum"}
+
+
+@register(sorted(REDUCE_LIB) + sorted(REDUCE_C), "library reduce_mean/sum/max, generated C for the others; axes one contiguous block",
+          check=_reduce_check, axes=ANY, keepdims=ANY, noop_with_empty_axes=ANY)
+def lower_reduce(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = L.value(x).shape
+    axes = reduce_axes(L.graph, node) or []
+    if not axes:
+        L.view(out, x)
+        return
+    outer, red, inner = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:axes[-1] + 1])), int(np.prod(shape[axes[-1] + 1:]))
+    if node.op in REDUCE_LIB:
+        L.library(REDUCE_LIB[node.op], F32, [out, x], {"outer": outer, "red": red, "inner": inner, "so": red * inner, "sr": inner, "si": 1})
+    else:
+        L.source(reduce_axis(outer, red, inner, REDUCE_C[node.op]), [out, x])
+
+
+@register(["ArgMax", "ArgMin"], "generated C; int64 result", dtypes=("float32", "int64"),
+          axis=ANY, keepdims=ANY, select_last_index=one_of(0, 1))
+def lower_arg(L: Lowering, node: Node) -> None:
+    x = node.inputs[0]
+    shape = L.value(x).shape
+    axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
+    outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))
+    kernel = arg_reduce(outer, red, inner, node.op == "ArgMax", bool(node.attrs.get("select_last_index", 0)))
+    L.source(kernel, [node.outputs[0], x])
