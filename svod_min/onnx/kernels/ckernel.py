@@ -1,18 +1,28 @@
-"""The generated kernel: :class:`CKernel`, its name, how its work is shared out between core_id calls, C literals.
+"""The generated kernel: :class:`CKernel`, its name, how its work is shared out between core_id calls, C literals,
+and :func:`render`, which renders a kernel family's Jinja template (``templates/*.c.j2``) from a dict of constants.
 
 Each kernel is one C function in svod's calling convention (``void k(float *out, const T *in..., int core_id)``,
 run ``chunks`` times with ``core_id = 0..chunks-1``, each call doing its own contiguous share). Shapes, strides
 and attributes are compiled in as constants: the bundle compiles every kernel for every target at build time,
 and constant trip counts let the compiler unroll and vectorise. No header is included (a cross target may lack
 the C library's headers); the few libm functions used are declared here and resolved by the loader.
+
+The C text comes from templates only: a family's Python computes the constants (sizes, strides, chunking, the
+C expressions of :mod:`svod_min.onnx.activations`), its template lays out the C. A template names the entry
+``KNAME``: the entry is named after the hash of the rendered text, so :func:`make_kernel` substitutes it after
+rendering. Shared pieces (the core_id item range, the NaN-propagating max and min) are macros of
+``templates/prelude.c.j2``. jinja2 is needed at build time only, like onnx: a bundle carries the rendered C's
+objects.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import os
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Any, Sequence, Tuple
 
 PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
               "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
@@ -20,9 +30,10 @@ PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float e
 
 #: Elements one core_id call handles at least: smaller tensors run on one thread.
 GRAIN = 1 << 15
-
-
+#: At most this many core_id calls per kernel.
 MAX_CHUNKS = 64
+#: The kernel families' templates.
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,29 @@ def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags:
     name = "svod_onnx_%s_%s" % (tag, digest)
     return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents),
                    max(1, int(chunks)), tuple(flags), int(flops))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=None)
+def _environment() -> Any:
+    """The Jinja environment of the kernel templates: strict (an undefined name raises), fixed whitespace rules, so a
+    template and its constants always render to the same bytes (the kernel's name hashes them)."""
+    import jinja2  # build time only: the onnx extra brings it
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["flt"] = flt
+    return env
+
+
+def render(template: str, **constants: Any) -> str:
+    """The C text of ``template`` (a file of ``templates/``) with ``constants``."""
+    return _environment().get_template(template).render(**constants)
 
 
 def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:

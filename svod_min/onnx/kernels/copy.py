@@ -7,18 +7,13 @@ import math
 from typing import Sequence
 
 from ..geometry import collapse, contiguous_strides
-from .ckernel import CKernel, chunks_for, flt, make_kernel, range_head
+from .ckernel import CKernel, chunks_for, flt, make_kernel, range_head, render
 
 def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
     chunks = chunks_for(outer, length)
     per = -(-outer // chunks)
-    body = """void KNAME(float *restrict out, const float *restrict x, int core_id) {
-  long r0 = (long)core_id * %d, r1 = r0 + %d < %d ? r0 + %d : %d;
-  for (long r = r0; r < r1; ++r)
-    for (long j = 0; j < %d; ++j) out[r * %d + %d + j] = x[r * %d + j];
-}
-""" % (per, per, outer, per, outer, length, total, offset, length)
+    body = render("concat.c.j2", per=per, outer=outer, length=length, total=total, offset=offset)
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 
