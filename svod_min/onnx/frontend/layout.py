@@ -20,7 +20,8 @@ import numpy as np
 
 from ..geometry import LANES, blocked_shape
 from .ir import Graph, Node, Value
-from .passes import ACTIVATIONS, AFFINE, channel_vector
+from ..activations import ACTIVATIONS
+from .passes import AFFINE, channel_vector
 
 TO_BLOCKED = "svod.ToBlocked"
 FROM_BLOCKED = "svod.FromBlocked"

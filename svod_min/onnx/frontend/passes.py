@@ -8,7 +8,8 @@
   the weights and bias: ``W' = W * scale``, ``b' = b * scale + shift``.
 - ``fuse_residual_adds``: an Add (or two-input Sum) of a 2-D Conv's only use and another tensor of the same
   shape (ResNet's shortcut) becomes the Conv's residual epilogue (input 3); the Conv moves to the Add's place.
-- ``fuse_activations``: Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu, and a PRelu with
+- ``fuse_activations``: the activations of :mod:`..activations` (Relu, LeakyRelu, Clip, Sigmoid, Tanh,
+  HardSigmoid, HardSwish, Gelu), and a PRelu with
   one constant slope (a LeakyRelu), that are the only reader of a Conv, Gemm, Affine or elementwise node's
   output become that node's epilogue (the layout pass fuses a per-channel PRelu into a blocked Conv).
 Nodes are checked against the op table before any pass runs, so passes see valid attributes only.
@@ -20,10 +21,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..activations import ACTIVATIONS, activation_params
 from .ir import Graph, Node
 
 AFFINE = "svod.Affine"
-ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu")
 #: Ops whose lowering applies a fused activation to what they write.
 ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "BatchNormalization", "MatMul")
 
@@ -258,7 +259,7 @@ def fuse_activations(graph: Graph) -> Graph:
         if act is None or not _activation_static(graph, act):
             continue
         if act.op in ACTIVATIONS:
-            node.fused["activation"] = (act.op, activation_params(graph, act))
+            node.fused["activation"] = (act.op, activation_params_of(graph, act))
         elif act.op == "PRelu" and act.inputs[0] == node.outputs[0] and graph.const(act.inputs[1]).size == 1:
             node.fused["activation"] = ("LeakyRelu", {"alpha": float(graph.const(act.inputs[1]).reshape(-1)[0])})
         else:
@@ -275,20 +276,7 @@ def _activation_static(graph: Graph, act: Node) -> bool:
     return all(graph.is_const(n) for n in act.inputs[1:] if n)
 
 
-def activation_params(graph: Graph, act: Node) -> Dict[str, float]:
+def activation_params_of(graph: Graph, act: Node) -> Dict[str, float]:
     """An activation node's parameters as floats (Clip's min/max from attributes or constant inputs)."""
-    a = act.attrs
-    if act.op == "LeakyRelu":
-        return {"alpha": float(a.get("alpha", 0.01))}
-    if act.op == "HardSigmoid":
-        return {"alpha": float(a.get("alpha", 0.2)), "beta": float(a.get("beta", 0.5))}
-    if act.op == "Gelu":
-        return {"tanh": 1.0 if a.get("approximate", "none") == "tanh" else 0.0}
-    if act.op == "Clip":
-        lo, hi = float(a.get("min", -np.inf)), float(a.get("max", np.inf))
-        if len(act.inputs) > 1 and act.inputs[1]:
-            lo = float(graph.const(act.inputs[1]))
-        if len(act.inputs) > 2 and act.inputs[2]:
-            hi = float(graph.const(act.inputs[2]))
-        return {"min": lo, "max": hi}
-    return {}
+    bounds = [float(graph.const(n)) if n else None for n in act.inputs[1:3]] if act.op == "Clip" else []
+    return activation_params(act.op, act.attrs, bounds)

@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence, Tuple
 
+from ..ctext import C_TYPES, flt  # noqa: F401 - C_TYPES: the kernel modules' element types
+
 PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
               "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
 
@@ -93,16 +95,3 @@ def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
 def range_head(per: int, total: int, var: str = "i") -> str:
     """The C line giving this core_id's items ``[var0, var1)`` of ``total``, ``per`` per call."""
     return "  long %s0 = (long)core_id * %d, %s1 = %s0 + %d < %d ? %s0 + %d : %d;" % (var, per, var, var, per, total, var, per, total)
-
-
-def flt(value: float) -> str:
-    """A float32 C literal (infinities as huge constants the compiler folds to inf)."""
-    if math.isinf(value):
-        return "(%s1e39f)" % ("-" if value < 0 else "")
-    if math.isnan(value):
-        return "(0.0f/0.0f)"
-    return "%.9gf" % value if "e" in "%.9g" % value or "." in "%.9g" % value else "%.9g.0f" % value
-
-
-#: C type of each run-time dtype a generated kernel reads or writes.
-C_TYPES = {"float32": "float", "bool": "unsigned char", "int64": "long long", "int32": "int"}

@@ -4,7 +4,6 @@ and residual in their epilogue), a convolution as one matmul (1x1, or over im2co
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, Tuple
 
 import numpy as np
@@ -16,7 +15,7 @@ from .lowering import F32, Lowering
 from ...kernels.conv_pack import pack_conv_weights
 from ..kernels import conv as conv_kernels
 from ..kernels.elementwise import elementwise
-from ..activations import activation
+from ..activations import activation, library_epilogue
 from .elementwise import activation_of, apply_activation
 from .matmul import epilogue
 from .window import PAD_MODES, window_check, geometry
@@ -25,17 +24,6 @@ from .window import PAD_MODES, window_check, geometry
 LIBRARY_GROUPS = 8
 #: Largest im2col buffer (bytes) a convolution may use to run as one library matmul (the arena reuses it).
 IM2COL_BYTES = 64 << 20
-
-#: ONNX activation -> the library epilogue's act and its float variables ((variable, activation param), ...).
-EPILOGUE_ACTS: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
-    "Relu": ("relu", ()),
-    "LeakyRelu": ("leaky_relu", (("alpha", "alpha"),)),
-    "Sigmoid": ("sigmoid", ()),
-    "Tanh": ("tanh", ()),
-    "HardSigmoid": ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta"))),
-    "HardSwish": ("hardswish", ()),
-}
-
 
 
 @register(["Conv"], "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), else library conv2d_gemm (any groups, any N; depthwise: generated C); bias, BatchNormalization, the activations and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
@@ -120,17 +108,7 @@ def residual_of(node: Node) -> str:
 
 def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
     """(act param, its float variables, whether the activation still has to run after the kernel)."""
-    kind, params = activation_of(node)
-    if kind is None:
-        return "none", {}, False
-    if kind in EPILOGUE_ACTS:
-        act, names = EPILOGUE_ACTS[kind]
-        return act, {var: params[key] for var, key in names}, False
-    if kind == "Clip" and math.isfinite(params["min"]) and math.isfinite(params["max"]):
-        return "clip", {"clip_min": params["min"], "clip_max": params["max"]}, False
-    if kind == "Clip" and params["min"] == 0.0 and params["max"] == math.inf:
-        return "relu", {}, False
-    return "none", {}, True
+    return library_epilogue(*activation_of(node))
 
 
 #: The library kernels the lowering uses. The library's depthwise_conv2d, maxpool2d and avgpool2d run

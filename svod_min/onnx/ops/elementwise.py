@@ -3,20 +3,55 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from ..activations import activation
 from ..frontend.ir import Graph, Node
-from ..frontend.passes import ACTIVATIONS, AFFINE, activation_params
+from ..activations import ACTIVATIONS
+from ..frontend.passes import AFFINE, activation_params_of
 from ..frontend.table import ANY, one_of, register
 from ..kernels.ckernel import C_TYPES, flt
 from ..kernels.elementwise import elementwise
 from .lowering import F32, Lowering
 
-LIB_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-             "Neg": "neg", "Abs": "abs"}  # fmt: skip
+
+@dataclass(frozen=True)
+class Unary:
+    """A unary op that is not an activation: its C expression (``{x}`` the value, ``{alpha}``... its float
+    attributes as literals, with their defaults in ``attrs``) and the library kernel that runs it alone, if any."""
+
+    c: str
+    attrs: Tuple[Tuple[str, float], ...] = ()
+    library: str = ""
+
+
+#: The unary ops besides the activations. Adding one: an entry here (its attributes register with it) and its test.
+UNARY: Dict[str, Unary] = {
+    "Exp": Unary("expf({x})", library="exp"),
+    "Log": Unary("logf({x})", library="log"),
+    "Sqrt": Unary("__builtin_sqrtf({x})", library="sqrt"),
+    "Neg": Unary("(-{x})", library="neg"),
+    "Abs": Unary("__builtin_fabsf({x})", library="abs"),
+    "Reciprocal": Unary("(1.0f / {x})"),
+    "Floor": Unary("floorf({x})"),
+    "Ceil": Unary("ceilf({x})"),
+    "Erf": Unary("erff({x})"),
+    "Sign": Unary("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : {x}))"),
+    "Softsign": Unary("({x} / (1.0f + __builtin_fabsf({x})))"),
+    "Softplus": Unary("({x} > 20.0f ? {x} : logf(1.0f + expf({x})))"),
+    "Round": Unary("nearbyintf({x})"),
+    "Elu": Unary("({x} < 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x})", (("alpha", 1.0),)),
+    "Selu": Unary("({gamma} * ({x} <= 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x}))",
+                  (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875))),
+    "ThresholdedRelu": Unary("({x} > {alpha} ? {x} : 0.0f)", (("alpha", 1.0),)),
+    "Celu": Unary("({x} > 0.0f ? {x} : {alpha} * (expf({x} / {alpha}) - 1.0f))", (("alpha", 1.0),)),
+}
+#: Unary ops the library runs alone (same shape, nothing fused): the activations it has, and UNARY's.
+LIBRARY_UNARY = dict({"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}, **{op: u.library for op, u in UNARY.items() if u.library})
+
 LIB_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Sum": "add"}
 C_BINARY = {"Add": "(x0 + x1)", "Sub": "(x0 - x1)", "Mul": "(x0 * x1)", "Div": "(x0 / x1)", "Pow": "powf(x0, x1)",
             "Max": "((x0 > x1 || x0 != x0) ? x0 : x1)", "Min": "((x0 < x1 || x0 != x0) ? x0 : x1)"}  # fmt: skip
@@ -40,21 +75,11 @@ def apply_activation(L: Lowering, name: str, node: Node) -> None:
 
 
 def unary_expr(node: Node, graph: Graph) -> str:
-    a = node.attrs
-    op = node.op
-    if op in ACTIVATIONS:
-        return activation(op, activation_params(graph, node), "x0")
-    exprs = {
-        "Exp": "expf(x0)", "Log": "logf(x0)", "Sqrt": "__builtin_sqrtf(x0)", "Neg": "(-x0)", "Abs": "__builtin_fabsf(x0)",
-        "Reciprocal": "(1.0f / x0)", "Floor": "floorf(x0)", "Ceil": "ceilf(x0)", "Erf": "erff(x0)",
-        "Sign": "(x0 > 0.0f ? 1.0f : (x0 < 0.0f ? -1.0f : x0))", "Softsign": "(x0 / (1.0f + __builtin_fabsf(x0)))",
-        "Softplus": "(x0 > 20.0f ? x0 : logf(1.0f + expf(x0)))", "Round": "nearbyintf(x0)",
-        "Elu": "(x0 < 0.0f ? %s * (expf(x0) - 1.0f) : x0)" % flt(float(a.get("alpha", 1.0))),
-        "Selu": "(%s * (x0 <= 0.0f ? %s * (expf(x0) - 1.0f) : x0))" % (flt(float(a.get("gamma", 1.05070102214813232421875))), flt(float(a.get("alpha", 1.67326319217681884765625)))),
-        "ThresholdedRelu": "(x0 > %s ? x0 : 0.0f)" % flt(float(a.get("alpha", 1.0))),
-        "Celu": "(x0 > 0.0f ? x0 : %s * (expf(x0 / %s) - 1.0f))" % (flt(float(a.get("alpha", 1.0))), flt(float(a.get("alpha", 1.0)))),
-    }
-    return exprs[op]
+    """The C expression of unary ``node`` (an activation or an op of :data:`UNARY`) applied to ``x0``."""
+    if node.op in ACTIVATIONS:
+        return activation(node.op, activation_params_of(graph, node), "x0")
+    spec = UNARY[node.op]
+    return spec.c.format(x="x0", **{name: flt(float(node.attrs.get(name, default))) for name, default in spec.attrs})
 
 
 def _clip_check(graph: Graph, node: Node) -> Optional[str]:
@@ -63,23 +88,35 @@ def _clip_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs"], "library kernel (same-shape)")
-@register(["Reciprocal", "Floor", "Ceil", "Erf", "Sign", "Softsign", "Softplus", "Round"], "generated C")
-@register(["LeakyRelu", "ThresholdedRelu", "Elu", "Celu"], "generated C", alpha=ANY)
-@register(["Selu"], "generated C", alpha=ANY, gamma=ANY)
-@register(["HardSigmoid"], "generated C", alpha=ANY, beta=ANY)
-@register(["HardSwish"], "generated C")
-@register(["Gelu"], "generated C (erf or tanh form)", approximate=one_of("none", "tanh"))
-@register(["Clip"], "generated C; min/max constant", check=_clip_check, min=ANY, max=ANY)
 def lower_unary(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     v = L.value(out)
-    if node.op in LIB_UNARY and not node.fused:
-        L.library(LIB_UNARY[node.op], F32, [out, x], {"n": v.size})
+    library = LIBRARY_UNARY.get(node.op)
+    if library and not node.fused:
+        L.library(library, F32, [out, x], {"n": v.size})
         return
     kind, params = activation_of(node)
     expr = activation(kind, params, unary_expr(node, L.graph))
     L.source(elementwise(v.shape, [L.value(x).shape], expr, tag=node.op.lower()), [out, x])
+
+
+#: Unary ops whose registration is not the table's default (float attributes, "generated C" or the library's note).
+_UNARY_REGISTRATION = {
+    "Gelu": dict(note="generated C (erf or tanh form)", approximate=one_of("none", "tanh")),
+    "Clip": dict(note="generated C; min/max constant", check=_clip_check),
+}
+
+
+def _register_unary() -> None:
+    """Every activation and UNARY op lowers through lower_unary, with the attributes its table entry names."""
+    for op, attrs in [(op, a.attrs) for op, a in ACTIVATIONS.items()] + [(op, u.attrs) for op, u in UNARY.items()]:
+        options: Dict[str, Any] = {name: ANY for name, _ in attrs}
+        options["note"] = "library kernel (same-shape)" if op in LIBRARY_UNARY else "generated C"
+        options.update(_UNARY_REGISTRATION.get(op, {}))
+        register([op], **options)(lower_unary)
+
+
+_register_unary()
 
 
 @register(["PRelu"], "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv")
