@@ -1,7 +1,7 @@
 """Explicit multi-device scheduling: the unified executor, its transfers and the process-wide instance.
 
-svod's ``executor`` module, made honest. :class:`ExecutionPlan` does not need
-it (a plan orders its own ops); it is for callers that schedule work across
+The counterpart of svod's ``executor`` module. :class:`ExecutionPlan` does not
+need it (a plan orders its own ops); it is for callers that schedule work across
 devices by hand. The parts live in their own modules and are re-exported here:
 
 * :mod:`svod_min.executor.device_context` — :class:`TimelineSignal` and

@@ -1,10 +1,14 @@
 """ONNX front end: ``python -m svod_min build MODEL.onnx -o MODEL.svod`` (docs/onnx.md).
 
-parse (onnx.load, checks, dims bound, constants folded, shapes inferred) -> IR (:mod:`.ir`) ->
-checks against the op table (:mod:`.table`) -> passes (:mod:`.passes`) -> lowering onto the
-kernel library and generated C (:mod:`.lower`, :mod:`.ops_nn`, :mod:`.ops_elementwise`,
-:mod:`.ops_shape`, :mod:`.csrc`) -> the plan bundle builder. Needs the ``onnx`` package at build
-time only; the bundle runs with svod_min alone.
+- :mod:`.frontend`: the model as a graph: parse (onnx.load, checks, dims bound, constants folded, shapes
+  inferred) into the IR, checks against the op table, the passes (folds, fusions) and the layout pass.
+- :mod:`.ops`: the lowering, one module per op family, onto library kernels, views, copies and generated kernels.
+- :mod:`.kernels`: the generated kernels, one module per family, their C rendered from ``kernels/templates``.
+- :mod:`.activations` (the activation table), :mod:`.geometry` (windows, strides, the blocked layout),
+  :mod:`.ctext` (C literals): what the three share.
+- :mod:`.build`: the pipeline, from the file to the bundle (through :mod:`svod_min.planfile`).
+
+Needs the ``onnx`` package (and jinja2) at build time only; the bundle runs with svod_min alone.
 """
 
 from __future__ import annotations

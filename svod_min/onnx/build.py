@@ -28,7 +28,8 @@ RTOL, ATOL = 1e-3, 1e-5
 
 @dataclass
 class OnnxBuild:
-    """What an ONNX build produced: the bundle report plus the model's numbers."""
+    """What an ONNX build produced: the bundle report plus the model's numbers (``nodes``: the model's, before the
+    passes fuse and fold them; ``plan_ops``: the plan's)."""
 
     report: BuildReport
     nodes: int
@@ -42,11 +43,13 @@ class OnnxBuild:
 def lower_graph(graph: Graph, description: str) -> PlanParts:
     """Checked IR -> plan document and files (passes included)."""
     check_graph(graph)
+    model_nodes = len(graph.nodes)
     graph = block_channels(run_passes(graph))
     lowering = Lowering(graph)
     for node in graph.nodes:
         OPS[node.op].lower(lowering, node)
     parts = lowering.finish(description)
+    parts.model_nodes = model_nodes
     parts.kernels = {"library": sum(1 for k in parts.doc["kernels"].values() if "library" in k),
                      "generated C": sum(1 for k in parts.doc["kernels"].values() if "source" in k)}  # fmt: skip
     return parts
@@ -87,11 +90,11 @@ def build_onnx(path: str, out: str, *, targets: Optional[Sequence[str]] = None, 
                tune: Optional[PlanTuner] = None) -> OnnxBuild:  # fmt: skip
     """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle."""
     parts = lower_model(path, dims, shapes)
-    progress("lowered %s: %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes" % (
-        path, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
+    progress("lowered %s: %d model nodes, %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes" % (
+        path, parts.model_nodes, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
     note = record_expectations(path, parts, dims or {}, shapes or {}) if expect else "no expectations recorded (--no-expect)"
     progress(note)
     report = build_bundle_from_document(parts.doc, parts.files, out, targets=targets, compiler=compiler, progress=progress,
                                         created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
                                         tune=tune)  # fmt: skip
-    return OnnxBuild(report, 0, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)
+    return OnnxBuild(report, parts.model_nodes, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)

@@ -47,6 +47,18 @@ def test_build_run_verify_input_save(tmp_path, capsys):
     assert "gpu_0/data_0" in capsys.readouterr().err
 
 
+def test_build_reports_the_models_nodes_and_the_plans_ops(tmp_path):
+    from svod_min.onnx import build_onnx
+
+    path = str(tmp_path / "m.onnx")
+    onnx.save(_model(), path)
+    lines = []
+    result = build_onnx(path, str(tmp_path / "m.svod"), targets=[host_target()], expect=False, progress=lines.append)
+    assert result.nodes == 3  # Conv, Relu, Flatten: the Relu fuses into the Conv's store, the Flatten is a view
+    assert 1 <= result.plan_ops < result.nodes
+    assert any("3 model nodes, %d plan ops" % result.plan_ops in line for line in lines)
+
+
 def test_bundle_runs_without_onnx_or_numpy(tmp_path):
     path, out = str(tmp_path / "m.onnx"), str(tmp_path / "m.svod")
     onnx.save(_model(), path)

@@ -27,7 +27,8 @@ ALIGN = 64
 
 @dataclass
 class PlanParts:
-    """What the lowering produced: the plan document, the files it names (entry -> bytes), example inputs."""
+    """What the lowering produced: the plan document, the files it names (entry -> bytes), example inputs; the sizes
+    and counts the build reports (``model_nodes``: the model's nodes before the passes)."""
 
     doc: Dict[str, Any]
     files: Dict[str, bytes]
@@ -35,6 +36,7 @@ class PlanParts:
     arena_bytes: int
     weight_bytes: int
     kernels: Dict[str, int] = field(default_factory=dict)
+    model_nodes: int = 0
 
 
 def npy_bytes(data: np.ndarray) -> bytes:
