@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -87,15 +87,33 @@ def cold_start_rows(work: str, reps: int) -> List[dict]:
             "source": ([sys.executable, "-m", "svod_min", "run", plan], warm),
         }
         if _tinygrad_available():
-            cmds["tinygrad"] = ([sys.executable, "-c", TINYGRAD_FIRST_RUN, os.path.join(EXAMPLES, "models.py"), model], tiny)
+            cmds["tinygrad"] = (
+                [sys.executable, "-c", TINYGRAD_FIRST_RUN, os.path.join(EXAMPLES, "models.py"), model],
+                tiny,
+            )
         ms = _medians(cmds, reps)
         met = ms["bundle"] <= 1.2 * ms["source"] and ms["bundle"] <= 200
-        rows.append(make_row("cold start %s: pyz + bundle, cache off (ms)" % model, ms["bundle"], ms["source"],
-                             "python -m svod_min run plan.json, warm cache", "<= 1.2x peer and <= 200 ms", met))
+        rows.append(
+            make_row(
+                "cold start %s: pyz + bundle, cache off (ms)" % model,
+                ms["bundle"],
+                ms["source"],
+                "python -m svod_min run plan.json, warm cache",
+                "<= 1.2x peer and <= 200 ms",
+                met,
+            )
+        )
         if "tinygrad" in ms:
-            rows.append(make_row("cold start %s: pyz + bundle vs tinygrad first run (ms)" % model, ms["bundle"],
-                                 ms["tinygrad"], "tinygrad 0.14 first run, compile included", "faster than peer",
-                                 ms["bundle"] <= ms["tinygrad"]))  # fmt: skip
+            rows.append(
+                make_row(
+                    "cold start %s: pyz + bundle vs tinygrad first run (ms)" % model,
+                    ms["bundle"],
+                    ms["tinygrad"],
+                    "tinygrad 0.14 first run, compile included",
+                    "faster than peer",
+                    ms["bundle"] <= ms["tinygrad"],
+                )
+            )
     return rows
 
 
@@ -121,13 +139,21 @@ def replay_rows(work: str, reps: int) -> List[dict]:
 
         s = paired_median_s({t: batch(p) for t, p in plans.items()}, reps)
         v3, portable = s["x86_64-v3"] / 20 * 1e6, s["x86_64"] / 20 * 1e6
-        rows.append(make_row("bundle replay %s, x86_64-v3 objects (µs)" % model, v3, portable,
-                             "the portable x86_64 objects", "at least as fast (within 2%)", v3 <= portable * 1.02))
+        rows.append(
+            make_row(
+                "bundle replay %s, x86_64-v3 objects (µs)" % model,
+                v3,
+                portable,
+                "the portable x86_64 objects",
+                "at least as fast (within 2%)",
+                v3 <= portable * 1.02,
+            )
+        )
     return rows
 
 
 def rows(quick: bool = False) -> List[dict]:
-    from svod_min.compiler.targets import runnable_here, TARGETS
+    from svod_min.compiler.targets import TARGETS, runnable_here
 
     with tempfile.TemporaryDirectory(prefix="svod-bench-bundle-") as work:
         table = cold_start_rows(work, 3 if quick else 7)

@@ -1,6 +1,6 @@
 """Runs :mod:`svod_min.perf.benchmarks.bench_compile` (the benchmark ships with the package).
 
-    python bench/bench_compile.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_compile [options]
+python bench/bench_compile.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_compile [options]
 """
 
 from __future__ import annotations

@@ -68,10 +68,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from svod_min.kernels import cuda_library_kernel
-from svod_min.perf.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 from svod_min.devices import cuda  # noqa: E402
-from svod_min.kernels import ptx_path  # noqa: E402
+from svod_min.kernels import (
+    cuda_library_kernel,
+    ptx_path,  # noqa: E402
+)
+from svod_min.perf.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 
 N = 16  # floats per tiny kernel: one block, launch cost dominates
 MODULE = "elementwise"
@@ -173,8 +175,11 @@ def cold_child(count: int) -> List[float]:
 
 def cold_load_ms(count: int) -> Optional[float]:
     """Median load time with the driver's JIT cache off (a child process: the setting is read at cuInit)."""
-    env = dict(os.environ, CUDA_CACHE_DISABLE="1", PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))  # fmt: skip
+    env = dict(
+        os.environ,
+        CUDA_CACHE_DISABLE="1",
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p),
+    )
     cmd = [sys.executable, os.path.abspath(__file__), "--cold-child", str(count)]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -326,7 +331,9 @@ def _cupy_times(cupy: Any, np: Any, ls: Launches, cfg: Dict[str, int]) -> Dict[s
     return out
 
 
-def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -> Tuple[List[Dict[str, Any]], Dict[str, float]]:
+def launch_rows(
+    dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool
+) -> Tuple[List[Dict[str, Any]], Dict[str, float]]:
     """The launch rows, and svod_min's own raw numbers (the plan rows compare against them)."""
     ls = Launches(dev, k)
     ours = svod_launch_times(ls, cfg)
@@ -339,15 +346,34 @@ def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -
     graph_peer = "CuPy stream capture + Graph.launch" if theirs else "-"
     kernel = "add f32 n=%d" % N
     return ours, [
-        make_row("eager launch µs per kernel (%d x BoundLaunch() of %s, then one sync)" % (k, kernel),
-                 ours["eager"], peer_of("eager"), eager_peer, "<= %g" % LAUNCH_GOAL_US,
-                 ours["eager"] <= LAUNCH_GOAL_US, digits=3),
-        make_row("graph replay µs per node ((T_%d - T_1) / %d, launch + sync)" % (k, k - 1),
-                 ours["node"], peer_of("node"), graph_peer, "<= %g" % NODE_GOAL_US,
-                 ours["node"] <= NODE_GOAL_US, digits=3),
-        make_row("graph replay µs fixed (1-node graph, launch + sync)", ours["fixed"], peer_of("fixed"),
-                 graph_peer, "-", None, digits=3),
-    ]  # fmt: skip
+        make_row(
+            "eager launch µs per kernel (%d x BoundLaunch() of %s, then one sync)" % (k, kernel),
+            ours["eager"],
+            peer_of("eager"),
+            eager_peer,
+            "<= %g" % LAUNCH_GOAL_US,
+            ours["eager"] <= LAUNCH_GOAL_US,
+            digits=3,
+        ),
+        make_row(
+            "graph replay µs per node ((T_%d - T_1) / %d, launch + sync)" % (k, k - 1),
+            ours["node"],
+            peer_of("node"),
+            graph_peer,
+            "<= %g" % NODE_GOAL_US,
+            ours["node"] <= NODE_GOAL_US,
+            digits=3,
+        ),
+        make_row(
+            "graph replay µs fixed (1-node graph, launch + sync)",
+            ours["fixed"],
+            peer_of("fixed"),
+            graph_peer,
+            "-",
+            None,
+            digits=3,
+        ),
+    ]
 
 
 # --- 2b. whole plans: ExecutionPlan.execute() over the same kernels --------------------------------
@@ -355,13 +381,22 @@ def launch_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], peer: bool) -
 
 def chain_plan_doc(k: int) -> Dict[str, Any]:
     """o_0 = x + b, o_j = o_{j-1} + b: K library ``add`` ops in K dependency levels (o_{K-1} = x + K)."""
-    buffers: Dict[str, Any] = {"x": {"dtype": "float32", "shape": [N], "init": "arange"},
-                               "b": {"dtype": "float32", "shape": [N], "init": "ones"}}  # fmt: skip
+    buffers: Dict[str, Any] = {
+        "x": {"dtype": "float32", "shape": [N], "init": "arange"},
+        "b": {"dtype": "float32", "shape": [N], "init": "ones"},
+    }
     for j in range(k):
         buffers["o%d" % j] = {"dtype": "float32", "shape": [N], "output": j == k - 1}
-    ops = [{"kernel": "add", "buffers": ["o%d" % j, "o%d" % (j - 1) if j else "x", "b"], "vars": {"n": N}} for j in range(k)]
-    return {"svod_plan": 1, "buffers": buffers, "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
-            "ops": ops}  # fmt: skip
+    ops = [
+        {"kernel": "add", "buffers": ["o%d" % j, "o%d" % (j - 1) if j else "x", "b"], "vars": {"n": N}}
+        for j in range(k)
+    ]
+    return {
+        "svod_plan": 1,
+        "buffers": buffers,
+        "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
+        "ops": ops,
+    }
 
 
 def plan_replay_us(dev: cuda.CudaDevice, k: int, graphs: bool, cfg: Dict[str, int]) -> float:
@@ -388,12 +423,25 @@ def plan_replay_us(dev: cuda.CudaDevice, k: int, graphs: bool, cfg: Dict[str, in
 def plan_rows(dev: cuda.CudaDevice, k: int, cfg: Dict[str, int], raw: Dict[str, float]) -> List[Dict[str, Any]]:
     """Per-kernel cost of a whole plan replay (graph and eager); the peer is the raw launch path measured above."""
     out = []
-    for graphs, key, goal, label in ((True, "node", NODE_GOAL_US, "CUDA graphs"), (False, "eager", LAUNCH_GOAL_US, "eager")):
+    for graphs, key, goal, label in (
+        (True, "node", NODE_GOAL_US, "CUDA graphs"),
+        (False, "eager", LAUNCH_GOAL_US, "eager"),
+    ):
         t2, tk = plan_replay_us(dev, 2, graphs, cfg), plan_replay_us(dev, k, graphs, cfg)
         per = (tk - t2) / (k - 2)
         peer = "raw CudaGraph per node" if graphs else "raw BoundLaunch per kernel"
-        out.append(make_row("plan replay µs per kernel, %s ((T_%d - T_2) / %d of execute() + sync, %d-op chain)"
-                            % (label, k, k - 2, k), per, raw[key], peer, "<= %g" % goal, per <= goal, digits=3))  # fmt: skip
+        out.append(
+            make_row(
+                "plan replay µs per kernel, %s ((T_%d - T_2) / %d of execute() + sync, %d-op chain)"
+                % (label, k, k - 2, k),
+                per,
+                raw[key],
+                peer,
+                "<= %g" % goal,
+                per <= goal,
+                digits=3,
+            )
+        )
         out.append(info_row("plan replay µs fixed, %s (2-op plan, execute() + sync)" % label, t2))
     return out
 
@@ -461,10 +509,16 @@ def copy_rates(dev: cuda.CudaDevice, nbytes: int, reps: int) -> Dict[str, float]
             lib.call("cuMemcpyDtoH_v2", out_ptr, address, nbytes)
 
         times = paired_median_s(
-            {"svod_h2d": svod_h2d, "raw_h2d": raw_h2d, "pageable_h2d": pageable_h2d,
-             "svod_d2h": lambda: buf.copyout_into(out), "raw_d2h": raw_d2h, "pageable_d2h": pageable_d2h},
+            {
+                "svod_h2d": svod_h2d,
+                "raw_h2d": raw_h2d,
+                "pageable_h2d": pageable_h2d,
+                "svod_d2h": lambda: buf.copyout_into(out),
+                "raw_d2h": raw_d2h,
+                "pageable_d2h": pageable_d2h,
+            },
             reps,
-        )  # fmt: skip
+        )
         if out != host:
             raise RuntimeError("a timed device -> host copy returned the wrong bytes")
     finally:
@@ -472,8 +526,9 @@ def copy_rates(dev: cuda.CudaDevice, nbytes: int, reps: int) -> Dict[str, float]
     return {k: nbytes / s / 1e9 for k, s in times.items()}
 
 
-def copy_rows(dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int],
-              copy_threads: Optional[int] = None) -> List[Dict[str, Any]]:  # fmt: skip
+def copy_rows(
+    dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int], copy_threads: Optional[int] = None
+) -> List[Dict[str, Any]]:
     pool = dev.staging
     old_chunk, old_threads = pool.chunk, pool.threads
     if chunk_mib:
@@ -491,15 +546,31 @@ def copy_rows(dev: cuda.CudaDevice, cfg: Dict[str, int], chunk_mib: Optional[int
             pool.chunk = old_chunk
     size = "%d MiB" % cfg["copy_mib"]
     return [
-        rate_row("H2D GB/s, %s: copyin(pageable) + sync, %s" % (size, staging), rates["svod_h2d"], rates["raw_h2d"],
-                 "cuMemcpyHtoD_v2 from cuMemHostAlloc memory"),
-        rate_row("D2H GB/s, %s: copyout_into(pageable), %s" % (size, staging), rates["svod_d2h"], rates["raw_d2h"],
-                 "cuMemcpyDtoH_v2 into cuMemHostAlloc memory"),
-        rate_row("H2D GB/s, %s: copyin(pageable) + sync vs the driver's pageable copy" % size, rates["svod_h2d"],
-                 rates["pageable_h2d"], "cuMemcpyHtoD_v2 from the same pageable buffer"),
-        rate_row("D2H GB/s, %s: copyout_into(pageable) vs the driver's pageable copy" % size, rates["svod_d2h"],
-                 rates["pageable_d2h"], "cuMemcpyDtoH_v2 into the same pageable buffer"),
-    ]  # fmt: skip
+        rate_row(
+            "H2D GB/s, %s: copyin(pageable) + sync, %s" % (size, staging),
+            rates["svod_h2d"],
+            rates["raw_h2d"],
+            "cuMemcpyHtoD_v2 from cuMemHostAlloc memory",
+        ),
+        rate_row(
+            "D2H GB/s, %s: copyout_into(pageable), %s" % (size, staging),
+            rates["svod_d2h"],
+            rates["raw_d2h"],
+            "cuMemcpyDtoH_v2 into cuMemHostAlloc memory",
+        ),
+        rate_row(
+            "H2D GB/s, %s: copyin(pageable) + sync vs the driver's pageable copy" % size,
+            rates["svod_h2d"],
+            rates["pageable_h2d"],
+            "cuMemcpyHtoD_v2 from the same pageable buffer",
+        ),
+        rate_row(
+            "D2H GB/s, %s: copyout_into(pageable) vs the driver's pageable copy" % size,
+            rates["svod_d2h"],
+            rates["pageable_d2h"],
+            "cuMemcpyDtoH_v2 into the same pageable buffer",
+        ),
+    ]
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -539,8 +610,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--kernels", type=int, default=100, help="kernels per batch / graph nodes (default 100)")
     parser.add_argument("--copy-mib", type=int, default=None, help="copy size in MiB (default 64, quick 8)")
     parser.add_argument("--chunk-mib", type=int, default=None, help="StagingPool.chunk in MiB for this run")
-    parser.add_argument("--copy-threads", type=int, default=None,
-                        help="host threads per staged chunk for this run (default: SVOD_CUDA_COPY_THREADS or 1)")
+    parser.add_argument(
+        "--copy-threads",
+        type=int,
+        default=None,
+        help="host threads per staged chunk for this run (default: SVOD_CUDA_COPY_THREADS or 1)",
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip the CuPy peers")
     parser.add_argument("--no-cold", action="store_true", help="skip the JIT-cache-off child process")
     parser.add_argument("--cold-child", type=int, default=None, help=argparse.SUPPRESS)
@@ -550,8 +625,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.kernels < 2:
         parser.error("--kernels must be >= 2")
-    table = rows(quick=args.quick, kernels=args.kernels, copy_mib=args.copy_mib, chunk_mib=args.chunk_mib,
-                 peer=not args.no_peer, cold=not args.no_cold, copy_threads=args.copy_threads)  # fmt: skip
+    table = rows(
+        quick=args.quick,
+        kernels=args.kernels,
+        copy_mib=args.copy_mib,
+        chunk_mib=args.chunk_mib,
+        peer=not args.no_peer,
+        cold=not args.no_cold,
+        copy_threads=args.copy_threads,
+    )
     print(json.dumps(table, indent=1) if args.json else format_table(table))
     return 0
 

@@ -1,6 +1,6 @@
 """Runs :mod:`svod_min.perf.benchmarks.bench_kernels` (the benchmark ships with the package).
 
-    python bench/bench_kernels.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_kernels [options]
+python bench/bench_kernels.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_kernels [options]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Runs :mod:`svod_min.perf.benchmarks.bench_loader` (the benchmark ships with the package).
 
-    python bench/bench_loader.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_loader [options]
+python bench/bench_loader.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_loader [options]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Runs :mod:`svod_min.perf.benchmarks.bench_plan` (the benchmark ships with the package).
 
-    python bench/bench_plan.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_plan [options]
+python bench/bench_plan.py [options]   # same as: python -m svod_min.perf.benchmarks.bench_plan [options]
 """
 
 from __future__ import annotations

@@ -81,8 +81,16 @@ def rows(quick: bool = False) -> List[dict]:
         ours = svod_replay_us(model, rounds, inner)
         theirs = peer.get(model) if peer else None
         ratio_met = None if theirs is None else theirs / ours["us"] >= 1.0
-        table.append(make_row("exported %s replay µs (%d ops)" % (model, ours["ops"]), ours["us"], theirs,
-                              "tinygrad 0.14 TinyJit replay" if peer else "-", "faster than peer", ratio_met))
+        table.append(
+            make_row(
+                "exported %s replay µs (%d ops)" % (model, ours["ops"]),
+                ours["us"],
+                theirs,
+                "tinygrad 0.14 TinyJit replay" if peer else "-",
+                "faster than peer",
+                ratio_met,
+            )
+        )
     return table
 
 

@@ -79,16 +79,39 @@ def find_test_tiny(workdir: str) -> Optional[str]:
 
 
 def test_tiny_wall_s(test_tiny: str, hooked: bool) -> Optional[float]:
-    env = dict(os.environ, DEV="CPU", CACHELEVEL="0", SVOD_TINYGRAD_HOOK="1" if hooked else "0",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT]))  # fmt: skip
+    env = dict(
+        os.environ,
+        DEV="CPU",
+        CACHELEVEL="0",
+        SVOD_TINYGRAD_HOOK="1" if hooked else "0",
+        PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests"), ROOT]),
+    )
     env.pop("DEBUG", None)
     t0 = time.perf_counter()
-    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tinygrad_hook_plugin", "-p", "no:cacheprovider",
-                            os.path.basename(test_tiny)], cwd=os.path.dirname(test_tiny), env=env,
-                           capture_output=True, text=True, timeout=900)  # fmt: skip
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tinygrad_hook_plugin",
+            "-p",
+            "no:cacheprovider",
+            os.path.basename(test_tiny),
+        ],
+        cwd=os.path.dirname(test_tiny),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     wall = time.perf_counter() - t0
     if child.returncode != 0:
-        print("test_tiny.py (%s) failed: %s" % ("hooked" if hooked else "as shipped", child.stdout[-500:]), file=sys.stderr)
+        print(
+            "test_tiny.py (%s) failed: %s" % ("hooked" if hooked else "as shipped", child.stdout[-500:]),
+            file=sys.stderr,
+        )
         return None
     return wall
 
@@ -101,7 +124,9 @@ def rows(quick: bool = False) -> List[dict]:
     with tempfile.TemporaryDirectory() as workdir:
         test_tiny = find_test_tiny(workdir)
         if test_tiny is None:
-            return [make_row("tinygrad loader: no tinygrad 0.14.0 sdist (.ci/run fetches it)", 0.0, None, "-", "-", None)]
+            return [
+                make_row("tinygrad loader: no tinygrad 0.14.0 sdist (.ci/run fetches it)", 0.0, None, "-", "-", None)
+            ]
         table = _load_rows(test_tiny, 3 if quick else 10)
         walls: Dict[bool, List[float]] = {False: [], True: []}
         for _ in range(1 if quick else 3):
@@ -112,8 +137,11 @@ def rows(quick: bool = False) -> List[dict]:
     ours, theirs = min(walls[True], default=None), min(walls[False], default=None)
     if ours is not None:
         met = None if theirs is None else ours <= 1.1 * theirs
-        table.append(make_row("test_tiny.py wall s, svod_min as loader", ours, theirs, "tinygrad 0.14 as shipped",
-                              "<= 1.1x peer", met))  # fmt: skip
+        table.append(
+            make_row(
+                "test_tiny.py wall s, svod_min as loader", ours, theirs, "tinygrad 0.14 as shipped", "<= 1.1x peer", met
+            )
+        )
     return table
 
 
@@ -130,7 +158,9 @@ def _load_rows(test_tiny: str, rounds: int) -> List[dict]:
     if result is None:
         return []
     label = "tinygrad program load µs (median of %d test_tiny programs, %d B)" % (result["programs"], result["bytes"])
-    return [make_row(label, result["svod"], result["tinygrad"], "tinygrad 0.14 loader (RWX mmap)", "side by side", None)]
+    return [
+        make_row(label, result["svod"], result["tinygrad"], "tinygrad 0.14 loader (RWX mmap)", "side by side", None)
+    ]
 
 
 if __name__ == "__main__":

@@ -131,8 +131,12 @@ _LOONGARCH_CLANG = ("clang-16", "--target=loongarch64-linux-gnu")
 def _cross_object(command: List[str], src: str, flags: Tuple[str, ...]) -> Optional[bytes]:
     import subprocess
 
-    proc = subprocess.run(command + ["-c", "-O2", "-fPIC", *flags, "-x", "c", "-", "-o", "-"], input=src.encode(),
-                          capture_output=True, timeout=300)
+    proc = subprocess.run(
+        command + ["-c", "-O2", "-fPIC", *flags, "-x", "c", "-", "-o", "-"],
+        input=src.encode(),
+        capture_output=True,
+        timeout=300,
+    )
     return proc.stdout if proc.returncode == 0 else None
 
 
@@ -148,7 +152,9 @@ def compile_seeds(cross: bool = True) -> List[Tuple[str, bytes]]:
             seeds.append(("%s-%s" % (name, cc), clang.compile_c(src, compiler=cc, extra_flags=list(flags))))
         if not cross:
             continue
-        commands = [["clang", "--target=" + t] for t in _CROSS_TARGETS if "clang" in compilers and not t.startswith(host)]
+        commands = [
+            ["clang", "--target=" + t] for t in _CROSS_TARGETS if "clang" in compilers and not t.startswith(host)
+        ]
         if shutil.which(_LOONGARCH_CLANG[0]) and host != "loongarch64":
             commands.append(list(_LOONGARCH_CLANG))
         for command in commands:
@@ -207,9 +213,44 @@ def _entries(buf: bytearray, sh_type: int, entsize: int) -> List[int]:
 
 #: Values that sit on boundaries the parser and layout must handle.
 INTERESTING = (
-    0, 1, 2, 3, 4, 7, 8, 15, 16, 24, 63, 64, 0x7F, 0x80, 0xFF, 0x100, 0xFFF, 0x1000, 0x1001, 0x7FFF, 0x8000,
-    0xFF00, 0xFFF1, 0xFFF2, 0xFFFF, 0x10000, 1 << 20, 1 << 24, (1 << 28) - 1, 1 << 28, (1 << 31) - 1, 1 << 31,
-    (1 << 32) - 1, 1 << 32, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1,
+    0,
+    1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    15,
+    16,
+    24,
+    63,
+    64,
+    0x7F,
+    0x80,
+    0xFF,
+    0x100,
+    0xFFF,
+    0x1000,
+    0x1001,
+    0x7FFF,
+    0x8000,
+    0xFF00,
+    0xFFF1,
+    0xFFF2,
+    0xFFFF,
+    0x10000,
+    1 << 20,
+    1 << 24,
+    (1 << 28) - 1,
+    1 << 28,
+    (1 << 31) - 1,
+    1 << 31,
+    (1 << 32) - 1,
+    1 << 32,
+    1 << 40,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
 )
 #: Values relative to the input or to the original field.
 RELATIVE = ("len", "len-1", "len+1", "len-64", "orig+1", "orig-1", "orig*2", "orig+page", "neg", "shnum", "shnum+1")
@@ -228,8 +269,17 @@ def _value(spec: Value, orig: int, bits: int, buf: bytearray) -> int:
     n = len(buf)
     shnum = EHDR.unpack_from(buf)[12] if n >= EHDR.size else 0
     raw = {
-        "len": n, "len-1": n - 1, "len+1": n + 1, "len-64": n - 64, "orig+1": orig + 1, "orig-1": orig - 1,
-        "orig*2": orig * 2, "orig+page": orig + PAGE, "neg": -orig, "shnum": shnum, "shnum+1": shnum + 1,
+        "len": n,
+        "len-1": n - 1,
+        "len+1": n + 1,
+        "len-64": n - 64,
+        "orig+1": orig + 1,
+        "orig-1": orig - 1,
+        "orig*2": orig * 2,
+        "orig+page": orig + PAGE,
+        "neg": -orig,
+        "shnum": shnum,
+        "shnum+1": shnum + 1,
     }[code]
     return raw & ((1 << bits) - 1)
 
@@ -296,7 +346,7 @@ def apply_mutation(buf: bytearray, mutation: Mutation) -> None:
             SHDR.pack_into(buf, at_b, *a)
             return
     if kind == "truncate":
-        del buf[sel % (len(buf) + 1):]
+        del buf[sel % (len(buf) + 1) :]
         return
     if buf:  # "flip", and the fallback for targets that were not found
         pos = sel % len(buf)
@@ -321,16 +371,25 @@ def random_value(rng: random.Random) -> Value:
     return ("lit", rng.getrandbits(64))
 
 
-_KIND_WEIGHTS = (("header", 8), ("section", 30), ("symbol", 20), ("relocation", 22), ("swap", 4),
-                 ("truncate", 6), ("flip", 10))
+_KIND_WEIGHTS = (
+    ("header", 8),
+    ("section", 30),
+    ("symbol", 20),
+    ("relocation", 22),
+    ("swap", 4),
+    ("truncate", 6),
+    ("flip", 10),
+)
 
 
 def random_mutations(rng: random.Random) -> List[Mutation]:
     kinds = [k for k, _ in _KIND_WEIGHTS]
     weights = [w for _, w in _KIND_WEIGHTS]
     count = rng.choice((1, 1, 1, 2, 2, 3, 4))
-    return [(rng.choices(kinds, weights)[0], rng.getrandbits(20), rng.getrandbits(8), random_value(rng))
-            for _ in range(count)]
+    return [
+        (rng.choices(kinds, weights)[0], rng.getrandbits(20), rng.getrandbits(8), random_value(rng))
+        for _ in range(count)
+    ]
 
 
 # --- resolvers ------------------------------------------------------------------------------
@@ -372,8 +431,10 @@ def check_relocated(data: bytes, result) -> None:
     segs = sorted(layout.segments, key=lambda s: s.offset)
     end = 0
     for seg in segs:
-        need(seg.offset % PAGE == 0 and seg.offset >= end,
-             "segment %s at %d overlaps or is unaligned" % (seg.name, seg.offset))
+        need(
+            seg.offset % PAGE == 0 and seg.offset >= end,
+            "segment %s at %d overlaps or is unaligned" % (seg.name, seg.offset),
+        )
         end = seg.offset + seg.size
         need(end <= size, "segment %s ends at %d past the image (%d)" % (seg.name, end, size))
         need(not (seg.prot & PROT_WRITE and seg.prot & PROT_EXEC), "segment %s is writable and executable" % seg.name)
@@ -382,9 +443,11 @@ def check_relocated(data: bytes, result) -> None:
         return any(s.name in names and s.offset <= start and start + width <= s.offset + s.size for s in segs)
 
     for p in layout.patches:
-        need(inside(p.offset, p.spec.width, ("text", "rodata", "data")),
-             "patch %s at %s (image offset %d, %d bytes) is outside every segment"
-             % (p.spec.name, p.where, p.offset, p.spec.width))
+        need(
+            inside(p.offset, p.spec.width, ("text", "rodata", "data")),
+            "patch %s at %s (image offset %d, %d bytes) is outside every segment"
+            % (p.spec.name, p.where, p.offset, p.spec.width),
+        )
     for off, _ref, _addend in layout.got:
         # read-only after relocation: in rodata, or on a small image's one read+execute page
         need(inside(off, 8, ("rodata", "text")), "GOT slot at %d is outside the read-only segments" % off)
@@ -509,8 +572,12 @@ def _work(task: Tuple[int, int, int, bool, float]) -> dict:
             reasons[normalise(message)] += 1
         forget_layouts()
     return {
-        "outcomes": dict(outcomes), "reasons": dict(reasons), "kinds_ok": dict(kinds_ok), "bugs": bugs,
-        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "count": stop - start,
+        "outcomes": dict(outcomes),
+        "reasons": dict(reasons),
+        "kinds_ok": dict(kinds_ok),
+        "bugs": bugs,
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "count": stop - start,
     }
 
 
@@ -536,12 +603,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
     parser.add_argument("--seed", type=int, default=0, help="run seed (input i uses Random(seed * 2**32 + i))")
     parser.add_argument("--chunk", type=int, default=5000, help="inputs per work unit")
-    parser.add_argument("--timeout", type=float, default=10.0,
-                        help="seconds one input may take before it counts as a hang")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds one input may take before it counts as a hang"
+    )
     parser.add_argument("--no-load", action="store_true", help="relocate only, never map")
-    parser.add_argument("--max-memory", type=int, default=4096, metavar="MIB",
-                        help="address-space limit per worker (default 4096 MiB): a runaway allocation "
-                             "becomes a MemoryError (counted as a bug) instead of a visit from the OOM killer")
+    parser.add_argument(
+        "--max-memory",
+        type=int,
+        default=4096,
+        metavar="MIB",
+        help="address-space limit per worker (default 4096 MiB): a runaway allocation "
+        "becomes a MemoryError (counted as a bug) instead of a visit from the OOM killer",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--replay", metavar="SEED:INDEX", help="run one input verbosely and exit")
     args = parser.parse_args(argv)
@@ -561,8 +634,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     ctx = multiprocessing.get_context("fork")  # workers inherit the compiled seeds
-    tasks = [(args.seed, lo, min(lo + args.chunk, args.n), not args.no_load, args.timeout)
-             for lo in range(0, args.n, args.chunk)]
+    tasks = [
+        (args.seed, lo, min(lo + args.chunk, args.n), not args.no_load, args.timeout)
+        for lo in range(0, args.n, args.chunk)
+    ]
     total: Counter[str] = collections.Counter()
     reasons: Counter[str] = collections.Counter()
     kinds_ok: Counter[str] = collections.Counter()
@@ -570,8 +645,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     done = maxrss = 0
     # ProcessPoolExecutor, not Pool: a worker that dies (a crash in native code, the OOM
     # killer) raises BrokenProcessPool here instead of hanging the run forever.
-    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs), mp_context=ctx, initializer=_limit_memory,
-                                                initargs=(args.max_memory,)) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+        max(1, args.jobs), mp_context=ctx, initializer=_limit_memory, initargs=(args.max_memory,)
+    ) as pool:
         for part in _results(pool, tasks):
             total.update(part["outcomes"])
             reasons.update(part["reasons"])
@@ -581,12 +657,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             done += part["count"]
             if done % (args.chunk * 20) == 0 or done == args.n:
                 so_far = sum(v for k, v in total.items() if k.startswith("BUG"))
-                print("%9d / %d inputs, %.0f s, bugs so far: %d" % (done, args.n, time.time() - started, so_far),
-                      flush=True)
+                print(
+                    "%9d / %d inputs, %.0f s, bugs so far: %d" % (done, args.n, time.time() - started, so_far),
+                    flush=True,
+                )
     elapsed = time.time() - started
     nbugs = sum(v for k, v in total.items() if k.startswith("BUG"))
-    print("\n%d inputs in %.0f s (%.0f inputs/s, %d jobs), worker peak RSS %.0f MiB"
-          % (done, elapsed, done / elapsed, args.jobs, maxrss / 1024))
+    print(
+        "\n%d inputs in %.0f s (%.0f inputs/s, %d jobs), worker peak RSS %.0f MiB"
+        % (done, elapsed, done / elapsed, args.jobs, maxrss / 1024)
+    )
     print("\noutcome                                   count")
     for outcome, count in sorted(total.items(), key=lambda kv: -kv[1]):
         print("  %-38s %9d  %5.1f%%" % (outcome, count, 100.0 * count / max(done, 1)))
@@ -598,12 +678,30 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("BUG:", bug)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"inputs": done, "seconds": elapsed, "jobs": args.jobs, "seed": args.seed,
-                       "outcomes": dict(total), "reasons": dict(reasons.most_common(30)),
-                       "kinds_ok": dict(kinds_ok), "bugs": bugs, "seeds": [label for label, _ in _SEEDS],
-                       "worker_maxrss_kib": maxrss}, fh, indent=1)
-    print("\nresult: %s" % ("FAIL, %d inputs raised something other than LoaderError" % nbugs if nbugs else
-                            "PASS, every input relocated or raised a LoaderError"))
+            json.dump(
+                {
+                    "inputs": done,
+                    "seconds": elapsed,
+                    "jobs": args.jobs,
+                    "seed": args.seed,
+                    "outcomes": dict(total),
+                    "reasons": dict(reasons.most_common(30)),
+                    "kinds_ok": dict(kinds_ok),
+                    "bugs": bugs,
+                    "seeds": [label for label, _ in _SEEDS],
+                    "worker_maxrss_kib": maxrss,
+                },
+                fh,
+                indent=1,
+            )
+    print(
+        "\nresult: %s"
+        % (
+            "FAIL, %d inputs raised something other than LoaderError" % nbugs
+            if nbugs
+            else "PASS, every input relocated or raised a LoaderError"
+        )
+    )
     return 1 if nbugs else 0
 
 

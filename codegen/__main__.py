@@ -16,8 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
-    p.add_argument("--check", action="store_true",
-                   help="regenerate into a temporary directory; exit 1 listing files that differ")
+    p.add_argument(
+        "--check", action="store_true", help="regenerate into a temporary directory; exit 1 listing files that differ"
+    )
     p.add_argument("--no-objects", action="store_true", help="do not compile prebuilt objects (keep committed)")
     p.add_argument("--no-ptx", action="store_true", help="do not run nvcc (keep committed PTX)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiler processes")

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from svod_min.compiler import clang as svod_clang
+from svod_min.compiler.targets import TARGETS
 from svod_min.error import CompilationError
 from svod_min.jit_loader.elf import parse_object
 from svod_min.jit_loader.layout import ARCHES
-from svod_min.compiler.targets import TARGETS
 
 #: (arch, variant) -> (extra clang flags, /proc/cpuinfo flags required, priority: higher wins)
 VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
@@ -45,8 +45,12 @@ VARIANTS: Dict[str, Tuple[str, Tuple[str, ...], Tuple[str, ...], int]] = {
         2,
     ),
     "aarch64-baseline": ("aarch64", ("--target=aarch64-linux-gnu", "-fno-unroll-loops"), (), 0),
-    "riscv64-baseline": ("riscv64", ("--target=riscv64-linux-gnu", "-march=rv64gc", "-mabi=lp64d", "-fno-unroll-loops"),
-                         (), 0),
+    "riscv64-baseline": (
+        "riscv64",
+        ("--target=riscv64-linux-gnu", "-march=rv64gc", "-mabi=lp64d", "-fno-unroll-loops"),
+        (),
+        0,
+    ),
     "ppc64le-baseline": ("ppc64le", ("--target=powerpc64le-linux-gnu", "-mcpu=power8", "-fno-unroll-loops"), (), 0),
     "loongarch64-baseline": (
         "loongarch64",
@@ -63,23 +67,55 @@ LINKER_DEFINED = frozenset({".TOC."})
 OBJECT_NAME = "library.o"
 #: The runtime object (the native replay runner) of each architecture's baseline variant.
 RUNTIME_NAME = "runtime.o"
-RUNTIME_VARIANTS = ("x86_64-baseline", "aarch64-baseline", "riscv64-baseline", "ppc64le-baseline",
-                    "loongarch64-baseline")
+RUNTIME_VARIANTS = (
+    "x86_64-baseline",
+    "aarch64-baseline",
+    "riscv64-baseline",
+    "ppc64le-baseline",
+    "loongarch64-baseline",
+)
 #: The native layout planner (svod_min.jit_loader.native_layout), for the architectures it reads.
 PLANNER_NAME = "layout.o"
 PLANNER_VARIANTS = ("x86_64-baseline",)
 PTX_ARCH = "compute_75"
 PTX_TARGETS = ("sm_75", "sm_80", "sm_90")
 #: PTX ISA versions to try, lowest first (7.0 is the first that knows sm_80; sm_90 needs 7.8).
-PTX_VERSIONS = ("7.0", "7.1", "7.2", "7.3", "7.4", "7.5", "7.6", "7.7", "7.8", "8.0", "8.1", "8.2", "8.3",
-                "8.4", "8.5", "8.6", "8.7", "8.8", "9.0", "9.1", "9.2")  # fmt: skip
+PTX_VERSIONS = (
+    "7.0",
+    "7.1",
+    "7.2",
+    "7.3",
+    "7.4",
+    "7.5",
+    "7.6",
+    "7.7",
+    "7.8",
+    "8.0",
+    "8.1",
+    "8.2",
+    "8.3",
+    "8.4",
+    "8.5",
+    "8.6",
+    "8.7",
+    "8.8",
+    "9.0",
+    "9.1",
+    "9.2",
+)
 
 
 def variants_table(excluded: Dict[str, List[str]]) -> Dict[str, Dict[str, object]]:
     """The VARIANTS entry of the generated signature module."""
     return {
-        name: {"arch": arch, "flags": flags, "requires": req, "priority": prio,
-               "object": "prebuilt/%s/%s" % (name, OBJECT_NAME), "exclude": tuple(excluded[name])}  # fmt: skip
+        name: {
+            "arch": arch,
+            "flags": flags,
+            "requires": req,
+            "priority": prio,
+            "object": "prebuilt/%s/%s" % (name, OBJECT_NAME),
+            "exclude": tuple(excluded[name]),
+        }
         for name, (arch, flags, req, prio) in sorted(VARIANTS.items())
     }
 
@@ -136,11 +172,18 @@ def check_object(name: str, obj: bytes, entries: Sequence[str]) -> None:
     from svod_min.jit_loader.rt_helpers import TUNABLE_NAMES
 
     elf = parse_object(obj, tuple(ARCHES))
-    undefined = sorted(s.name for s in elf.symbols if s.name and s.shndx == 0 and s.name not in LINKER_DEFINED
-                       and not (s.bind == STB_WEAK and s.name in TUNABLE_NAMES))  # fmt: skip
+    undefined = sorted(
+        s.name
+        for s in elf.symbols
+        if s.name
+        and s.shndx == 0
+        and s.name not in LINKER_DEFINED
+        and not (s.bind == STB_WEAK and s.name in TUNABLE_NAMES)
+    )
     if undefined:
-        raise CompilationError("prebuilt %s references external symbols %s: kernels must be self-contained"
-                               % (name, undefined))  # fmt: skip
+        raise CompilationError(
+            "prebuilt %s references external symbols %s: kernels must be self-contained" % (name, undefined)
+        )
     defined = {s.name for s in elf.symbols if s.name and s.shndx != 0 and s.bind != 0}
     missing = sorted(set(entries) - defined)
     if missing:
@@ -202,8 +245,9 @@ def ptxas_check(tools: CudaTools, ptx: str, target: str) -> Optional[str]:
         src, out = os.path.join(tmp, "m.ptx"), os.path.join(tmp, "m.cubin")
         with open(src, "w") as fh:
             fh.write(ptx)
-        proc = subprocess.run([tools.ptxas, "-arch=" + target, src, "-o", out], capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [tools.ptxas, "-arch=" + target, src, "-o", out], capture_output=True, text=True, timeout=300
+        )
         return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip()
 
 
@@ -225,18 +269,23 @@ def lower_ptx_version(tools: CudaTools, ptx: str, name: str) -> Tuple[str, str]:
         if not problems:
             return candidate, original
         errors.append("%s: %s" % (version, problems[0].splitlines()[0] if problems[0] else "?"))
-    raise CompilationError("no PTX version accepted for %s by ptxas for %s" % (name, PTX_TARGETS),
-                           diagnostics="\n".join(errors))  # fmt: skip
+    raise CompilationError(
+        "no PTX version accepted for %s by ptxas for %s" % (name, PTX_TARGETS), diagnostics="\n".join(errors)
+    )
 
 
-def build_ptx(tools: CudaTools, sources: Dict[str, str], banner: str, jobs: int,
-              finish: Callable[[str], str] = lambda ptx: ptx) -> Dict[str, str]:
+def build_ptx(
+    tools: CudaTools, sources: Dict[str, str], banner: str, jobs: int, finish: Callable[[str], str] = lambda ptx: ptx
+) -> Dict[str, str]:
     """family -> PTX text (first line: the GENERATED banner); ``finish`` edits nvcc's output before ptxas checks it."""
 
     def one(name: str) -> str:
         ptx, original = lower_ptx_version(tools, finish(nvcc_ptx(tools, sources[name], name)), name)
         note = "// nvcc %s emitted .version %s; lowered to the lowest that ptxas accepts for %s\n" % (
-            tools.version, original, ", ".join(PTX_TARGETS))
+            tools.version,
+            original,
+            ", ".join(PTX_TARGETS),
+        )
         return "// %s\n%s%s" % (banner % ("templates/cuda/%s.cu.j2" % name), note, ptx)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

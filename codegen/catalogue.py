@@ -121,8 +121,17 @@ class EwSpec:
 
 
 def ew_sig(name: str, params: Dict[str, Any], spec: EwSpec, doc: str) -> KernelSig:
-    return elementwise_sig(name, params, spec.entry, spec.expr, dtype=spec.dtype, out_dtype=spec.out_dtype,
-                           input_dtypes=dict(spec.input_dtypes), inputs=spec.inputs, doc=doc)
+    return elementwise_sig(
+        name,
+        params,
+        spec.entry,
+        spec.expr,
+        dtype=spec.dtype,
+        out_dtype=spec.out_dtype,
+        input_dtypes=dict(spec.input_dtypes),
+        inputs=spec.inputs,
+        doc=doc,
+    )
 
 
 def elementwise(ew: List[EwSpec]) -> Family:
@@ -135,24 +144,41 @@ def elementwise(ew: List[EwSpec]) -> Family:
         args = {1: "a", 2: "a, b", 3: "c, a, b"}[op.arity]
         fam.infos.append(KernelInfo(name, "elementwise", {"dtype": ("float32", dtypes)}, op.doc, tol))
         for dt in dtypes:
-            spec = EwSpec("svod_%s_%s" % (name, _dt(dt).short), "%s(%s)" % (name, args), dt, dt,
-                          (("c", "bool"),) if name == "where" else ())  # fmt: skip
+            spec = EwSpec(
+                "svod_%s_%s" % (name, _dt(dt).short),
+                "%s(%s)" % (name, args),
+                dt,
+                dt,
+                (("c", "bool"),) if name == "where" else (),
+            )
             ew.append(spec)
             fam.add(ew_sig(name, {"dtype": dt}, spec, op.doc), None)
     casts = FLOATS + ("int32",)
-    fam.infos.append(KernelInfo(
-        "cast", "elementwise", {"dtype": ("float32", casts), "out_dtype": ("float16", casts)},
-        "dtype conversion: float->float rounds to nearest even, float->int32 truncates "
-        "(out-of-range values are undefined), int32->float rounds", "exact (correctly rounded)",
-        "dtype != out_dtype",
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "cast",
+            "elementwise",
+            {"dtype": ("float32", casts), "out_dtype": ("float16", casts)},
+            "dtype conversion: float->float rounds to nearest even, float->int32 truncates "
+            "(out-of-range values are undefined), int32->float rounds",
+            "exact (correctly rounded)",
+            "dtype != out_dtype",
+        )
+    )
     for src, dst in itertools.permutations(casts, 2):
         spec = EwSpec("svod_cast_%s_%s" % (_dt(src).short, _dt(dst).short), "a", src, dst)
         ew.append(spec)
         fam.add(ew_sig("cast", {"dtype": src, "out_dtype": dst}, spec, "dtype conversion"), None)
     for name, (expr, doc) in sorted(FUSED.items()):
-        fam.infos.append(KernelInfo(name, "elementwise", {"dtype": ("float32", F32_64)},
-                                    "fused `%s`: %s" % (expr, doc), "as the ops it is made of"))  # fmt: skip
+        fam.infos.append(
+            KernelInfo(
+                name,
+                "elementwise",
+                {"dtype": ("float32", F32_64)},
+                "fused `%s`: %s" % (expr, doc),
+                "as the ops it is made of",
+            )
+        )
         for dt in F32_64:
             spec = EwSpec("svod_%s_%s" % (name, _dt(dt).short), expr, dt, dt)
             ew.append(spec)
@@ -170,12 +196,19 @@ def reduce_family() -> Family:
     kinds = (("sum", FLOATS + ("int32",)), ("max", FLOATS + ("int32",)), ("mean", FLOATS))
     for op, dtypes in kinds:
         name = "reduce_" + op
-        fam.infos.append(KernelInfo(
-            name, "reduce", {"dtype": ("float32", dtypes)},
-            "%s over the middle axis of a strided (outer, red, inner) view; out is contiguous (outer, inner)" % op,
-            {"max": "exact (nan propagates)", "sum": "16 lane partial sums: ~sqrt(red/16) eps relative; int32 wraps",
-             "mean": "sum / red, as sum"}[op],
-        ))  # fmt: skip
+        fam.infos.append(
+            KernelInfo(
+                name,
+                "reduce",
+                {"dtype": ("float32", dtypes)},
+                "%s over the middle axis of a strided (outer, red, inner) view; out is contiguous (outer, inner)" % op,
+                {
+                    "max": "exact (nan propagates)",
+                    "sum": "16 lane partial sums: ~sqrt(red/16) eps relative; int32 wraps",
+                    "mean": "sum / red, as sum",
+                }[op],
+            )
+        )
         for dt in dtypes:
             d = _dt(dt)
             entry = "svod_reduce_%s_%s" % (op, d.short)
@@ -183,10 +216,20 @@ def reduce_family() -> Family:
             names = ("outer", "red", "inner", "so", "sr", "si")
             vars_ = tuple(VarArg(n, 1 if i < 3 else 0) for i, n in enumerate(names)) + CORE_VARS
             sig = KernelSig(
-                name, _p(dtype=dt), entry, "reduce", bufs, vars_, GS, flops="outer*red*inner",
-                bytes="%d*(outer*red*inner+outer*inner)" % d.itemsize, work="outer*red*inner", grain=1 << 16,
-                parallelism="ceildiv(outer*inner,16)", doc=fam.infos[-1].doc,
-            )  # fmt: skip
+                name,
+                _p(dtype=dt),
+                entry,
+                "reduce",
+                bufs,
+                vars_,
+                GS,
+                flops="outer*red*inner",
+                bytes="%d*(outer*red*inner+outer*inner)" % d.itemsize,
+                work="outer*red*inner",
+                grain=1 << 16,
+                parallelism="ceildiv(outer*inner,16)",
+                doc=fam.infos[-1].doc,
+            )
             fam.add(sig, _reduce_ctx(entry, op, d))
     return fam
 
@@ -197,50 +240,89 @@ def _reduce_ctx(entry: str, op: str, d: CDType) -> Dict[str, Any]:
         load = "(svod_u32){}" if op == "sum" else "{}"
         init = "0u" if op == "sum" else "(-2147483647 - 1)"
         combine = "({0} + {1})" if op == "sum" else "svod_maxi({0}, {1})"
-        return dict(entry=entry, st=d.storage, acc=acc, load=load, store="(svod_i32)({})", init=init,
-                    combine=combine, fin="{}")  # fmt: skip
+        return dict(
+            entry=entry, st=d.storage, acc=acc, load=load, store="(svod_i32)({})", init=init, combine=combine, fin="{}"
+        )
     combine = "({0} + {1})" if op != "max" else "svod_max%s({0}, {1})" % d.sfx
     init = c_literal(0, d.math) if op != "max" else "-__builtin_inf%s()" % d.sfx
     fin = "({} / (%s)red)" % d.math if op == "mean" else "{}"
-    return dict(entry=entry, st=d.storage, acc=d.math, load=d.load, store=d.store, init=init,
-                combine=combine, fin=fin)  # fmt: skip
+    return dict(entry=entry, st=d.storage, acc=d.math, load=d.load, store=d.store, init=init, combine=combine, fin=fin)
 
 
 # --- softmax / layernorm ------------------------------------------------------------
 
 
-
 def rows_family() -> Family:
     fam = Family("softmax", "c/softmax.c.j2")
-    fam.infos.append(KernelInfo(
-        "softmax", "softmax", {"dtype": ("float32", FLOATS)},
-        "numerically stable softmax over the last axis of a contiguous (rows, cols) tensor",
-        "rtol 1e-5 float32, 1e-13 float64, 2e-3 float16, 1.6e-2 bfloat16",
-    ))  # fmt: skip
-    fam.infos.append(KernelInfo(
-        "layernorm", "softmax", {"dtype": ("float32", FLOATS)},
-        "(x - mean) / sqrt(var + eps) * weight + bias over the last axis (two-pass variance); "
-        "eps is a run-time float32 variable (passed as its bits)",
-        "1 storage rounding + eps ((cols/16+32) mean|x| rstd |w| + (cols/32+25) |xhat w| + 2 |b|)",
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "softmax",
+            "softmax",
+            {"dtype": ("float32", FLOATS)},
+            "numerically stable softmax over the last axis of a contiguous (rows, cols) tensor",
+            "rtol 1e-5 float32, 1e-13 float64, 2e-3 float16, 1.6e-2 bfloat16",
+        )
+    )
+    fam.infos.append(
+        KernelInfo(
+            "layernorm",
+            "softmax",
+            {"dtype": ("float32", FLOATS)},
+            "(x - mean) / sqrt(var + eps) * weight + bias over the last axis (two-pass variance); "
+            "eps is a run-time float32 variable (passed as its bits)",
+            "1 storage rounding + eps ((cols/16+32) mean|x| rstd |w| + (cols/32+25) |xhat w| + 2 |b|)",
+        )
+    )
     rows = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
     for dt in FLOATS:
         d = _dt(dt)
         base = dict(st=d.storage, m=d.math, s=d.sfx, load=d.load, store=d.store)
         entry = "svod_softmax_%s" % d.short
         bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
-        fam.add(KernelSig("softmax", _p(dtype=dt), entry, "softmax", bufs, rows, GS, flops="25*rows*cols",
-                          bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 14,
-                          parallelism="rows", doc=fam.infos[0].doc),
-                dict(base, entry=entry, op="softmax"))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "softmax",
+                _p(dtype=dt),
+                entry,
+                "softmax",
+                bufs,
+                rows,
+                GS,
+                flops="25*rows*cols",
+                bytes="%d*rows*cols" % (2 * d.itemsize),
+                work="rows*cols",
+                grain=1 << 14,
+                parallelism="rows",
+                doc=fam.infos[0].doc,
+            ),
+            dict(base, entry=entry, op="softmax"),
+        )
         entry = "svod_layernorm_%s" % d.short
-        bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"),
-                BufferArg("weight", dt, "r", "cols"), BufferArg("bias", dt, "r", "cols"))  # fmt: skip
+        bufs = (
+            BufferArg("out", dt, "w", "rows*cols"),
+            BufferArg("x", dt, "r", "rows*cols"),
+            BufferArg("weight", dt, "r", "cols"),
+            BufferArg("bias", dt, "r", "cols"),
+        )
         ln_vars = (VarArg("rows", 1), VarArg("cols", 1), VarArg("eps", INT32_MIN, "f32")) + CORE_VARS
-        fam.add(KernelSig("layernorm", _p(dtype=dt), entry, "softmax", bufs, ln_vars, GS,
-                          flops="8*rows*cols", bytes="%d*(2*rows*cols+2*cols)" % d.itemsize,
-                          work="rows*cols", grain=1 << 14, parallelism="rows", doc=fam.infos[1].doc),
-                dict(base, entry=entry, op="layernorm"))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "layernorm",
+                _p(dtype=dt),
+                entry,
+                "softmax",
+                bufs,
+                ln_vars,
+                GS,
+                flops="8*rows*cols",
+                bytes="%d*(2*rows*cols+2*cols)" % d.itemsize,
+                work="rows*cols",
+                grain=1 << 14,
+                parallelism="rows",
+                doc=fam.infos[1].doc,
+            ),
+            dict(base, entry=entry, op="layernorm"),
+        )
     return fam
 
 
@@ -259,15 +341,22 @@ def _matmul_parallelism(mr: int, itemsize: int) -> str:
 def matmul_family() -> Family:
     fam = Family("matmul", "c/matmul.c.j2")
     tiles = sorted({t for ts in MATMUL_TILES.values() for t in ts})
-    fam.infos.append(KernelInfo(
-        "matmul", "matmul",
-        {"dtype": ("float32", F32_64), "mr": (6, tuple(sorted({m for m, _ in tiles}))),
-         "nr": (16, tuple(sorted({n for _, n in tiles}))), "ku": (4, (4,))},
-        "C = A @ B, row-major contiguous (M, K) x (K, N); blocked, packed, mr x nr register tile, "
-        "rows split over core ids. Default tile per prebuilt variant (see PREFERRED)",
-        "within 2 K eps (|A| @ |B|) (FMA where the ISA has it)",
-        "(mr, nr) in %s" % {k: list(v) for k, v in MATMUL_TILES.items()},
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "matmul",
+            "matmul",
+            {
+                "dtype": ("float32", F32_64),
+                "mr": (6, tuple(sorted({m for m, _ in tiles}))),
+                "nr": (16, tuple(sorted({n for _, n in tiles}))),
+                "ku": (4, (4,)),
+            },
+            "C = A @ B, row-major contiguous (M, K) x (K, N); blocked, packed, mr x nr register tile, "
+            "rows split over core ids. Default tile per prebuilt variant (see PREFERRED)",
+            "within 2 K eps (|A| @ |B|) (FMA where the ISA has it)",
+            "(mr, nr) in %s" % {k: list(v) for k, v in MATMUL_TILES.items()},
+        )
+    )
     vars_ = (VarArg("M", 1), VarArg("N", 1), VarArg("K", 1)) + CORE_VARS
     for dt in F32_64:
         d = _dt(dt)
@@ -280,12 +369,35 @@ def matmul_family() -> Family:
             mc = mr * max(1, 48 // mr)
             bufs = (BufferArg("c", dt, "w", "M*N"), BufferArg("a", dt, "r", "M*K"), BufferArg("b", dt, "r", "K*N"))
             sig = KernelSig(
-                "matmul", _p(dtype=dt, mr=mr, nr=nr, ku=4), entry, "matmul", bufs, vars_, GS, flops="2*M*N*K",
-                bytes="%d*(M*K+K*N+M*N)" % d.itemsize, work="M*N*K", grain=1 << 18,
-                parallelism=_matmul_parallelism(mr, d.itemsize), ids_per_thread=1, doc=fam.infos[0].doc,
-            )  # fmt: skip
-            ctx = dict(entry=entry, t=d.storage, size=d.itemsize, mr=mr, nr=nr, kc=kc, mc=mc, nc=384, ku=4,
-                       thin=MATMUL_THIN_ROWS, thin_nb=8192 // d.itemsize, thin_align=64 // d.itemsize)  # fmt: skip
+                "matmul",
+                _p(dtype=dt, mr=mr, nr=nr, ku=4),
+                entry,
+                "matmul",
+                bufs,
+                vars_,
+                GS,
+                flops="2*M*N*K",
+                bytes="%d*(M*K+K*N+M*N)" % d.itemsize,
+                work="M*N*K",
+                grain=1 << 18,
+                parallelism=_matmul_parallelism(mr, d.itemsize),
+                ids_per_thread=1,
+                doc=fam.infos[0].doc,
+            )
+            ctx = dict(
+                entry=entry,
+                t=d.storage,
+                size=d.itemsize,
+                mr=mr,
+                nr=nr,
+                kc=kc,
+                mc=mc,
+                nc=384,
+                ku=4,
+                thin=MATMUL_THIN_ROWS,
+                thin_nb=8192 // d.itemsize,
+                thin_align=64 // d.itemsize,
+            )
             fam.add(sig, ctx)
     return fam
 
@@ -298,31 +410,67 @@ UNSIGNED = {1: "svod_u8", 2: "svod_u16", 4: "svod_u32", 8: "svod_u64"}
 
 def copy_family() -> Family:
     fam = Family("copy", "c/copy.c.j2")
-    fam.infos.append(KernelInfo("transpose", "copy", {"dtype": ("float32", COPY_DTYPES), "tile": (32, (32,))},
-                                "2-D transpose of a contiguous (rows, cols) tensor, tile x tile blocks"))
-    fam.infos.append(KernelInfo(
-        "permute", "copy", {"dtype": ("float32", COPY_DTYPES)},
-        "strided 4-D copy: out[i0,i1,i2,i3] (contiguous, shape e0..e3) = x[i0*t0+i1*t1+i2*t2+i3*t3]; "
-        "permute, expand (stride 0), slices; pad rank < 4 with size-1 dims",
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "transpose",
+            "copy",
+            {"dtype": ("float32", COPY_DTYPES), "tile": (32, (32,))},
+            "2-D transpose of a contiguous (rows, cols) tensor, tile x tile blocks",
+        )
+    )
+    fam.infos.append(
+        KernelInfo(
+            "permute",
+            "copy",
+            {"dtype": ("float32", COPY_DTYPES)},
+            "strided 4-D copy: out[i0,i1,i2,i3] (contiguous, shape e0..e3) = x[i0*t0+i1*t1+i2*t2+i3*t3]; "
+            "permute, expand (stride 0), slices; pad rank < 4 with size-1 dims",
+        )
+    )
     for dt in COPY_DTYPES:
         d = _dt(dt)
         u = UNSIGNED[d.itemsize]
         entry = "svod_transpose_x%d" % d.itemsize
         bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
         vars_ = (VarArg("rows", 1), VarArg("cols", 1)) + CORE_VARS
-        fam.add(KernelSig("transpose", _p(dtype=dt, tile=32), entry, "copy", bufs, vars_, GS,
-                          bytes="%d*rows*cols" % (2 * d.itemsize), work="rows*cols", grain=1 << 16,
-                          parallelism="ceildiv(rows,32)", doc=fam.infos[0].doc),
-                dict(entry=entry, op="transpose", u=u, tile=32))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "transpose",
+                _p(dtype=dt, tile=32),
+                entry,
+                "copy",
+                bufs,
+                vars_,
+                GS,
+                bytes="%d*rows*cols" % (2 * d.itemsize),
+                work="rows*cols",
+                grain=1 << 16,
+                parallelism="ceildiv(rows,32)",
+                doc=fam.infos[0].doc,
+            ),
+            dict(entry=entry, op="transpose", u=u, tile=32),
+        )
         entry = "svod_permute_x%d" % d.itemsize
         count = "1+(e0-1)*t0+(e1-1)*t1+(e2-1)*t2+(e3-1)*t3"
         bufs = (BufferArg("out", dt, "w", "e0*e1*e2*e3"), BufferArg("x", dt, "r", count))
         vars_ = tuple(VarArg("e%d" % i, 1) for i in range(4)) + tuple(VarArg("t%d" % i, 0) for i in range(4))
-        fam.add(KernelSig("permute", _p(dtype=dt), entry, "copy", bufs, vars_ + CORE_VARS, GS,
-                          bytes="%d*e0*e1*e2*e3" % (2 * d.itemsize), work="e0*e1*e2*e3", grain=1 << 16,
-                          parallelism="e0*e1*e2", doc=fam.infos[1].doc),
-                dict(entry=entry, op="permute", u=u, tile=0))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "permute",
+                _p(dtype=dt),
+                entry,
+                "copy",
+                bufs,
+                vars_ + CORE_VARS,
+                GS,
+                bytes="%d*e0*e1*e2*e3" % (2 * d.itemsize),
+                work="e0*e1*e2*e3",
+                grain=1 << 16,
+                parallelism="e0*e1*e2",
+                doc=fam.infos[1].doc,
+            ),
+            dict(entry=entry, op="permute", u=u, tile=0),
+        )
     return fam
 
 
@@ -334,29 +482,45 @@ OW = "((W+2*pw-dw*(KW-1)-1)//sw+1)"
 
 def conv_family() -> Family:
     fam = Family("conv2d", "c/conv2d.c.j2")
-    fam.infos.append(KernelInfo(
-        "conv2d", "conv2d", {"dtype": ("float32", F32_64), "bias": (False, (False, True))},
-        "direct NCHW conv2d, weight (OC, C, KH, KW), stride (sh, sw), zero padding (ph, pw), dilation (dh, dw); "
-        "out (N, OC, OH, OW) with OH = (H + 2ph - dh(KH-1) - 1) // sh + 1",
-        "within 2 C KH KW eps (|x| * |w|)",
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "conv2d",
+            "conv2d",
+            {"dtype": ("float32", F32_64), "bias": (False, (False, True))},
+            "direct NCHW conv2d, weight (OC, C, KH, KW), stride (sh, sw), zero padding (ph, pw), dilation (dh, dw); "
+            "out (N, OC, OH, OW) with OH = (H + 2ph - dh(KH-1) - 1) // sh + 1",
+            "within 2 C KH KW eps (|x| * |w|)",
+        )
+    )
     names = ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "ph", "pw", "dh", "dw")
     vars_ = tuple(VarArg(n, 0 if n in ("ph", "pw") else 1) for n in names) + CORE_VARS
     for dt in F32_64:
         d = _dt(dt)
         for bias in (False, True):
             entry = "svod_conv2d_%s%s" % (d.short, "_bias" if bias else "")
-            bufs = [BufferArg("out", dt, "w", "N*OC*%s*%s" % (OH, OW)), BufferArg("x", dt, "r", "N*C*H*W"),
-                    BufferArg("w", dt, "r", "OC*C*KH*KW")]  # fmt: skip
+            bufs = [
+                BufferArg("out", dt, "w", "N*OC*%s*%s" % (OH, OW)),
+                BufferArg("x", dt, "r", "N*C*H*W"),
+                BufferArg("w", dt, "r", "OC*C*KH*KW"),
+            ]
             if bias:
                 bufs.append(BufferArg("bias", dt, "r", "OC"))
             sig = KernelSig(
-                "conv2d", _p(dtype=dt, bias=bias), entry, "conv2d", tuple(bufs), vars_, GS,
+                "conv2d",
+                _p(dtype=dt, bias=bias),
+                entry,
+                "conv2d",
+                tuple(bufs),
+                vars_,
+                GS,
                 flops="2*N*OC*%s*%s*C*KH*KW" % (OH, OW),
                 bytes="%d*(N*C*H*W+OC*C*KH*KW+N*OC*%s*%s)" % (d.itemsize, OH, OW),
-                work="N*OC*%s*%s*C*KH*KW" % (OH, OW), grain=1 << 16, parallelism="N*OC",
-                checks=("H+2*ph-dh*(KH-1)-1 >= 0", "W+2*pw-dw*(KW-1)-1 >= 0"), doc=fam.infos[0].doc,
-            )  # fmt: skip
+                work="N*OC*%s*%s*C*KH*KW" % (OH, OW),
+                grain=1 << 16,
+                parallelism="N*OC",
+                checks=("H+2*ph-dh*(KH-1)-1 >= 0", "W+2*pw-dw*(KW-1)-1 >= 0"),
+                doc=fam.infos[0].doc,
+            )
             fam.add(sig, dict(entry=entry, t=d.storage, bias=bias))
     return fam
 
@@ -366,8 +530,14 @@ def conv_family() -> Family:
 #: The fused epilogue's activations, in the order of their codes in templates/c/conv_epilogue.c.j2,
 #: with the float32 variables each one takes (clip's bounds, leaky_relu's slope, hardsigmoid's alpha x + beta).
 ACTS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("none", ()), ("relu", ()), ("clip", ("clip_min", "clip_max")), ("leaky_relu", ("alpha",)), ("sigmoid", ()),
-    ("hardsigmoid", ("alpha", "beta")), ("hardswish", ()), ("tanh", ()),
+    ("none", ()),
+    ("relu", ()),
+    ("clip", ("clip_min", "clip_max")),
+    ("leaky_relu", ("alpha",)),
+    ("sigmoid", ()),
+    ("hardsigmoid", ("alpha", "beta")),
+    ("hardswish", ()),
+    ("tanh", ()),
 )
 ACT_NAMES = tuple(a for a, _ in ACTS)
 #: conv2d_gemm's register tiles: matmul's tile preferred by some variant (PREFERRED), per dtype.
@@ -383,9 +553,11 @@ PAD_OH = "((H+pt+pb-dh*(KH-1)-1)//sh+1)"
 PAD_OW = "((W+pl+pr-dw*(KW-1)-1)//sw+1)"
 CONV_NAMES = ("N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw", "groups")
 DW_NAMES = ("N", "C", "H", "W", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw")
-EPILOGUE_DOC = ("; epilogue: + bias[oc] (bias=True), + residual (residual=True: a second input shaped as out), "
-                "then act (none, relu, clip(clip_min, clip_max), leaky_relu(alpha), sigmoid, "
-                "hardsigmoid(alpha, beta), hardswish, tanh; float32 variables)")
+EPILOGUE_DOC = (
+    "; epilogue: + bias[oc] (bias=True), + residual (residual=True: a second input shaped as out), "
+    "then act (none, relu, clip(clip_min, clip_max), leaky_relu(alpha), sigmoid, "
+    "hardsigmoid(alpha, beta), hardswish, tanh; float32 variables)"
+)
 
 
 #: The activations float64 instances have: every instance carries its own copy of the shared code (a block
@@ -395,8 +567,13 @@ F64_ACTS = ("none", "relu")
 
 def _epilogues(dtype: str) -> List[Tuple[str, Tuple[str, ...], int, bool, bool]]:
     """(act, its float variables, its code, bias, residual) for every fused epilogue of ``dtype``."""
-    return [(act, fvars, code, bias, res) for code, (act, fvars) in enumerate(ACTS)
-            if dtype == "float32" or act in F64_ACTS for bias in (False, True) for res in (False, True)]  # fmt: skip
+    return [
+        (act, fvars, code, bias, res)
+        for code, (act, fvars) in enumerate(ACTS)
+        if dtype == "float32" or act in F64_ACTS
+        for bias in (False, True)
+        for res in (False, True)
+    ]
 
 
 #: The epilogues of the instances that take weights packed at build time (``packed=True``): float32 with a bias
@@ -423,20 +600,30 @@ def _conv_vars(names: Sequence[str], fvars: Sequence[str]) -> Tuple[VarArg, ...]
 
 def conv_gemm_family() -> Family:
     fam = Family("conv_gemm", "c/conv_gemm.c.j2")
-    fam.infos.append(KernelInfo(
-        "conv2d_gemm", "conv_gemm",
-        {"dtype": ("float32", F32_64), "act": ("none", ACT_NAMES), "bias": (False, (False, True)),
-         "residual": (False, (False, True)), "mr": (6, (4, 6, 8)), "nr": (16, (4, 8, 16, 32)),
-         "packed": (False, (False, True))},
-        "NCHW conv2d as a GEMM on matmul's register tile: weight (OC, C/groups, KH, KW) as A, im2col tiles "
-        "of the input packed in cache as B (pointwise convs read the input rows); groups, stride (sh, sw), "
-        "pads (pt, pl, pb, pr), dilation (dh, dw); out (N, OC, OH, OW), OH = (H + pt + pb - dh(KH-1) - 1) // sh + 1"
-        + EPILOGUE_DOC + ". Tile per prebuilt variant as matmul (PREFERRED). packed=True: w is "
-        "svod_min.kernels.conv_pack.pack_conv_weights(w, groups) (packed once at build time)",
-        "within 2 K eps (|x| * |w|), K = C/groups KH KW; epilogue as its ops",
-        "(mr, nr) in %s; float64: act in %s; packed: float32, bias, act in %s"
-        % ({k: list(v) for k, v in CONV_TILES.items()}, list(F64_ACTS), list(PACKED_ACTS)),
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "conv2d_gemm",
+            "conv_gemm",
+            {
+                "dtype": ("float32", F32_64),
+                "act": ("none", ACT_NAMES),
+                "bias": (False, (False, True)),
+                "residual": (False, (False, True)),
+                "mr": (6, (4, 6, 8)),
+                "nr": (16, (4, 8, 16, 32)),
+                "packed": (False, (False, True)),
+            },
+            "NCHW conv2d as a GEMM on matmul's register tile: weight (OC, C/groups, KH, KW) as A, im2col tiles "
+            "of the input packed in cache as B (pointwise convs read the input rows); groups, stride (sh, sw), "
+            "pads (pt, pl, pb, pr), dilation (dh, dw); out (N, OC, OH, OW), OH = (H + pt + pb - dh(KH-1) - 1) // sh + 1"
+            + EPILOGUE_DOC
+            + ". Tile per prebuilt variant as matmul (PREFERRED). packed=True: w is "
+            "svod_min.kernels.conv_pack.pack_conv_weights(w, groups) (packed once at build time)",
+            "within 2 K eps (|x| * |w|), K = C/groups KH KW; epilogue as its ops",
+            "(mr, nr) in %s; float64: act in %s; packed: float32, bias, act in %s"
+            % ({k: list(v) for k, v in CONV_TILES.items()}, list(F64_ACTS), list(PACKED_ACTS)),
+        )
+    )
     checks = ("H+pt+pb-dh*(KH-1)-1 >= 0", "W+pl+pr-dw*(KW-1)-1 >= 0", "C % groups == 0", "OC % groups == 0")
     out_count = "N*OC*%s*%s" % (PAD_OH, PAD_OW)
     for dt in F32_64:
@@ -444,44 +631,88 @@ def conv_gemm_family() -> Family:
         kc = PACK_KC[d.itemsize]
         for mr, nr in CONV_TILES[dt]:
             if PACK_ROWS % mr:
-                raise ValueError("conv2d_gemm tile %dx%d: mr must divide PACK_ROWS=%d (packed strips)" % (mr, nr, PACK_ROWS))
+                raise ValueError(
+                    "conv2d_gemm tile %dx%d: mr must divide PACK_ROWS=%d (packed strips)" % (mr, nr, PACK_ROWS)
+                )
             core = "svod_convgemm_%s_%dx%d" % (d.short, mr, nr)
             for act, fvars, code, bias, res, packed in _conv_instances(dt):
-                entry = "svod_conv2d_gemm_%s_%dx%d%s%s" % (d.short, mr, nr, _epilogue_suffix(act, bias, res),
-                                                          "_packed" if packed else "")  # fmt: skip
+                entry = "svod_conv2d_gemm_%s_%dx%d%s%s" % (
+                    d.short,
+                    mr,
+                    nr,
+                    _epilogue_suffix(act, bias, res),
+                    "_packed" if packed else "",
+                )
                 w_count = PACKED_W if packed else "OC*(C//groups)*KH*KW"
-                bufs = [BufferArg("out", dt, "w", out_count), BufferArg("x", dt, "r", "N*C*H*W"),
-                        BufferArg("w", dt, "r", w_count)]  # fmt: skip
+                bufs = [
+                    BufferArg("out", dt, "w", out_count),
+                    BufferArg("x", dt, "r", "N*C*H*W"),
+                    BufferArg("w", dt, "r", w_count),
+                ]
                 if bias:
                     bufs.append(BufferArg("bias", dt, "r", "OC"))
                 if res:
                     bufs.append(BufferArg("residual", dt, "r", out_count))
                 work = "N*OC*%s*%s*(C//groups)*KH*KW" % (PAD_OH, PAD_OW)
                 sig = KernelSig(
-                    "conv2d_gemm", _p(dtype=dt, act=act, bias=bias, residual=res, mr=mr, nr=nr, packed=packed), entry,
-                    "conv_gemm", tuple(bufs), _conv_vars(CONV_NAMES, fvars), GS, flops="2*" + work,
+                    "conv2d_gemm",
+                    _p(dtype=dt, act=act, bias=bias, residual=res, mr=mr, nr=nr, packed=packed),
+                    entry,
+                    "conv_gemm",
+                    tuple(bufs),
+                    _conv_vars(CONV_NAMES, fvars),
+                    GS,
+                    flops="2*" + work,
                     bytes="%d*(N*C*H*W+%s+%d*%s)" % (d.itemsize, w_count, 2 if res else 1, out_count),
-                    work=work, grain=1 << 20,
+                    work=work,
+                    grain=1 << 20,
                     parallelism="N*groups*ceildiv(%s*%s,%d)*ceildiv(OC//groups,%d)" % (PAD_OH, PAD_OW, CONV_NC, mr),
-                    ids_per_thread=1, checks=checks, doc="NCHW conv2d as a GEMM; out = act(conv + bias + residual)",
-                )  # fmt: skip
-                ctx = dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, mr=mr, nr=nr, kc=kc,
-                           mc=mr * max(1, 48 // mr), nc=CONV_NC, ku=4, act=code, bias=bias, residual=res,
-                           fvars=fvars, packed=packed, ps=PACK_ROWS, cols=(dt, mr, nr) in CONV_COLS)  # fmt: skip
+                    ids_per_thread=1,
+                    checks=checks,
+                    doc="NCHW conv2d as a GEMM; out = act(conv + bias + residual)",
+                )
+                ctx = dict(
+                    entry=entry,
+                    core=core,
+                    t=d.storage,
+                    size=d.itemsize,
+                    s=d.sfx,
+                    mr=mr,
+                    nr=nr,
+                    kc=kc,
+                    mc=mr * max(1, 48 // mr),
+                    nc=CONV_NC,
+                    ku=4,
+                    act=code,
+                    bias=bias,
+                    residual=res,
+                    fvars=fvars,
+                    packed=packed,
+                    ps=PACK_ROWS,
+                    cols=(dt, mr, nr) in CONV_COLS,
+                )
                 fam.add(sig, ctx)
     return fam
 
 
 def depthwise_family() -> Family:
     fam = Family("depthwise", "c/depthwise.c.j2")
-    fam.infos.append(KernelInfo(
-        "depthwise_conv2d", "depthwise",
-        {"dtype": ("float32", F32_64), "act": ("none", ACT_NAMES), "bias": (False, (False, True)),
-         "residual": (False, (False, True))},
-        "depthwise NCHW conv2d (groups = C = OC): weight (C, 1, KH, KW), stride, pads (pt, pl, pb, pr), dilation; "
-        "output rows split over core ids, interior columns vectorised (3-wide filters unrolled)" + EPILOGUE_DOC,
-        "within 2 KH KW eps (|x| * |w|); epilogue as its ops", "float64: act in %s" % list(F64_ACTS),
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "depthwise_conv2d",
+            "depthwise",
+            {
+                "dtype": ("float32", F32_64),
+                "act": ("none", ACT_NAMES),
+                "bias": (False, (False, True)),
+                "residual": (False, (False, True)),
+            },
+            "depthwise NCHW conv2d (groups = C = OC): weight (C, 1, KH, KW), stride, pads (pt, pl, pb, pr), dilation; "
+            "output rows split over core ids, interior columns vectorised (3-wide filters unrolled)" + EPILOGUE_DOC,
+            "within 2 KH KW eps (|x| * |w|); epilogue as its ops",
+            "float64: act in %s" % list(F64_ACTS),
+        )
+    )
     checks = ("H+pt+pb-dh*(KH-1)-1 >= 0", "W+pl+pr-dw*(KW-1)-1 >= 0")
     out_count = "N*C*%s*%s" % (PAD_OH, PAD_OW)
     for dt in F32_64:
@@ -489,44 +720,81 @@ def depthwise_family() -> Family:
         core = "svod_dwconv_%s" % d.short
         for act, fvars, code, bias, res in _epilogues(dt):
             entry = "svod_depthwise_conv2d_%s%s" % (d.short, _epilogue_suffix(act, bias, res))
-            bufs = [BufferArg("out", dt, "w", out_count), BufferArg("x", dt, "r", "N*C*H*W"),
-                    BufferArg("w", dt, "r", "C*KH*KW")]  # fmt: skip
+            bufs = [
+                BufferArg("out", dt, "w", out_count),
+                BufferArg("x", dt, "r", "N*C*H*W"),
+                BufferArg("w", dt, "r", "C*KH*KW"),
+            ]
             if bias:
                 bufs.append(BufferArg("bias", dt, "r", "C"))
             if res:
                 bufs.append(BufferArg("residual", dt, "r", out_count))
             work = "N*C*%s*%s*KH*KW" % (PAD_OH, PAD_OW)
             sig = KernelSig(
-                "depthwise_conv2d", _p(dtype=dt, act=act, bias=bias, residual=res), entry, "depthwise", tuple(bufs),
-                _conv_vars(DW_NAMES, fvars), GS, flops="2*" + work,
-                bytes="%d*(N*C*H*W+C*KH*KW+%d*%s)" % (d.itemsize, 2 if res else 1, out_count), work=work,
-                grain=1 << 18, parallelism="N*C*%s" % PAD_OH, checks=checks,
+                "depthwise_conv2d",
+                _p(dtype=dt, act=act, bias=bias, residual=res),
+                entry,
+                "depthwise",
+                tuple(bufs),
+                _conv_vars(DW_NAMES, fvars),
+                GS,
+                flops="2*" + work,
+                bytes="%d*(N*C*H*W+C*KH*KW+%d*%s)" % (d.itemsize, 2 if res else 1, out_count),
+                work=work,
+                grain=1 << 18,
+                parallelism="N*C*%s" % PAD_OH,
+                checks=checks,
                 doc="depthwise NCHW conv2d; out = act(conv + bias + residual)",
-            )  # fmt: skip
-            fam.add(sig, dict(entry=entry, core=core, t=d.storage, size=d.itemsize, s=d.sfx, act=code, bias=bias,
-                              residual=res, fvars=fvars))  # fmt: skip
+            )
+            fam.add(
+                sig,
+                dict(
+                    entry=entry,
+                    core=core,
+                    t=d.storage,
+                    size=d.itemsize,
+                    s=d.sfx,
+                    act=code,
+                    bias=bias,
+                    residual=res,
+                    fvars=fvars,
+                ),
+            )
     return fam
 
 
 def pool_family() -> Family:
     fam = Family("pool", "c/pool.c.j2")
-    fam.infos.append(KernelInfo(
-        "maxpool2d", "pool", {"dtype": ("float32", F32_64)},
-        "NCHW max pooling: window (KH, KW), stride, pads (pt, pl) before, dilation; the caller gives OH, OW "
-        "(floor or ceil mode); windows are clipped to the input; nan propagates; a window with no input "
-        "element gives -inf", "exact",
-    ))  # fmt: skip
-    fam.infos.append(KernelInfo(
-        "avgpool2d", "pool", {"dtype": ("float32", F32_64)},
-        "NCHW average pooling: window (KH, KW), stride, pads (pt, pl, pb, pr); the caller gives OH, OW; "
-        "count_include_pad 1 divides by the window clipped to the padded input, 0 by its input elements",
-        "within (KH KW + 1) eps |mean|",
-    ))  # fmt: skip
-    fam.infos.append(KernelInfo(
-        "global_avgpool", "pool", {"dtype": ("float32", F32_64)},
-        "NCHW global average pooling: out (N, C) = mean over H x W (16 lane partial sums)",
-        "16 lane partial sums: ~sqrt(H W / 16) eps relative",
-    ))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "maxpool2d",
+            "pool",
+            {"dtype": ("float32", F32_64)},
+            "NCHW max pooling: window (KH, KW), stride, pads (pt, pl) before, dilation; the caller gives OH, OW "
+            "(floor or ceil mode); windows are clipped to the input; nan propagates; a window with no input "
+            "element gives -inf",
+            "exact",
+        )
+    )
+    fam.infos.append(
+        KernelInfo(
+            "avgpool2d",
+            "pool",
+            {"dtype": ("float32", F32_64)},
+            "NCHW average pooling: window (KH, KW), stride, pads (pt, pl, pb, pr); the caller gives OH, OW; "
+            "count_include_pad 1 divides by the window clipped to the padded input, 0 by its input elements",
+            "within (KH KW + 1) eps |mean|",
+        )
+    )
+    fam.infos.append(
+        KernelInfo(
+            "global_avgpool",
+            "pool",
+            {"dtype": ("float32", F32_64)},
+            "NCHW global average pooling: out (N, C) = mean over H x W (16 lane partial sums)",
+            "16 lane partial sums: ~sqrt(H W / 16) eps relative",
+        )
+    )
     window = ("N", "C", "H", "W", "OH", "OW", "KH", "KW", "sh", "sw", "pt", "pl")
     for dt in F32_64:
         d = _dt(dt)
@@ -534,25 +802,54 @@ def pool_family() -> Family:
         for op, extra in (("max", ("dh", "dw")), ("avg", ("pb", "pr", "count_include_pad"))):
             name = op + "pool2d"
             entry = "svod_%s_%s" % (name, d.short)
-            vars_ = tuple(VarArg(n, 0 if n in ("pt", "pl", "pb", "pr", "count_include_pad") else 1)
-                          for n in window + extra) + CORE_VARS  # fmt: skip
+            vars_ = (
+                tuple(VarArg(n, 0 if n in ("pt", "pl", "pb", "pr", "count_include_pad") else 1) for n in window + extra)
+                + CORE_VARS
+            )
             checks = ["(OH-1)*sh < H+pt", "(OW-1)*sw < W+pl"]
             if op == "avg":
                 checks.append("count_include_pad <= 1")
             bufs = (BufferArg("out", dt, "w", "N*C*OH*OW"), BufferArg("x", dt, "r", "N*C*H*W"))
-            fam.add(KernelSig(
-                name, _p(dtype=dt), entry, "pool", bufs, vars_, GS, flops="N*C*OH*OW*KH*KW",
-                bytes="%d*(N*C*H*W+N*C*OH*OW)" % d.itemsize, work="N*C*OH*OW*KH*KW", grain=1 << 18,
-                parallelism="N*C*OH", checks=tuple(checks), doc=fam.infos[0 if op == "max" else 1].doc,
-            ), dict(base, entry=entry, op=op))  # fmt: skip
+            fam.add(
+                KernelSig(
+                    name,
+                    _p(dtype=dt),
+                    entry,
+                    "pool",
+                    bufs,
+                    vars_,
+                    GS,
+                    flops="N*C*OH*OW*KH*KW",
+                    bytes="%d*(N*C*H*W+N*C*OH*OW)" % d.itemsize,
+                    work="N*C*OH*OW*KH*KW",
+                    grain=1 << 18,
+                    parallelism="N*C*OH",
+                    checks=tuple(checks),
+                    doc=fam.infos[0 if op == "max" else 1].doc,
+                ),
+                dict(base, entry=entry, op=op),
+            )
         entry = "svod_global_avgpool_%s" % d.short
         vars_ = tuple(VarArg(n, 1) for n in ("N", "C", "H", "W")) + CORE_VARS
         bufs = (BufferArg("out", dt, "w", "N*C"), BufferArg("x", dt, "r", "N*C*H*W"))
-        fam.add(KernelSig(
-            "global_avgpool", _p(dtype=dt), entry, "pool", bufs, vars_, GS, flops="N*C*H*W",
-            bytes="%d*(N*C*H*W+N*C)" % d.itemsize, work="N*C*H*W", grain=1 << 18, parallelism="N*C",
-            doc=fam.infos[2].doc,
-        ), dict(base, entry=entry, op="gavg"))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "global_avgpool",
+                _p(dtype=dt),
+                entry,
+                "pool",
+                bufs,
+                vars_,
+                GS,
+                flops="N*C*H*W",
+                bytes="%d*(N*C*H*W+N*C)" % d.itemsize,
+                work="N*C*H*W",
+                grain=1 << 18,
+                parallelism="N*C",
+                doc=fam.infos[2].doc,
+            ),
+            dict(base, entry=entry, op="gavg"),
+        )
     return fam
 
 
@@ -561,20 +858,42 @@ def pool_family() -> Family:
 
 def fill_family() -> Family:
     fam = Family("fill", "c/fill.c.j2")
-    fam.infos.append(KernelInfo("fill", "fill", {"dtype": ("float32", COPY_DTYPES)},
-                                "out[i] = value[0] (the value is a 1-element buffer)"))
+    fam.infos.append(
+        KernelInfo(
+            "fill", "fill", {"dtype": ("float32", COPY_DTYPES)}, "out[i] = value[0] (the value is a 1-element buffer)"
+        )
+    )
     aranges = FLOATS + ("int32",)
-    fam.infos.append(KernelInfo("arange", "fill", {"dtype": ("float32", aranges)},
-                                "out[i] = start + i * step (int32 start/step; computed in double or 64-bit int)",
-                                "exact, then rounded once to the dtype; int32 wraps"))  # fmt: skip
+    fam.infos.append(
+        KernelInfo(
+            "arange",
+            "fill",
+            {"dtype": ("float32", aranges)},
+            "out[i] = start + i * step (int32 start/step; computed in double or 64-bit int)",
+            "exact, then rounded once to the dtype; int32 wraps",
+        )
+    )
     for dt in COPY_DTYPES:
         d = _dt(dt)
         entry = "svod_fill_x%d" % d.itemsize
         bufs = (BufferArg("out", dt, "w", "n"), BufferArg("value", dt, "r", "1"))
-        fam.add(KernelSig("fill", _p(dtype=dt), entry, "fill", bufs, (VarArg("n", 0),) + CORE_VARS, GS,
-                          bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-                          doc=fam.infos[0].doc),
-                dict(entry=entry, op="fill", u=UNSIGNED[d.itemsize]))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "fill",
+                _p(dtype=dt),
+                entry,
+                "fill",
+                bufs,
+                (VarArg("n", 0),) + CORE_VARS,
+                GS,
+                bytes="%d*n" % d.itemsize,
+                work="n",
+                grain=1 << 16,
+                parallelism="ceildiv(n,64)",
+                doc=fam.infos[0].doc,
+            ),
+            dict(entry=entry, op="fill", u=UNSIGNED[d.itemsize]),
+        )
     for dt in aranges:
         d = _dt(dt)
         entry = "svod_arange_%s" % d.short
@@ -583,10 +902,23 @@ def fill_family() -> Family:
         else:
             value = d.store.format("(%s)((double)start + (double)i * (double)step)" % d.math)
         vars_ = (VarArg("n", 0), VarArg("start", INT32_MIN), VarArg("step", INT32_MIN)) + CORE_VARS
-        fam.add(KernelSig("arange", _p(dtype=dt), entry, "fill", (BufferArg("out", dt, "w", "n"),), vars_, GS,
-                          bytes="%d*n" % d.itemsize, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-                          doc=fam.infos[1].doc),
-                dict(entry=entry, op="arange", st=d.storage, value=value))  # fmt: skip
+        fam.add(
+            KernelSig(
+                "arange",
+                _p(dtype=dt),
+                entry,
+                "fill",
+                (BufferArg("out", dt, "w", "n"),),
+                vars_,
+                GS,
+                bytes="%d*n" % d.itemsize,
+                work="n",
+                grain=1 << 16,
+                parallelism="ceildiv(n,64)",
+                doc=fam.infos[1].doc,
+            ),
+            dict(entry=entry, op="arange", st=d.storage, value=value),
+        )
     return fam
 
 
@@ -635,8 +967,18 @@ def excluded_entries(variant: str, families: Sequence[Family]) -> List[str]:
 def build_catalogue() -> Tuple[List[Family], List[EwSpec]]:
     """All C families (elementwise first) and the elementwise instances to render."""
     ew: List[EwSpec] = []
-    families = [elementwise(ew), reduce_family(), rows_family(), matmul_family(), copy_family(),
-                conv_family(), fill_family(), conv_gemm_family(), depthwise_family(), pool_family()]  # fmt: skip
+    families = [
+        elementwise(ew),
+        reduce_family(),
+        rows_family(),
+        matmul_family(),
+        copy_family(),
+        conv_family(),
+        fill_family(),
+        conv_gemm_family(),
+        depthwise_family(),
+        pool_family(),
+    ]
     _check_unique(families)
     return families, ew
 
@@ -654,4 +996,3 @@ def _check_unique(families: Sequence[Family]) -> None:
             if key in seen:
                 raise ValueError("duplicate instance %r" % (key,))
             seen[key] = sig.entry
-

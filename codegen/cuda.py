@@ -61,13 +61,24 @@ def _add_elementwise(fam: CudaFamily, name: str, expr: str, dt: str, doc: str) -
     idt = {"c": "bool"} if name == "where" else {}
     parsed, compute, out, ins, value = elementwise_parts(expr, dtype=dt, input_dtypes=idt)
     params = ", ".join(param_list(out, ins, "__restrict__") + ["int n"])
-    fam.contexts.append(dict(entry=entry, params=params, value=value,
-                             loads=[load_line(n, t, compute) for n, t in ins]))  # fmt: skip
+    fam.contexts.append(dict(entry=entry, params=params, value=value, loads=[load_line(n, t, compute) for n, t in ins]))
     bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, t.name, "r", "n") for n, t in ins)
     nbytes = out.itemsize + sum(t.itemsize for _, t in ins)
-    fam.sigs.append(CudaKernelSig(name, _p(dtype=dt), entry, "elementwise", bufs, (VarArg("n", 0),), grid,
-                                  (THREADS, 1, 1), flops="%d*n" % parsed.flops, bytes="%d*n" % nbytes,
-                                  doc=doc))  # fmt: skip
+    fam.sigs.append(
+        CudaKernelSig(
+            name,
+            _p(dtype=dt),
+            entry,
+            "elementwise",
+            bufs,
+            (VarArg("n", 0),),
+            grid,
+            (THREADS, 1, 1),
+            flops="%d*n" % parsed.flops,
+            bytes="%d*n" % nbytes,
+            doc=doc,
+        )
+    )
 
 
 def _reduce() -> CudaFamily:
@@ -83,10 +94,20 @@ def _reduce() -> CudaFamily:
                 ctx["init"] = NINF[d.math]
             fam.contexts.append(ctx)
             bufs = (BufferArg("out", dt, "w", "outer*inner"), BufferArg("x", dt, "r", RED_X))
-            fam.sigs.append(CudaKernelSig("reduce_" + op, _p(dtype=dt), entry, "reduce", bufs, vars_,
-                                          ("max(1,min(outer*inner,65535))", 1, 1), (THREADS, 1, 1),
-                                          flops="outer*red*inner",
-                                          doc="%s over the middle axis of (outer, red, inner)" % op))  # fmt: skip
+            fam.sigs.append(
+                CudaKernelSig(
+                    "reduce_" + op,
+                    _p(dtype=dt),
+                    entry,
+                    "reduce",
+                    bufs,
+                    vars_,
+                    ("max(1,min(outer*inner,65535))", 1, 1),
+                    (THREADS, 1, 1),
+                    flops="outer*red*inner",
+                    doc="%s over the middle axis of (outer, red, inner)" % op,
+                )
+            )
     return fam
 
 
@@ -95,13 +116,24 @@ def _softmax() -> CudaFamily:
     for dt in ("float32", "float16", "bfloat16"):
         d = C_DTYPES[dt]
         entry = "svod_cuda_softmax_%s" % d.short
-        fam.contexts.append(dict(entry=entry, st=d.storage, m=d.math, s=d.sfx, load=d.load, store=d.store,
-                                 ninf=NINF[d.math]))  # fmt: skip
+        fam.contexts.append(
+            dict(entry=entry, st=d.storage, m=d.math, s=d.sfx, load=d.load, store=d.store, ninf=NINF[d.math])
+        )
         bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
-        fam.sigs.append(CudaKernelSig("softmax", _p(dtype=dt), entry, "softmax", bufs,
-                                      (VarArg("rows", 1), VarArg("cols", 1)), ("max(1,min(rows,65535))", 1, 1),
-                                      (THREADS, 1, 1), flops="25*rows*cols",
-                                      doc="row-wise stable softmax"))  # fmt: skip
+        fam.sigs.append(
+            CudaKernelSig(
+                "softmax",
+                _p(dtype=dt),
+                entry,
+                "softmax",
+                bufs,
+                (VarArg("rows", 1), VarArg("cols", 1)),
+                ("max(1,min(rows,65535))", 1, 1),
+                (THREADS, 1, 1),
+                flops="25*rows*cols",
+                doc="row-wise stable softmax",
+            )
+        )
     return fam
 
 
@@ -114,10 +146,20 @@ def _transpose() -> CudaFamily:
             if C_DTYPES[dt].itemsize != size:
                 continue
             bufs = (BufferArg("out", dt, "w", "rows*cols"), BufferArg("x", dt, "r", "rows*cols"))
-            fam.sigs.append(CudaKernelSig("transpose", _p(dtype=dt), entry, "transpose", bufs,
-                                          (VarArg("rows", 1), VarArg("cols", 1)),
-                                          ("ceildiv(cols,32)", "ceildiv(rows,32)", 1), (32, 8, 1),
-                                          shared_bytes=32 * 33 * size, doc="2-D transpose"))  # fmt: skip
+            fam.sigs.append(
+                CudaKernelSig(
+                    "transpose",
+                    _p(dtype=dt),
+                    entry,
+                    "transpose",
+                    bufs,
+                    (VarArg("rows", 1), VarArg("cols", 1)),
+                    ("ceildiv(cols,32)", "ceildiv(rows,32)", 1),
+                    (32, 8, 1),
+                    shared_bytes=32 * 33 * size,
+                    doc="2-D transpose",
+                )
+            )
     return fam
 
 
@@ -129,11 +171,21 @@ def _matmul() -> CudaFamily:
             entry = "svod_cuda_matmul_%s_t%d" % (d.short, tile)
             fam.contexts.append(dict(entry=entry, t=d.storage, tile=tile))
             bufs = (BufferArg("c", dt, "w", "M*N"), BufferArg("a", dt, "r", "M*K"), BufferArg("b", dt, "r", "K*N"))
-            fam.sigs.append(CudaKernelSig("matmul", _p(dtype=dt, tile=tile), entry, "matmul", bufs,
-                                          (VarArg("M", 1), VarArg("N", 1), VarArg("K", 1)),
-                                          ("ceildiv(N,%d)" % tile, "ceildiv(M,%d)" % tile, 1), (tile, tile, 1),
-                                          shared_bytes=2 * tile * tile * d.itemsize, flops="2*M*N*K",
-                                          doc="tiled shared-memory matmul"))  # fmt: skip
+            fam.sigs.append(
+                CudaKernelSig(
+                    "matmul",
+                    _p(dtype=dt, tile=tile),
+                    entry,
+                    "matmul",
+                    bufs,
+                    (VarArg("M", 1), VarArg("N", 1), VarArg("K", 1)),
+                    ("ceildiv(N,%d)" % tile, "ceildiv(M,%d)" % tile, 1),
+                    (tile, tile, 1),
+                    shared_bytes=2 * tile * tile * d.itemsize,
+                    flops="2*M*N*K",
+                    doc="tiled shared-memory matmul",
+                )
+            )
     return fam
 
 

@@ -34,8 +34,11 @@ def _params(info: Dict[str, Any]) -> str:
 
 
 def _cpu_rows(families: Sequence[Family]) -> List[str]:
-    rows = ["| kernel | dtypes | other params: default (allowed) | buffers (role: count) | variables | "
-            "threads split | tolerance |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| kernel | dtypes | other params: default (allowed) | buffers (role: count) | variables | "
+        "threads split | tolerance |",
+        "|---|---|---|---|---|---|---|",
+    ]
     infos = {i.name: i for fam in families for i in fam.infos}
     shown: "OrderedDict[str, Any]" = OrderedDict()
     for fam in families:
@@ -62,35 +65,55 @@ def _cuda_rows(cuda_sigs: Sequence[Any]) -> List[str]:
         first = sigs[0]
         dts = sorted({dict(s.params)["dtype"] for s in sigs})
         other = sorted({", ".join("%s=%s" % kv for kv in s.params if kv[0] != "dtype") for s in sigs} - {""})
-        cells = ["`%s`" % name, "`%s.ptx`" % first.module, ", ".join(dts) + ("; " + "; ".join(other) if other else ""),
-                 ", ".join(first.var_names), "`%s`" % ", ".join(str(g) for g in first.grid),
-                 "`%s`" % ", ".join(str(b) for b in first.block)]  # fmt: skip
+        cells = [
+            "`%s`" % name,
+            "`%s.ptx`" % first.module,
+            ", ".join(dts) + ("; " + "; ".join(other) if other else ""),
+            ", ".join(first.var_names),
+            "`%s`" % ", ".join(str(g) for g in first.grid),
+            "`%s`" % ", ".join(str(b) for b in first.block),
+        ]
         rows.append("| %s |" % " | ".join(_cell(c) for c in cells))
     return rows
 
 
 def _variant_rows(variants: Dict[str, Dict[str, Any]]) -> List[str]:
-    rows = ["| variant | clang flags (on top of svod_min.compiler.clang.DEFAULT_FLAGS) | needs CPU flags | priority |",
-            "|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| variant | clang flags (on top of svod_min.compiler.clang.DEFAULT_FLAGS) | needs CPU flags | priority |",
+        "|---|---|---|---|",
+    ]
     for name, v in variants.items():
-        rows.append("| `%s` | `%s` | %s | %d |" % (name, " ".join(v["flags"]), ", ".join(v["requires"]) or "-",
-                                                   v["priority"]))  # fmt: skip
+        rows.append(
+            "| `%s` | `%s` | %s | %d |" % (name, " ".join(v["flags"]), ", ".join(v["requires"]) or "-", v["priority"])
+        )
     rows.append("")
-    rows.append("Left out of the objects (compiled on demand): " + "; ".join(
-        "%s: %s" % (name, ", ".join(v["exclude"]) or "-") for name, v in variants.items()))
+    rows.append(
+        "Left out of the objects (compiled on demand): "
+        + "; ".join("%s: %s" % (name, ", ".join(v["exclude"]) or "-") for name, v in variants.items())
+    )
     return rows
 
 
 def section(families: Sequence[Family], cuda_sigs: Sequence[Any], variants: Dict[str, Dict[str, Any]]) -> str:
     n_cpu = len({s.entry for f in families for s in f.sigs})
-    lines = [BEGIN, NOTE, "",
-             "### CPU kernels (%d entry points; every prebuilt object holds all of them except the matmul and "
-             "conv2d_gemm tiles its variant does not prefer and the convolution instances outside "
-             "`codegen.catalogue.PREBUILT_SUBSET`)" % n_cpu, ""]  # fmt: skip
+    lines = [
+        BEGIN,
+        NOTE,
+        "",
+        "### CPU kernels (%d entry points; every prebuilt object holds all of them except the matmul and "
+        "conv2d_gemm tiles its variant does not prefer and the convolution instances outside "
+        "`codegen.catalogue.PREBUILT_SUBSET`)" % n_cpu,
+        "",
+    ]
     lines += _cpu_rows(families)
-    lines += ["", "Every CPU kernel takes `core_id_count` and `core_id` last and has launch size "
-              "`(core_id_count, 1, 1)`; *threads split* is the number of independent chunks.", "",
-              "### CUDA kernels (PTX, `svod_min/kernels/_generated/cuda/`)", ""]  # fmt: skip
+    lines += [
+        "",
+        "Every CPU kernel takes `core_id_count` and `core_id` last and has launch size "
+        "`(core_id_count, 1, 1)`; *threads split* is the number of independent chunks.",
+        "",
+        "### CUDA kernels (PTX, `svod_min/kernels/_generated/cuda/`)",
+        "",
+    ]
     lines += _cuda_rows(cuda_sigs)
     lines += ["", "### Prebuilt object variants", ""]
     lines += _variant_rows(variants)
@@ -98,8 +121,9 @@ def section(families: Sequence[Family], cuda_sigs: Sequence[Any], variants: Dict
     return "\n".join(lines)
 
 
-def render_docs(root: str, families: Sequence[Family], cuda_sigs: Sequence[Any],
-                variants: Dict[str, Dict[str, Any]]) -> str:
+def render_docs(
+    root: str, families: Sequence[Family], cuda_sigs: Sequence[Any], variants: Dict[str, Dict[str, Any]]
+) -> str:
     path = os.path.join(root, "docs", "kernels.md")
     try:
         with open(path) as fh:
@@ -109,4 +133,4 @@ def render_docs(root: str, families: Sequence[Family], cuda_sigs: Sequence[Any],
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError("docs/kernels.md lacks the %s ... %s markers" % (BEGIN, END))
-    return text[:start] + section(families, cuda_sigs, variants) + text[end + len(END):]
+    return text[:start] + section(families, cuda_sigs, variants) + text[end + len(END) :]

@@ -70,8 +70,9 @@ def generate(root: str, *, objects: bool = True, ptx: bool = True, jobs: int = 2
 
 
 def _init_module() -> str:
-    return "# %s\n\"\"\"Generated kernel sources, signatures and skeletons (see codegen/).\"\"\"\n" % (
-        render.BANNER % "codegen/outputs.py")
+    return '# %s\n"""Generated kernel sources, signatures and skeletons (see codegen/)."""\n' % (
+        render.BANNER % "codegen/outputs.py"
+    )
 
 
 def _json(data: Dict[str, Any]) -> bytes:
@@ -89,8 +90,15 @@ def _committed_manifest(root: str) -> Dict[str, Any]:
         return {}
 
 
-def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List[str],
-             excluded: Dict[str, List[str]], enabled: bool, jobs: int) -> Dict[str, Any]:
+def _objects(
+    root: str,
+    out: Generated,
+    libraries: Dict[str, str],
+    entries: List[str],
+    excluded: Dict[str, List[str]],
+    enabled: bool,
+    jobs: int,
+) -> Dict[str, Any]:
     manifest: Dict[str, Any] = {"objects": {}}
     committed = _committed_manifest(root)
     built = built_with(committed, enabled)
@@ -99,21 +107,29 @@ def _objects(root: str, out: Generated, libraries: Dict[str, str], entries: List
     default = build.clang_version() if enabled else None
     ok_default = default is not None and committed.get("compiler") in (None, "unknown", default)
     manifest["compiler"] = default if ok_default else committed.get("compiler", "unknown")
-    manifest["runtime"] = _support(out, committed, built, jobs, "runtime", build.RUNTIME_NAME, build.RUNTIME_VARIANTS,
-                                   build.runtime_source(), None)  # fmt: skip
+    manifest["runtime"] = _support(
+        out, committed, built, jobs, "runtime", build.RUNTIME_NAME, build.RUNTIME_VARIANTS, build.runtime_source(), None
+    )
     planner = render.render_layout_planner(render.environment())
-    manifest["planner"] = _support(out, committed, built, jobs, "planner", build.PLANNER_NAME, build.PLANNER_VARIANTS,
-                                   planner, [ENTRY])  # fmt: skip
+    manifest["planner"] = _support(
+        out, committed, built, jobs, "planner", build.PLANNER_NAME, build.PLANNER_VARIANTS, planner, [ENTRY]
+    )
     for name, (_arch, flags, req, _prio) in sorted(build.VARIANTS.items()):
         path = "%s/%s/%s" % (PREBUILT, name, build.OBJECT_NAME)
         mine = [e for e in entries if e not in set(excluded[name])]
-        desc = {"file": path[len(PREBUILT) + 1:], "compiler": built[name][0], "flags": list(flags),
-                "requires": list(req), "entries": len(mine),
-                "source_sha256": build.sha256(libraries[name].encode())}  # fmt: skip
+        desc = {
+            "file": path[len(PREBUILT) + 1 :],
+            "compiler": built[name][0],
+            "flags": list(flags),
+            "requires": list(req),
+            "entries": len(mine),
+            "source_sha256": build.sha256(libraries[name].encode()),
+        }
         if name in objs:
             build.check_object(name, objs[name], mine)
-        manifest["objects"][name] = _record(out, path, objs.get(name), why[name],
-                                            committed.get("objects", {}).get(name, {}), desc)  # fmt: skip
+        manifest["objects"][name] = _record(
+            out, path, objs.get(name), why[name], committed.get("objects", {}).get(name, {}), desc
+        )
     return manifest
 
 
@@ -146,8 +162,9 @@ def built_with(committed: Dict[str, Any], enabled: bool) -> Dict[str, Tuple[str,
     return out
 
 
-def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str], old: Dict[str, Any],
-            desc: Dict[str, Any]) -> Dict[str, Any]:  # fmt: skip
+def _record(
+    out: Generated, path: str, data: Optional[bytes], why: Optional[str], old: Dict[str, Any], desc: Dict[str, Any]
+) -> Dict[str, Any]:
     """``desc`` with the object's size and hash: the new object's, or the committed one's when not built here."""
     if data is not None:
         out.files[path] = data
@@ -158,9 +175,17 @@ def _record(out: Generated, path: str, data: Optional[bytes], why: Optional[str]
     return desc
 
 
-def _support(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[str, Optional[str]]], jobs: int,
-             key: str, filename: str, variants: Sequence[str], source: str,
-             self_contained: Optional[Sequence[str]]) -> Dict[str, Any]:  # fmt: skip
+def _support(
+    out: Generated,
+    committed: Dict[str, Any],
+    built: Dict[str, Tuple[str, Optional[str]]],
+    jobs: int,
+    key: str,
+    filename: str,
+    variants: Sequence[str],
+    source: str,
+    self_contained: Optional[Sequence[str]],
+) -> Dict[str, Any]:
     """Objects the package needs besides the kernels, prebuilt per architecture so that a cold start
     needs no compiler: the native replay runner (``runtime``) and the layout planner (``planner``).
     ``self_contained``: entry points each object must define, leaving nothing undefined (None: not
@@ -170,15 +195,16 @@ def _support(out: Generated, committed: Dict[str, Any], built: Dict[str, Tuple[s
     info: Dict[str, Any] = {}
     for name in variants:
         path = "%s/%s/%s" % (PREBUILT, name, filename)
-        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1:], "source_sha256": source_sha256}
+        desc: Dict[str, Any] = {"file": path[len(PREBUILT) + 1 :], "source_sha256": source_sha256}
         if self_contained is not None and name in objs:
             build.check_object(name, objs[name], self_contained)
         info[name] = _record(out, path, objs.get(name), built[name][1], committed.get(key, {}).get(name, {}), desc)
     return info
 
 
-def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs: int,
-         finish: Callable[[str], str]) -> Dict[str, Any]:
+def _ptx(
+    root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs: int, finish: Callable[[str], str]
+) -> Dict[str, Any]:
     tools = build.find_cuda() if enabled else None
     committed = _committed_manifest(root).get("ptx", {})
     missing = "nvcc/ptxas not found (CUDA_HOME, /usr/local/cuda, PATH)"
@@ -186,8 +212,12 @@ def _ptx(root: str, out: Generated, sources: Dict[str, str], enabled: bool, jobs
     if tools and committed.get("nvcc") not in (None, "unknown", tools.version):
         why = "built with nvcc %s, this machine has %s" % (committed.get("nvcc"), tools.version)
     nvcc = tools.version if why is None and tools else committed.get("nvcc", "unknown")
-    info: Dict[str, Any] = {"nvcc": nvcc, "arch": build.PTX_ARCH, "checked_with_ptxas": list(build.PTX_TARGETS),
-                            "modules": {}}  # fmt: skip
+    info: Dict[str, Any] = {
+        "nvcc": nvcc,
+        "arch": build.PTX_ARCH,
+        "checked_with_ptxas": list(build.PTX_TARGETS),
+        "modules": {},
+    }
     texts = build.build_ptx(tools, sources, render.BANNER, jobs, finish) if why is None and tools else {}
     for name in sorted(sources):
         path = "%s/cuda/%s.ptx" % (GEN, name)

@@ -56,23 +56,35 @@ def render_layout_planner(env: jinja2.Environment) -> str:
 def render_skeleton(env: jinja2.Environment) -> str:
     """The elementwise loop with @...@ sentinels (filled by svod_min.kernels.elementwise)."""
     tpl = env.get_template("c/elementwise.c.j2")
-    return tpl.render(entry="@ENTRY@", params="@PARAMS@", loads="@LOADS@", value="@VALUE@",
-                      line_unroll="@LINE_UNROLL@")
+    return tpl.render(entry="@ENTRY@", params="@PARAMS@", loads="@LOADS@", value="@VALUE@", line_unroll="@LINE_UNROLL@")
 
 
 def family_body(env: jinja2.Environment, fam: Family, ew: Sequence[EwSpec], skeleton: str) -> str:
     """The BEGIN/END-delimited functions of one family (no banner, no prelude)."""
     if fam.template is None:
-        parts = [render_elementwise(s.entry, s.expr, dtype=s.dtype, out_dtype=s.out_dtype,
-                                    input_dtypes=dict(s.input_dtypes), inputs=s.inputs, skeleton=skeleton).function
-                 for s in ew]  # fmt: skip
+        parts = [
+            render_elementwise(
+                s.entry,
+                s.expr,
+                dtype=s.dtype,
+                out_dtype=s.out_dtype,
+                input_dtypes=dict(s.input_dtypes),
+                inputs=s.inputs,
+                skeleton=skeleton,
+            ).function
+            for s in ew
+        ]
         return "\n".join(parts)
     extra = {"block": 64} if fam.name == "reduce" else {}
     return env.get_template(fam.template).render(kernels=fam.contexts, **extra)
 
 
 def family_file(fam: Family, body: str) -> str:
-    src = "templates/" + fam.template if fam.template else "templates/c/elementwise.c.j2 and svod_min/kernels/elementwise.py"
+    src = (
+        "templates/" + fam.template
+        if fam.template
+        else "templates/c/elementwise.c.j2 and svod_min/kernels/elementwise.py"
+    )
     return c_banner(src) + INCLUDE + "\n" + body
 
 
@@ -153,8 +165,11 @@ def _is_default(obj: Any, f: "dataclasses.Field[Any]") -> bool:
 
 def _flat(value: Any) -> str:
     if dataclasses.is_dataclass(value):
-        items = ["%s=%s" % (f.name, _flat(getattr(value, f.name)))
-                 for f in dataclasses.fields(value) if not _is_default(value, f)]  # fmt: skip
+        items = [
+            "%s=%s" % (f.name, _flat(getattr(value, f.name)))
+            for f in dataclasses.fields(value)
+            if not _is_default(value, f)
+        ]
         return "%s(%s)" % (type(value).__name__, ", ".join(items))
     if isinstance(value, tuple):
         inner = ", ".join(_flat(v) for v in value)
@@ -195,8 +210,10 @@ def render_signatures(
 
 
 def render_skeleton_module(env: jinja2.Environment, skeleton: str) -> str:
-    ctx = {"banner": BANNER % "templates/py/skeletons.py.j2 and templates/c/elementwise.c.j2",
-           "elementwise": repr(skeleton)}  # fmt: skip
+    ctx = {
+        "banner": BANNER % "templates/py/skeletons.py.j2 and templates/c/elementwise.c.j2",
+        "elementwise": repr(skeleton),
+    }
     return env.get_template("py/skeletons.py.j2").render(**ctx)
 
 

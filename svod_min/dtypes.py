@@ -49,28 +49,51 @@ uint64 = DType("uint64", 8, ctypes.c_uint64, "Q", "uint64")
 bool_ = DType("bool", 1, ctypes.c_bool, "?", "bool")
 
 ALL_DTYPES = (
-    float16, bfloat16, float32, float64,
-    int8, int16, int32, int64,
-    uint8, uint16, uint32, uint64,
+    float16,
+    bfloat16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
     bool_,
-)  # fmt: skip
+)
 
 _BY_NAME: Dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 _ALIASES = {
-    "half": "float16", "f16": "float16", "fp16": "float16",
+    "half": "float16",
+    "f16": "float16",
+    "fp16": "float16",
     "bf16": "bfloat16",
-    "float": "float32", "f32": "float32", "fp32": "float32",
-    "double": "float64", "f64": "float64", "fp64": "float64",
-    "i8": "int8", "char": "int8",
-    "i16": "int16", "short": "int16",
-    "int": "int32", "i32": "int32",
-    "long": "int64", "i64": "int64",
-    "u8": "uint8", "uchar": "uint8",
-    "u16": "uint16", "ushort": "uint16",
-    "u32": "uint32", "uint": "uint32",
-    "u64": "uint64", "ulong": "uint64",
+    "float": "float32",
+    "f32": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "f64": "float64",
+    "fp64": "float64",
+    "i8": "int8",
+    "char": "int8",
+    "i16": "int16",
+    "short": "int16",
+    "int": "int32",
+    "i32": "int32",
+    "long": "int64",
+    "i64": "int64",
+    "u8": "uint8",
+    "uchar": "uint8",
+    "u16": "uint16",
+    "ushort": "uint16",
+    "u32": "uint32",
+    "uint": "uint32",
+    "u64": "uint64",
+    "ulong": "uint64",
     "bool_": "bool",
-}  # fmt: skip
+}
 _BY_NAME.update({alias: _BY_NAME[target] for alias, target in _ALIASES.items()})
 
 DTypeLike = Union[str, DType, Any]  # Any: a numpy dtype / scalar type also works
@@ -87,9 +110,7 @@ def dtype(value: DTypeLike) -> DType:
         name = getattr(value, "__name__", None)
     found = _BY_NAME.get(name.strip().lower()) if isinstance(name, str) else None
     if found is None:
-        raise BufferAllocationError(
-            "unknown dtype %r (known: %s)" % (value, ", ".join(d.name for d in ALL_DTYPES))
-        )
+        raise BufferAllocationError("unknown dtype %r (known: %s)" % (value, ", ".join(d.name for d in ALL_DTYPES)))
     return found
 
 

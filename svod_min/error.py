@@ -330,8 +330,10 @@ class NoUsableTargetError(SvodError):
 # (illegal address, launch timeout, hardware stack error, illegal instruction, misaligned address,
 # invalid address space, invalid PC, launch failed).
 STICKY_ERRORS = frozenset({700, 702, 714, 715, 716, 717, 718, 719})
-STICKY_HINT = ("a kernel fault; the GPU context is now unusable and every later CUDA call in this process will "
-               "fail: restart the process")  # fmt: skip
+STICKY_HINT = (
+    "a kernel fault; the GPU context is now unusable and every later CUDA call in this process will "
+    "fail: restart the process"
+)
 
 
 class CudaError(DeviceError):

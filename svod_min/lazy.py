@@ -8,7 +8,9 @@ import sys
 from typing import Any, Callable, List, Mapping, Sequence, Tuple
 
 
-def lazy_exports(package: str, names: Mapping[str, str], submodules: Sequence[str] = ()) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
+def lazy_exports(
+    package: str, names: Mapping[str, str], submodules: Sequence[str] = ()
+) -> Tuple[Callable[[str], Any], Callable[[], List[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``names`` maps an exported name to its submodule
     (relative to the package); ``submodules`` are subpackages reachable as attributes."""
     namespace = sys.modules[package].__dict__

@@ -12,13 +12,24 @@ import re
 import struct
 from typing import Any, BinaryIO, Dict, Optional, Tuple
 
-from .dtypes import DType, dtype as to_dtype
+from .dtypes import DType
+from .dtypes import dtype as to_dtype
 from .error import PlanError
 
 _MAGIC = b"\x93NUMPY"
 _DESCR = {
-    "<f4": "float32", "<f8": "float64", "<f2": "float16", "<i4": "int32", "<i8": "int64", "<i2": "int16",
-    "|i1": "int8", "|u1": "uint8", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64", "|b1": "bool",
+    "<f4": "float32",
+    "<f8": "float64",
+    "<f2": "float16",
+    "<i4": "int32",
+    "<i8": "int64",
+    "<i2": "int16",
+    "|i1": "int8",
+    "|u1": "uint8",
+    "<u2": "uint16",
+    "<u4": "uint32",
+    "<u8": "uint64",
+    "|b1": "bool",
 }
 _NAME_TO_DESCR = {v: k for k, v in _DESCR.items()}
 
@@ -27,8 +38,10 @@ _MAX_HEADER = 1 << 16  # numpy's own headers are a few hundred bytes
 #: The header as numpy writes it (``{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`` and
 #: padding): read by this pattern, any other spelling by ``ast.literal_eval``. A model's hundred weights
 #: would otherwise cost ~5 ms of literal_eval and the ast import.
-_NUMPY_HEADER = re.compile(r"\{'descr': '([<|>=][a-z][0-9]+)', 'fortran_order': (False|True), "
-                           r"'shape': \(((?:[0-9]+, )*[0-9]+,?)?\), \}[ ]*\n?\Z")
+_NUMPY_HEADER = re.compile(
+    r"\{'descr': '([<|>=][a-z][0-9]+)', 'fortran_order': (False|True), "
+    r"'shape': \(((?:[0-9]+, )*[0-9]+,?)?\), \}[ ]*\n?\Z"
+)
 
 
 def read_npy(path: str) -> Tuple[DType, Tuple[int, ...], bytes]:

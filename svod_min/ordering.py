@@ -89,4 +89,12 @@ def group_level(level: List[int], accesses: List[List[Access]], barrier: List[bo
     return groups
 
 
-__all__ = ["Access", "access_span", "accesses_conflict", "buffers_overlap", "group_level", "kahn_levels", "ranges_overlap"]
+__all__ = [
+    "Access",
+    "access_span",
+    "accesses_conflict",
+    "buffers_overlap",
+    "group_level",
+    "kahn_levels",
+    "ranges_overlap",
+]

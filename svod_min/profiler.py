@@ -223,7 +223,16 @@ def _complete(p: KernelProfile, pid: int, tid: int, ts: float, dur: float) -> Di
     for key, rate in (("gflops", p.gflops), ("gbps", p.gbps)):
         if rate is not None:
             args[key] = rate
-    return {"name": p.name, "cat": p.kind, "ph": "X", "ts": ts, "dur": max(0.0, dur), "pid": pid, "tid": tid, "args": args}
+    return {
+        "name": p.name,
+        "cat": p.kind,
+        "ph": "X",
+        "ts": ts,
+        "dur": max(0.0, dur),
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
 
 
 __all__ = ["KINDS", "KernelProfile", "chrome_trace", "measure", "profile_table", "write_chrome_trace"]

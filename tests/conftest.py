@@ -39,14 +39,18 @@ MATRIX_ENV = re.compile(r"py3(?:[89]|1[0-9])$")  # py38 ... py319
 
 def pytest_configure(config: pytest.Config) -> None:
     if not MATRIX_ENV.match(ONE_PYTHON_ENV):  # a typo would skip these tests in every env
-        raise pytest.UsageError("SVOD_ONE_PYTHON_ENV=%r is not an env of the tox matrix (py38 ... py313)" % ONE_PYTHON_ENV)
+        raise pytest.UsageError(
+            "SVOD_ONE_PYTHON_ENV=%r is not an env of the tox matrix (py38 ... py313)" % ONE_PYTHON_ENV
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     env = os.environ.get("TOX_ENV_NAME", "")
     if not MATRIX_ENV.match(env) or env == ONE_PYTHON_ENV:
         return
-    skip = pytest.mark.skip(reason="same on every Python: runs in %s of the tox matrix only (this is %s)" % (ONE_PYTHON_ENV, env))
+    skip = pytest.mark.skip(
+        reason="same on every Python: runs in %s of the tox matrix only (this is %s)" % (ONE_PYTHON_ENV, env)
+    )
     for item in items:
         if item.get_closest_marker("python_independent") is not None:
             item.add_marker(skip)

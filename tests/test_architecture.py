@@ -29,8 +29,9 @@ LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imp
 def _lint(package_parent: Path, cwd: Path) -> subprocess.CompletedProcess:
     pytest.importorskip("importlinter")
     env = {"PYTHONPATH": str(package_parent), "PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
-    return subprocess.run([sys.executable, "-c", LINT, str(CONTRACTS)], cwd=str(cwd), env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", LINT, str(CONTRACTS)], cwd=str(cwd), env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _modules() -> Iterator[Tuple[str, Path]]:
@@ -152,8 +153,13 @@ def test_no_private_cross_module_imports() -> None:
 
 
 def test_modules_stay_small() -> None:
-    big = {m: n for m, p in _modules() if "_generated" not in m for n in [len(p.read_text(encoding="utf-8").splitlines())]
-           if n > MAX_LINES and m not in LONG_MODULES}
+    big = {
+        m: n
+        for m, p in _modules()
+        if "_generated" not in m
+        for n in [len(p.read_text(encoding="utf-8").splitlines())]
+        if n > MAX_LINES and m not in LONG_MODULES
+    }
     assert big == {}, "modules over %d lines without a reason in LONG_MODULES: %s" % (MAX_LINES, big)
     assert all(reason.strip() for reason in LONG_MODULES.values())
 
@@ -182,7 +188,9 @@ def test_plan_code_imports_no_device_inside_functions() -> None:
     found = []
     for module, path in _modules():
         if module.split(".")[1:2] and module.split(".")[1] in INTERFACE_USERS:
-            found += ["%s:%d %s" % (module, line, name) for line, name in _function_imports(_tree(path)) if "devices" in name]
+            found += [
+                "%s:%d %s" % (module, line, name) for line, name in _function_imports(_tree(path)) if "devices" in name
+            ]
     assert found == []
 
 
@@ -216,5 +224,7 @@ def test_only_devices_name_device_kinds() -> None:
 
 
 def test_kind_comparison_finder_finds_one() -> None:
-    tree = ast.parse("if device.spec.kind == 'CUDA': pass\nif spec.kind in ('CPU', 'X'): pass\nhasattr(dev, 'compile')\n")
+    tree = ast.parse(
+        "if device.spec.kind == 'CUDA': pass\nif spec.kind in ('CPU', 'X'): pass\nhasattr(dev, 'compile')\n"
+    )
     assert [line for line, _ in _kind_comparisons(tree, {"CPU", "CUDA"})] == [1, 2, 3]

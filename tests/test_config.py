@@ -7,8 +7,8 @@ import os
 import pytest
 
 from svod_min import config
-from svod_min.compiler import probe
 from svod_min.cache import kernel_cache as kc
+from svod_min.compiler import probe
 from svod_min.error import ConfigError, SvodError
 
 FLAG = "SVOD_TEST_FLAG"

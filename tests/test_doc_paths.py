@@ -22,7 +22,9 @@ from support.paths import REPO
 PYZ_FILE = re.compile(r"(?<=-o )svod_min\.pyz\b|svod_min\.pyz(?=\s+(?:run|info|selfcheck|bench)\b)")
 DOTTED = re.compile(r"(?<![\w./-])svod_min(?:\.[A-Za-z_]\w*)+")
 FROM_IMPORT = re.compile(r"\bfrom\s+(svod_min(?:\.\w+)*)\s+import\s+\(?\s*(\w+(?:\s*,\s*\w+)*)")
-PATH = re.compile(r"(?<![\w./-])(?:svod_min|tests|examples|templates|codegen|docs|bench|\.ci)/(?:\{[\w.,-]+\}|[\w./<>*-])*")
+PATH = re.compile(
+    r"(?<![\w./-])(?:svod_min|tests|examples|templates|codegen|docs|bench|\.ci)/(?:\{[\w.,-]+\}|[\w./<>*-])*"
+)
 #: An imported name that stands for any name (``from svod_min.devices.cuda import X``).
 PLACEHOLDER = "X"
 #: Slash-separated words that are not paths.
@@ -84,7 +86,7 @@ def expand_braces(pattern: str) -> Iterator[str]:
         yield pattern
         return
     for choice in m.group(1).split(","):
-        yield from expand_braces(pattern[: m.start()] + choice + pattern[m.end():])
+        yield from expand_braces(pattern[: m.start()] + choice + pattern[m.end() :])
 
 
 def path_exists(path: str, root: str) -> bool:
@@ -113,7 +115,7 @@ NAMES, PATHS = named("name"), named("path")
 def test_named_module_path_resolves(name: str, doc: str) -> None:
     why = resolve(name)
     if why.startswith("needs "):
-        pytest.skip("%s: %s is not installed" % (name, why[len("needs "):]))
+        pytest.skip("%s: %s is not installed" % (name, why[len("needs ") :]))
     assert not why, "%s names %s: %s" % (doc, name, why)
 
 
@@ -136,7 +138,11 @@ def test_a_dead_name_or_path_fails(tmp_path) -> None:  # noqa: ANN001 - pytest's
     names = dotted_names(doc)
     assert "svod_min.pyz" not in names
     dead = sorted(n for n in names if resolve(n))
-    assert dead == ["svod_min.kernels.no_such_kernel", "svod_min.kernels.nothing_here", "svod_min.plan_builder.PlanBuilder"]
+    assert dead == [
+        "svod_min.kernels.no_such_kernel",
+        "svod_min.kernels.nothing_here",
+        "svod_min.plan_builder.PlanBuilder",
+    ]
     assert not resolve("svod_min.compiler.clang.compile_c") and not resolve("svod_min.kernels.get")
     assert "svod_min.pyz" in dotted_names("the module `svod_min.pyz` does not exist")  # only file uses are skipped
     assert dotted_names("from svod_min.devices.cuda import X") == {"svod_min.devices.cuda"}

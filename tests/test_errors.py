@@ -12,22 +12,58 @@ from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_DEVICE, exit_code_for
 
 
 def _classes() -> List[Type[BaseException]]:
-    return [c for _, c in inspect.getmembers(error, inspect.isclass)
-            if issubclass(c, BaseException) and c.__module__ == error.__name__]
+    return [
+        c
+        for _, c in inspect.getmembers(error, inspect.isclass)
+        if issubclass(c, BaseException) and c.__module__ == error.__name__
+    ]
 
 
 # The command line's mapping before exit codes became class attributes (2: bad input, 3: device or
 # compile failure). A class moved in the tree keeps its code.
 EXPECTED_EXIT_CODES: Dict[str, int] = {
-    "SvodError": 3, "CompilationError": 3, "CompilerNotFoundError": 3, "LoaderError": 3, "ElfFormatError": 3,
-    "UnsupportedRelocationError": 3, "RelocationRangeError": 3, "FieldOverflow": 3, "SymbolNotFoundError": 3, "ExecMemoryError": 3,
-    "DeviceError": 3, "InvalidDeviceError": 2, "UnsupportedDeviceError": 3, "BufferAllocationError": 2,
-    "CacheError": 3, "ConfigError": 2, "PlanError": 2, "VariableBoundsError": 2, "ExecutionError": 3,
-    "PlanPoisonedError": 3, "NotSupportedError": 3, "ExportError": 2, "KernelParamError": 2,
-    "KernelNotFoundError": 2, "KernelArgumentError": 2, "PlanFileError": 2, "BundleError": 2, "UnsupportedModelError": 2, "ModelFileError": 2, "NoUsableTargetError": 3, "CudaError": 3, "CudaSymbolError": 3,
-    "PtxError": 2, "LaunchConfigError": 2, "ArgumentRangeError": 2, "KernelVariableError": 2,
-    "ForkedChildError": 3, "ReleasedError": 3, "FreedBufferError": 2,
-    "TinygradHookError": 2, "TinygradVersionError": 2, "TinygradProgramError": 3,
+    "SvodError": 3,
+    "CompilationError": 3,
+    "CompilerNotFoundError": 3,
+    "LoaderError": 3,
+    "ElfFormatError": 3,
+    "UnsupportedRelocationError": 3,
+    "RelocationRangeError": 3,
+    "FieldOverflow": 3,
+    "SymbolNotFoundError": 3,
+    "ExecMemoryError": 3,
+    "DeviceError": 3,
+    "InvalidDeviceError": 2,
+    "UnsupportedDeviceError": 3,
+    "BufferAllocationError": 2,
+    "CacheError": 3,
+    "ConfigError": 2,
+    "PlanError": 2,
+    "VariableBoundsError": 2,
+    "ExecutionError": 3,
+    "PlanPoisonedError": 3,
+    "NotSupportedError": 3,
+    "ExportError": 2,
+    "KernelParamError": 2,
+    "KernelNotFoundError": 2,
+    "KernelArgumentError": 2,
+    "PlanFileError": 2,
+    "BundleError": 2,
+    "UnsupportedModelError": 2,
+    "ModelFileError": 2,
+    "NoUsableTargetError": 3,
+    "CudaError": 3,
+    "CudaSymbolError": 3,
+    "PtxError": 2,
+    "LaunchConfigError": 2,
+    "ArgumentRangeError": 2,
+    "KernelVariableError": 2,
+    "ForkedChildError": 3,
+    "ReleasedError": 3,
+    "FreedBufferError": 2,
+    "TinygradHookError": 2,
+    "TinygradVersionError": 2,
+    "TinygradProgramError": 3,
 }
 
 

@@ -8,18 +8,26 @@ import sys
 
 import pytest
 from support.hardening import (  # noqa: F401 - fixtures
-    ENERGY_1, no_compiler_env, one_line_error, run_python, state_objects,
+    ENERGY_1,
+    no_compiler_env,
+    one_line_error,
+    run_python,
+    state_objects,
 )
 
 from svod_min.__main__ import EXIT_DEVICE
 from svod_min.error import SvodError
 
-
 INLINE_C_PLAN = {
     "svod_plan": 1,
     "buffers": {"x": {"shape": [4], "init": "arange"}, "y": {"shape": [4], "output": True}},
-    "kernels": {"twice": {"source": "void twice(float* restrict y, const float* restrict x) "
-                                    "{ for (int i = 0; i < 4; ++i) y[i] = 2 * x[i]; }", "buffers": 2}},
+    "kernels": {
+        "twice": {
+            "source": "void twice(float* restrict y, const float* restrict x) "
+            "{ for (int i = 0; i < 4; ++i) y[i] = 2 * x[i]; }",
+            "buffers": 2,
+        }
+    },
     "ops": [{"kernel": "twice", "buffers": ["y", "x"]}],
     "expect": {"y": {"values": [0, 2, 4, 6]}},
 }
@@ -30,20 +38,23 @@ def test_no_compiler_inline_c_fails_clearly_but_library_plan_runs(tmp_path) -> N
     plan = tmp_path / "inline.json"
     plan.write_text(json.dumps(INLINE_C_PLAN))
     # a plan file with inline C needs a compiler: one clear line, exit 3, nothing ran
-    result = subprocess.run([sys.executable, "-m", "svod_min", "run", str(plan)], capture_output=True, text=True,
-                            timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", str(plan)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert result.returncode == EXIT_DEVICE == 3, result.stderr
     line = one_line_error(result.stderr)
     assert line.startswith("error: no C compiler found"), line
     assert "install clang or gcc, or set SVOD_CC" in line
     assert "verify" not in result.stdout
     # the default plan is built from the kernel library: prebuilt objects, no compiler needed
-    result = subprocess.run([sys.executable, "-m", "svod_min", "run"], capture_output=True, text=True,
-                            timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert result.returncode == 0, result.stderr
     assert "verify y: ok" in result.stdout
-    info = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120,
-                          env=env)
+    info = subprocess.run(
+        [sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert info.returncode == 0 and "compiler: none found" in info.stdout, info.stdout + info.stderr
 
 
@@ -112,16 +123,18 @@ def _skip_without_prebuilt_library() -> None:
 def test_no_compiler_selfcheck_verifies_the_prebuilt_library_and_says_compiling_was_skipped(tmp_path) -> None:
     _skip_without_prebuilt_library()
     env = no_compiler_env(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True,
-                            timeout=120, env=env)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     note, table = result.stdout.split("\n", 1)
     assert note.startswith("compiling skipped: no C compiler found: tried clang, gcc, cc on PATH; not a failure"), note
     for kernel in ("add", "matmul", "softmax", "reduce_sum", "transpose"):
         assert "\n%s " % kernel in "\n" + table
     assert "FAIL" not in table
-    as_json = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck", "--json"], capture_output=True, text=True,
-                             timeout=120, env=env)  # fmt: skip
+    as_json = subprocess.run(
+        [sys.executable, "-m", "svod_min", "selfcheck", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert as_json.returncode == 0 and as_json.stderr.startswith("compiling skipped: "), as_json.stderr
     assert {r["origin"].split()[0] for r in json.loads(as_json.stdout)} == {"prebuilt"}
 
@@ -148,8 +161,9 @@ def test_no_compiler_selfcheck_detects_a_wrong_prebuilt_answer(monkeypatch, tmp_
 
 def test_no_compiler_and_no_prebuilt_library_selfcheck_exits_3(tmp_path) -> None:
     env = dict(no_compiler_env(tmp_path), SVOD_KERNELS_VARIANT="none")
-    result = subprocess.run([sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True,
-                            timeout=120, env=env)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "svod_min", "selfcheck"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert result.returncode == EXIT_DEVICE, result.stdout + result.stderr
     line = one_line_error(result.stderr)
     assert line.startswith("error: no C compiler found") and "selfcheck has nothing it can run here" in line, line

@@ -41,14 +41,22 @@ def test_read_npy_accepts_a_good_file_v1_and_v2(tmp_path: Path) -> None:
         assert read_npy(p) == (float32, (2,), pack_values(float32, [1.5, -2]))
 
 
-@pytest.mark.parametrize("header, payload, message", [
-    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,", b"\0" * 8, "malformed .npy header"),
-    ("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", b"\0" * 8, "only C-order .npy arrays are supported"),
-    ("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", b"\0" * 16, "unsupported .npy dtype '<c8'"),
-    ("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 8, "unsupported .npy dtype '>f4'"),
-    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 7, "expected 8 bytes of data, found 7"),
-    ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 9, "expected 8 bytes of data, found 9"),
-], ids=["corrupt-header", "fortran-order", "complex-dtype", "big-endian", "truncated", "trailing-bytes"])
+@pytest.mark.parametrize(
+    "header, payload, message",
+    [
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,", b"\0" * 8, "malformed .npy header"),
+        (
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }",
+            b"\0" * 8,
+            "only C-order .npy arrays are supported",
+        ),
+        ("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", b"\0" * 16, "unsupported .npy dtype '<c8'"),
+        ("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 8, "unsupported .npy dtype '>f4'"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 7, "expected 8 bytes of data, found 7"),
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", b"\0" * 9, "expected 8 bytes of data, found 9"),
+    ],
+    ids=["corrupt-header", "fortran-order", "complex-dtype", "big-endian", "truncated", "trailing-bytes"],
+)
 def test_read_npy_rejects(tmp_path: Path, header: str, payload: bytes, message: str) -> None:
     p = _raw_npy(tmp_path / "a.npy", header, payload)
     with pytest.raises(PlanError) as info:
@@ -75,21 +83,28 @@ def test_read_npy_rejects_numpy_fortran_order(tmp_path: Path) -> None:
         read_npy(p)
 
 
-@pytest.mark.parametrize("header", [
-    "{'descr': ['<f4'], 'fortran_order': False, 'shape': (2,), }",
-    "{'descr': '<f4', 'fortran_order': False, 'shape': ('a',), }",
-    "{'descr': '<f4', 'fortran_order': False, 'shape': 2, }",
-], ids=["list-descr", "string-dim", "int-shape"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "{'descr': ['<f4'], 'fortran_order': False, 'shape': (2,), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': ('a',), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': 2, }",
+    ],
+    ids=["list-descr", "string-dim", "int-shape"],
+)
 def test_regression_read_npy_odd_header_types(tmp_path: Path, header: str) -> None:
     with pytest.raises(PlanError):
         read_npy(_raw_npy(tmp_path / "a.npy", header, b"\0" * 8))
 
 
-@pytest.mark.parametrize("header, message", [
-    ("{[1]: 2}", "malformed .npy header (TypeError: unhashable type: 'list')"),
-    ("['descr']", "malformed .npy header (not a dict)"),
-    ("-" * 200 + "1", "malformed .npy header"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("{[1]: 2}", "malformed .npy header (TypeError: unhashable type: 'list')"),
+        ("['descr']", "malformed .npy header (not a dict)"),
+        ("-" * 200 + "1", "malformed .npy header"),
+    ],
+)
 def test_regression_read_npy_header_errors_are_plan_errors(tmp_path: Path, header: str, message: str) -> None:
     p = _raw_npy(tmp_path / "a.npy", header, b"\0" * 8)
     with pytest.raises(PlanError) as info:

@@ -44,13 +44,20 @@ def test_kahn_self_loop_is_a_cycle() -> None:
 # --- overlap -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("a, b, expected", [
-    ((0, 4, 4, 8), None, False),  # touching half-open ranges share no byte
-    ((0, 4, 3, 8), None, True),
-    ((2, 3, 0, 8), None, True),  # one inside the other
-    ((0, 8, 8, 8), None, False),  # an empty range at the end
-    ((4, 4, 0, 8), None, True),  # an empty range strictly inside counts (access_span gives empty buffers a byte anyway)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        ((0, 4, 4, 8), None, False),  # touching half-open ranges share no byte
+        ((0, 4, 3, 8), None, True),
+        ((2, 3, 0, 8), None, True),  # one inside the other
+        ((0, 8, 8, 8), None, False),  # an empty range at the end
+        (
+            (4, 4, 0, 8),
+            None,
+            True,
+        ),  # an empty range strictly inside counts (access_span gives empty buffers a byte anyway)
+    ],
+)
 def test_ranges_overlap_edges(a: Any, b: Any, expected: bool) -> None:
     lo_a, hi_a, lo_b, hi_b = a
     assert ranges_overlap(lo_a, hi_a, lo_b, hi_b) is expected

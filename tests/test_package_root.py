@@ -15,12 +15,28 @@ REPO = Path(__file__).resolve().parents[1]
 
 # svod-runtime's lib.rs re-exports these at its root.
 SEED_ROOT_NAMES = [
-    "ExecutionPlan", "ExecutionPlanBuilder", "PreparedKernel", "PreparedCopy", "PreparedBufferView",
-    "PreparedCustomFunction", "PreparedOp", "UnifiedExecutor", "global_executor", "DeviceContext",
-    "ExecutionGraph", "ExecutionNode", "KernelBufferAccess", "SyncStrategy", "KernelProfile",
-    "BenchmarkConfig", "BenchmarkResult", "benchmark_kernel", "warmup_thread_pool", "run_custom_function",
+    "ExecutionPlan",
+    "ExecutionPlanBuilder",
+    "PreparedKernel",
+    "PreparedCopy",
+    "PreparedBufferView",
+    "PreparedCustomFunction",
+    "PreparedOp",
+    "UnifiedExecutor",
+    "global_executor",
+    "DeviceContext",
+    "ExecutionGraph",
+    "ExecutionNode",
+    "KernelBufferAccess",
+    "SyncStrategy",
+    "KernelProfile",
+    "BenchmarkConfig",
+    "BenchmarkResult",
+    "benchmark_kernel",
+    "warmup_thread_pool",
+    "run_custom_function",
     "CpuQueue",
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name", SEED_ROOT_NAMES + ["load_plan"])

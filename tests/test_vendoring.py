@@ -33,24 +33,34 @@ def _clean_env() -> Dict[str, str]:
 def test_vendored_copy_runs_in_an_empty_venv_without_numpy(tmp_path) -> None:
     vendor = _vendor(tmp_path)
     venv = tmp_path / "venv"
-    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True,
-                          timeout=120)
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True, timeout=120
+    )
     if made.returncode != 0:
         pytest.skip("cannot create a virtual environment: %s" % made.stderr.strip()[-300:])
     python = str(venv / "bin" / "python")
     env = _clean_env()
     probe = subprocess.run(
-        [python, "-c", "import importlib.util as u, svod_min, elftools, sys; "
-                       "print(u.find_spec('numpy') is None, svod_min.__file__, elftools.__file__, sys.prefix)"],
-        capture_output=True, text=True, timeout=60, cwd=vendor, env=env,
+        [
+            python,
+            "-c",
+            "import importlib.util as u, svod_min, elftools, sys; "
+            "print(u.find_spec('numpy') is None, svod_min.__file__, elftools.__file__, sys.prefix)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=vendor,
+        env=env,
     )
     assert probe.returncode == 0, probe.stderr
     no_numpy, svod_file, elf_file, prefix = probe.stdout.split()
     assert no_numpy == "True", "the fresh venv must not see numpy"
     assert svod_file.startswith(vendor) and elf_file.startswith(vendor)
     assert os.path.realpath(prefix) == os.path.realpath(str(venv))
-    result = subprocess.run([python, "-m", "svod_min", "run"], capture_output=True, text=True, timeout=300, cwd=vendor,
-                            env=env)
+    result = subprocess.run(
+        [python, "-m", "svod_min", "run"], capture_output=True, text=True, timeout=300, cwd=vendor, env=env
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verify y: ok" in result.stdout
 
@@ -71,8 +81,14 @@ runpy.run_module("svod_min", run_name="__main__", alter_sys=True)
 def test_vendored_copy_runs_isolated_with_numpy_available(tmp_path) -> None:
     pytest.importorskip("numpy")
     vendor = _vendor(tmp_path)
-    result = subprocess.run([sys.executable, "-I", "-c", _WITH_NUMPY, vendor], capture_output=True, text=True,
-                            timeout=300, cwd=str(tmp_path), env=_clean_env())
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", _WITH_NUMPY, vendor],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+        env=_clean_env(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verify y: ok" in result.stdout
     assert result.stderr.startswith("numpy ")

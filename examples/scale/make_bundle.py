@@ -38,7 +38,8 @@ def mlp_model(seed: int = 7) -> onnx.ModelProto:
         helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "scale_mlp",
+        nodes,
+        "scale_mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, FEATURES])],
         [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [BATCH, CLASSES])],
         [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))],

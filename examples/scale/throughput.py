@@ -35,7 +35,9 @@ def with_ray(x: np.ndarray, workers: int) -> float:
     from svod_min.interop.ray import predict
 
     ds = ray.data.from_numpy(x).materialize()  # column "data"
-    return timed(lambda: predict(ds, BUNDLE, inputs={"x": "data"}, actors=workers, batch_size=4096).materialize(), len(x))
+    return timed(
+        lambda: predict(ds, BUNDLE, inputs={"x": "data"}, actors=workers, batch_size=4096).materialize(), len(x)
+    )
 
 
 def with_dask(x: np.ndarray, workers: int) -> float:
@@ -44,8 +46,9 @@ def with_dask(x: np.ndarray, workers: int) -> float:
 
     from svod_min.interop.dask import predict_blocks, ship
 
-    with LocalCluster(n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None) as cluster, \
-            Client(cluster) as client:  # fmt: skip
+    with LocalCluster(
+        n_workers=workers, processes=True, threads_per_worker=1, dashboard_address=None
+    ) as cluster, Client(cluster) as client:
         shipped = ship(client, BUNDLE)
         xs = client.persist(da.from_array(x, chunks=(8192, 16)))
         predict_blocks(xs[:64], shipped).compute()  # every worker need not load it yet: a first, small job

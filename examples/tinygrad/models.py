@@ -87,8 +87,13 @@ def export_all(out_root: str = HERE) -> dict:
     results = {}
     for name, make in MODELS.items():
         model, inputs, weights = make()
-        results[name] = export_tinygrad(model, os.path.join(out_root, name), inputs=inputs, weights=weights,
-                                        description="tinygrad example: " + (make.__doc__ or name).strip().splitlines()[0])
+        results[name] = export_tinygrad(
+            model,
+            os.path.join(out_root, name),
+            inputs=inputs,
+            weights=weights,
+            description="tinygrad example: " + (make.__doc__ or name).strip().splitlines()[0],
+        )
     return results
 
 

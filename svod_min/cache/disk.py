@@ -96,7 +96,9 @@ class ObjectCache:
 
     def __repr__(self) -> str:
         return "ObjectCache(%r, enabled=%s, budget_bytes=%d)" % (
-            self._directory, self._enabled, self.budget_bytes,
+            self._directory,
+            self._enabled,
+            self.budget_bytes,
         )
 
     # -- setup / failure handling

@@ -19,18 +19,36 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
-from .disk_format import ENTRY_SUFFIX, HEADER, MAGIC, MAX_ENTRY_BYTES, SCHEMA_VERSION, TMP_PREFIX, content_key, encode_entry
+from ..error import NotSupportedError
+from .disk_format import (
+    ENTRY_SUFFIX,
+    HEADER,
+    MAGIC,
+    MAX_ENTRY_BYTES,
+    SCHEMA_VERSION,
+    TMP_PREFIX,
+    content_key,
+    encode_entry,
+)
 from .memory import GLOBAL_KERNEL_CACHE, KernelCache, KernelCacheStats, get_or_compile_kernel
 from .spec import CachedKernel, CompiledSpec, Size3, SymSize
-from ..error import NotSupportedError
 
 if TYPE_CHECKING:
     from .disk import ObjectCache
 
 #: The on-disk cache's names, re-exported on first use (PEP 562): plans import this module for
 #: :class:`CachedKernel`, and a load that compiles nothing never opens the disk cache.
-_DISK_NAMES = ("DEFAULT_BUDGET", "LOW_WATER", "OBJECTS_DIR", "STALE_TMP_S", "ObjectCache", "ObjectCacheEntry",
-               "default_cache_dir", "object_cache", "parse_budget")  # fmt: skip
+_DISK_NAMES = (
+    "DEFAULT_BUDGET",
+    "LOW_WATER",
+    "OBJECTS_DIR",
+    "STALE_TMP_S",
+    "ObjectCache",
+    "ObjectCacheEntry",
+    "default_cache_dir",
+    "object_cache",
+    "parse_budget",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,9 @@ class CpuBackend(enum.Enum):
                 return member
         import logging  # here: the only message of this module, and logging costs ~5 ms of a start
 
-        logging.getLogger("svod_min.compiler.clang").warning("SVOD_CPU_BACKEND=%r is not one of clang, llvm; using clang", raw)
+        logging.getLogger("svod_min.compiler.clang").warning(
+            "SVOD_CPU_BACKEND=%r is not one of clang, llvm; using clang", raw
+        )
         return cls.CLANG
 
 

@@ -218,9 +218,7 @@ class _Labels:
         return _BATCH_NAME.sub(lambda m: "kernel %d" % self.numbers[int(m.group(1))], text)
 
 
-def _batch_error(
-    info: CompilerInfo, sources: List[str], failures: Dict[int, str], label: _Labels
-) -> CompilationError:
+def _batch_error(info: CompilerInfo, sources: List[str], failures: Dict[int, str], label: _Labels) -> CompilationError:
     order = sorted(failures)
     texts = {i: label.relabel(failures[i]) for i in order}
     return CompilationError(
@@ -239,9 +237,7 @@ def _read_object(tmp: str, i: int, info: CompilerInfo, label: _Labels) -> bytes:
     except OSError:
         data = b""
     if not data:
-        raise CompilationError(
-            "%s produced no object for %s" % (info.path, label(i)), compiler=info.identity
-        )
+        raise CompilationError("%s produced no object for %s" % (info.path, label(i)), compiler=info.identity)
     return check_object(data, info)
 
 

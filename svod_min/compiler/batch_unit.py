@@ -63,10 +63,31 @@ _DECL_END = frozenset(("=", ";", ",", "[", "{", ")"))
 
 
 # Flags whose output the cut does not understand (debug info, profiling, dumps...): compile alone.
-_ALONE_FLAGS = ("-g", "-flto", "-fprofile", "-M", "-save-temps", "-fsanitize", "-pg", "-fdump", "-fopenmp",
-                "-fsection-anchors", "-fcallgraph-info", "-Wa,", "-x", "-S", "-E",
-                "-emit-llvm", "-fembed-bitcode", "-Xclang", "-mllvm", "-fmerge-functions", "-fcoverage",
-                "-ftime-trace", "-fxray")
+_ALONE_FLAGS = (
+    "-g",
+    "-flto",
+    "-fprofile",
+    "-M",
+    "-save-temps",
+    "-fsanitize",
+    "-pg",
+    "-fdump",
+    "-fopenmp",
+    "-fsection-anchors",
+    "-fcallgraph-info",
+    "-Wa,",
+    "-x",
+    "-S",
+    "-E",
+    "-emit-llvm",
+    "-fembed-bitcode",
+    "-Xclang",
+    "-mllvm",
+    "-fmerge-functions",
+    "-fcoverage",
+    "-ftime-trace",
+    "-fxray",
+)
 
 
 def flags_allow_unit(flags: Sequence[str]) -> bool:
@@ -207,8 +228,12 @@ def build_unit(sources: Dict[int, str], macros: AbstractSet[str] = frozenset()) 
 _SECTION = re.compile(r"^\s*(\.text|\.data|\.bss|\.section\s.*)$")
 _ALIGN = re.compile(r"^\s*\.(p2align|balign|align)\b")
 _LABEL = re.compile(r"^([A-Za-z_.$][\w.$]*):")
-_SYMBOL_DIRECTIVE = re.compile(r"^\s*\.(globl|global|local|type|size|comm|lcomm|weak|hidden|protected|internal|set)\s+([\w.$]+)")
-_POOL_DATA = re.compile(r"^\s*\.(long|quad|value|short|word|byte|string|ascii|asciz|zero|float|double|4byte|8byte|2byte)\b")
+_SYMBOL_DIRECTIVE = re.compile(
+    r"^\s*\.(globl|global|local|type|size|comm|lcomm|weak|hidden|protected|internal|set)\s+([\w.$]+)"
+)
+_POOL_DATA = re.compile(
+    r"^\s*\.(long|quad|value|short|word|byte|string|ascii|asciz|zero|float|double|4byte|8byte|2byte)\b"
+)
 _POOL_LABEL = re.compile(r"^\.LC\d+$")
 _LOCAL_REF = re.compile(r"(?<![\w.$])(\.L\w+)")
 _UNSUPPORTED = re.compile(r"^\s*\.(previous|pushsection|popsection|subsection|symver|ident)\b")
@@ -256,7 +281,7 @@ def _cut(asm: str) -> Optional[_Pieces]:
     pool: Optional[List[str]] = None
     for line in lines:
         stripped = line.strip()
-        if not stripped or stripped.startswith(".file") or stripped.startswith('.section\t.note.GNU-stack'):
+        if not stripped or stripped.startswith(".file") or stripped.startswith(".section\t.note.GNU-stack"):
             continue
         if _UNSUPPORTED.match(line):
             return None
@@ -278,7 +303,9 @@ def _cut(asm: str) -> Optional[_Pieces]:
             continue
         pool = None
         symbol = _SYMBOL_DIRECTIVE.match(line)
-        name = symbol.group(2) if symbol else (label.group(1) if label and not label.group(1).startswith(".L") else None)
+        name = (
+            symbol.group(2) if symbol else (label.group(1) if label and not label.group(1).startswith(".L") else None)
+        )
         if name is not None:
             owner = _owner(name)
             if owner is None:
@@ -336,10 +363,13 @@ def _read_pieces(tmp: str, indices: Set[int]) -> Dict[int, bytes]:
     return out
 
 
-def _cut_assembly(info: CompilerInfo, flags: List[str], tmp: str, unit_path: str, indices: List[int]) -> Dict[int, bytes]:
+def _cut_assembly(
+    info: CompilerInfo, flags: List[str], tmp: str, unit_path: str, indices: List[int]
+) -> Dict[int, bytes]:
     """gcc's fallback: the unit's assembly cut per source and assembled in one driver run; the objects built."""
-    result = run_compiler([info.path, "-S", "-pipe", *flags, *UNIT_FLAGS["gcc"], "-x", "c", unit_path, "-o", "-"],
-                          "", info, cwd=tmp)  # fmt: skip
+    result = run_compiler(
+        [info.path, "-S", "-pipe", *flags, *UNIT_FLAGS["gcc"], "-x", "c", unit_path, "-o", "-"], "", info, cwd=tmp
+    )
     split = split_assembly(result.stdout.decode(errors="replace"), indices) if result.returncode == 0 else None
     if split is None:
         return {}
@@ -378,5 +408,14 @@ def compile_unit(info: CompilerInfo, flags: List[str], tmp: str, sources: Dict[i
     return _cut_assembly(info, flags, tmp, unit_path, indices) if info.family == "gcc" else {}
 
 
-__all__ = ["SUFFIX", "UNIT_FLAGS", "build_unit", "compile_unit", "defined_names", "flag_macros", "flags_allow_unit",
-           "split_assembly", "unit_ready"]
+__all__ = [
+    "SUFFIX",
+    "UNIT_FLAGS",
+    "build_unit",
+    "compile_unit",
+    "defined_names",
+    "flag_macros",
+    "flags_allow_unit",
+    "split_assembly",
+    "unit_ready",
+]

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..jit_loader.arch import host_arch  # re-exported: callers and tests use clang.host_arch
 from .backend import CpuBackend
 from .batch import MIN_SOURCES_PER_JOB, compile_many_c, default_jobs
 from .probe import PROBE_STORE_NAME, CompilerInfo, available_compilers, find_compiler, probe_compiler
 from .run import COMPILE_TIMEOUT_S, DEFAULT_FLAGS, FAMILY_FLAGS, compile_c, compile_ir, compiler_flags, family_flags
-from ..jit_loader.arch import host_arch  # re-exported: callers and tests use clang.host_arch
 
 
-def compile_source(
-    source: str, *, backend: CpuBackend = CpuBackend.CLANG, extra_flags: Sequence[str] = ()
-) -> bytes:
+def compile_source(source: str, *, backend: CpuBackend = CpuBackend.CLANG, extra_flags: Sequence[str] = ()) -> bytes:
     """Compile ``source`` as C (CLANG backend) or LLVM IR (LLVM backend)."""
     if backend is CpuBackend.LLVM:
         return compile_ir(source, extra_flags=extra_flags)

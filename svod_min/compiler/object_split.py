@@ -21,7 +21,7 @@ relocations, non-allocated sections other than ``.note.GNU-stack`` — makes
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set
 
 from ..jit_loader.elf import (
     EHDR,
@@ -29,7 +29,6 @@ from ..jit_loader.elf import (
     SHDR,
     SHF_INFO_LINK,
     SHF_MERGE,
-    SYM,
     SHN_ABS,
     SHN_LORESERVE,
     SHN_UNDEF,
@@ -41,6 +40,7 @@ from ..jit_loader.elf import (
     STB_LOCAL,
     STT_FILE,
     STT_SECTION,
+    SYM,
     Section,
     Symbol,
     parse_object,
@@ -129,8 +129,9 @@ def _read_unit(obj: bytes, suffix: str, indices: Set[int]) -> Optional[_Unit]:
     if any(s.type != STT_FILE for s in defined.get(SHN_ABS, ())):  # absolute values other than the file name
         return None
     header = EHDR.unpack_from(obj, 0)
-    return _Unit(header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools, pool_owners, defined,
-                 undefined)  # fmt: skip
+    return _Unit(
+        header, obj, parsed.sections, parsed.symbols, parsed.relocations, owners, pools, pool_owners, defined, undefined
+    )
 
 
 def _piece(unit: _Unit, index: int, own_suffix: str) -> Optional[bytes]:
@@ -191,8 +192,20 @@ def _write(unit: _Unit, keep: List[int], index: int, own_suffix: str) -> bytes:
         sec = sections[old]
         blob = b"" if sec.type == SHT_NOBITS else unit.data[sec.offset : sec.offset + sec.size]
         at = place(blob, sec.align)
-        headers.append(SHDR.pack(shstr.add(sec.name.replace(own_suffix, "")), sec.type, sec.flags, 0, at, sec.size,
-                                  0, 0, sec.align, sec.entsize))  # fmt: skip
+        headers.append(
+            SHDR.pack(
+                shstr.add(sec.name.replace(own_suffix, "")),
+                sec.type,
+                sec.flags,
+                0,
+                at,
+                sec.size,
+                0,
+                0,
+                sec.align,
+                sec.entsize,
+            )
+        )
     symtab_index = len(keep) + 1 + sum(1 for old in keep if unit.relocations.get(old))
     if stack_note is not None:
         symtab_index += 1
@@ -202,13 +215,28 @@ def _write(unit: _Unit, keep: List[int], index: int, own_suffix: str) -> bytes:
             continue
         blob = b"".join(RELA.pack(r.offset, (sym_index[r.sym] << 32) | r.type, r.addend) for r in relocs)
         at = place(blob, 8)
-        headers.append(SHDR.pack(shstr.add(".rela" + sections[old].name.replace(own_suffix, "")), SHT_RELA,
-                                  SHF_INFO_LINK, 0, at, len(blob), symtab_index, new_index[old], 8, RELA.size))  # fmt: skip
+        headers.append(
+            SHDR.pack(
+                shstr.add(".rela" + sections[old].name.replace(own_suffix, "")),
+                SHT_RELA,
+                SHF_INFO_LINK,
+                0,
+                at,
+                len(blob),
+                symtab_index,
+                new_index[old],
+                8,
+                RELA.size,
+            )
+        )
     if stack_note is not None:
         headers.append(SHDR.pack(shstr.add(_STACK_NOTE), stack_note.type, 0, 0, offset, 0, 0, 0, 1, 0))
     at = place(bytes(symtab), 8)
-    headers.append(SHDR.pack(shstr.add(".symtab"), SHT_SYMTAB, 0, 0, at, len(symtab), symtab_index + 1,
-                              locals_count + 1, 8, SYM.size))  # fmt: skip
+    headers.append(
+        SHDR.pack(
+            shstr.add(".symtab"), SHT_SYMTAB, 0, 0, at, len(symtab), symtab_index + 1, locals_count + 1, 8, SYM.size
+        )
+    )
     at = place(strtab.blob(), 1)
     headers.append(SHDR.pack(shstr.add(".strtab"), SHT_STRTAB, 0, 0, at, len(strtab.blob()), 0, 0, 1, 0))
     names_at = shstr.add(".shstrtab")
@@ -216,8 +244,9 @@ def _write(unit: _Unit, keep: List[int], index: int, own_suffix: str) -> bytes:
     headers.append(SHDR.pack(names_at, SHT_STRTAB, 0, 0, at, len(shstr.blob()), 0, 0, 1, 0))
     shoff = place(b"".join(headers), 8)
     h = unit.header
-    elf_header = EHDR.pack(h[0], h[1], h[2], h[3], 0, 0, shoff, h[7], EHDR.size, 0, 0, SHDR.size, len(headers),
-                            len(headers) - 1)  # fmt: skip
+    elf_header = EHDR.pack(
+        h[0], h[1], h[2], h[3], 0, 0, shoff, h[7], EHDR.size, 0, 0, SHDR.size, len(headers), len(headers) - 1
+    )
     return elf_header + bytes(body)
 
 

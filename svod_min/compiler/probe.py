@@ -50,9 +50,7 @@ _probed: Dict[str, CompilerInfo] = {}
 
 def _run_probe(path: str, *args: str) -> str:
     try:
-        out = subprocess.run(
-            [path, *args], capture_output=True, text=True, timeout=60, check=False
-        )
+        out = subprocess.run([path, *args], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompilerNotFoundError("cannot run compiler %r: %s" % (path, exc)) from exc
     return out.stdout.strip() or out.stderr.strip()
@@ -63,9 +61,7 @@ def _probe(path: str) -> CompilerInfo:
     first = banner[0] if banner else ""
     family = "clang" if "clang" in first.lower() else "gcc"
     if family == "gcc" and not re.search(r"gcc|\bcc\b|GCC|Free Software", " ".join(banner)):
-        raise CompilerNotFoundError(
-            "%r does not look like clang or gcc (--version said %r)" % (path, first)
-        )
+        raise CompilerNotFoundError("%r does not look like clang or gcc (--version said %r)" % (path, first))
     match = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
     version = match.group(1) if match else "unknown"
     target = _run_probe(path, "-dumpmachine").splitlines()[0:1]
@@ -163,14 +159,11 @@ def _find_compiler(*, need_clang: bool = False, compiler: Optional[str] = None) 
             continue
         info = probe_compiler(path)
         if need_clang and info.family != "clang":
-            raise CompilerNotFoundError(
-                "LLVM IR needs clang, but the selected compiler %s is %s" % (path, info.family)
-            )
+            raise CompilerNotFoundError("LLVM IR needs clang, but the selected compiler %s is %s" % (path, info.family))
         return info
     what = "clang (needed for LLVM IR)" if need_clang else "C compiler"
     raise CompilerNotFoundError(
-        "no %s found: tried %s on PATH; install clang or gcc, or set SVOD_CC"
-        % (what, ", ".join(names))
+        "no %s found: tried %s on PATH; install clang or gcc, or set SVOD_CC" % (what, ", ".join(names))
     )
 
 
@@ -202,5 +195,12 @@ def available_compilers() -> List[CompilerInfo]:
     return list(found.values())
 
 
-__all__ = ["PROBE_STORE_NAME", "CompilerInfo", "available_compilers", "find_compiler", "missing_compiler", "probe_compiler",
-           "probe_store"]
+__all__ = [
+    "PROBE_STORE_NAME",
+    "CompilerInfo",
+    "available_compilers",
+    "find_compiler",
+    "missing_compiler",
+    "probe_compiler",
+    "probe_store",
+]

@@ -139,9 +139,7 @@ def check_object(data: bytes, info: CompilerInfo) -> bytes:
     return data
 
 
-def compile_c(
-    source: str, *, extra_flags: Sequence[str] = (), compiler: Optional[str] = None
-) -> bytes:
+def compile_c(source: str, *, extra_flags: Sequence[str] = (), compiler: Optional[str] = None) -> bytes:
     """Compile C source to relocatable ELF object bytes (clang via pipes, gcc via a temp dir)."""
     info = find_compiler(compiler=compiler)
     flags = compiler_flags(info, extra_flags)
@@ -167,7 +165,9 @@ def source_bytes(source: Any, what: str) -> bytes:
     try:
         return source.encode("utf-8")
     except UnicodeEncodeError as exc:  # e.g. "\udcff" from JSON: no encoding can hand it to a compiler
-        raise CompilationError("%s is not valid Unicode text (%s at position %d)" % (what, exc.reason, exc.start)) from None
+        raise CompilationError(
+            "%s is not valid Unicode text (%s at position %d)" % (what, exc.reason, exc.start)
+        ) from None
 
 
 __all__ = [

@@ -9,7 +9,6 @@ through ``getauxval`` where ``/proc`` is not mounted. ``SVOD_TARGET`` forces one
 
 from __future__ import annotations
 
-import ctypes
 import re
 import threading
 from dataclasses import dataclass
@@ -60,8 +59,9 @@ TARGETS: Dict[str, Target] = {
         Target("aarch64", "aarch64", EM_AARCH64, frozenset(), 0, ("-march=armv8-a",), "aarch64-linux-gnu"),
         Target("riscv64", "riscv64", EM_RISCV, frozenset(), 0, ("-march=rv64gc", "-mabi=lp64d"), "riscv64-linux-gnu"),
         Target("ppc64le", "ppc64le", EM_PPC64, frozenset(), 0, ("-mcpu=power8",), "powerpc64le-linux-gnu"),
-        Target("loongarch64", "loongarch64", EM_LOONGARCH, frozenset(), 0, ("-march=loongarch64",),
-               "loongarch64-linux-gnu"),
+        Target(
+            "loongarch64", "loongarch64", EM_LOONGARCH, frozenset(), 0, ("-march=loongarch64",), "loongarch64-linux-gnu"
+        ),
     )
 }
 
@@ -73,8 +73,20 @@ _features: Optional[FrozenSet[str]] = None
 
 # AT_HWCAP bits of arm64 Linux (asm/hwcap.h) that name cpuinfo features; x86 needs cpuinfo.
 _AT_HWCAP = 16
-_ARM64_HWCAP = {0: "fp", 1: "asimd", 3: "aes", 4: "pmull", 5: "sha1", 6: "sha2", 7: "crc32", 8: "atomics",
-                9: "fphp", 10: "asimdhp", 20: "asimddp", 22: "sve"}  # fmt: skip
+_ARM64_HWCAP = {
+    0: "fp",
+    1: "asimd",
+    3: "aes",
+    4: "pmull",
+    5: "sha1",
+    6: "sha2",
+    7: "crc32",
+    8: "atomics",
+    9: "fphp",
+    10: "asimdhp",
+    20: "asimddp",
+    22: "sve",
+}
 
 
 def cpu_features(path: str = CPUINFO) -> FrozenSet[str]:
@@ -132,7 +144,11 @@ def object_target_mismatch(data: bytes, target_name: str) -> Optional[str]:
     if e_machine != target.elf_machine:
         names = {m.elf_machine: m.arch for m in TARGETS.values()}
         return "ELF machine %d (%s) does not match target %s (%s)" % (
-            e_machine, names.get(e_machine, "unknown"), target_name, target.arch)
+            e_machine,
+            names.get(e_machine, "unknown"),
+            target_name,
+            target.arch,
+        )
     return None
 
 
@@ -155,8 +171,13 @@ def host_target(arch: Optional[str] = None, features: Optional[FrozenSet[str]] =
     return choose_target(TARGETS, arch=arch, features=features, honour_env=False)
 
 
-def choose_target(available: Iterable[str], *, arch: Optional[str] = None, features: Optional[FrozenSet[str]] = None,
-                  honour_env: bool = True) -> Optional[str]:  # fmt: skip
+def choose_target(
+    available: Iterable[str],
+    *,
+    arch: Optional[str] = None,
+    features: Optional[FrozenSet[str]] = None,
+    honour_env: bool = True,
+) -> Optional[str]:
     """The best of ``available`` for this host, or None; ``SVOD_TARGET`` forces one (ConfigError if unusable).
 
     A forced target must exist in ``available`` and be of this host's architecture; its CPU features
@@ -167,12 +188,26 @@ def choose_target(available: Iterable[str], *, arch: Optional[str] = None, featu
     if forced:
         target = check_target_name(forced)
         if target.arch != (arch or host_arch()):
-            raise ConfigError("%s=%s is a %s target; this host is %s" % (TARGET_ENV, forced, target.arch, arch or host_arch()))
+            raise ConfigError(
+                "%s=%s is a %s target; this host is %s" % (TARGET_ENV, forced, target.arch, arch or host_arch())
+            )
         return forced if forced in names else None
-    fits: List[Tuple[int, str]] = [(TARGETS[n].priority, n) for n in names
-                                   if n in TARGETS and runnable_here(TARGETS[n], arch, features)]  # fmt: skip
+    fits: List[Tuple[int, str]] = [
+        (TARGETS[n].priority, n) for n in names if n in TARGETS and runnable_here(TARGETS[n], arch, features)
+    ]
     return max(fits)[1] if fits else None
 
 
-__all__ = ["CPUINFO", "TARGETS", "TARGET_ENV", "TARGET_NAME", "Target", "check_target_name", "choose_target",
-           "cpu_features", "host_target", "object_target_mismatch", "runnable_here"]  # fmt: skip
+__all__ = [
+    "CPUINFO",
+    "TARGETS",
+    "TARGET_ENV",
+    "TARGET_NAME",
+    "Target",
+    "check_target_name",
+    "choose_target",
+    "cpu_features",
+    "host_target",
+    "object_target_mismatch",
+    "runnable_here",
+]

@@ -38,8 +38,8 @@ except ImportError:  # pragma: no cover - Python 3.7 is not supported; kept for 
 if TYPE_CHECKING:  # annotations only: plans import this module, and it must stay cheap (~10 ms otherwise)
     from concurrent.futures import Executor
 
-    from .spec import DeviceSpec
     from ..dtypes import DType
+    from .spec import DeviceSpec
 
 Dims = Tuple[int, int, int]
 
@@ -69,8 +69,19 @@ class ProgramSource:
     costs a millisecond at import.
     """
 
-    __slots__ = ("form", "code", "entry", "buf_count", "var_names", "name", "options", "block", "grid",
-                 "shared_bytes", "signature")  # fmt: skip
+    __slots__ = (
+        "form",
+        "code",
+        "entry",
+        "buf_count",
+        "var_names",
+        "name",
+        "options",
+        "block",
+        "grid",
+        "shared_bytes",
+        "signature",
+    )
 
     def __init__(
         self,
@@ -108,19 +119,35 @@ class ProgramSource:
 
     def with_code(self, form: str, code: Any) -> "ProgramSource":
         """The same kernel in another form (a compiled object of this source, say)."""
-        return ProgramSource(form, code, self.entry, self.buf_count, self.var_names, name=self.name,
-                             options=self.options, block=self.block, grid=self.grid,
-                             shared_bytes=self.shared_bytes, signature=self.signature)  # fmt: skip
+        return ProgramSource(
+            form,
+            code,
+            self.entry,
+            self.buf_count,
+            self.var_names,
+            name=self.name,
+            options=self.options,
+            block=self.block,
+            grid=self.grid,
+            shared_bytes=self.shared_bytes,
+            signature=self.signature,
+        )
 
     def __repr__(self) -> str:
-        return "<ProgramSource %s %s bufs=%d vars=%s>" % (self.form, self.name or self.entry, self.buf_count,
-                                                          list(self.var_names))  # fmt: skip
+        return "<ProgramSource %s %s bufs=%d vars=%s>" % (
+            self.form,
+            self.name or self.entry,
+            self.buf_count,
+            list(self.var_names),
+        )
 
 
 def form_not_loaded(device: Any, form: str) -> NotSupportedError:
     """The error of a ``load_program`` given a form the device does not list."""
-    return NotSupportedError("%s does not load %r programs (it loads: %s)"
-                             % (device.spec, form, ", ".join(device.program_forms)))  # fmt: skip
+    return NotSupportedError(
+        "%s does not load %r programs (it loads: %s)" % (device.spec, form, ", ".join(device.program_forms))
+    )
+
 
 #: :meth:`GraphRuntime.build`'s marker for an op that needs no graph node (a view).
 NO_NODE: Any = object()
@@ -139,7 +166,9 @@ class Buffer(Protocol):
     #: True when ``address`` is a host pointer (a plain memmove may read or write it).
     on_host: bool
 
-    def view(self, byte_offset: int, nbytes: int, dtype: Any = None, shape: Optional[Sequence[int]] = None) -> "Buffer": ...
+    def view(
+        self, byte_offset: int, nbytes: int, dtype: Any = None, shape: Optional[Sequence[int]] = None
+    ) -> "Buffer": ...
 
     def copyin(self, data: Any) -> "Buffer": ...
 

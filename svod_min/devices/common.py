@@ -57,7 +57,9 @@ def numpy_dtype_fits(have: Any, dt: DType) -> bool:
 
 
 _RAW_FORMATS = ("B", "b", "c")  # bytes-like: copied as raw bytes into any buffer
-_FORMAT_KINDS = dict([(c, "int") for c in "bhilqn"] + [(c, "uint") for c in "BHILQN"] + [(c, "float") for c in "efd"] + [("?", "bool")])
+_FORMAT_KINDS = dict(
+    [(c, "int") for c in "bhilqn"] + [(c, "uint") for c in "BHILQN"] + [(c, "float") for c in "efd"] + [("?", "bool")]
+)
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 
 

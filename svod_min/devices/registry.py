@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from .spec import KNOWN_KINDS, DeviceSpec, SpecLike, add_kind, as_spec, normalise_kind
 from ..error import DeviceError, SvodError, UnsupportedDeviceError
+from .spec import KNOWN_KINDS, DeviceSpec, SpecLike, add_kind, as_spec, normalise_kind
 
 Device = Any  # a device object (CpuDevice, CudaDevice ...)
 Factory = Callable[[DeviceSpec], Device]

@@ -59,8 +59,7 @@ class DeviceSpec:
             return cls._parse_disk(text, rest)
         if kind not in KNOWN_KINDS and kind not in _ADDED:
             raise InvalidDeviceError(
-                "invalid device %r: unknown kind %r (expected one of %s, GPU)"
-                % (text, head, ", ".join(known_kinds()))
+                "invalid device %r: unknown kind %r (expected one of %s, GPU)" % (text, head, ", ".join(known_kinds()))
             )
         if not sep:
             return cls(kind)
@@ -83,9 +82,7 @@ class DeviceSpec:
 
 def _parse_index(text: str, kind: str, raw: str) -> int:
     if not _INDEX_RE.match(raw) or int(raw) > _MAX_INDEX:
-        raise InvalidDeviceError(
-            "invalid device %r: index %r is not a non-negative integer" % (text, raw)
-        )
+        raise InvalidDeviceError("invalid device %r: index %r is not a non-negative integer" % (text, raw))
     index = int(raw)
     if kind not in _INDEXED and index != 0:
         # CPU and WEBGPU are single devices; "CPU:0" is tolerated, "CPU:1" is a typo.

@@ -76,4 +76,13 @@ def write_back(bufs: Sequence[Any], views: Sequence[Any]) -> None:
             buf.copyin(view)
 
 
-__all__ = ["copy_buffer", "copy_storage", "host_stage", "host_view", "host_views", "memmove", "storage_size", "write_back"]
+__all__ = [
+    "copy_buffer",
+    "copy_storage",
+    "host_stage",
+    "host_view",
+    "host_views",
+    "memmove",
+    "storage_size",
+    "write_back",
+]

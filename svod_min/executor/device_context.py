@@ -98,6 +98,7 @@ def _check_u64(value: int) -> int:
         raise ExecutionError("timeline value must be an int in [0, 2**64), got %r" % (value,))
     return value
 
+
 # --- device context ----------------------------------------------------------
 
 
@@ -174,7 +175,8 @@ class DeviceContext:
     def _complete_locked(self, value: int, error: Optional[BaseException]) -> None:
         if not 0 < value <= self._timeline:
             raise ExecutionError(
-                "%s: cannot complete timeline value %r (reserved values are 1..%d)" % (self.device, value, self._timeline)
+                "%s: cannot complete timeline value %r (reserved values are 1..%d)"
+                % (self.device, value, self._timeline)
             )
         if error is not None:
             self._failures.setdefault(value, error)  # recorded before anyone can wake

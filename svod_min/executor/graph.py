@@ -15,7 +15,6 @@ from ..devices.spec import DeviceSpec, as_spec
 from ..error import PlanError
 from ..ordering import kahn_levels, ranges_overlap
 
-
 # --- sync strategy -------------------------------------------------------------
 
 
@@ -104,9 +103,13 @@ class ExecutionNode:
             raise PlanError("node id must be an int, got %r" % (self.id,))
         for name in ("inputs", "outputs", "predecessors", "buffer_access"):
             if not isinstance(getattr(self, name), list):
-                raise PlanError("node %d: %s must be a list, got %s" % (self.id, name, type(getattr(self, name)).__name__))
+                raise PlanError(
+                    "node %d: %s must be a list, got %s" % (self.id, name, type(getattr(self, name)).__name__)
+                )
         if not all(isinstance(a, KernelBufferAccess) for a in self.buffer_access):
-            raise PlanError("node %d: buffer_access holds KernelBufferAccess items (KernelBufferAccess.of(buf))" % self.id)
+            raise PlanError(
+                "node %d: buffer_access holds KernelBufferAccess items (KernelBufferAccess.of(buf))" % self.id
+            )
 
 
 class ExecutionGraph:

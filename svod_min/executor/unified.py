@@ -25,13 +25,12 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
-from .device_context import U64_MAX, DeviceContext, TimelineSignal, check_timeout
 from ..devices.registry import DEVICE_FACTORIES, DeviceRegistry
 from ..devices.spec import DeviceSpec, SpecLike, as_spec
 from ..devices.transfer import copy_buffer
 from ..error import BufferAllocationError, ExecutionError, SvodError
+from .device_context import U64_MAX, DeviceContext, TimelineSignal, check_timeout
 from .graph import ExecutionGraph, ExecutionNode, KernelBufferAccess, SyncStrategy, sync_strategy
-
 
 
 class UnifiedExecutor:

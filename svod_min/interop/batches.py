@@ -50,7 +50,9 @@ class BatchLayout:
         for port in self.outputs:
             if port.name == name:
                 return port
-        raise PlanError("output %r: the model has no such output (outputs: %s)" % (name, ", ".join(p.name for p in self.outputs)))
+        raise PlanError(
+            "output %r: the model has no such output (outputs: %s)" % (name, ", ".join(p.name for p in self.outputs))
+        )
 
 
 def plan_document(source: BundleSource) -> Dict[str, Any]:
@@ -72,8 +74,9 @@ def batch_layout(doc: Mapping[str, Any]) -> BatchLayout:
     rows = _variable_max(doc["vars"][variable]) if variable else leading[inputs[0][0]]
     for name, lead in leading.items():
         if lead != rows or rows < 1:
-            raise PlanError("input %r: leading dimension %d; every input needs the same batch dimension (%d)"
-                            % (name, lead, rows))  # fmt: skip
+            raise PlanError(
+                "input %r: leading dimension %d; every input needs the same batch dimension (%d)" % (name, lead, rows)
+            )
     in_ports = tuple(Port(n, _numpy_name(b), tuple(b["shape"][1:])) for n, b in inputs)
     return BatchLayout(rows, variable, in_ports, tuple(_output_port(n, b, rows) for n, b in outputs))
 
@@ -124,11 +127,11 @@ class BatchRunner:
         step = self.layout.rows
         for start in range(0, n, step):
             count = min(step, n - start)
-            feed = {name: _padded(a[start:start + count], step) for name, a in arrays.items()}
+            feed = {name: _padded(a[start : start + count], step) for name, a in arrays.items()}
             variables = {self.layout.variable: count} if self.layout.variable else None
             result = self.model.run(feed, variables)
             for port in self.layout.outputs:
-                out[port.name][start:start + count] = result[port.name].reshape((step,) + port.row_shape)[:count]
+                out[port.name][start : start + count] = result[port.name].reshape((step,) + port.row_shape)[:count]
         return out
 
     def _rows(self, columns: Mapping[str, Any]) -> Tuple[Dict[str, Any], int]:
@@ -137,7 +140,9 @@ class BatchRunner:
 
         missing = [p.name for p in self.layout.inputs if p.name not in columns]
         if missing:
-            raise PlanError("input(s) %s not given (the model takes %s)" % (missing, [p.name for p in self.layout.inputs]))
+            raise PlanError(
+                "input(s) %s not given (the model takes %s)" % (missing, [p.name for p in self.layout.inputs])
+            )
         arrays: Dict[str, Any] = {}
         for port in self.layout.inputs:
             arrays[port.name] = _as_rows(np.asarray(columns[port.name]), port)
@@ -155,8 +160,10 @@ def _as_rows(array: Any, port: Port) -> Any:
     for dim in port.row_shape:
         size *= dim
     if array.ndim == 0 or (array.size != array.shape[0] * size):
-        raise PlanError("input %r: got shape %s, rows of %s (size %d) expected"
-                        % (port.name, list(array.shape), list(port.row_shape), size))  # fmt: skip
+        raise PlanError(
+            "input %r: got shape %s, rows of %s (size %d) expected"
+            % (port.name, list(array.shape), list(port.row_shape), size)
+        )
     if not np.can_cast(array.dtype, port.dtype, casting="same_kind"):
         raise PlanError("input %r: got %s, the model takes %s" % (port.name, array.dtype, port.dtype))
     return np.ascontiguousarray(array.reshape((array.shape[0],) + port.row_shape), dtype=port.dtype)
@@ -175,8 +182,10 @@ def _padded(rows: Any, count: int) -> Any:
 def load_runner(source: BundleSource, *, threads: int = 1, device: Any = None) -> BatchRunner:
     """A bundle (path or bytes) loaded onto ``device`` (default: a CPU device of ``threads`` threads)."""
     layout = batch_layout(plan_document(source))
-    model = load_model(bytes(source) if not isinstance(source, str) else source,
-                       device=device if device is not None else CpuDevice(threads=max(1, int(threads))))  # fmt: skip
+    model = load_model(
+        bytes(source) if not isinstance(source, str) else source,
+        device=device if device is not None else CpuDevice(threads=max(1, int(threads))),
+    )
     return BatchRunner(model, layout)
 
 
@@ -201,5 +210,14 @@ def cached_digests() -> Tuple[str, ...]:
         return tuple(sorted({digest for digest, _ in _RUNNERS}))
 
 
-__all__ = ["BATCH_VARIABLE", "BatchLayout", "BatchRunner", "Port", "batch_layout", "cached_digests", "cached_runner",
-           "load_runner", "plan_document"]  # fmt: skip
+__all__ = [
+    "BATCH_VARIABLE",
+    "BatchLayout",
+    "BatchRunner",
+    "Port",
+    "batch_layout",
+    "cached_digests",
+    "cached_runner",
+    "load_runner",
+    "plan_document",
+]

@@ -97,15 +97,24 @@ def predict_blocks(arrays: Any, bundle: Any, *, output: Optional[str] = None, th
         raise PlanError("inputs %s: their row chunks differ; rechunk them alike" % names)
     out_ndim = 1 + len(port.row_shape)
     return da.map_blocks(
-        _predict_block, *whole, names=names, output_name=port.name, source=shipped.source, digest=shipped.digest,
-        threads=threads, dtype=np.dtype(port.dtype), chunks=(whole[0].chunks[0],) + tuple((d,) for d in port.row_shape),
+        _predict_block,
+        *whole,
+        names=names,
+        output_name=port.name,
+        source=shipped.source,
+        digest=shipped.digest,
+        threads=threads,
+        dtype=np.dtype(port.dtype),
+        chunks=(whole[0].chunks[0],) + tuple((d,) for d in port.row_shape),
         meta=np.empty((0,) * out_ndim, dtype=port.dtype),
         drop_axis=list(range(out_ndim, first.ndim)) if out_ndim < first.ndim else [],
         new_axis=list(range(first.ndim, out_ndim)) if out_ndim > first.ndim else None,
-    )  # fmt: skip
+    )
 
 
-def _predict_block(*blocks: Any, names: List[str], output_name: str, source: Any, digest: str, threads: Optional[int]) -> Any:
+def _predict_block(
+    *blocks: Any, names: List[str], output_name: str, source: Any, digest: str, threads: Optional[int]
+) -> Any:
     return run_rows(source, digest, threads, dict(zip(names, blocks)))[output_name]
 
 
@@ -115,7 +124,9 @@ def _named_arrays(arrays: Any, layout: BatchLayout) -> Dict[str, Any]:
     elif len(layout.inputs) == 1:
         named = {layout.inputs[0].name: arrays}
     else:
-        raise PlanError("the model takes %d inputs %s: give {input: array}" % (len(layout.inputs), [p.name for p in layout.inputs]))
+        raise PlanError(
+            "the model takes %d inputs %s: give {input: array}" % (len(layout.inputs), [p.name for p in layout.inputs])
+        )
     wanted = sorted(p.name for p in layout.inputs)
     if sorted(named) != wanted:
         raise PlanError("arrays for %s given; the model's inputs are %s" % (sorted(named), wanted))
@@ -131,8 +142,14 @@ def _only_output(layout: BatchLayout) -> Any:
 # --- dataframes ------------------------------------------------------------------------
 
 
-def predict_partitions(frame: Any, bundle: Any, *, inputs: Optional[Mapping[str, Sequence[str]]] = None,
-                       outputs: Optional[Mapping[str, Sequence[str]]] = None, threads: Optional[int] = None) -> Any:  # fmt: skip
+def predict_partitions(
+    frame: Any,
+    bundle: Any,
+    *,
+    inputs: Optional[Mapping[str, Sequence[str]]] = None,
+    outputs: Optional[Mapping[str, Sequence[str]]] = None,
+    threads: Optional[int] = None,
+) -> Any:
     """``frame`` (a Dask dataframe) with the model's outputs added as columns, partition by partition.
 
     ``inputs``: ``{model input: [columns]}``, a row's values in the input's row order (default, for a
@@ -143,13 +160,28 @@ def predict_partitions(frame: Any, bundle: Any, *, inputs: Optional[Mapping[str,
     layout = shipped.layout
     columns_in = _input_columns(inputs, layout, list(frame.columns))
     columns_out = _output_columns(outputs, layout)
-    meta = frame._meta.assign(**{c: _empty(layout.output(name).dtype) for name, cols in columns_out.items() for c in cols})
-    return frame.map_partitions(_predict_partition, inputs=columns_in, outputs=columns_out, source=shipped.source,
-                                digest=shipped.digest, threads=threads, meta=meta)  # fmt: skip
+    meta = frame._meta.assign(
+        **{c: _empty(layout.output(name).dtype) for name, cols in columns_out.items() for c in cols}
+    )
+    return frame.map_partitions(
+        _predict_partition,
+        inputs=columns_in,
+        outputs=columns_out,
+        source=shipped.source,
+        digest=shipped.digest,
+        threads=threads,
+        meta=meta,
+    )
 
 
-def _predict_partition(part: Any, inputs: Dict[str, List[str]], outputs: Dict[str, List[str]], source: Any,
-                       digest: str, threads: Optional[int]) -> Any:  # fmt: skip
+def _predict_partition(
+    part: Any,
+    inputs: Dict[str, List[str]],
+    outputs: Dict[str, List[str]],
+    source: Any,
+    digest: str,
+    threads: Optional[int],
+) -> Any:
     result = run_rows(source, digest, threads, {name: part[cols].to_numpy() for name, cols in inputs.items()})
     added: Dict[str, Any] = {}
     for name, cols in outputs.items():
@@ -158,10 +190,14 @@ def _predict_partition(part: Any, inputs: Dict[str, List[str]], outputs: Dict[st
     return part.assign(**added)
 
 
-def _input_columns(inputs: Optional[Mapping[str, Sequence[str]]], layout: BatchLayout, columns: List[str]) -> Dict[str, List[str]]:
+def _input_columns(
+    inputs: Optional[Mapping[str, Sequence[str]]], layout: BatchLayout, columns: List[str]
+) -> Dict[str, List[str]]:
     if inputs is None:
         if len(layout.inputs) != 1:
-            raise PlanError("the model takes inputs %s: give inputs={input: [columns]}" % [p.name for p in layout.inputs])
+            raise PlanError(
+                "the model takes inputs %s: give inputs={input: [columns]}" % [p.name for p in layout.inputs]
+            )
         inputs = {layout.inputs[0].name: columns}
     chosen = {name: [cols] if isinstance(cols, str) else list(cols) for name, cols in inputs.items()}
     absent = sorted(c for cols in chosen.values() for c in cols if c not in columns)

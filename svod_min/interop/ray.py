@@ -27,8 +27,13 @@ class BundlePredictor:
     ``threads``: kernel threads (default: the CPUs Ray assigned to this actor, at least 1).
     """
 
-    def __init__(self, bundle: Any, inputs: Optional[Mapping[str, str]] = None, outputs: OutputColumns = None,
-                 threads: Optional[int] = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bundle: Any,
+        inputs: Optional[Mapping[str, str]] = None,
+        outputs: OutputColumns = None,
+        threads: Optional[int] = None,
+    ) -> None:
         self.threads = int(threads) if threads else actor_cpus()
         self.load_error: Optional[SvodError] = None
         try:
@@ -44,8 +49,10 @@ class BundlePredictor:
         unknown = sorted(set(self.inputs) - {p.name for p in layout.inputs})
         missing = sorted({p.name for p in layout.inputs} - set(self.inputs))
         if unknown or missing:
-            raise PlanError("inputs %s: the model's inputs are %s (missing %s, unknown %s)"
-                            % (self.inputs, [p.name for p in layout.inputs], missing, unknown))  # fmt: skip
+            raise PlanError(
+                "inputs %s: the model's inputs are %s (missing %s, unknown %s)"
+                % (self.inputs, [p.name for p in layout.inputs], missing, unknown)
+            )
         self.outputs = output_columns(outputs, layout)
 
     def __call__(self, batch: Mapping[str, Any]) -> Dict[str, Any]:
@@ -91,9 +98,19 @@ def _resolved(bundle: Any) -> Any:
     return ray.get(bundle) if isinstance(bundle, ray.ObjectRef) else bundle
 
 
-def predict(dataset: Any, bundle: Any, *, inputs: Optional[Mapping[str, str]] = None, outputs: OutputColumns = None,
-            actors: int = 1, num_cpus: float = 1, batch_size: Optional[int] = None, max_retries: Optional[int] = 3,
-            raise_original: bool = True, **map_batches_args: Any) -> Any:  # fmt: skip
+def predict(
+    dataset: Any,
+    bundle: Any,
+    *,
+    inputs: Optional[Mapping[str, str]] = None,
+    outputs: OutputColumns = None,
+    actors: int = 1,
+    num_cpus: float = 1,
+    batch_size: Optional[int] = None,
+    max_retries: Optional[int] = 3,
+    raise_original: bool = True,
+    **map_batches_args: Any,
+) -> Any:
     """``dataset.map_batches`` with :class:`BundlePredictor` on a pool of ``actors`` actors of ``num_cpus`` CPUs.
 
     An actor whose process dies is restarted and its batches re-run, at most ``max_retries`` times each
@@ -108,7 +125,9 @@ def predict(dataset: Any, bundle: Any, *, inputs: Optional[Mapping[str, str]] = 
 
     args: Dict[str, Any] = dict(
         fn_constructor_kwargs={"bundle": bundle, "inputs": inputs, "outputs": outputs},
-        batch_format="numpy", compute=ActorPoolStrategy(size=actors), num_cpus=num_cpus,
+        batch_format="numpy",
+        compute=ActorPoolStrategy(size=actors),
+        num_cpus=num_cpus,
     )
     if max_retries is not None:
         args.update(max_restarts=max_retries, max_task_retries=max_retries)

@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..dtypes import DType, dtype as to_dtype, unpack_values
+from ..dtypes import DType, unpack_values
+from ..dtypes import dtype as to_dtype
 from ..error import ExportError
 from ..npy import write_npy
 from .tinygrad_loader import loader_stats, restore_tinygrad_loader, svod_loader, use_svod_loader  # noqa: F401 - re-exported: the bridge's names for the loader hook
@@ -44,9 +45,19 @@ SUPPORTED_TINYGRAD = "0.14."
 
 # tinygrad dtype (struct format char) -> svod_min dtype name.
 _DTYPES_BY_FMT = {
-    "f": "float32", "d": "float64", "e": "float16", "b": "int8", "B": "uint8", "h": "int16", "H": "uint16",
-    "i": "int32", "I": "uint32", "q": "int64", "Q": "uint64", "?": "bool",
-}  # fmt: skip
+    "f": "float32",
+    "d": "float64",
+    "e": "float16",
+    "b": "int8",
+    "B": "uint8",
+    "h": "int16",
+    "H": "uint16",
+    "i": "int32",
+    "I": "uint32",
+    "q": "int64",
+    "Q": "uint64",
+    "?": "bool",
+}
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -71,11 +82,16 @@ def require_tinygrad() -> Any:
     try:
         import tinygrad
     except ImportError:
-        raise ExportError("tinygrad is not installed: exporting needs it (pip install 'svod-min[tinygrad]'); "
-                          "running an exported plan does not") from None
+        raise ExportError(
+            "tinygrad is not installed: exporting needs it (pip install 'svod-min[tinygrad]'); "
+            "running an exported plan does not"
+        ) from None
     version = _tinygrad_version(tinygrad)
     if not version.startswith(SUPPORTED_TINYGRAD):
-        raise ExportError("tinygrad %s is installed; this exporter reads the schedules of tinygrad %sx" % (version, SUPPORTED_TINYGRAD))
+        raise ExportError(
+            "tinygrad %s is installed; this exporter reads the schedules of tinygrad %sx"
+            % (version, SUPPORTED_TINYGRAD)
+        )
     return tinygrad
 
 
@@ -122,8 +138,13 @@ class _PlanBuffer:
 class _Buffers:
     """tinygrad Buffers (bases and byte-offset views) -> named plan buffers, bases first."""
 
-    def __init__(self, inputs: Mapping[int, str], outputs: Mapping[int, str], weights: Mapping[int, str],
-                 shapes: Mapping[int, Tuple[int, ...]]) -> None:
+    def __init__(
+        self,
+        inputs: Mapping[int, str],
+        outputs: Mapping[int, str],
+        weights: Mapping[int, str],
+        shapes: Mapping[int, Tuple[int, ...]],
+    ) -> None:
         self.by_key: Dict[Tuple[Any, ...], _PlanBuffer] = {}
         self.order: List[_PlanBuffer] = []
         self._names, self._outputs, self._weights = dict(inputs), dict(outputs), dict(weights)
@@ -163,8 +184,14 @@ class _Buffers:
                 name = self._weights[id(buf)]
             else:
                 name = self._auto_name(buf, dt)
-            plan_buf = _PlanBuffer(self._unique(name), dt, buf.size, input=id(buf) in self._names,
-                                   output=id(buf) in self._outputs, shape=self._shapes.get(id(buf)))
+            plan_buf = _PlanBuffer(
+                self._unique(name),
+                dt,
+                buf.size,
+                input=id(buf) in self._names,
+                output=id(buf) in self._outputs,
+                shape=self._shapes.get(id(buf)),
+            )
             if buf.is_allocated():  # exists before the run: inputs, weights, constants
                 plan_buf.init = _read(buf)
             self._add(key, plan_buf)
@@ -245,8 +272,10 @@ class _Capture:
             elif ast.op is Ops.COPY:
                 self._copy(call, where)
             else:
-                raise ExportError("%s: tinygrad %s %r has no plan equivalent (only kernels and copies export)"
-                                  % (where, ast.op, getattr(ast, "arg", None)))
+                raise ExportError(
+                    "%s: tinygrad %s %r has no plan equivalent (only kernels and copies export)"
+                    % (where, ast.op, getattr(ast, "arg", None))
+                )
 
     def _arg_buffers(self, call: Any, where: str) -> List[Any]:
         from tinygrad.engine.realize import get_call_arg_uops
@@ -256,7 +285,9 @@ class _Capture:
             try:
                 buf = uop.buffer
             except Exception as exc:
-                raise ExportError("%s: argument %d (%s) is not a concrete buffer: %s" % (where, j, uop.op, exc)) from None
+                raise ExportError(
+                    "%s: argument %d (%s) is not a concrete buffer: %s" % (where, j, uop.op, exc)
+                ) from None
             if type(buf).__name__ == "MultiBuffer":
                 raise ExportError("%s: multi-device buffers cannot be exported" % where)
             out.append(buf)
@@ -273,8 +304,10 @@ class _Capture:
             raise ExportError("%s: runs on tinygrad device %s; export from the CPU device (DEV=CPU)" % (where, device))
         source = next((s.arg for s in prg.src if s.op is Ops.SOURCE), None)
         if not isinstance(source, str) or not re.search(r"\b%s\s*\(" % re.escape(info.function_name), source):
-            raise ExportError("%s: no C source for the entry point (tinygrad target %s); use the CPU device's "
-                              "default Clang renderer" % (where, info.target))
+            raise ExportError(
+                "%s: no C source for the entry point (tinygrad target %s); use the CPU device's "
+                "default Clang renderer" % (where, info.target)
+            )
         args = self._arg_buffers(call, where)
         bufs = [args[slot] for slot in info.globals]
         outputs = [info.globals.index(slot) for slot in info.outs]
@@ -309,7 +342,9 @@ class _Capture:
                 bindings[name] = bound
         return names, bindings
 
-    def _kernel_entry(self, info: Any, source: str, nbuf: int, outputs: List[int], var_names: List[str], where: str) -> _Kernel:
+    def _kernel_entry(
+        self, info: Any, source: str, nbuf: int, outputs: List[int], var_names: List[str], where: str
+    ) -> _Kernel:
         if source in self._by_source:
             return self.kernels[self._by_source[source]]
         name, n = info.function_name, 1
@@ -404,10 +439,16 @@ def export_tinygrad(
     input_bufs = {id(_base_buffer(t, name)): name for name, t in named_inputs.items()}
     named_weights = {name: _as_tensor(Tensor, name, t) for name, t in (weights or {}).items()}
     weight_bufs = {id(_base_buffer(t, name)): name for name, t in named_weights.items()}
-    shapes = {id(_base_buffer(t, name)): _static_shape(t, _base_buffer(t, name))
-              for name, t in list(named_inputs.items()) + list(named_weights.items()) + list(zip(outputs, tensors))}
-    buffers = _Buffers(input_bufs, {id(b): name for name, b in out_bufs.items()}, weight_bufs,
-                       {k: v for k, v in shapes.items() if v is not None})
+    shapes = {
+        id(_base_buffer(t, name)): _static_shape(t, _base_buffer(t, name))
+        for name, t in list(named_inputs.items()) + list(named_weights.items()) + list(zip(outputs, tensors))
+    }
+    buffers = _Buffers(
+        input_bufs,
+        {id(b): name for name, b in out_bufs.items()},
+        weight_bufs,
+        {k: v for k, v in shapes.items() if v is not None},
+    )
     started = time.perf_counter()
     compiled = compile_linear(linear, beam=beam)
     compile_seconds = time.perf_counter() - started
@@ -421,11 +462,18 @@ def export_tinygrad(
     expected = {name: _valid_prefix(buf, t, var_vals) for (name, buf), t in zip(out_bufs.items(), tensors)}
     if description is None and beam:
         description = "exported from tinygrad %s with BEAM=%d: %d kernels, %d ops" % (
-            _tinygrad_version(sys.modules["tinygrad"]), beam, len(capture.kernels), len(capture.ops))
+            _tinygrad_version(sys.modules["tinygrad"]),
+            beam,
+            len(capture.kernels),
+            len(capture.ops),
+        )
     plan_path = _write_bundle(out_dir, capture, buffers, expected, description, rtol, atol, list(flags))
-    values = {name: list(_unpack(buf.dtype, data, name)) for name, (buf, data) in _expect_data(out_bufs, expected).items()}
-    return ExportResult(plan_path, len(capture.kernels), len(capture.ops), values, dict(capture.plan_vars),
-                        beam, compile_seconds)
+    values = {
+        name: list(_unpack(buf.dtype, data, name)) for name, (buf, data) in _expect_data(out_bufs, expected).items()
+    }
+    return ExportResult(
+        plan_path, len(capture.kernels), len(capture.ops), values, dict(capture.plan_vars), beam, compile_seconds
+    )
 
 
 def _as_tensor(tensor_cls: Any, name: str, value: Any) -> Any:
@@ -443,8 +491,10 @@ def _outputs(result: Any, tensor_cls: Any) -> Dict[str, Any]:
     elif isinstance(result, (list, tuple)):
         items = [("out%d" % i, t) for i, t in enumerate(result)]
     else:
-        raise ExportError("the function returned %s; return a Tensor, a list of Tensors or a dict name -> Tensor"
-                          % type(result).__name__)
+        raise ExportError(
+            "the function returned %s; return a Tensor, a list of Tensors or a dict name -> Tensor"
+            % type(result).__name__
+        )
     if not items:
         raise ExportError("the function returned no outputs")
     for name, t in items:
@@ -494,13 +544,24 @@ def _unpack(tg_dtype: Any, data: bytes, where: str) -> List[Any]:
     return unpack_values(_dtype_of(tg_dtype, where), data)
 
 
-def _write_bundle(out_dir: str, capture: _Capture, buffers: _Buffers, expected: Mapping[str, bytes],
-                  description: Optional[str], rtol: float, atol: float, flags: List[str]) -> str:
+def _write_bundle(
+    out_dir: str,
+    capture: _Capture,
+    buffers: _Buffers,
+    expected: Mapping[str, bytes],
+    description: Optional[str],
+    rtol: float,
+    atol: float,
+    flags: List[str],
+) -> str:
     for sub in ("kernels", "data", "expect"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     doc: Dict[str, Any] = {"svod_plan": 1}
     doc["description"] = description or "exported from tinygrad %s: %d kernels, %d ops" % (
-        _tinygrad_version(sys.modules["tinygrad"]), len(capture.kernels), len(capture.ops))
+        _tinygrad_version(sys.modules["tinygrad"]),
+        len(capture.kernels),
+        len(capture.ops),
+    )
     doc["device"] = "CPU"
     if capture.plan_vars:
         doc["vars"] = {n: {"min": lo, "max": hi, "default": d} for n, (lo, hi, d) in sorted(capture.plan_vars.items())}
@@ -511,14 +572,20 @@ def _write_bundle(out_dir: str, capture: _Capture, buffers: _Buffers, expected: 
             _save(os.path.join(out_dir, "data", b.name + ".npy"), b.dtype, b.init, b.shape)
     doc["kernels"] = {k.name: _kernel_json(out_dir, k, flags) for k in capture.kernels.values()}
     deps = _dependencies(capture.ops)
-    doc["ops"] = [dict(op.doc, id=i, deps=d) if d else dict(op.doc, id=i) for i, (op, d) in enumerate(zip(capture.ops, deps))]
+    doc["ops"] = [
+        dict(op.doc, id=i, deps=d) if d else dict(op.doc, id=i) for i, (op, d) in enumerate(zip(capture.ops, deps))
+    ]
     doc["expect"] = {}
     by_name = {b.name: b for b in buffers.order}
     for name, data in expected.items():
         b = by_name[name]
         _save(os.path.join(out_dir, "expect", name + ".npy"), b.dtype, data)
         exact = not b.dtype.is_float  # integer and bool outputs must match tinygrad's exactly
-        entry: Dict[str, Any] = {"npy": "expect/%s.npy" % name, "rtol": 0 if exact else rtol, "atol": 0 if exact else atol}
+        entry: Dict[str, Any] = {
+            "npy": "expect/%s.npy" % name,
+            "rtol": 0 if exact else rtol,
+            "atol": 0 if exact else atol,
+        }
         if len(data) // b.dtype.itemsize != b.count:
             entry["count"] = len(data) // b.dtype.itemsize
         doc["expect"][name] = entry
@@ -533,7 +600,8 @@ def _write_bundle(out_dir: str, capture: _Capture, buffers: _Buffers, expected: 
 # clang is missing, so the exported source carries a gcc spelling of each (same semantics).
 _VECTOR_TYPEDEF = re.compile(
     r"^typedef (?P<elem>[\w ]+?) (?P<name>\w+) __attribute__\(\(aligned\((?P<align>\d+)\),ext_vector_type\((?P<n>\d+)\)\)\);$",
-    re.M)
+    re.M,
+)
 _GCC_PRELUDE = """#if !defined(__clang__)
 #define __builtin_bit_cast(T, v) ({ __typeof__(v) svod_v_ = (v); T svod_t_; __builtin_memcpy(&svod_t_, &svod_v_, sizeof(svod_t_)); svod_t_; })
 #endif
@@ -545,7 +613,12 @@ def portable_source(source: str) -> str:
 
     def typedef(m: "re.Match[str]") -> str:
         clang, size = m.group(0), "%s*sizeof(%s)" % (m.group("n"), m.group("elem"))
-        gcc = "typedef %s %s __attribute__((aligned(%s),vector_size(%s)));" % (m.group("elem"), m.group("name"), m.group("align"), size)
+        gcc = "typedef %s %s __attribute__((aligned(%s),vector_size(%s)));" % (
+            m.group("elem"),
+            m.group("name"),
+            m.group("align"),
+            size,
+        )
         return "#if defined(__clang__)\n%s\n#else\n%s\n#endif" % (clang, gcc)
 
     prelude = _GCC_PRELUDE if "__builtin_bit_cast" in source else ""

@@ -198,7 +198,9 @@ def svod_loader() -> Iterator[None]:
         restore_tinygrad_loader()
 
 
-def _hooked_methods(original_init: Callable[..., Any], original_load: Callable[..., Any]) -> Tuple[Callable[..., Any], ...]:
+def _hooked_methods(
+    original_init: Callable[..., Any], original_load: Callable[..., Any]
+) -> Tuple[Callable[..., Any], ...]:
     def __init__(self: Any, dev: Any, obj: Any) -> None:
         if bytes(obj.lib[:4]) != ELF_MAGIC:
             if env_flag(STRICT_ENV, False):

@@ -154,7 +154,10 @@ def _names(data: bytes, table: Section, offsets: Sequence[int], what: str) -> Li
         end = strings.find(b"\0", offset)
         if end < 0:
             if offset >= table.size:
-                raise _fail("%s name offset %d is outside %s (%d bytes)" % (what, offset, table.name or "string table", table.size))
+                raise _fail(
+                    "%s name offset %d is outside %s (%d bytes)"
+                    % (what, offset, table.name or "string table", table.size)
+                )
             raise _fail("%s name at offset %d is not NUL-terminated" % (what, offset))
         out.append(strings[offset:end].decode("utf-8", errors="replace"))
     return out
@@ -240,7 +243,9 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
         raise _fail("more than one symbol table")
     symtab = tables[0]
     if symtab.entsize != _SYM.size or symtab.size % _SYM.size:
-        raise _fail("symbol table entry size %d / size %d is not a multiple of %d" % (symtab.entsize, symtab.size, _SYM.size))
+        raise _fail(
+            "symbol table entry size %d / size %d is not a multiple of %d" % (symtab.entsize, symtab.size, _SYM.size)
+        )
     if not 0 < symtab.link < len(sections) or sections[symtab.link].type != SHT_STRTAB:
         raise _fail("symbol table's string table index %d is invalid" % symtab.link)
     strtab = sections[symtab.link]
@@ -251,15 +256,21 @@ def _symbols(data: bytes, sections: List[Section]) -> Tuple[Optional[int], List[
     columns = list(zip(*entries))  # (name, info, other, shndx, value, size) columns, built in C
     labels = _names(data, strtab, columns[0], "symbol")
     unusual = set(columns[3]).difference((SHN_ABS, SHN_COMMON))  # section indices beyond the ordinary
-    if max(unusual, default=0) >= nsec and any(nsec <= shndx < SHN_LORESERVE or shndx == SHN_XINDEX for shndx in unusual):
+    if max(unusual, default=0) >= nsec and any(
+        nsec <= shndx < SHN_LORESERVE or shndx == SHN_XINDEX for shndx in unusual
+    ):
         for i, e in enumerate(entries):  # name the first bad one
             shndx = e[3]
             if shndx >= nsec and shndx < SHN_LORESERVE or shndx == SHN_XINDEX:
                 if shndx == SHN_XINDEX:
-                    raise UnsupportedRelocationError("symbol %d uses extended section indices (SHN_XINDEX), not supported" % i)
+                    raise UnsupportedRelocationError(
+                        "symbol %d uses extended section indices (SHN_XINDEX), not supported" % i
+                    )
                 raise _fail("symbol %d refers to section %d of %d" % (i, shndx, nsec))
     # (name, info, other, shndx, value, size) -> Symbol(index, name, bind, type, shndx, value, size, other)
-    return symtab.index, [_new(Symbol, (i, labels[i], e[1] >> 4, e[1] & 0xF, e[3], e[4], e[5], e[2])) for i, e in enumerate(entries)]
+    return symtab.index, [
+        _new(Symbol, (i, labels[i], e[1] >> 4, e[1] & 0xF, e[3], e[4], e[5], e[2])) for i, e in enumerate(entries)
+    ]
 
 
 def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> None:
@@ -291,7 +302,8 @@ def _relocations(data: bytes, obj: ElfObject, symtab_index: Optional[int]) -> No
             _refuse_relocation(sec, target, entries, nsym)
         # (offset, info, addend) -> Relocation(offset, type, sym, addend)
         obj.relocations.setdefault(target.index, []).extend(
-            [_new(Relocation, (e[0], e[1] & 0xFFFFFFFF, e[1] >> 32, e[2])) for e in entries])
+            [_new(Relocation, (e[0], e[1] & 0xFFFFFFFF, e[1] >> 32, e[2])) for e in entries]
+        )
 
 
 def _refuse_relocation(sec: Section, target: Section, entries: List[tuple], nsym: int) -> None:
@@ -300,7 +312,10 @@ def _refuse_relocation(sec: Section, target: Section, entries: List[tuple], nsym
         if r_info >> 32 >= nsym:
             raise _fail("relocation in %s refers to symbol %d of %d" % (sec.name, r_info >> 32, nsym))
         if r_offset >= target.size:
-            raise _fail("relocation in %s at offset %d is outside %s (%d bytes)" % (sec.name, r_offset, target.name, target.size))
+            raise _fail(
+                "relocation in %s at offset %d is outside %s (%d bytes)"
+                % (sec.name, r_offset, target.name, target.size)
+            )
 
 
 def parse_object(data: bytes, supported_machines: Tuple[int, ...] = (EM_X86_64, EM_AARCH64)) -> ElfObject:

@@ -30,6 +30,7 @@ from ..error import ElfFormatError, LoaderError, SymbolNotFoundError, Unsupporte
 from .arch import CALL, DIRECT, GOT, PLACE, TOC_BASE, Arch, RelocSpec, host_arch
 from .elf import (
     MAX_ALIGN,
+    SHF_ALLOC,
     SHF_EXECINSTR,
     SHF_TLS,
     SHF_WRITE,
@@ -37,11 +38,10 @@ from .elf import (
     SHN_COMMON,
     SHN_LORESERVE,
     SHN_UNDEF,
-    SHT_NOBITS,
-    SHT_NULL,
-    SHF_ALLOC,
     SHT_FINI_ARRAY,
     SHT_INIT_ARRAY,
+    SHT_NOBITS,
+    SHT_NULL,
     SHT_PREINIT_ARRAY,
     STB_LOCAL,
     STB_WEAK,
@@ -59,8 +59,13 @@ from .elf import (
 from .patch import GOT_OR_STUB, At, Patch, Ref, apply_field, pair_with_hi20, place_text, toc_only
 
 #: ELF machine -> (module, its Arch): the architectures the relocator knows, in the order they are tried.
-_ARCH_MODULES = {62: ("x86_64", "X86_64"), 183: ("aarch64", "AARCH64"), 243: ("riscv64", "RISCV64"),
-                 21: ("ppc64le", "PPC64LE"), 258: ("loongarch64", "LOONGARCH64")}  # fmt: skip
+_ARCH_MODULES = {
+    62: ("x86_64", "X86_64"),
+    183: ("aarch64", "AARCH64"),
+    243: ("riscv64", "RISCV64"),
+    21: ("ppc64le", "PPC64LE"),
+    258: ("loongarch64", "LOONGARCH64"),
+}
 
 
 class _Arches(Mapping[int, Arch]):
@@ -96,11 +101,16 @@ def plain_types(arch: Arch) -> FrozenSet[int]:
     return frozenset(
         rtype
         for rtype, s in arch.relocs.items()
-        if s.base_free and s.anchor == PLACE and not s.is_hi20 and (s.via == DIRECT or s.via == CALL and arch.local_entry is None)
+        if s.base_free
+        and s.anchor == PLACE
+        and not s.is_hi20
+        and (s.via == DIRECT or s.via == CALL and arch.local_entry is None)
     )
 
 
 _PLAIN_TYPES: Dict[int, FrozenSet[int]] = {}  # machine -> plain_types(ARCHES[machine]), filled on first use
+
+
 def _plain_types_of(arch: Arch) -> FrozenSet[int]:
     """:func:`plain_types` of ``arch``, remembered for the architectures of :data:`ARCHES`."""
     if ARCHES.get(arch.machine) is not arch:  # a test's own Arch: never remembered
@@ -179,7 +189,9 @@ _STARTUP_SECTIONS = {SHT_INIT_ARRAY: "constructors", SHT_PREINIT_ARRAY: "constru
 def _segment_of(sec: Section) -> str:
     startup = _STARTUP_SECTIONS.get(sec.type) or ("constructors" if sec.name.startswith((".ctors", ".dtors")) else None)
     if startup:
-        raise LoaderError("section %s holds %s, which this loader never runs; kernels must not use them" % (sec.name, startup))
+        raise LoaderError(
+            "section %s holds %s, which this loader never runs; kernels must not use them" % (sec.name, startup)
+        )
     if sec.flags & SHF_TLS:
         raise UnsupportedRelocationError("section %s holds thread-local storage, not supported in kernels" % sec.name)
     if sec.flags & SHF_EXECINSTR and sec.flags & SHF_WRITE:
@@ -249,8 +261,13 @@ class _Builder:
         if sym.value > sec.size:
             raise ElfFormatError(
                 "%s: symbol %s at offset 0x%x is outside section %s (%d bytes)"
-                % ("relocation at %s" % place_text(*at) if at else "symbol table", sym.name or "#%d" % sym.index,
-                   sym.value, sec.name, sec.size)
+                % (
+                    "relocation at %s" % place_text(*at) if at else "symbol table",
+                    sym.name or "#%d" % sym.index,
+                    sym.value,
+                    sec.name,
+                    sec.size,
+                )
             )
         return self.offsets[sym.shndx] + sym.value
 
@@ -264,12 +281,9 @@ class _Builder:
             return spec
         if rtype in self.arch.refused:
             raise UnsupportedRelocationError(
-                "%s (type %d) at %s: %s"
-                % (self.arch.refused[rtype], rtype, where, self.arch.refuse_reason[rtype])
+                "%s (type %d) at %s: %s" % (self.arch.refused[rtype], rtype, where, self.arch.refuse_reason[rtype])
             )
-        raise UnsupportedRelocationError(
-            "unknown %s relocation type %d at %s" % (self.arch.name, rtype, where)
-        )
+        raise UnsupportedRelocationError("unknown %s relocation type %d at %s" % (self.arch.name, rtype, where))
 
     def _indirection_key(self, sym: Symbol, addend: int) -> tuple:
         return (self._ident(sym), addend if self.arch.addend_on_target else 0)
@@ -289,12 +303,18 @@ class _Builder:
                     if spec is None:
                         continue
                 if offset + spec.width > size:
-                    raise ElfFormatError("%s field at %s runs past the end of %s" % (spec.name, place_text(sec.name, offset), sec.name))
+                    raise ElfFormatError(
+                        "%s field at %s runs past the end of %s" % (spec.name, place_text(sec.name, offset), sec.name)
+                    )
                 if nobits:
-                    raise ElfFormatError("relocation at %s patches a section with no contents" % place_text(sec.name, offset))
+                    raise ElfFormatError(
+                        "relocation at %s patches a section with no contents" % place_text(sec.name, offset)
+                    )
                 sym = symbols[sym_index]
                 if sym.shndx == SHN_UNDEF and not sym.name and not toc_only(spec, sym_index):
-                    raise ElfFormatError("relocation at %s uses an unnamed undefined symbol" % place_text(sec.name, offset))
+                    raise ElfFormatError(
+                        "relocation at %s uses an unnamed undefined symbol" % place_text(sec.name, offset)
+                    )
                 checked.append((sec, rel, spec, sym))
                 if spec.via == GOT:
                     self.got_keys.setdefault(self._indirection_key(sym, rel.addend), len(self.got_keys))
@@ -365,8 +385,15 @@ class _Builder:
         segments.append(Segment("rodata", start, cursor - start, PROT_READ))
         return self._finish(segments, cursor, page, groups, got_base, stub_base)
 
-    def _finish(self, segments: List[Segment], cursor: int, page: int, groups: Dict[str, List[Section]],
-                got_base: int, stub_base: int) -> Layout:  # fmt: skip
+    def _finish(
+        self,
+        segments: List[Segment],
+        cursor: int,
+        page: int,
+        groups: Dict[str, List[Section]],
+        got_base: int,
+        stub_base: int,
+    ) -> Layout:
         """Place the data segment after ``cursor``, then patches, template and names."""
         start = cursor = _align(cursor, page)
         cursor = self._place_common(self._place(groups["data"], cursor))
@@ -445,7 +472,9 @@ class _Builder:
                 continue
             if kind in _UNNAMED_KINDS:
                 if kind == STT_GNU_IFUNC:  # calling it would run its resolver
-                    raise UnsupportedRelocationError("symbol %s is a GNU indirect function (ifunc), not supported in kernels" % name)
+                    raise UnsupportedRelocationError(
+                        "symbol %s is a GNU indirect function (ifunc), not supported in kernels" % name
+                    )
                 continue
             if shndx in offsets:
                 sec = sections[shndx]
@@ -493,8 +522,9 @@ class _Builder:
             p.apply(image, p.ref[1], 0)  # type: ignore[arg-type]
         return [p for p in patches if p not in fixed] if fixed else patches
 
-    def _patch(self, sec: Section, rel: Relocation, spec: RelocSpec, sym: Symbol, offset: int,
-               got_base: int, stub_base: int) -> Patch:  # fmt: skip
+    def _patch(
+        self, sec: Section, rel: Relocation, spec: RelocSpec, sym: Symbol, offset: int, got_base: int, stub_base: int
+    ) -> Patch:
         at = (sec.name, rel.offset)
         if toc_only(spec, rel.sym):  # R_PPC64_TOC: the TOC base itself, no symbol
             ref, addend = ("abs", 0), rel.addend  # type: Tuple[Ref, int]
@@ -574,9 +604,7 @@ def _as_address(name: str, value: object) -> int:
     try:
         address = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
-        raise SymbolNotFoundError(
-            "the resolver returned %r for %r, not an integer address" % (value, name)
-        ) from None
+        raise SymbolNotFoundError("the resolver returned %r for %r, not an integer address" % (value, name)) from None
     if not 0 <= address < 1 << 64:
         raise SymbolNotFoundError("the resolver returned %d for %r, outside the 64-bit address space" % (address, name))
     return address

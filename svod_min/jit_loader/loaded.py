@@ -82,8 +82,10 @@ class LoadedObject:
         address = self.address(name)
         code = self._layout.code
         if name not in code and "_" + name not in code:
-            raise SymbolNotFoundError("symbol %r is defined but is not a function in an executable section "
-                                      "(data cannot be an entry point)" % name)  # fmt: skip
+            raise SymbolNotFoundError(
+                "symbol %r is defined but is not a function in an executable section "
+                "(data cannot be an entry point)" % name
+            )
         prototype = ctypes.CFUNCTYPE(restype, *argtypes)
         fn = prototype(address)
         fn._svod_owner = self  # keep the mapping alive as long as the function
@@ -96,7 +98,9 @@ class LoadedObject:
                 self._mapped = False
                 unmap(self.base, self.size)
 
-    def __del__(self, _finalizing: Callable[[], bool] = sys.is_finalizing, _unmap: Callable[[int, int], None] = unmap) -> None:
+    def __del__(
+        self, _finalizing: Callable[[], bool] = sys.is_finalizing, _unmap: Callable[[int, int], None] = unmap
+    ) -> None:
         # (A __del__ rather than weakref.finalize: a finalizer costs more than the rest of a warm load.)
         # At interpreter exit other threads may still be inside kernel code, and module globals may
         # already be gone (hence the defaults); the OS reclaims the pages anyway.
@@ -129,7 +133,9 @@ def resolve_with_helpers(name: str) -> int:
     return address if address else default_resolver(name)  # raises, naming the symbol
 
 
-def load_object(obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Optional[Dict[str, int]] = None) -> LoadedObject:
+def load_object(
+    obj: bytes, *, resolve: Optional[Resolver] = None, symbols: Optional[Dict[str, int]] = None
+) -> LoadedObject:
     """Relocate ``obj`` into fresh W^X memory and return the mapped object.
 
     ``resolve`` replaces the default dlsym resolver; ``symbols`` adds

@@ -186,7 +186,9 @@ _REFUSED = {
     108: ("R_LARCH_SUB_ULEB128", "ULEB128 label differences are not supported"),
 }
 _REFUSED.update({t: ("R_LARCH_SOP(%d)" % t, _SOP) for t in range(22, 47)})
-_REFUSED.update({t: ("R_LARCH_TLS(%d)" % t, _TLS) for t in list(range(6, 12)) + list(range(83, 99)) + list(range(111, 127))})
+_REFUSED.update(
+    {t: ("R_LARCH_TLS(%d)" % t, _TLS) for t in list(range(6, 12)) + list(range(83, 99)) + list(range(111, 127))}
+)
 
 LOONGARCH64 = Arch(
     name="loongarch64",

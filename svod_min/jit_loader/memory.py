@@ -26,7 +26,6 @@ from ..config import env_str
 from ..error import ExecMemoryError, LoaderError
 from .layout import PAGE, PROT_EXEC, PROT_READ, PROT_WRITE, Segment
 
-
 MAP_SHARED, MAP_PRIVATE, MAP_FIXED = 0x01, 0x02, 0x10
 MAP_ANONYMOUS = 0x20
 MFD_CLOEXEC, MFD_EXEC = 0x0001, 0x0010
@@ -86,7 +85,9 @@ def _fall_back_to_memfd(reason: str) -> None:
         if _mode != "memfd":
             import logging  # here: the only message of this module, and logging costs ~5 ms of a start
 
-            logging.getLogger("svod_min.loader").info("anonymous W->X refused (%s); using memfd mappings from now on", reason)
+            logging.getLogger("svod_min.loader").info(
+                "anonymous W->X refused (%s); using memfd mappings from now on", reason
+            )
         _mode, _anon_refusal = "memfd", reason
 
 

@@ -27,7 +27,6 @@ from ..error import LoaderError
 from .arch import host_arch
 from .layout import ARCHES, PAGE, Layout, Segment
 
-
 NATIVE_LAYOUT_ENV = "SVOD_NATIVE_LAYOUT"
 #: The architectures whose objects the planner reads (it ships for these hosts only).
 NATIVE_ARCHES = ("x86_64",)
@@ -40,8 +39,9 @@ _OK, _DECLINE, _SMALL = 0, 1, 2
 _HEADER = struct.Struct("<25q")
 _KEPT_BYTES = 1 << 18  # each thread keeps an output buffer up to this size between plans
 _SEGMENT_NAMES = {5: "text", 1: "rodata", 3: "data"}  # by protection, as layout.py makes them
-_PLAN_TYPE = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
-                              ctypes.c_uint64)  # fmt: skip
+_PLAN_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_long, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64
+)
 
 Planner = Callable[[bytes], Optional[Layout]]
 
@@ -91,12 +91,18 @@ def _layout(arch: Any, raw: bytearray) -> Optional[Layout]:
     symbols: Dict[str, int] = dict(zip(symbol_names, values))
     if len(symbols) != nsym:
         return None  # one name defined twice: the Python layout's precedence rules decide
-    layout = Layout(arch=arch, size=size, template=bytes(raw[image_at : image_at + size]),
-                    segments=[Segment(_SEGMENT_NAMES[segs[3 * i + 2]], segs[3 * i], segs[3 * i + 1], segs[3 * i + 2])
-                              for i in range(nseg)],
-                    sections=dict(zip(names[nsym : nsym + nsec], values[nsym:])), symbols=symbols,
-                    externals=dict(zip(names[nsym + nsec : nsym + nsec + next_], map(bool, raw[weak_at : weak_at + next_]))),
-                    code=frozenset(itertools.compress(symbol_names, raw[code_at : code_at + nsym])))  # fmt: skip
+    layout = Layout(
+        arch=arch,
+        size=size,
+        template=bytes(raw[image_at : image_at + size]),
+        segments=[
+            Segment(_SEGMENT_NAMES[segs[3 * i + 2]], segs[3 * i], segs[3 * i + 1], segs[3 * i + 2]) for i in range(nseg)
+        ],
+        sections=dict(zip(names[nsym : nsym + nsec], values[nsym:])),
+        symbols=symbols,
+        externals=dict(zip(names[nsym + nsec : nsym + nsec + next_], map(bool, raw[weak_at : weak_at + next_]))),
+        code=frozenset(itertools.compress(symbol_names, raw[code_at : code_at + nsym])),
+    )
     if ngot or nstub:
         external = names[nsym + nsec : nsym + nsec + next_]
         pairs = memoryview(raw)[table_at : table_at + 16 * (ngot + nstub)].cast("q").tolist()
@@ -156,7 +162,9 @@ def _map_planner(load: Callable[[bytes], Any]) -> Optional[Planner]:
     except LoaderError as exc:  # a damaged or foreign layout.o must not stop loads
         import logging  # here: the only message of this module, and logging costs ~5 ms of a start
 
-        logging.getLogger("svod_min.jit_loader.native_layout").warning("the native layout planner could not be mapped (%s); the Python layout serves alone", exc)
+        logging.getLogger("svod_min.jit_loader.native_layout").warning(
+            "the native layout planner could not be mapped (%s); the Python layout serves alone", exc
+        )
         return None
 
 
@@ -167,5 +175,14 @@ def reset_native_planner() -> None:
         _state, _planner = _UNSEEN, None
 
 
-__all__ = ["EAGER_BYTES", "ENTRY", "NATIVE_ARCHES", "NATIVE_LAYOUT_ENV", "NativePlanner", "PLANNER_OBJECT", "Planner",
-           "native_planner", "reset_native_planner"]
+__all__ = [
+    "EAGER_BYTES",
+    "ENTRY",
+    "NATIVE_ARCHES",
+    "NATIVE_LAYOUT_ENV",
+    "NativePlanner",
+    "PLANNER_OBJECT",
+    "Planner",
+    "native_planner",
+    "reset_native_planner",
+]

@@ -24,8 +24,9 @@ class Patch:
 
     __slots__ = ("offset", "spec", "ref", "addend", "at", "symbol", "anchor")
 
-    def __init__(self, offset: int, spec: RelocSpec, ref: Ref, addend: int, at: At, symbol: str,
-                 anchor: Optional[int] = None) -> None:  # fmt: skip
+    def __init__(
+        self, offset: int, spec: RelocSpec, ref: Ref, addend: int, at: At, symbol: str, anchor: Optional[int] = None
+    ) -> None:
         self.offset = offset  # image offset of the field (P - base)
         self.spec = spec
         self.ref = ref  # what S is
@@ -45,7 +46,9 @@ class Patch:
         apply_field(image, self.spec, self.offset, s, self.addend, p, self.symbol, self.at)
 
 
-def apply_field(image: bytearray, spec: RelocSpec, offset: int, s: int, addend: int, p: int, symbol: str, at: At) -> None:
+def apply_field(
+    image: bytearray, spec: RelocSpec, offset: int, s: int, addend: int, p: int, symbol: str, at: At
+) -> None:
     """Write the field at image ``offset`` for S, A and P; a value that does not fit names the relocation."""
     try:
         spec.apply(image, offset, s, addend, p)
@@ -81,6 +84,8 @@ def pair_with_hi20(patches: List[Patch]) -> List[Patch]:
                 % (p.spec.name, p.where, p.symbol or "a section offset")
             )
         if p.addend:
-            raise ElfFormatError("%s at %s has a non-zero addend %d; its HI20 carries the addend" % (p.spec.name, p.where, p.addend))
+            raise ElfFormatError(
+                "%s at %s has a non-zero addend %d; its HI20 carries the addend" % (p.spec.name, p.where, p.addend)
+            )
         p.ref, p.addend, p.anchor = hi.ref, hi.addend, hi.offset
     return patches

@@ -126,7 +126,13 @@ def _jal(image: bytearray, off: int, s: int, a: int, p: int) -> None:
 def _rvc_branch(image: bytearray, off: int, s: int, a: int, p: int) -> None:
     """c.beqz / c.bnez: 9-bit signed, even."""
     d = check_signed(check_aligned(s + a - p, 2, "compressed branch offset"), 9, "compressed branch offset")
-    bits = (_bit(d, 8, 8) << 12) | (_bit(d, 4, 3) << 10) | (_bit(d, 7, 6) << 5) | (_bit(d, 2, 1) << 3) | (_bit(d, 5, 5) << 2)
+    bits = (
+        (_bit(d, 8, 8) << 12)
+        | (_bit(d, 4, 3) << 10)
+        | (_bit(d, 7, 6) << 5)
+        | (_bit(d, 2, 1) << 3)
+        | (_bit(d, 5, 5) << 2)
+    )
     _patch16(image, off, 0x1C7C, bits)
 
 
@@ -134,9 +140,15 @@ def _rvc_jump(image: bytearray, off: int, s: int, a: int, p: int) -> None:
     """c.j: 12-bit signed, even."""
     d = check_signed(check_aligned(s + a - p, 2, "compressed jump offset"), 12, "compressed jump offset")
     bits = (
-        (_bit(d, 11, 11) << 12) | (_bit(d, 4, 4) << 11) | (_bit(d, 9, 8) << 9) | (_bit(d, 10, 10) << 8)
-        | (_bit(d, 6, 6) << 7) | (_bit(d, 7, 7) << 6) | (_bit(d, 3, 1) << 3) | (_bit(d, 5, 5) << 2)
-    )  # fmt: skip
+        (_bit(d, 11, 11) << 12)
+        | (_bit(d, 4, 4) << 11)
+        | (_bit(d, 9, 8) << 9)
+        | (_bit(d, 10, 10) << 8)
+        | (_bit(d, 6, 6) << 7)
+        | (_bit(d, 7, 7) << 6)
+        | (_bit(d, 3, 1) << 3)
+        | (_bit(d, 5, 5) << 2)
+    )
     _patch16(image, off, 0x1FFC, bits)
 
 

@@ -169,5 +169,16 @@ def _runtime_bytes() -> Optional[bytes]:
         return None
 
 
-__all__ = ["HELPERS_C", "HELPER_NAMES", "RUNTIME_NAMES", "RUNTIME_OBJECT", "STREAM_BYTES_ENV", "TUNABLE_NAMES",
-           "default_stream_bytes", "helper_address", "loaded_runtime", "set_stream_bytes", "stream_bytes"]
+__all__ = [
+    "HELPERS_C",
+    "HELPER_NAMES",
+    "RUNTIME_NAMES",
+    "RUNTIME_OBJECT",
+    "STREAM_BYTES_ENV",
+    "TUNABLE_NAMES",
+    "default_stream_bytes",
+    "helper_address",
+    "loaded_runtime",
+    "set_stream_bytes",
+    "stream_bytes",
+]

@@ -72,9 +72,7 @@ def default_resolver(name: str) -> int:
     """Resolver for :func:`load_object`: host libraries; raises when missing."""
     address = lookup(name)
     if not address:
-        raise SymbolNotFoundError(
-            "undefined symbol %r is not in libm, libc, libmvec or libgcc_s" % name
-        )
+        raise SymbolNotFoundError("undefined symbol %r is not in libm, libc, libmvec or libgcc_s" % name)
     return address
 
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from ..error import KernelArgumentError, KernelNotFoundError, KernelParamError
 from .checks import check_bound_args
-from .elementwise import EXPR_FUNCTIONS, OPS
 from .cuda_library import cuda_library_kernel, find_cuda_sig, library_ptx
+from .elementwise import EXPR_FUNCTIONS, OPS
 from .library import LibraryKernel, fused, get
 from .lookup import GEN_DIR, PREBUILT_ENV, catalogue, cuda_kernels, find_sig, host_variant, names, ptx_path
 from .sig import BufferArg, CudaKernelSig, KernelSig, VarArg

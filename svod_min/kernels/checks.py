@@ -25,13 +25,15 @@ def check_vars(sig: KernelSig, values: Mapping[str, Any]) -> Dict[str, int]:
         raise KernelArgumentError("%s: pass threads=..., not %s" % (sig.name, CORE_COUNT))
     unknown = sorted(set(given) - set(sig.var_names))
     if unknown or (auto & set(given)):
-        raise KernelArgumentError("%s takes variables %s, got unexpected %s"
-                                  % (sig.name, [v for v in sig.var_names if v not in auto],
-                                     unknown or sorted(auto & set(given))))  # fmt: skip
+        raise KernelArgumentError(
+            "%s takes variables %s, got unexpected %s"
+            % (sig.name, [v for v in sig.var_names if v not in auto], unknown or sorted(auto & set(given)))
+        )
     missing = [v.name for v in sig.vars if v.name not in given and v.name not in auto]
     if missing:
-        raise KernelArgumentError("%s needs variables %s (missing %s)"
-                                  % (sig.name, [v for v in sig.var_names if v not in auto], missing))  # fmt: skip
+        raise KernelArgumentError(
+            "%s needs variables %s (missing %s)" % (sig.name, [v for v in sig.var_names if v not in auto], missing)
+        )
     env: Dict[str, int] = {}
     for var in sig.vars:
         if var.name in auto:
@@ -42,8 +44,9 @@ def check_vars(sig: KernelSig, values: Mapping[str, Any]) -> Dict[str, int]:
             raise KernelArgumentError(str(exc)) from None
         low = max(var.min, INT32_MIN)
         if not low <= value <= INT32_MAX:
-            raise KernelArgumentError("%s: variable %s=%r is outside [%d, %d]" % (sig.name, var.name, value, low,
-                                                                                   INT32_MAX))  # fmt: skip
+            raise KernelArgumentError(
+                "%s: variable %s=%r is outside [%d, %d]" % (sig.name, var.name, value, low, INT32_MAX)
+            )
         env[var.name] = value
     for check in sig.checks:
         if not compile_expr(check)(env):
@@ -73,8 +76,10 @@ def _describe(buf: Any) -> Tuple[int, int, str, bool]:
     if hasattr(buf, "address") and hasattr(buf, "nbytes") and hasattr(buf, "dtype"):
         return int(buf.address), int(buf.nbytes), getattr(buf.dtype, "name", str(buf.dtype)), True
     if isinstance(buf, int):
-        raise KernelArgumentError("raw addresses cannot be size-checked; pass numpy arrays or CpuBuffers "
-                                  "(or use kernel.program.execute for unchecked dispatch)")  # fmt: skip
+        raise KernelArgumentError(
+            "raw addresses cannot be size-checked; pass numpy arrays or CpuBuffers "
+            "(or use kernel.program.execute for unchecked dispatch)"
+        )
     raise KernelArgumentError("cannot pass %s to a kernel (numpy array or CpuBuffer expected)" % type(buf).__name__)
 
 
@@ -86,8 +91,9 @@ def _ordered(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]]) -
     if isinstance(buffers, Mapping):
         extra, missing = sorted(set(buffers) - set(names)), [n for n in names if n not in buffers]
         if extra or missing:
-            raise KernelArgumentError("%s takes buffers %s (missing %s, unexpected %s)" % (sig.name, names, missing,
-                                                                                            extra))  # fmt: skip
+            raise KernelArgumentError(
+                "%s takes buffers %s (missing %s, unexpected %s)" % (sig.name, names, missing, extra)
+            )
         return [buffers[n] for n in names]
     seq = list(buffers)
     if len(seq) != len(names):
@@ -95,8 +101,9 @@ def _ordered(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]]) -
     return seq
 
 
-def check_buffers(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]],
-                   env: Mapping[str, int]) -> List[int]:
+def check_buffers(
+    sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any]], env: Mapping[str, int]
+) -> List[int]:
     """The buffers' addresses in signature order, after the dtype, size, writability and overlap checks."""
     spans = []
     for arg, buf in zip(sig.buffers, _ordered(sig, buffers)):
@@ -107,8 +114,10 @@ def check_buffers(sig: KernelSig, buffers: Union[Sequence[Any], Mapping[str, Any
         need = compile_expr(arg.count)(env)
         have = nbytes // want.itemsize
         if need > have:
-            raise KernelArgumentError("%s: buffer %s holds %d %s elements but %s = %d is needed for %s"
-                                      % (sig.name, arg.name, have, arg.dtype, arg.count, need, dict(env)))  # fmt: skip
+            raise KernelArgumentError(
+                "%s: buffer %s holds %d %s elements but %s = %d is needed for %s"
+                % (sig.name, arg.name, have, arg.dtype, arg.count, need, dict(env))
+            )
         if arg.writes and not writable:
             raise KernelArgumentError("%s: buffer %s is written but the array is read-only" % (sig.name, arg.name))
         spans.append((arg, addr, max(need, 0) * want.itemsize))
@@ -130,7 +139,9 @@ def check_bound_args(sig: Any, env: Mapping[str, int], buffers: Sequence[Any]) -
     for var in sig.vars:
         value = env.get(var.name)
         if var.name != CORE_ID and value is not None and value < var.min:
-            raise KernelArgumentError("%s: variable %s=%d is below its minimum %d" % (sig.name, var.name, value, var.min))
+            raise KernelArgumentError(
+                "%s: variable %s=%d is below its minimum %d" % (sig.name, var.name, value, var.min)
+            )
     for check in checks:
         if not compile_expr(check)(env):
             raise KernelArgumentError("%s: variables %s violate %s" % (sig.name, dict(env), check))
@@ -149,13 +160,15 @@ def _check_overlap(name: str, inplace: Sequence[Tuple[str, str]], spans: List[Tu
     # elementwise output that is exactly one of its inputs (same start, same dtype).
     allowed = set(inplace)
     for i, (a, a0, an) in enumerate(spans):
-        for b, b0, bn in spans[i + 1:]:
+        for b, b0, bn in spans[i + 1 :]:
             if not (a.writes or b.writes) or an == 0 or bn == 0 or a0 + an <= b0 or b0 + bn <= a0:
                 continue
             if a0 == b0 and an == bn and ((a.name, b.name) in allowed or (b.name, a.name) in allowed):
                 continue
-            raise KernelArgumentError("%s: buffers %s and %s overlap in memory (%s is written)"
-                                      % (name, a.name, b.name, a.name if a.writes else b.name))  # fmt: skip
+            raise KernelArgumentError(
+                "%s: buffers %s and %s overlap in memory (%s is written)"
+                % (name, a.name, b.name, a.name if a.writes else b.name)
+            )
 
 
 __all__ = ["INT32_MAX", "INT32_MIN", "check_bound_args", "check_buffers", "check_vars"]

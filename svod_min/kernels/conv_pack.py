@@ -32,8 +32,10 @@ def pack_conv_weights(w: Any, groups: int = 1) -> Any:
 
     w = np.asarray(w)
     if w.ndim != 4 or w.dtype.itemsize not in PACK_KC or w.dtype.kind != "f" or groups < 1 or w.shape[0] % groups:
-        raise KernelArgumentError("pack_conv_weights: a float32/float64 (OC, C/groups, KH, KW) array with OC a "
-                                  "multiple of groups=%d, not %s %s" % (groups, w.dtype, w.shape))  # fmt: skip
+        raise KernelArgumentError(
+            "pack_conv_weights: a float32/float64 (OC, C/groups, KH, KW) array with OC a "
+            "multiple of groups=%d, not %s %s" % (groups, w.dtype, w.shape)
+        )
     oc = w.shape[0]
     ocg, k = oc // groups, int(np.prod(w.shape[1:]))
     strips = -(-ocg // PACK_ROWS)
@@ -45,7 +47,7 @@ def pack_conv_weights(w: Any, groups: int = 1) -> Any:
     out = []
     for g in range(groups):
         for pc in range(0, k, kcb):
-            block = rows[g, :, pc:pc + kcb]  # (strips * PACK_ROWS, kc)
+            block = rows[g, :, pc : pc + kcb]  # (strips * PACK_ROWS, kc)
             kc = block.shape[1]
             out.append(block.reshape(strips, PACK_ROWS, kc).transpose(0, 2, 1).reshape(-1))
     return np.ascontiguousarray(np.concatenate(out))

@@ -26,7 +26,9 @@ def find_cuda_sig(name: str, **params: Any) -> CudaKernelSig:
     candidates = [s for s in sigs if s.name == name]
     if not candidates:
         names = sorted({s.name for s in sigs})
-        raise NotSupportedError("library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names)))
+        raise NotSupportedError(
+            "library kernel %r has no CUDA form (CUDA library kernels: %s)" % (name, ", ".join(names))
+        )
     for sig in candidates:
         have = dict(sig.params)
         if all(have.get(k) == v for k, v in want.items()) and ("dtype" in want or have.get("dtype") == "float32"):
@@ -43,9 +45,17 @@ def library_ptx(sig: CudaKernelSig) -> str:
 
 def library_source(sig: CudaKernelSig) -> ProgramSource:
     """``sig``'s PTX as a program source: its grid and block the defaults, its buffer checks applied by ``bind``."""
-    return ProgramSource(PTX, library_ptx(sig), sig.entry, len(sig.buffers), sig.var_names,
-                         name="%s%s" % (sig.name, dict(sig.params)), block=sig.block, grid=sig.grid,
-                         signature=sig)  # fmt: skip
+    return ProgramSource(
+        PTX,
+        library_ptx(sig),
+        sig.entry,
+        len(sig.buffers),
+        sig.var_names,
+        name="%s%s" % (sig.name, dict(sig.params)),
+        block=sig.block,
+        grid=sig.grid,
+        signature=sig,
+    )
 
 
 def cuda_library_kernel(device: Any, name: str, **params: Any) -> Any:

@@ -58,9 +58,18 @@ C_DTYPES: Dict[str, CDType] = {
         CDType("bool", "b8", "svod_u8", "svod_i32", "bool", "i", "({} != 0)", "(svod_u8)(({}) != 0)", 1),
     )
 }
-_DTYPE_ALIASES = {"f32": "float32", "float": "float32", "f64": "float64", "double": "float64",
-                  "f16": "float16", "half": "float16", "bf16": "bfloat16", "i32": "int32",
-                  "int": "int32", "bool_": "bool"}  # fmt: skip
+_DTYPE_ALIASES = {
+    "f32": "float32",
+    "float": "float32",
+    "f64": "float64",
+    "double": "float64",
+    "f16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "i32": "int32",
+    "int": "int32",
+    "bool_": "bool",
+}
 
 
 def c_dtype(value: object) -> CDType:
@@ -400,15 +409,20 @@ def load_line(name: str, dt: CDType, compute: CDType, index: str = "i") -> str:
     return "const %s v_%s = %s;" % (compute.math, name, value)
 
 
-def fused_entry(expr: str, dtype: object, out_dtype: object, input_dtypes: Mapping[str, object],
-                inputs: Optional[Sequence[str]]) -> str:
+def fused_entry(
+    expr: str, dtype: object, out_dtype: object, input_dtypes: Mapping[str, object], inputs: Optional[Sequence[str]]
+) -> str:
     """A deterministic entry point name for a run-time fused kernel."""
     parsed = parse_expr(expr)
-    key = "|".join([
-        ast.dump(parsed.tree), c_dtype(dtype).name, c_dtype(out_dtype if out_dtype is not None else dtype).name,
-        ",".join("%s=%s" % (k, c_dtype(v).name) for k, v in sorted(input_dtypes.items())),
-        ",".join(_input_order(parsed, inputs)),
-    ])  # fmt: skip
+    key = "|".join(
+        [
+            ast.dump(parsed.tree),
+            c_dtype(dtype).name,
+            c_dtype(out_dtype if out_dtype is not None else dtype).name,
+            ",".join("%s=%s" % (k, c_dtype(v).name) for k, v in sorted(input_dtypes.items())),
+            ",".join(_input_order(parsed, inputs)),
+        ]
+    )
     return "svod_fused_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

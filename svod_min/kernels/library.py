@@ -15,17 +15,17 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import variants
 from .. import expr as size_expr
 from ..cache import kernel_cache
 from ..devices.base import MAPPED_OBJECT, OBJECT, PTX, ProgramSource
 from ..devices.registry import DEVICE_FACTORIES
 from ..devices.spec import DeviceSpec, as_spec
 from ..error import KernelArgumentError, KernelParamError, NotSupportedError, UnsupportedDeviceError
-from .cuda_library import find_cuda_sig, library_source
-from .lookup import find_sig, use_prebuilt
+from . import variants
 from .checks import check_buffers, check_vars
+from .cuda_library import find_cuda_sig, library_source
 from .elementwise import c_dtype, fused_entry, render_elementwise
+from .lookup import find_sig, use_prebuilt
 from .sig import CORE_COUNT, CORE_ID, BufferArg, KernelSig, compile_expr, elementwise_sig, eval_dim
 from .sources import kernel_source, prelude
 
@@ -148,19 +148,22 @@ class LibraryKernel:
 
     # --- dispatch ---
 
-    def bind(self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None,
-             **values: Any) -> Callable[[], None]:
+    def bind(
+        self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None, **values: Any
+    ) -> Callable[[], None]:
         """Validate once; a zero-argument callable that dispatches (keeps the buffers alive)."""
         vals, gsize, nthreads = self._launch(threads, values)
         env = dict(zip(self.sig.var_names, vals))
         addrs = check_buffers(self.sig, buffers, env)
-        call = self.program.bind(addrs, vals, global_size=gsize if gsize[0] > 1 else None,
-                                 core_id_index=self.core_id_index, threads=nthreads)  # fmt: skip
+        call = self.program.bind(
+            addrs, vals, global_size=gsize if gsize[0] > 1 else None, core_id_index=self.core_id_index, threads=nthreads
+        )
         keep = buffers
         return functools.partial(_call_keeping, call, keep)
 
-    def run(self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None,
-            **values: Any) -> None:
+    def run(
+        self, buffers: Union[Sequence[Any], Mapping[str, Any]], *, threads: Optional[int] = None, **values: Any
+    ) -> None:
         """Check buffers (dtype, size, writability, overlap) and variables, then run."""
         self.bind(buffers, threads=threads, **values)()
 
@@ -184,9 +187,11 @@ _key_locks: Dict[Tuple[Any, ...], threading.Lock] = {}
 #: that also loads MAPPED_OBJECT gets the prebuilt library, mapped once per process) and PTX.
 LIBRARY_FORMS = (OBJECT, PTX)
 
-_GPU_HINT = ("the library's GPU kernels are shipped PTX: kernels.cuda_library_kernel(device, name, dtype=...) loads them "
-             "on a device that loads PTX (cuda_kernels() lists them), and a plan file's library kernels use them there "
-             "(--device CUDA)")
+_GPU_HINT = (
+    "the library's GPU kernels are shipped PTX: kernels.cuda_library_kernel(device, name, dtype=...) loads them "
+    "on a device that loads PTX (cuda_kernels() lists them), and a plan file's library kernels use them there "
+    "(--device CUDA)"
+)
 
 
 def library_form(device: Any) -> Optional[str]:
@@ -206,21 +211,31 @@ def resolve_device(device: Any) -> Any:
         try:
             device = DEVICE_FACTORIES.device(spec)
         except UnsupportedDeviceError as exc:
-            raise UnsupportedDeviceError("kernels.get() returns CPU kernels (host objects); %s; %s"
-                                         % (exc, _GPU_HINT)) from None  # fmt: skip
+            raise UnsupportedDeviceError(
+                "kernels.get() returns CPU kernels (host objects); %s; %s" % (exc, _GPU_HINT)
+            ) from None
     try:
         forms = device.program_forms
     except AttributeError:  # not a device at all: a number, a buffer...
-        raise KernelParamError("device must be a device string, DeviceSpec or a device (CpuDevice...), got %r"
-                               % (device,)) from None  # fmt: skip
+        raise KernelParamError(
+            "device must be a device string, DeviceSpec or a device (CpuDevice...), got %r" % (device,)
+        ) from None
     if OBJECT not in forms:
-        raise UnsupportedDeviceError("kernels.get() returns CPU kernels (host objects); %s loads %s programs; %s"
-                                     % (device.spec, ", ".join(forms), _GPU_HINT))  # fmt: skip
+        raise UnsupportedDeviceError(
+            "kernels.get() returns CPU kernels (host objects); %s loads %s programs; %s"
+            % (device.spec, ", ".join(forms), _GPU_HINT)
+        )
     return device
 
 
-def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
-        shape: Optional[Mapping[str, Any]] = None, **params: Any) -> LibraryKernel:
+def get(
+    name: str,
+    *,
+    device: Any = "CPU",
+    prebuilt: Optional[bool] = None,
+    shape: Optional[Mapping[str, Any]] = None,
+    **params: Any,
+) -> LibraryKernel:
     """The library kernel ``name`` for ``params`` (dtype, tuning), ready to run on ``device``.
 
     ``prebuilt``: None (default) uses this host's prebuilt object when it has
@@ -230,8 +245,9 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
     params ``python -m svod_min tune`` stored for it, unless ``params`` name any.
     """
     if "variant" in params:
-        raise KernelParamError("%s: the prebuilt variant is chosen for this host (host_variant()); it is not a parameter"
-                               % (name,))  # fmt: skip
+        raise KernelParamError(
+            "%s: the prebuilt variant is chosen for this host (host_variant()); it is not a parameter" % (name,)
+        )
     dev = resolve_device(device)
     variant = variants.choose_variant()
     if shape is not None:  # autotuned params for this shape, when stored (svod_min.perf.autotune)
@@ -239,8 +255,12 @@ def get(name: str, *, device: Any = "CPU", prebuilt: Optional[bool] = None,
 
         params = tuned_params(name, params, shape, prebuilt, variant)
     sig = find_sig(name, variant, **params)
-    use = (use_prebuilt(prebuilt) and variant is not None and variants.has_entry(variant, sig.entry)
-           and MAPPED_OBJECT in dev.program_forms)
+    use = (
+        use_prebuilt(prebuilt)
+        and variant is not None
+        and variants.has_entry(variant, sig.entry)
+        and MAPPED_OBJECT in dev.program_forms
+    )
     if prebuilt and not use:
         why = _no_prebuilt(dev, variant)
         raise KernelParamError("%s %s: prebuilt=True but %s" % (name, dict(sig.params), why))
@@ -287,8 +307,9 @@ def _memo(key: Tuple[Any, ...], dev: Any, make: Callable[[], LibraryKernel]) -> 
 def _make(sig: KernelSig, dev: Any, variant: Optional[str], prebuilt: bool) -> LibraryKernel:
     if prebuilt:
         assert variant is not None
-        source = ProgramSource(MAPPED_OBJECT, variants.load_variant(variant), sig.entry, len(sig.buffers),
-                               sig.var_names, name=sig.name)  # fmt: skip
+        source = ProgramSource(
+            MAPPED_OBJECT, variants.load_variant(variant), sig.entry, len(sig.buffers), sig.var_names, name=sig.name
+        )
         return LibraryKernel(sig, dev.load_program(source), True, variant)
     return LibraryKernel(sig, _compile(dev, kernel_source(sig.family, sig.entry), sig, variant), False, variant)
 
@@ -334,8 +355,10 @@ def device_kernel(device: Any, name: str, **params: Any) -> DeviceKernel:
         sig = find_cuda_sig(name, **params)
         grid = tuple(d if type(d) is int else size_expr.compile_expr(str(d)).text for d in sig.grid)
         return DeviceKernel(device.load_program(library_source(sig)), sig, lambda: "", grid, tuple(sig.block))
-    raise NotSupportedError("library kernel %r: %s loads %s programs, and the library ships %s"
-                            % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS)))  # fmt: skip
+    raise NotSupportedError(
+        "library kernel %r: %s loads %s programs, and the library ships %s"
+        % (name, device.spec, ", ".join(device.program_forms), ", ".join(LIBRARY_FORMS))
+    )
 
 
 def object_kernel(device: Any, sig: KernelSig, obj: bytes, variant: Optional[str], digest: str) -> DeviceKernel:
@@ -354,8 +377,15 @@ def object_kernel(device: Any, sig: KernelSig, obj: bytes, variant: Optional[str
 # --- fused elementwise kernels (rendered and compiled at run time) -------------------------------
 
 
-def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dtypes: Optional[Mapping[str, Any]] = None,
-          inputs: Optional[Sequence[str]] = None, device: Any = "CPU") -> LibraryKernel:
+def fused(
+    expr: str,
+    *,
+    dtype: Any = "float32",
+    out_dtype: Any = None,
+    input_dtypes: Optional[Mapping[str, Any]] = None,
+    inputs: Optional[Sequence[str]] = None,
+    device: Any = "CPU",
+) -> LibraryKernel:
     """One kernel for an elementwise expression, e.g. ``fused("relu(a*b+c)")``: one pass over memory.
 
     Buffers: ``out`` then the inputs (``inputs`` order, default first
@@ -366,8 +396,9 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
     dev = resolve_device(device)
     if input_dtypes is not None and not isinstance(input_dtypes, Mapping):
         raise KernelParamError("input_dtypes must map input names to dtypes, got %s" % type(input_dtypes).__name__)
-    if inputs is not None and (isinstance(inputs, str) or not isinstance(inputs, Sequence)
-                               or not all(isinstance(n, str) for n in inputs)):  # fmt: skip
+    if inputs is not None and (
+        isinstance(inputs, str) or not isinstance(inputs, Sequence) or not all(isinstance(n, str) for n in inputs)
+    ):
         raise KernelParamError("inputs must be a sequence of input names, got %r" % (inputs,))
     idt = {k: c_dtype(v).name for k, v in (input_dtypes or {}).items()}
     order = tuple(inputs) if inputs is not None else None
@@ -376,14 +407,31 @@ def fused(expr: str, *, dtype: Any = "float32", out_dtype: Any = None, input_dty
 
     def make() -> LibraryKernel:
         kern = render_elementwise(entry, expr, dtype=dtype, out_dtype=out_dtype, input_dtypes=idt, inputs=order)
-        sig = elementwise_sig("fused", {"expr": kern.expr, "dtype": kern.compute.name}, entry, expr, dtype=dtype,
-                              out_dtype=out_dtype, input_dtypes=idt, inputs=order,
-                              doc="fused: %s" % kern.expr)  # fmt: skip
+        sig = elementwise_sig(
+            "fused",
+            {"expr": kern.expr, "dtype": kern.compute.name},
+            entry,
+            expr,
+            dtype=dtype,
+            out_dtype=out_dtype,
+            input_dtypes=idt,
+            inputs=order,
+            doc="fused: %s" % kern.expr,
+        )
         source = prelude() + "\n" + kern.function
         return LibraryKernel(sig, _compile(dev, source, sig, variant), False, variant, fused_source=source)
 
     return _memo(("fused", entry, id(dev), variant), dev, make)
 
 
-__all__ = ["DeviceKernel", "LIBRARY_FORMS", "LibraryKernel", "device_kernel", "fused", "get", "library_form",
-           "object_kernel", "resolve_device"]  # fmt: skip
+__all__ = [
+    "DeviceKernel",
+    "LIBRARY_FORMS",
+    "LibraryKernel",
+    "device_kernel",
+    "fused",
+    "get",
+    "library_form",
+    "object_kernel",
+    "resolve_device",
+]

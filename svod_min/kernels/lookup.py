@@ -13,10 +13,10 @@ import os
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from . import variants
 from .. import resources
 from ..config import env_flag
 from ..error import KernelNotFoundError, KernelParamError
+from . import variants
 from .elementwise import c_dtype
 from .sig import CudaKernelSig, KernelSig, cuda_sig_from_row, sig_from_row
 

@@ -113,7 +113,9 @@ def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 
     if form == PTX:
         return run_gpu_selfcheck(dev)
     if form is None:
-        raise NotSupportedError("selfcheck runs C or PTX kernels; %s loads %s" % (dev.spec, ", ".join(dev.program_forms)))
+        raise NotSupportedError(
+            "selfcheck runs C or PTX kernels; %s loads %s" % (dev.spec, ", ".join(dev.program_forms))
+        )
     skipped = compile_skipped(dev)
     if skipped is not None:
         return run_prebuilt_selfcheck(dev, skipped)
@@ -134,22 +136,45 @@ def run_selfcheck(device: "CpuDevice | None" = None, n: int = 4096, size: int = 
         ok, err = _compare(target.tolist(), want, rtol=rtol)  # type: ignore[attr-defined]
         results.append(CheckResult(name, ok, err, elapsed))
 
-    check("add", {"buf_count": 3, "var_names": ["n"]}, [x + y for x, y in zip(a, b)], buffers=[out, buf_a, buf_b], vals=[n])
     check(
-        "softplus", {"buf_count": 2, "var_names": ["n"]}, [math.log1p(math.exp(x)) for x in a],
-        rtol=1e-4, buffers=[out, buf_a], vals=[n],
+        "add",
+        {"buf_count": 3, "var_names": ["n"]},
+        [x + y for x, y in zip(a, b)],
+        buffers=[out, buf_a, buf_b],
+        vals=[n],
+    )
+    check(
+        "softplus",
+        {"buf_count": 2, "var_names": ["n"]},
+        [math.log1p(math.exp(x)) for x in a],
+        rtol=1e-4,
+        buffers=[out, buf_a],
+        vals=[n],
     )
     scale = (0.5, 1.0, 1.5, 2.0)
-    check("weighted", {"buf_count": 2, "var_names": ["n"]}, [x * scale[i & 3] for i, x in enumerate(a)],
-          buffers=[out, buf_a], vals=[n])
+    check(
+        "weighted",
+        {"buf_count": 2, "var_names": ["n"]},
+        [x * scale[i & 3] for i, x in enumerate(a)],
+        buffers=[out, buf_a],
+        vals=[n],
+    )
     m_a = _floats([rng.uniform(-1, 1) for _ in range(size * size)])
     m_b = _floats([rng.uniform(-1, 1) for _ in range(size * size)])
     ma = dev.allocate([size * size], "float32").copyin(m_a)
     mb = dev.allocate([size * size], "float32").copyin(m_b)
     mc = dev.allocate([size * size], "float32")
     want = [sum(m_a[i * size + k] * m_b[k * size + j] for k in range(size)) for i in range(size) for j in range(size)]
-    check("matmul", {"buf_count": 3, "var_names": ["n", "core_id"]}, want, rtol=1e-4,
-          buffers=[mc, ma, mb], vals=[size, 0], global_size=(4, 1, 1), out=mc)
+    check(
+        "matmul",
+        {"buf_count": 3, "var_names": ["n", "core_id"]},
+        want,
+        rtol=1e-4,
+        buffers=[mc, ma, mb],
+        vals=[size, 0],
+        global_size=(4, 1, 1),
+        out=mc,
+    )
     return results
 
 
@@ -171,7 +196,7 @@ def _library_wants(data: Dict[str, List[float]], rows: int, cols: int, k: int) -
         "add": [p + q for p, q in zip(a, b)],
         "matmul": [sum(x[i * k + j] * w[j * cols + c] for j in range(k)) for i in range(rows) for c in range(cols)],
         "softmax": _softmax_rows(a, rows, cols),
-        "reduce_sum": [sum(a[r * cols:(r + 1) * cols]) for r in range(rows)],
+        "reduce_sum": [sum(a[r * cols : (r + 1) * cols]) for r in range(rows)],
         "transpose": [a[r * cols + c] for c in range(cols) for r in range(rows)],
     }
 
@@ -245,7 +270,7 @@ def run_prebuilt_selfcheck(dev: Any, why: str, rows: int = 37, cols: int = 45) -
 def _softmax_rows(values: Sequence[float], rows: int, cols: int) -> List[float]:
     out: List[float] = []
     for r in range(rows):
-        row = values[r * cols:(r + 1) * cols]
+        row = values[r * cols : (r + 1) * cols]
         top = max(row)
         exps = [math.exp(v - top) for v in row]
         total = sum(exps)
@@ -256,8 +281,10 @@ def _softmax_rows(values: Sequence[float], rows: int, cols: int) -> List[float]:
 def skip_note(why: str, results: List[CheckResult]) -> str:
     """The line saying that compiling was skipped (``why``: :func:`compile_skipped`) and what was checked instead."""
     origins = sorted({r.origin for r in results})
-    return ("compiling skipped: %s; not a failure on a host without a compiler: checked the %s library kernels "
-            "through the loader instead" % (why, ", ".join(origins) or "prebuilt"))
+    return (
+        "compiling skipped: %s; not a failure on a host without a compiler: checked the %s library kernels "
+        "through the loader instead" % (why, ", ".join(origins) or "prebuilt")
+    )
 
 
 def format_results(results: List[CheckResult], note: Optional[str] = None) -> str:

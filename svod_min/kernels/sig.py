@@ -131,20 +131,40 @@ class CudaKernelSig:
         return tuple(v.name for v in self.vars)
 
 
-def elementwise_sig(name: str, params: Mapping[str, Any], entry: str, expr: str, *, dtype: object,
-                    out_dtype: object = None, input_dtypes: Optional[Mapping[str, object]] = None,
-                    inputs: Optional[Tuple[str, ...]] = None, doc: str = "") -> KernelSig:
+def elementwise_sig(
+    name: str,
+    params: Mapping[str, Any],
+    entry: str,
+    expr: str,
+    *,
+    dtype: object,
+    out_dtype: object = None,
+    input_dtypes: Optional[Mapping[str, object]] = None,
+    inputs: Optional[Tuple[str, ...]] = None,
+    doc: str = "",
+) -> KernelSig:
     """The signature of an elementwise kernel (library or fused): out, then the inputs, n."""
-    parsed, _c, out, ins, _v = elementwise_parts(expr, dtype=dtype, out_dtype=out_dtype,
-                                                 input_dtypes=input_dtypes, inputs=inputs)  # fmt: skip
+    parsed, _c, out, ins, _v = elementwise_parts(
+        expr, dtype=dtype, out_dtype=out_dtype, input_dtypes=input_dtypes, inputs=inputs
+    )
     bufs = (BufferArg("out", out.name, "w", "n"),) + tuple(BufferArg(n, dt.name, "r", "n") for n, dt in ins)
     nbytes = out.itemsize + sum(dt.itemsize for _, dt in ins)
     return KernelSig(
-        name, tuple(sorted(params.items())), entry, "elementwise", bufs,
-        (VarArg("n", 0), VarArg(CORE_COUNT, 1), VarArg(CORE_ID, 0)), (CORE_COUNT, 1, 1),
-        flops="%d*n" % parsed.flops, bytes="%d*n" % nbytes, work="n", grain=1 << 16, parallelism="ceildiv(n,64)",
-        inplace=tuple(("out", n) for n, dt in ins if dt.name == out.name), doc=doc,
-    )  # fmt: skip
+        name,
+        tuple(sorted(params.items())),
+        entry,
+        "elementwise",
+        bufs,
+        (VarArg("n", 0), VarArg(CORE_COUNT, 1), VarArg(CORE_ID, 0)),
+        (CORE_COUNT, 1, 1),
+        flops="%d*n" % parsed.flops,
+        bytes="%d*n" % nbytes,
+        work="n",
+        grain=1 << 16,
+        parallelism="ceildiv(n,64)",
+        inplace=tuple(("out", n) for n, dt in ins if dt.name == out.name),
+        doc=doc,
+    )
 
 
 # --- the generated module's plain rows ---------------------------------------------

@@ -38,8 +38,9 @@ def _read(name: str) -> str:
             try:
                 text = resources.read_text("kernels/_generated/c/" + name)
             except OSError as exc:
-                raise KernelParamError("kernel source %s is missing (%s); regenerate with python -m codegen"
-                                       % (path, exc)) from None  # fmt: skip
+                raise KernelParamError(
+                    "kernel source %s is missing (%s); regenerate with python -m codegen" % (path, exc)
+                ) from None
             _files[name] = text
         return text
 
@@ -68,7 +69,7 @@ def find_block(text: str, entry: str) -> Optional[str]:
     stop = text.find(end, start)
     while stop > 0 and text[stop - 1] != "\n":
         stop = text.find(end, stop + 1)
-    return None if stop < 0 else text[start:stop + len(end)]
+    return None if stop < 0 else text[start : stop + len(end)]
 
 
 __all__ = ["C_DIR", "find_block", "kernel_source", "prelude", "split_blocks"]

@@ -19,12 +19,12 @@ import tempfile
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from . import variants
 from .. import __version__
 from ..compiler.clang import find_compiler
 from ..config import cache_root, env_str
 from ..error import CompilationError, KernelParamError, SvodError
 from ..jit_loader.arch import host_arch
+from . import variants
 from .elementwise import c_dtype
 from .lookup import find_sig, param_default, use_prebuilt
 
@@ -67,8 +67,12 @@ def resolve_variant(variant: Any) -> Optional[str]:
 
 def machine_fingerprint(variant: Any = HOST) -> Dict[str, str]:
     """What a tuning result is valid for: arch, CPU model, prebuilt variant, svod_min version."""
-    return {"arch": host_arch(), "cpu": cpu_model(), "variant": resolve_variant(variant) or "compiled",
-            "svod_min": __version__}  # fmt: skip
+    return {
+        "arch": host_arch(),
+        "cpu": cpu_model(),
+        "variant": resolve_variant(variant) or "compiled",
+        "svod_min": __version__,
+    }
 
 
 # --- the file ---------------------------------------------------------------------------------
@@ -150,8 +154,12 @@ def shape_dict(shape: Any) -> Dict[str, Any]:
         raise KernelParamError("shape must be a mapping of variable names to numbers, got %r" % (shape,))
     out: Dict[str, Any] = {}
     for k, v in shape.items():
-        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(
-                v, "__index__"):
+        if (
+            not isinstance(k, str)
+            or isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            and not hasattr(v, "__index__")
+        ):
             raise KernelParamError("shape entry %r=%r: expected a variable name and a number" % (k, v))
         out[k] = v if isinstance(v, (int, float)) else int(v.__index__())  # numpy ints as ints
     return out
@@ -185,8 +193,13 @@ def best_params(name: str, dtype: Any, shape: Mapping[str, Any], variant: Any = 
 # --- automatic use (svod_min.kernels.get) --------------------------------------------------
 
 
-def tuned_params(name: str, params: Mapping[str, Any], shape: Optional[Mapping[str, Any]],
-                 prebuilt: Optional[bool] = None, variant: Any = HOST) -> Dict[str, Any]:
+def tuned_params(
+    name: str,
+    params: Mapping[str, Any],
+    shape: Optional[Mapping[str, Any]],
+    prebuilt: Optional[bool] = None,
+    variant: Any = HOST,
+) -> Dict[str, Any]:
     """``params`` plus the stored tuning params for ``shape``, or ``params`` unchanged.
 
     Unchanged when ``shape`` is None, nothing is stored, the caller gave any

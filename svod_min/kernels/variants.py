@@ -14,12 +14,11 @@ import os
 import threading
 from typing import Any, Dict, FrozenSet, List, Optional
 
-from ..jit_loader.arch import host_arch
 from .. import resources
 from ..compiler.targets import cpu_features
 from ..config import env_str
-from ..error import LoaderError
-from ..error import KernelParamError
+from ..error import KernelParamError, LoaderError
+from ..jit_loader.arch import host_arch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANT_ENV = "SVOD_KERNELS_VARIANT"
@@ -42,13 +41,17 @@ def choose_variant(arch: Optional[str] = None, features: Optional[FrozenSet[str]
         if forced.lower() == "none":
             return None
         if forced not in variants:
-            raise KernelParamError("%s=%r is not a prebuilt variant (known: %s, none)"
-                                   % (VARIANT_ENV, forced, ", ".join(sorted(variants))))  # fmt: skip
+            raise KernelParamError(
+                "%s=%r is not a prebuilt variant (known: %s, none)" % (VARIANT_ENV, forced, ", ".join(sorted(variants)))
+            )
         return forced
     arch = arch or host_arch()
     have = cpu_features() if features is None else features
-    fits = [(v["priority"], name) for name, v in variants.items()
-            if v["arch"] == arch and set(v["requires"]) <= have and resources.exists(object_member(name))]  # fmt: skip
+    fits = [
+        (v["priority"], name)
+        for name, v in variants.items()
+        if v["arch"] == arch and set(v["requires"]) <= have and resources.exists(object_member(name))
+    ]
     return max(fits)[1] if fits else None
 
 
@@ -114,5 +117,13 @@ def loaded_variants() -> List[str]:
         return sorted(_objects)
 
 
-__all__ = ["SharedObject", "choose_variant", "compile_flags", "cpu_features", "has_entry", "load_variant",
-           "loaded_variants", "object_path"]  # fmt: skip
+__all__ = [
+    "SharedObject",
+    "choose_variant",
+    "compile_flags",
+    "cpu_features",
+    "has_entry",
+    "load_variant",
+    "loaded_variants",
+    "object_path",
+]

@@ -19,8 +19,10 @@ def _collapse(shape: Sequence[int], strides: Sequence[int], what: str) -> Tuple[
         elif s == stride * size:
             size *= n
         else:
-            raise KernelParamError("the %s dimensions %s (strides %s) do not collapse into one strided axis"
-                                   % (what, list(shape), list(strides)))  # fmt: skip
+            raise KernelParamError(
+                "the %s dimensions %s (strides %s) do not collapse into one strided axis"
+                % (what, list(shape), list(strides))
+            )
     return size, stride
 
 
@@ -33,7 +35,7 @@ def reduce_vars(shape: Sequence[int], strides: Sequence[int], axis: int) -> Dict
         raise KernelParamError("bad view: shape %s, strides %s, axis %r" % (shape, strides, axis))
     axis %= nd
     outer, so = _collapse(shape[:axis], strides[:axis], "leading")
-    inner, si = _collapse(shape[axis + 1:], strides[axis + 1:], "trailing")
+    inner, si = _collapse(shape[axis + 1 :], strides[axis + 1 :], "trailing")
     return {"outer": outer, "red": int(shape[axis]), "inner": inner, "so": so, "sr": int(strides[axis]), "si": si}
 
 
@@ -41,8 +43,9 @@ def permute_vars(shape: Sequence[int], strides: Sequence[int]) -> Dict[str, int]
     """Variables of ``permute`` that copy a view (rank <= 4, element strides >= 0) into contiguous memory."""
     shape, strides = _ints(shape, "shape"), _ints(strides, "strides")
     if len(shape) > 4 or len(strides) != len(shape):
-        raise KernelParamError("permute copies views of rank <= 4 (got shape %s, strides %s)"
-                               % (list(shape), list(strides)))  # fmt: skip
+        raise KernelParamError(
+            "permute copies views of rank <= 4 (got shape %s, strides %s)" % (list(shape), list(strides))
+        )
     pad = 4 - len(shape)
     dims = [1] * pad + [int(d) for d in shape]
     steps = [0] * pad + [int(s) for s in strides]

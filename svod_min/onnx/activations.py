@@ -40,16 +40,26 @@ class Activation:
 
 ACTIVATIONS: Dict[str, Activation] = {
     "Relu": Activation((), "({x} < 0.0f ? 0.0f : {x})", ("relu", ())),
-    "LeakyRelu": Activation((("alpha", 0.01),), "({x} < 0.0f ? {alpha} * {x} : {x})", ("leaky_relu", (("alpha", "alpha"),))),
+    "LeakyRelu": Activation(
+        (("alpha", 0.01),), "({x} < 0.0f ? {alpha} * {x} : {x})", ("leaky_relu", (("alpha", "alpha"),))
+    ),
     # The library's clip and relu epilogues take finite bounds or [0, inf): see library_epilogue.
     "Clip": Activation((("min", -math.inf), ("max", math.inf)), "({x} < {min} ? {min} : ({x} > {max} ? {max} : {x}))"),
     "Sigmoid": Activation((), "(1.0f / (1.0f + expf(-{x})))", ("sigmoid", ())),
     "Tanh": Activation((), "tanhf({x})", ("tanh", ())),
-    "HardSigmoid": Activation((("alpha", 0.2), ("beta", 0.5)), "__builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {alpha} * {x} + {beta}))",
-                              ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta")))),
-    "HardSwish": Activation((), "({x} * __builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {x} / 6.0f + 0.5f)))", ("hardswish", ())),
-    "Gelu": Activation((), "(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
-                       c_tanh="(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))"),
+    "HardSigmoid": Activation(
+        (("alpha", 0.2), ("beta", 0.5)),
+        "__builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {alpha} * {x} + {beta}))",
+        ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta"))),
+    ),
+    "HardSwish": Activation(
+        (), "({x} * __builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {x} / 6.0f + 0.5f)))", ("hardswish", ())
+    ),
+    "Gelu": Activation(
+        (),
+        "(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
+        c_tanh="(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))",
+    ),
 }
 
 

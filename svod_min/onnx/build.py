@@ -50,19 +50,27 @@ def lower_graph(graph: Graph, description: str) -> PlanParts:
         OPS[node.op].lower(lowering, node)
     parts = lowering.finish(description)
     parts.model_nodes = model_nodes
-    parts.kernels = {"library": sum(1 for k in parts.doc["kernels"].values() if "library" in k),
-                     "generated C": sum(1 for k in parts.doc["kernels"].values() if "source" in k)}  # fmt: skip
+    parts.kernels = {
+        "library": sum(1 for k in parts.doc["kernels"].values() if "library" in k),
+        "generated C": sum(1 for k in parts.doc["kernels"].values() if "source" in k),
+    }
     return parts
 
 
-def lower_model(path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None) -> PlanParts:
+def lower_model(
+    path: str, dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None
+) -> PlanParts:
     graph = read_graph(path, dims or {}, shapes or {})
     outs = ", ".join("%s %s" % (o, list(graph.values[o].shape)) for o in graph.outputs)
     ins = ", ".join("%s %s" % (i, list(graph.values[i].shape)) for i in graph.inputs)
-    return lower_graph(graph, "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs))
+    return lower_graph(
+        graph, "ONNX model %s (opset %d): inputs %s -> outputs %s" % (os.path.basename(path), graph.opset, ins, outs)
+    )
 
 
-def record_expectations(path: str, parts: PlanParts, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> str:
+def record_expectations(
+    path: str, parts: PlanParts, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]
+) -> str:
     """Expected outputs for the example inputs from onnxruntime, when it is installed (else a note why not)."""
     try:
         import onnxruntime as ort
@@ -84,17 +92,48 @@ def record_expectations(path: str, parts: PlanParts, dims: Mapping[str, int], sh
     return "expectations recorded from onnxruntime %s for the example inputs" % ort.__version__
 
 
-def build_onnx(path: str, out: str, *, targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
-               dims: Optional[Mapping[str, int]] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-               expect: bool = True, progress: Callable[[str], None] = lambda line: None,
-               tune: Optional[PlanTuner] = None) -> OnnxBuild:  # fmt: skip
+def build_onnx(
+    path: str,
+    out: str,
+    *,
+    targets: Optional[Sequence[str]] = None,
+    compiler: Optional[str] = None,
+    dims: Optional[Mapping[str, int]] = None,
+    shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    expect: bool = True,
+    progress: Callable[[str], None] = lambda line: None,
+    tune: Optional[PlanTuner] = None,
+) -> OnnxBuild:
     """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle."""
     parts = lower_model(path, dims, shapes)
-    progress("lowered %s: %d model nodes, %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes" % (
-        path, parts.model_nodes, len(parts.doc["ops"]), parts.kernels["library"], parts.kernels["generated C"], parts.arena_bytes, parts.weight_bytes))
-    note = record_expectations(path, parts, dims or {}, shapes or {}) if expect else "no expectations recorded (--no-expect)"
+    progress(
+        "lowered %s: %d model nodes, %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes"
+        % (
+            path,
+            parts.model_nodes,
+            len(parts.doc["ops"]),
+            parts.kernels["library"],
+            parts.kernels["generated C"],
+            parts.arena_bytes,
+            parts.weight_bytes,
+        )
+    )
+    note = (
+        record_expectations(path, parts, dims or {}, shapes or {})
+        if expect
+        else "no expectations recorded (--no-expect)"
+    )
     progress(note)
-    report = build_bundle_from_document(parts.doc, parts.files, out, targets=targets, compiler=compiler, progress=progress,
-                                        created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
-                                        tune=tune)  # fmt: skip
-    return OnnxBuild(report, parts.model_nodes, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note)
+    report = build_bundle_from_document(
+        parts.doc,
+        parts.files,
+        out,
+        targets=targets,
+        compiler=compiler,
+        progress=progress,
+        created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
+        tune=tune,
+    )
+    return OnnxBuild(
+        report, parts.model_nodes, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note
+    )

@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+
 @dataclass(frozen=True)
 class ConvGeom:
     """One 2-D convolution or pooling window, all sizes known: N, C, H, W -> N, OC, OH, OW."""

@@ -30,14 +30,43 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .autotune_trials import DATA_PERIOD, MAX_TUNE_BYTES, REFERENCE_MAX_WORK, REFERENCES, REL_TOL, Candidate, TuneRow, first_line, score, time_all, verify_all, warm_up
-from .benchmark import BenchmarkConfig
 from ..error import ExecutionError, KernelNotFoundError, KernelParamError, SvodError
 from ..kernels import catalogue, find_sig, get, host_variant
 from ..kernels.checks import check_vars
 from ..kernels.library import resolve_device
 from ..kernels.sig import CORE_COUNT, CORE_ID, compile_expr
-from ..kernels.tuning import HOST, STORE_FORMAT, STORE_NAME, TUNING_FILE_ENV, best_params, cpu_model, dtype_name, have_compiler, machine_fingerprint, prebuilt_here, shape_dict, store_key, store_path, tuned_params, write_store
+from ..kernels.tuning import (
+    HOST,
+    STORE_FORMAT,
+    STORE_NAME,
+    TUNING_FILE_ENV,
+    best_params,
+    cpu_model,
+    dtype_name,
+    have_compiler,
+    machine_fingerprint,
+    prebuilt_here,
+    shape_dict,
+    store_key,
+    store_path,
+    tuned_params,
+    write_store,
+)
+from .autotune_trials import (
+    DATA_PERIOD,
+    MAX_TUNE_BYTES,
+    REFERENCE_MAX_WORK,
+    REFERENCES,
+    REL_TOL,
+    Candidate,
+    TuneRow,
+    first_line,
+    score,
+    time_all,
+    verify_all,
+    warm_up,
+)
+from .benchmark import BenchmarkConfig
 
 #: Parameters that select data types, never tuning.
 DTYPE_PARAMS = ("dtype", "out_dtype")
@@ -82,9 +111,16 @@ def record(result: TuneResult) -> bool:
     if path is None or not result.best_params:
         return False
     best = next((r for r in result.rows if r.chosen), None)
-    entry = {"kernel": result.kernel, "dtype": result.dtype, "shape": result.shape, "machine": result.machine,
-             "params": result.best_params, "min_s": best.min_s if best else None,
-             "gflops": best.gflops if best else None, "tuned_at": time.time()}  # fmt: skip
+    entry = {
+        "kernel": result.kernel,
+        "dtype": result.dtype,
+        "shape": result.shape,
+        "machine": result.machine,
+        "params": result.best_params,
+        "min_s": best.min_s if best else None,
+        "gflops": best.gflops if best else None,
+        "tuned_at": time.time(),
+    }
     return write_store(path, store_key(result.kernel, result.dtype, result.shape, result.machine), entry)
 
 
@@ -121,8 +157,11 @@ def _base_sig(name: str, dtype: str, fixed: Optional[Mapping[str, Any]] = None) 
     except KernelNotFoundError:
         raise
     except KernelParamError:  # no preferred tile for this host (kernels are compiled here)
-        insts = [i for i in catalogue()[name]["instances"]
-                 if i.get("dtype") == dtype and all(i.get(k) == v for k, v in fixed.items())]  # fmt: skip
+        insts = [
+            i
+            for i in catalogue()[name]["instances"]
+            if i.get("dtype") == dtype and all(i.get(k) == v for k, v in fixed.items())
+        ]
         if not insts:
             raise
         return find_sig(name, **insts[0])
@@ -137,7 +176,9 @@ def _fixed_params(name: str, params: Optional[Mapping[str, Any]]) -> Dict[str, A
     return fixed
 
 
-def candidate_params(name: str, dtype: Any = "float32", params: Optional[Mapping[str, Any]] = None) -> List[Dict[str, Any]]:
+def candidate_params(
+    name: str, dtype: Any = "float32", params: Optional[Mapping[str, Any]] = None
+) -> List[Dict[str, Any]]:
     """The default candidates: instances for ``dtype`` (and the fixed ``params``) differing only in tuning params.
 
     Order: what ``get`` uses by default, other prebuilt ones, then those that need a compile.
@@ -160,8 +201,9 @@ def _load(name: str, dtype: str, params: Mapping[str, Any], device: Any) -> Any:
     return get(name, device=device, dtype=dtype, **params)
 
 
-def _prepare(name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], device: Any,
-             fixed: Mapping[str, Any]) -> Candidate:  # fmt: skip
+def _prepare(
+    name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], device: Any, fixed: Mapping[str, Any]
+) -> Candidate:
     sig = find_sig(name, host_variant(), dtype=dtype, **fixed, **params)  # bad candidates are the caller's error
     full = {k: v for k, v in sig.params if k in tun}  # partial candidates as get() completes them
     row = TuneRow(params=full, entry_point=sig.entry, prebuilt=prebuilt_here(sig))
@@ -176,8 +218,13 @@ def _prepare(name: str, dtype: str, params: Dict[str, Any], tun: Sequence[str], 
     return cand
 
 
-def _candidate_list(name: str, dtype: str, tun: Sequence[str], candidates: Optional[Sequence[Mapping[str, Any]]],
-                    fixed: Mapping[str, Any]) -> List[Dict[str, Any]]:  # fmt: skip
+def _candidate_list(
+    name: str,
+    dtype: str,
+    tun: Sequence[str],
+    candidates: Optional[Sequence[Mapping[str, Any]]],
+    fixed: Mapping[str, Any],
+) -> List[Dict[str, Any]]:
     if candidates is None:
         return candidate_params(name, dtype, fixed)
     out: List[Dict[str, Any]] = []
@@ -214,10 +261,19 @@ def _say_row(say: Progress, i: int, total: int, row: TuneRow, what: str) -> None
     say("[%d/%d] %s (%s): %s" % (i + 1, total, format_params(row.params), origin, what))
 
 
-def tune(name: str, *, dtype: Any = "float32", shape: Mapping[str, Any],
-         candidates: Optional[Sequence[Mapping[str, Any]]] = None, config: Optional[BenchmarkConfig] = None,
-         progress: Optional[Progress] = None, device: Any = "CPU", store: bool = True,
-         params: Optional[Mapping[str, Any]] = None, threads: Optional[int] = None) -> TuneResult:  # fmt: skip
+def tune(
+    name: str,
+    *,
+    dtype: Any = "float32",
+    shape: Mapping[str, Any],
+    candidates: Optional[Sequence[Mapping[str, Any]]] = None,
+    config: Optional[BenchmarkConfig] = None,
+    progress: Optional[Progress] = None,
+    device: Any = "CPU",
+    store: bool = True,
+    params: Optional[Mapping[str, Any]] = None,
+    threads: Optional[int] = None,
+) -> TuneResult:
     """Measure every candidate for ``shape`` (the kernel's variables), keep and return the fastest correct one.
 
     ``candidates``: tuning-param dicts (default :func:`candidate_params`).
@@ -235,7 +291,9 @@ def tune(name: str, *, dtype: Any = "float32", shape: Mapping[str, Any],
     shape, env = _check_shape(name, sig, shape)
     dev = resolve_device(device)
     tun = tuning_params(name)
-    cands = _unique([_prepare(name, dtype, p, tun, dev, fixed) for p in _candidate_list(name, dtype, tun, candidates, fixed)])
+    cands = _unique(
+        [_prepare(name, dtype, p, tun, dev, fixed) for p in _candidate_list(name, dtype, tun, candidates, fixed)]
+    )
     verify_all(name, cands, env, dev, threads)
     for i, c in enumerate(cands):
         _say_row(say, i, len(cands), c.row, "verified" if c.row.status == "ok" else c.row.status)
@@ -246,8 +304,15 @@ def tune(name: str, *, dtype: Any = "float32", shape: Mapping[str, Any],
     return _finish(name, dtype, shape, cands, config, say, store)
 
 
-def _finish(name: str, dtype: str, shape: Dict[str, Any], cands: List[Candidate], config: BenchmarkConfig,
-            say: Progress, store: bool) -> TuneResult:
+def _finish(
+    name: str,
+    dtype: str,
+    shape: Dict[str, Any],
+    cands: List[Candidate],
+    config: BenchmarkConfig,
+    say: Progress,
+    store: bool,
+) -> TuneResult:
     ok = [c for c in cands if c.row.status == "ok"]
     if not ok:
         reasons = "; ".join("%s: %s" % (format_params(c.row.params), c.row.status) for c in cands)
@@ -257,8 +322,15 @@ def _finish(name: str, dtype: str, shape: Dict[str, Any], cands: List[Candidate]
     for i, c in enumerate(cands):
         if c.row.status == "ok":
             _say_row(say, i, len(cands), c.row, _timing_text(c.row))
-    result = TuneResult(name, dtype, shape, machine_fingerprint(), dict(best.row.params), [c.row for c in cands],
-                        store_path=store_path())  # fmt: skip
+    result = TuneResult(
+        name,
+        dtype,
+        shape,
+        machine_fingerprint(),
+        dict(best.row.params),
+        [c.row for c in cands],
+        store_path=store_path(),
+    )
     if store:
         result.stored = record(result)
     return result
@@ -281,14 +353,20 @@ def format_table(result: TuneResult) -> str:
     """The results table: params, min µs, median µs, GFLOP/s, chosen (or why dropped)."""
     dims = ",".join("%s=%s" % kv for kv in result.shape.items())
     head = [["params", "min µs", "median µs", "GFLOP/s", "chosen"]]
-    body = [[format_params(r.params) + ("" if r.prebuilt else " (compiled)"),
-             "%.1f" % (r.min_s * 1e6) if r.min_s is not None else "-",
-             "%.1f" % (r.median_s * 1e6) if r.median_s is not None else "-",
-             "%.1f" % r.gflops if r.gflops is not None else "-",
-             "*" if r.chosen else ("" if r.status == "ok" else r.status)] for r in result.rows]  # fmt: skip
+    body = [
+        [
+            format_params(r.params) + ("" if r.prebuilt else " (compiled)"),
+            "%.1f" % (r.min_s * 1e6) if r.min_s is not None else "-",
+            "%.1f" % (r.median_s * 1e6) if r.median_s is not None else "-",
+            "%.1f" % r.gflops if r.gflops is not None else "-",
+            "*" if r.chosen else ("" if r.status == "ok" else r.status),
+        ]
+        for r in result.rows
+    ]
     widths = [max(len(row[i]) for row in head + body) for i in range(4)]
-    lines = ["%s %s %s on %s (%s)" % (result.kernel, result.dtype, dims, result.machine["cpu"],
-                                      result.machine["variant"])]  # fmt: skip
+    lines = [
+        "%s %s %s on %s (%s)" % (result.kernel, result.dtype, dims, result.machine["cpu"], result.machine["variant"])
+    ]
     for row in head + body:
         cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)] + [row[4]]
         lines.append("  ".join(cells).rstrip())

@@ -19,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .benchmark import BenchmarkConfig, flush_caches, round_robin_min, warm_clock, warmup_thread_pool
-from ..dtypes import dtype as to_dtype, pack_values, unpack_values
+from ..dtypes import dtype as to_dtype
+from ..dtypes import pack_values, unpack_values
 from ..error import KernelParamError
 from ..kernels.sig import compile_expr
+from .benchmark import BenchmarkConfig, flush_caches, round_robin_min, warm_clock, warmup_thread_pool
 
 #: The pure-Python matmul reference is used up to this many multiply-adds.
 REFERENCE_MAX_WORK = 1 << 18
@@ -32,6 +33,7 @@ REL_TOL = {"float64": 1e-9, "float32": 1e-3, "float16": 3e-2, "bfloat16": 3e-2}
 DATA_PERIOD = 65521
 #: Largest total buffer size a tuning run allocates (it also keeps a host copy of each buffer).
 MAX_TUNE_BYTES = 1 << 31
+
 
 @dataclass
 class TuneRow:
@@ -82,8 +84,10 @@ def allocate(sig: Any, env: Mapping[str, int], device: Any) -> Tuple[Dict[str, A
     counts = {arg.name: max(1, compile_expr(arg.count)(env)) for arg in sig.buffers}
     need = sum(counts[arg.name] * to_dtype(arg.dtype).itemsize for arg in sig.buffers)
     if need > MAX_TUNE_BYTES:  # each buffer is held twice (device + its initial bytes for restores)
-        raise KernelParamError("%s with %s needs %d bytes of buffers; tuning is limited to %d (tune a smaller "
-                               "shape of the same kind)" % (sig.name, dict(env), need, MAX_TUNE_BYTES))  # fmt: skip
+        raise KernelParamError(
+            "%s with %s needs %d bytes of buffers; tuning is limited to %d (tune a smaller "
+            "shape of the same kind)" % (sig.name, dict(env), need, MAX_TUNE_BYTES)
+        )
     rng = random.Random(0x5EED)
     bufs, initial = {}, {}
     try:
@@ -95,7 +99,9 @@ def allocate(sig: Any, env: Mapping[str, int], device: Any) -> Tuple[Dict[str, A
             bufs[arg.name] = device.allocate(count * dt.itemsize, dt.name).copyin(data)
             initial[arg.name] = data
     except MemoryError:
-        raise KernelParamError("%s with %s: not enough memory for %d bytes of buffers" % (sig.name, dict(env), need)) from None
+        raise KernelParamError(
+            "%s with %s: not enough memory for %d bytes of buffers" % (sig.name, dict(env), need)
+        ) from None
     return bufs, initial
 
 
@@ -146,7 +152,7 @@ def _matmul_reference(inputs: Mapping[str, bytes], env: Mapping[str, int], sig: 
     a = _values(dt["a"], inputs["a"])[: m * k]
     b = _values(dt["b"], inputs["b"])[: k * n]
     cols = [b[j::n] for j in range(n)]
-    return {"c": [sum(x * y for x, y in zip(a[i * k:(i + 1) * k], col)) for i in range(m) for col in cols]}
+    return {"c": [sum(x * y for x, y in zip(a[i * k : (i + 1) * k], col)) for i in range(m) for col in cols]}
 
 
 #: Pure-Python references by kernel name: (initial input bytes, variables, sig) -> expected outputs

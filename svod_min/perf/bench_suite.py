@@ -43,7 +43,9 @@ def paired_median_s(fns: Dict[str, Callable[[], Any]], reps: int, warmup: int = 
 
 #: The directory holding the svod_min package (a checkout, or site-packages): child processes of a
 #: benchmark put it on PYTHONPATH so that they import this same svod_min.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # svod_min/perf/ -> its parent
+PACKAGE_PARENT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)  # svod_min/perf/ -> its parent
 PACKAGED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks")
 
 
@@ -98,7 +100,9 @@ def _normalise(row: Dict[str, Any], source: str) -> Dict[str, Any]:
     return out
 
 
-def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+def run_suite(
+    bench_dir: Optional[str] = None, quick: bool = False, only: Optional[List[str]] = None
+) -> List[Dict[str, Any]]:
     """Run every benchmark with a ``rows()`` function; a failing one becomes an error row.
 
     The benchmarks installed with the package (:mod:`svod_min.perf.benchmarks`) always run; a source
@@ -115,7 +119,9 @@ def run_suite(bench_dir: Optional[str] = None, quick: bool = False, only: Option
             kwargs = {"quick": True} if quick and "quick" in inspect.signature(fn).parameters else {}
             rows.extend(_normalise(r, name) for r in fn(**kwargs))
         except Exception as exc:  # one broken benchmark must not hide the others
-            rows.append({**{k: None for k in KEYS}, "measure": "%s failed: %s" % (name, exc), "met": False, "source": name})
+            rows.append(
+                {**{k: None for k in KEYS}, "measure": "%s failed: %s" % (name, exc), "met": False, "source": name}
+            )
             traceback.print_exc(file=sys.stderr)
     return rows
 
@@ -134,8 +140,9 @@ def run_tinygrad_child(code: str, args: List[str], timeout: float = 900) -> Opti
     env = dict(os.environ, DEV="CPU", CACHELEVEL="0")
     env.pop("DEBUG", None)
     try:
-        result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                                timeout=timeout, env=env)
+        result = subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env
+        )
     except subprocess.TimeoutExpired:
         print("tinygrad peer timed out", file=sys.stderr)
         return None
@@ -145,8 +152,9 @@ def run_tinygrad_child(code: str, args: List[str], timeout: float = 900) -> Opti
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def make_row(measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool],
-             digits: int = 2) -> Dict[str, Any]:
+def make_row(
+    measure: str, ours: float, peer: Optional[float], peer_name: str, goal: str, met: Optional[bool], digits: int = 2
+) -> Dict[str, Any]:
     """One benchmark row; ratio = peer / svod_min (> 1: svod_min is faster for time-like measures)."""
     ratio = (peer / ours) if (peer is not None and ours) else None
     return {

@@ -80,7 +80,9 @@ class BenchmarkConfig:
                 raise ConfigError("%s must be an int >= %d, got %r" % (name, least, value))
         for name in ("early_stop", "warmup_budget"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+            ):
                 raise ConfigError("%s must be seconds >= 0 or None, got %r" % (name, value))  # nan fails >= 0
 
     @property
@@ -180,9 +182,7 @@ def warm_clock(
     return calls
 
 
-def round_robin_min(
-    candidates: Sequence[Callable[[], Optional[float]]], rounds: int
-) -> List[Optional[float]]:
+def round_robin_min(candidates: Sequence[Callable[[], Optional[float]]], rounds: int) -> List[Optional[float]]:
     """Each candidate's minimum over ``rounds`` rounds of timing every candidate in turn.
 
     Interleaving means none is judged at a clock the others were not. A
@@ -257,8 +257,8 @@ class CacheFlusher:
         self._load_kernel()
 
     def _load_kernel(self) -> None:
-        from ..jit_loader import load_object
         from ..cache.kernel_cache import compile_cached
+        from ..jit_loader import load_object
 
         try:
             self._loaded = load_object(compile_cached(_FLUSH_SOURCE))
@@ -395,8 +395,9 @@ def warmup_thread_pool(device: Any = None) -> int:
     except AttributeError:
         threads, pool = None, None
     if not _is_int(threads) or threads < 1:
-        raise DeviceError("warmup_thread_pool needs a CPU device (threads >= 1 and host_pool()), got %s"
-                          % type(device).__name__)  # fmt: skip
+        raise DeviceError(
+            "warmup_thread_pool needs a CPU device (threads >= 1 and host_pool()), got %s" % type(device).__name__
+        )
     if pool is not None:  # None: one thread, or called on one of the pool's own workers
         _touch_workers(pool, threads)
     return int(threads)

@@ -20,8 +20,17 @@ if TYPE_CHECKING:  # pragma: no cover - names for the annotations only
     import onnx
 
 #: The light models of the onnx wheel, smallest first by run time.
-LIGHT_MODELS: Tuple[str, ...] = ("squeezenet", "shufflenet", "inception_v1", "bvlc_alexnet", "zfnet512", "inception_v2",
-                                 "resnet50", "densenet121", "vgg19")  # fmt: skip
+LIGHT_MODELS: Tuple[str, ...] = (
+    "squeezenet",
+    "shufflenet",
+    "inception_v1",
+    "bvlc_alexnet",
+    "zfnet512",
+    "inception_v2",
+    "resnet50",
+    "densenet121",
+    "vgg19",
+)
 
 
 def light_model_names() -> Tuple[str, ...]:
@@ -101,7 +110,9 @@ def _keep_only(field: Any, wanted: Any) -> None:
     field.extend(kept)
 
 
-def _weight(rng: Any, shape: List[int], uses: List[Tuple[Any, int]], readers: Dict[str, List[Tuple[Any, int]]]) -> "np.ndarray":
+def _weight(
+    rng: Any, shape: List[int], uses: List[Tuple[Any, int]], readers: Dict[str, List[Tuple[Any, int]]]
+) -> "np.ndarray":
     """A weight judged by its first reader: He-scaled for Conv/Gemm, near 1 for scales, small for shifts."""
     import numpy as np
 

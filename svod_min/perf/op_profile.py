@@ -44,8 +44,9 @@ def shape_of(op: Any) -> str:
     return " ".join("%s=%s" % (k, v) for k, v in fixed.items() if k not in _NOISE)
 
 
-def profiles(svod_path: str, inputs: Mapping[str, Any], runs: int = 3,
-             onnx_path: Optional[str] = None) -> Tuple[List[OpTime], List["OrtNode"]]:  # fmt: skip
+def profiles(
+    svod_path: str, inputs: Mapping[str, Any], runs: int = 3, onnx_path: Optional[str] = None
+) -> Tuple[List[OpTime], List["OrtNode"]]:
     """svod_min's ops (slowest first) and, with ``onnx_path``, onnxruntime's nodes, both at 1 thread: each op's
     fastest time over ``runs`` runs, the two engines' runs alternating so that both see the same load."""
     from svod_min import load_model
@@ -65,8 +66,10 @@ def profiles(svod_path: str, inputs: Mapping[str, Any], runs: int = 3,
                 session.run(None, dict(inputs))
         nodes = _ort_nodes(session, directory) if session is not None else []
     ops = plan.prepared_ops()
-    found = [OpTime(i, p.name, shape_of(ops[i]), p.elapsed, p.flops, conv_key(getattr(ops[i], "fixedvars", None) or {}))
-             for i, p in best.items()]  # fmt: skip
+    found = [
+        OpTime(i, p.name, shape_of(ops[i]), p.elapsed, p.flops, conv_key(getattr(ops[i], "fixedvars", None) or {}))
+        for i, p in best.items()
+    ]
     return sorted(found, key=lambda o: -o.seconds), nodes
 
 
@@ -164,6 +167,7 @@ def ort_conv_seconds(nodes: List[OrtNode], key: Optional[Tuple[int, ...]]) -> Op
 
 def _same_conv(ours: Tuple[int, ...], theirs: Tuple[int, ...]) -> bool:
     """The same convolution, onnxruntime's output and input channels maybe padded to a multiple of 16 (its blocked layout)."""
+
     def padded(n: int, m: int) -> bool:
         return m == n or m == -(-n // 16) * 16
 
@@ -176,26 +180,44 @@ def peak_gflops(times: List[OpTime]) -> Optional[float]:
     return max(rates) if rates else None
 
 
-def profile_row(name: str, svod_path: str, inputs: Mapping[str, Any], onnx_path: Optional[str] = None,
-                runs: int = 3) -> Dict[str, Any]:  # fmt: skip
+def profile_row(
+    name: str, svod_path: str, inputs: Mapping[str, Any], onnx_path: Optional[str] = None, runs: int = 3
+) -> Dict[str, Any]:
     """One benchmark row naming the op that takes the most time, with its GFLOP/s; with ``onnx_path``,
     onnxruntime's time per kind of op and its GFLOP/s for a convolution of the same shape."""
     times, nodes = profiles(svod_path, inputs, runs, onnx_path)
     total = sum(o.seconds for o in times)
     top = times[0]
-    kinds = ", ".join("%s %.1f/%.1f" % (k, s * 1e3, o * 1e3) for k, (s, o) in kind_totals(times, nodes).items()) if nodes else ""
+    kinds = (
+        ", ".join("%s %.1f/%.1f" % (k, s * 1e3, o * 1e3) for k, (s, o) in kind_totals(times, nodes).items())
+        if nodes
+        else ""
+    )
     peer_seconds = ort_conv_seconds(nodes, top.conv)
     peer_rate = top.flops / peer_seconds / 1e9 if peer_seconds and top.flops else None
     families = ", ".join("%s %.0f%%" % (f, 100 * t / total) for f, t in kernel_families(times)[:3]) if total else ""
-    measure = "onnx %s: profile, 1 thread: %skernels by time: %s; slowest op #%d %s (%s) %.0f%% of %.1f ms [GFLOP/s]" % (
-        name, "ms per op kind (svod_min vs onnxruntime): %s; " % kinds if kinds else "", families, top.index, top.kernel,
-        top.shape, 100 * top.seconds / total if total else 0, total * 1e3)  # fmt: skip
+    measure = (
+        "onnx %s: profile, 1 thread: %skernels by time: %s; slowest op #%d %s (%s) %.0f%% of %.1f ms [GFLOP/s]"
+        % (
+            name,
+            "ms per op kind (svod_min vs onnxruntime): %s; " % kinds if kinds else "",
+            families,
+            top.index,
+            top.kernel,
+            top.shape,
+            100 * top.seconds / total if total else 0,
+            total * 1e3,
+        )
+    )
     return {
-        "measure": measure, "svod_min": None if top.gflops is None else round(top.gflops, 1),
+        "measure": measure,
+        "svod_min": None if top.gflops is None else round(top.gflops, 1),
         "peer": "onnxruntime, a Conv of the same shape" if peer_rate else "best op of the same run",
         "peer_value": round(peer_rate, 1) if peer_rate else _rounded(peak_gflops(times)),
-        "ratio": round(top.gflops / peer_rate, 2) if peer_rate and top.gflops else None, "goal": "info", "met": None,
-    }  # fmt: skip
+        "ratio": round(top.gflops / peer_rate, 2) if peer_rate and top.gflops else None,
+        "goal": "info",
+        "met": None,
+    }
 
 
 def kernel_families(times: List[OpTime]) -> List[Tuple[str, float]]:
@@ -226,8 +248,10 @@ def format_ops(times: List[OpTime], top: int, nodes: Optional[List[OrtNode]] = N
         rate = "-" if o.gflops is None else "%.1f" % o.gflops
         peer = ort_conv_seconds(nodes or [], o.conv)
         peer_rate = "-" if not peer or not o.flops else "%.1f" % (o.flops / peer / 1e9)
-        lines.append("%5d  %-44s  %9.3f  %5.1f%%  %8s  %8s  %s" % (o.index, o.kernel[:44], o.seconds * 1e3, 100 * o.seconds / total,
-                                                                rate, peer_rate, o.shape))  # fmt: skip
+        lines.append(
+            "%5d  %-44s  %9.3f  %5.1f%%  %8s  %8s  %s"
+            % (o.index, o.kernel[:44], o.seconds * 1e3, 100 * o.seconds / total, rate, peer_rate, o.shape)
+        )
     peak = peak_gflops(times)
     lines.append("by kernel: " + ", ".join("%s %.3f ms" % (f, t * 1e3) for f, t in kernel_families(times)[:6]))
     best = "-" if peak is None else "%.1f" % peak
@@ -239,8 +263,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle", help="a model bundle (.svod) or plan file")
     p.add_argument("--onnx", help="the ONNX model the bundle was built from: onnxruntime's profile beside svod_min's")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input (repeatable; default: the bundle's example)")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input (repeatable; default: the bundle's example)",
+    )
     p.add_argument("--top", type=int, default=15, help="ops to list (default 15)")
     p.add_argument("--runs", type=int, default=3, help="profiled runs; each op's fastest counts (default 3)")
     args = p.parse_args(argv)

@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .autotune import format_params, tune, tuning_params
-from .benchmark import BenchmarkConfig
 from ..error import SvodError
 from ..expr import compile_expr
 from ..kernels import find_sig, host_variant
 from ..kernels.tuning import cpu_model
 from ..planfile.schema import var_bounds
+from .autotune import format_params, tune, tuning_params
+from .benchmark import BenchmarkConfig
 
 #: The library kernels ``--tune`` times (the ones with register-tile params the lowering uses).
 TUNABLE = ("conv2d_gemm", "matmul")
@@ -58,14 +58,25 @@ class PlanTuning:
     def summary(self) -> Dict[str, Any]:
         """The bundle manifest's ``tuned`` record."""
         changed = sum(1 for t in self.ops if t.choice != t.default)
-        return {"variant": self.variant, "cpu": cpu_model(), "threads": self.threads, "shapes": len(self.ops),
-                "non_default": changed, "not_tuned": sum(1 for t in self.ops if t.note),
-                "seconds": round(self.seconds, 3)}  # fmt: skip
+        return {
+            "variant": self.variant,
+            "cpu": cpu_model(),
+            "threads": self.threads,
+            "shapes": len(self.ops),
+            "non_default": changed,
+            "not_tuned": sum(1 for t in self.ops if t.note),
+            "seconds": round(self.seconds, 3),
+        }
 
 
-def tune_plan(doc: Dict[str, Any], progress: Progress = lambda line: None, *, threads: int = 1,
-              candidates: Optional[Sequence[Mapping[str, Any]]] = None,
-              config: Optional[BenchmarkConfig] = None) -> Optional[PlanTuning]:  # fmt: skip
+def tune_plan(
+    doc: Dict[str, Any],
+    progress: Progress = lambda line: None,
+    *,
+    threads: int = 1,
+    candidates: Optional[Sequence[Mapping[str, Any]]] = None,
+    config: Optional[BenchmarkConfig] = None,
+) -> Optional[PlanTuning]:
     """Tune ``doc``'s library ops in place (see the module doc); None when nothing could be tuned here."""
     variant = host_variant()
     if variant is None:
@@ -80,7 +91,9 @@ def tune_plan(doc: Dict[str, Any], progress: Progress = lambda line: None, *, th
         found = _tune_one(doc["kernels"][kernel_key], dict(skey[1]), variant, threads, candidates, config)
         if found is not None:
             results[skey] = found
-            progress("[%d/%d] %s %s: %s" % (i + 1, len(groups), found.kernel, _shape_text(found.shape), _choice_text(found)))
+            progress(
+                "[%d/%d] %s %s: %s" % (i + 1, len(groups), found.kernel, _shape_text(found.shape), _choice_text(found))
+            )
     _regroup(doc, results, variant)
     return PlanTuning(variant, threads, list(results.values()), time.perf_counter() - start)
 
@@ -110,16 +123,30 @@ def _shape_key(doc: Dict[str, Any], op: Mapping[str, Any]) -> ShapeKey:
     return op.get("kernel"), tuple(sorted(values.items()))
 
 
-def _tune_one(kernel: Dict[str, Any], shape: Dict[str, Any], variant: str, threads: int,
-              candidates: Optional[Sequence[Mapping[str, Any]]], config: BenchmarkConfig) -> Optional[TunedOp]:  # fmt: skip
+def _tune_one(
+    kernel: Dict[str, Any],
+    shape: Dict[str, Any],
+    variant: str,
+    threads: int,
+    candidates: Optional[Sequence[Mapping[str, Any]]],
+    config: BenchmarkConfig,
+) -> Optional[TunedOp]:
     """Time the candidates for one shape; None (with the defaults kept) when the tuner cannot."""
     name, params = kernel["library"], dict(kernel.get("params", {}))
     tun = tuning_params(name)
     fixed = {k: v for k, v in params.items() if k not in tun and k != "dtype"}
     default = {k: v for k, v in find_sig(name, variant, **params).params if k in tun}
     try:
-        result = tune(name, dtype=params.get("dtype", "float32"), shape=shape, params=fixed, threads=threads,
-                      candidates=candidates, config=config, store=False)  # fmt: skip
+        result = tune(
+            name,
+            dtype=params.get("dtype", "float32"),
+            shape=shape,
+            params=fixed,
+            threads=threads,
+            candidates=candidates,
+            config=config,
+            store=False,
+        )
     except SvodError as exc:  # a shape the tuner cannot run (too large, symbolic variables...): the defaults
         return TunedOp(name, shape, default, default, note="not tuned: %s" % str(exc).splitlines()[0][:160])
     times = {format_params(r.params): r.min_s for r in result.rows if r.min_s is not None}
@@ -140,7 +167,11 @@ def _regroup(doc: Dict[str, Any], results: Mapping[ShapeKey, TunedOp], variant: 
         tuned = results.get(_shape_key(doc, op)) if isinstance(key, str) else None
         if tuned is None:
             continue
-        new_key = key if tuned.choice == tuned.default else "%s~%s" % (key, ".".join("%s=%s" % kv for kv in sorted(tuned.choice.items())))
+        new_key = (
+            key
+            if tuned.choice == tuned.default
+            else "%s~%s" % (key, ".".join("%s=%s" % kv for kv in sorted(tuned.choice.items())))
+        )
         fresh.setdefault(new_key, dict(originals[key], tuned={variant: dict(sorted(tuned.choice.items()))}))
         op["kernel"] = new_key
     used = {op.get("kernel") for op in doc.get("ops", [])}

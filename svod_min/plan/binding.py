@@ -89,13 +89,20 @@ def bind_kernel(op: PreparedKernel, buffers: Sequence[Any], bound: Any) -> Bound
     core_index = names.index("core_id") if "core_id" in names else None
     threaded = dims[0] > 1
     threads = parallelism(op, env)
-    launch = program.bind(bufs, list(op.vals), global_size=dims if threaded else None, core_id_index=core_index,
-                          threads=1 if threaded and threads == 1 else None)  # fmt: skip
+    launch = program.bind(
+        bufs,
+        list(op.vals),
+        global_size=dims if threaded else None,
+        core_id_index=core_index,
+        threads=1 if threaded and threads == 1 else None,
+    )
     entry = native_entry(program.native_address, bufs, op.vals, dims[0], core_index, threads)
     return BoundKernel(launch, threaded, entry, threads == 1)
 
 
-def _bind_gpu(op: PreparedKernel, bufs: List[Any], grid: Tuple[int, int, int], env: Mapping[str, int], bound: Any) -> Any:
+def _bind_gpu(
+    op: PreparedKernel, bufs: List[Any], grid: Tuple[int, int, int], env: Mapping[str, int], bound: Any
+) -> Any:
     """A GPU launch (svod: global_size counts blocks): bound once, then patched in place.
 
     Patching keeps the launch object, so a device graph holding it re-uploads
@@ -111,4 +118,13 @@ def _bind_gpu(op: PreparedKernel, bufs: List[Any], grid: Tuple[int, int, int], e
     return op.kernel.program.bind(bufs, list(op.vals), global_size=grid, local_size=block)
 
 
-__all__ = ["ANY_THREADS", "PARALLEL_MIN_FLOPS", "BoundKernel", "bind_kernel", "check_extents", "launch_dims", "op_env", "parallelism"]
+__all__ = [
+    "ANY_THREADS",
+    "PARALLEL_MIN_FLOPS",
+    "BoundKernel",
+    "bind_kernel",
+    "check_extents",
+    "launch_dims",
+    "op_env",
+    "parallelism",
+]

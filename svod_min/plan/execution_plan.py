@@ -34,7 +34,18 @@ from ..profiler import KernelProfile
 from .binding import PARALLEL_MIN_FLOPS, bind_kernel, op_env
 from .grain import GrainSplit
 from .native_replay import NativeEntry, pack_segments
-from .ops import PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, PreparedOp, RuntimeVar, copy_op, custom_function_kinds, register_custom_function, run_custom_function
+from .ops import (
+    PreparedBufferView,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    PreparedOp,
+    RuntimeVar,
+    copy_op,
+    custom_function_kinds,
+    register_custom_function,
+    run_custom_function,
+)
 from .schedule import graph_segments, hazard_groups, kernel_programs
 from .validation import check_buffer, check_op, check_outputs, resolve_dependencies
 from .variables import check_var_values, custom_vars, kernel_vals, plan_runtime_vars
@@ -110,7 +121,9 @@ class ExecutionPlanBuilder:
         """Append an op that also depends on the ops at these indices."""
         index = len(self._ops)
         if not isinstance(dependencies, (list, tuple)) or not all(type(d) is int for d in dependencies):
-            raise PlanError("op %d: instance dependencies must be a list of op indices (ints), got %r" % (index, dependencies))
+            raise PlanError(
+                "op %d: instance dependencies must be a list of op indices (ints), got %r" % (index, dependencies)
+            )
         self._instance_deps[self.add_op(op)] = list(dependencies)
         return index
 
@@ -126,8 +139,15 @@ class ExecutionPlanBuilder:
         preds = resolve_dependencies(self._ops, self._instance_deps)
         order, levels = kahn_levels(preds, [op.id for op in self._ops])
         return PlanParts(
-            device=self.device, buffers=list(self._buffers), ast_to_buffer=dict(self._ast_to_buffer), outputs=outputs,
-            ops=list(self._ops), order=order, levels=levels, inputs=list(self._inputs), var_values=dict(self._var_values),
+            device=self.device,
+            buffers=list(self._buffers),
+            ast_to_buffer=dict(self._ast_to_buffer),
+            outputs=outputs,
+            ops=list(self._ops),
+            order=order,
+            levels=levels,
+            inputs=list(self._inputs),
+            var_values=dict(self._var_values),
         )
 
     def build(self) -> "ExecutionPlan":
@@ -184,8 +204,14 @@ class ExecutionPlan:
     def from_parts(cls, parts: PlanParts) -> "ExecutionPlan":
         """A prepared plan from a builder's validated parts."""
         plan = cls(
-            device=parts.device, buffers=parts.buffers, ast_to_buffer=parts.ast_to_buffer, outputs=parts.outputs,
-            ops=parts.ops, order=parts.order, levels=parts.levels, inputs=parts.inputs,
+            device=parts.device,
+            buffers=parts.buffers,
+            ast_to_buffer=parts.ast_to_buffer,
+            outputs=parts.outputs,
+            ops=parts.ops,
+            order=parts.order,
+            levels=parts.levels,
+            inputs=parts.inputs,
         )
         plan._var_values = dict(parts.var_values)
         plan._prepare()
@@ -428,9 +454,17 @@ class ExecutionPlan:
         else:
             name, kind = "custom:%s" % op.kind, "custom"
         return KernelProfile(
-            name=name, device=str(self._device.spec), num_buffers=len(op.buffer_indices),
-            elapsed=elapsed, wall=wall, start_ns=start, end_ns=end, flops=flops, bytes_moved=moved,
-            op_index=index, kind=kind,
+            name=name,
+            device=str(self._device.spec),
+            num_buffers=len(op.buffer_indices),
+            elapsed=elapsed,
+            wall=wall,
+            start_ns=start,
+            end_ns=end,
+            flops=flops,
+            bytes_moved=moved,
+            op_index=index,
+            kind=kind,
         )
 
     # -- variables ----------------------------------------------------------------------------
@@ -472,10 +506,14 @@ class ExecutionPlan:
         Both happen under one hold of the plan lock, so a concurrent caller
         can never run the plan with this call's values or vice versa.
         """
-        self._guarded(self._run_levels, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals)))
+        self._guarded(
+            self._run_levels, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals))
+        )
 
     def execute_with_vars_profiled(self, var_vals: Mapping[str, int]) -> List[KernelProfile]:
-        return self._guarded(self._run_profiled, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals)))
+        return self._guarded(
+            self._run_profiled, prepare=lambda: self._apply_vars(check_var_values(self.runtime_vars(), var_vals))
+        )
 
     # -- buffers ---------------------------------------------------------------------------------
 
@@ -530,17 +568,20 @@ class ExecutionPlan:
     def poisoned(self) -> bool:
         return self._poisoned is not None
 
-    def copy_output_region_to_buffer(self, position: int, dst: Any, dst_offset: int, src_offset: int, nbytes: int) -> None:
+    def copy_output_region_to_buffer(
+        self, position: int, dst: Any, dst_offset: int, src_offset: int, nbytes: int
+    ) -> None:
         """Copy ``nbytes`` of output ``position`` (from ``src_offset``) into ``dst`` at ``dst_offset``."""
         src = self.output_buffer_at(position)
         if src is None:
             raise PlanError("output position %d out of range (%d outputs)" % (position, self.num_outputs))
         for what, off, buf in (("source", src_offset, src), ("destination", dst_offset, dst)):
             if off < 0 or nbytes < 0 or off + nbytes > buf.nbytes:
-                raise BufferAllocationError("%s region [%d, +%d) is outside its %d-byte buffer" % (what, off, nbytes, buf.nbytes))
+                raise BufferAllocationError(
+                    "%s region [%d, +%d) is outside its %d-byte buffer" % (what, off, nbytes, buf.nbytes)
+                )
         if nbytes:
             copy_buffer(dst.view(dst_offset, nbytes, "uint8"), src.view(src_offset, nbytes, "uint8"))
-
 
     def release_intermediate_buffers(self, remove_fn: Optional[Callable[[int], None]] = None) -> None:
         """Drop every buffer that is neither an output nor a declared input; the plan cannot run after.
@@ -625,7 +666,12 @@ class ExecutionPlan:
 
     def __repr__(self) -> str:
         state = "poisoned" if self.poisoned else "ready"
-        return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (len(self._ops), len(self.op_levels), len(self._buffers), state)
+        return "<ExecutionPlan %d ops, %d levels, %d buffers, %s>" % (
+            len(self._ops),
+            len(self.op_levels),
+            len(self._buffers),
+            state,
+        )
 
 
 def _work(expr: Optional[Union[int, str]], env: Mapping[str, int]) -> Optional[int]:
@@ -646,7 +692,18 @@ def _run_custom_on_host(op: PreparedCustomFunction, bufs: List[Any], variables: 
 
 
 __all__ = [  # the plan's public face: its own classes, plus the op and custom-function names of plan_ops
-    "ExecutionPlan", "ExecutionPlanBuilder", "PARALLEL_MIN_FLOPS", "PreparedBufferView", "PreparedCopy",
-    "PreparedCustomFunction", "PreparedKernel", "PreparedOp", "RuntimeVar", "copy_buffer", "kahn_levels",
-    "custom_function_kinds", "register_custom_function", "run_custom_function",
-]  # fmt: skip
+    "ExecutionPlan",
+    "ExecutionPlanBuilder",
+    "PARALLEL_MIN_FLOPS",
+    "PreparedBufferView",
+    "PreparedCopy",
+    "PreparedCustomFunction",
+    "PreparedKernel",
+    "PreparedOp",
+    "RuntimeVar",
+    "copy_buffer",
+    "kahn_levels",
+    "custom_function_kinds",
+    "register_custom_function",
+    "run_custom_function",
+]

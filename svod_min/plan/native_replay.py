@@ -32,8 +32,8 @@ import threading
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import env_flag, env_int
-from ..jit_loader.rt_helpers import loaded_runtime
 from ..error import NotSupportedError, SvodError
+from ..jit_loader.rt_helpers import loaded_runtime
 
 MAX_ARGS = 32
 HEADER_WORDS = 5
@@ -333,8 +333,8 @@ _runner_error: Optional[str] = None
 
 def _load_runner() -> Tuple[Any, Any]:
     # On first use only: plans import this module, and GPU-only ones never build the runner.
-    from ..jit_loader import load_object
     from ..cache.kernel_cache import compile_cached
+    from ..jit_loader import load_object
 
     loaded = prebuilt_runtime(load_object)
     if loaded is None or runner_row_limit(loaded) != MAX_ARGS or not all(e in loaded.symbols for e in ENTRIES):
@@ -417,7 +417,9 @@ class ReplayTable:
     def add(self, fn: int, args: Sequence[int], ncalls: int = 1, core_pos: int = -1, threads: int = 1 << 30) -> None:
         """Append a kernel call; ``threads`` caps the pthreads used for its core_id invocations."""
         if len(args) > MAX_ARGS:
-            raise NotSupportedError("native replay supports kernels with up to %d arguments, got %d" % (MAX_ARGS, len(args)))
+            raise NotSupportedError(
+                "native replay supports kernels with up to %d arguments, got %d" % (MAX_ARGS, len(args))
+            )
         self._words += [fn, len(args), ncalls, core_pos & 0xFFFFFFFFFFFFFFFF, max(1, threads)]
         self._words += [a & 0xFFFFFFFFFFFFFFFF for a in args]
         self._array = None
@@ -438,8 +440,14 @@ class ReplayTable:
         return self.bind(threads, spin)()
 
 
-def native_entry(address: Optional[int], bufs: Sequence[Any], vals: Sequence[int], ncalls: int,
-                 core_index: Optional[int], threads: int) -> Optional[NativeEntry]:  # fmt: skip
+def native_entry(
+    address: Optional[int],
+    bufs: Sequence[Any],
+    vals: Sequence[int],
+    ncalls: int,
+    core_index: Optional[int],
+    threads: int,
+) -> Optional[NativeEntry]:
     """How the runner would call a kernel (``address``: its program's ``native_address``).
 
     None when it cannot: no native entry, a buffer off the host, or more arguments than a table
@@ -476,5 +484,8 @@ def pack_segments(groups: Sequence[List[int]], entries: Mapping[int, NativeEntry
         segments.append(group)
     if table is not None:
         segments.append(table)
-    threads, spin = native_threads(threads), native_spin()  # bound once: a replay is then one C call per table, no lookups
+    threads, spin = (
+        native_threads(threads),
+        native_spin(),
+    )  # bound once: a replay is then one C call per table, no lookups
     return [seg if isinstance(seg, list) else seg.bind(threads, spin) for seg in segments]

@@ -10,8 +10,9 @@ import numbers
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-from ..error import ExecutionError, NotSupportedError, PlanError
 from ..cache.kernel_cache import CachedKernel
+from ..error import ExecutionError, NotSupportedError, PlanError
+
 
 @dataclass(frozen=True)
 class RuntimeVar:
@@ -198,7 +199,6 @@ def check_fields(where: str, op: PreparedOp) -> None:
             raise PlanError("%s: fixedvars must map names to ints, got %r: %r" % (where, name, value))
     if isinstance(op, PreparedBufferView) and not all(type(v) is int for v in (op.byte_offset, op.byte_size)):
         raise PlanError("%s: view byte_offset and byte_size must be ints" % where)
-
 
 
 def runtime_vars_of(op: PreparedOp) -> Sequence[RuntimeVar]:

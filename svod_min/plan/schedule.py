@@ -35,15 +35,18 @@ def is_barrier(op: PreparedOp) -> bool:
     return isinstance(op, (PreparedCustomFunction, PreparedBufferView))
 
 
-def hazard_groups(levels: Sequence[List[int]], ops: Sequence[PreparedOp], buffers: Sequence[Any]) -> List[List[List[int]]]:
+def hazard_groups(
+    levels: Sequence[List[int]], ops: Sequence[PreparedOp], buffers: Sequence[Any]
+) -> List[List[List[int]]]:
     """Per level, its ops split into groups that may run at the same time."""
     accesses = [op_accesses(op, buffers) for op in ops]
     barrier = [is_barrier(op) for op in ops]
     return [group_level(level, accesses, barrier) for level in levels]
 
 
-def graph_segments(graph: Any, groups: List[List[int]], ops: Sequence[PreparedOp], buffers: Sequence[Any],
-                   launches: Sequence[Any]) -> List[Any]:  # fmt: skip
+def graph_segments(
+    graph: Any, groups: List[List[int]], ops: Sequence[PreparedOp], buffers: Sequence[Any], launches: Sequence[Any]
+) -> List[Any]:
     """Runs of groups as device graphs from the device's graph slot; copies become memcpy nodes
     where the driver has them, else they stay on the Python path."""
     try:
@@ -52,8 +55,9 @@ def graph_segments(graph: Any, groups: List[List[int]], ops: Sequence[PreparedOp
         return graph.build(groups, graph_nodes(graph, ops, buffers, launches, copies=False))
 
 
-def graph_nodes(graph: Any, ops: Sequence[PreparedOp], buffers: Sequence[Any], launches: Sequence[Any],
-                copies: bool) -> Dict[int, Any]:  # fmt: skip
+def graph_nodes(
+    graph: Any, ops: Sequence[PreparedOp], buffers: Sequence[Any], launches: Sequence[Any], copies: bool
+) -> Dict[int, Any]:
     """Each op as a graph node: its bound launch, a device copy (``copies``), NO_NODE (a view), or None.
 
     Custom functions (and copies the device cannot make nodes of) are None: they end a run and

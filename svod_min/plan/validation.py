@@ -12,10 +12,20 @@ from __future__ import annotations
 import numbers
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..cache.kernel_cache import CachedKernel
 from ..error import NotSupportedError, PlanError
 from ..expr import compile_expr
-from ..cache.kernel_cache import CachedKernel
-from .ops import CUSTOM_FUNCTIONS, OP_TYPES, PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, PreparedOp, check_fields, custom_function_kinds
+from .ops import (
+    CUSTOM_FUNCTIONS,
+    OP_TYPES,
+    PreparedBufferView,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    PreparedOp,
+    check_fields,
+    custom_function_kinds,
+)
 from .variables import bound_var_value
 
 
@@ -124,7 +134,10 @@ def _check_kernel_op(where: str, op: PreparedKernel, var_values: Mapping[str, in
         raise PlanError("%s: %d values for variables %s" % (where, len(op.vals), names))
     takes = op.kernel.program.var_names
     if len(takes) != len(names):
-        raise PlanError("%s: kernel %s takes variables %s, the op names %s" % (where, op.kernel.entry_point, list(takes), list(names)))
+        raise PlanError(
+            "%s: kernel %s takes variables %s, the op names %s"
+            % (where, op.kernel.entry_point, list(takes), list(names))
+        )
     if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in op.vals):
         raise PlanError("%s: vals must be ints, got %r" % (where, op.vals))
     _check_fixed_vars(where, op)
@@ -132,7 +145,9 @@ def _check_kernel_op(where: str, op: PreparedKernel, var_values: Mapping[str, in
     for what, expr in (("flops", op.flops), ("bytes_moved", op.bytes_moved)):
         unknown = sorted(compile_expr(expr).names - allowed) if expr is not None else []
         if unknown:
-            raise PlanError("%s: %s expression %r uses %s, not kernel variables %s" % (where, what, expr, unknown, list(names)))
+            raise PlanError(
+                "%s: %s expression %r uses %s, not kernel variables %s" % (where, what, expr, unknown, list(names))
+            )
     _apply_var_exprs(where, op, var_values)
 
 
@@ -141,9 +156,13 @@ def _check_fixed_vars(where: str, op: PreparedKernel) -> None:
     names = op.kernel.var_names
     for name, value in op.fixedvars.items():
         if name in names and op.vals[names.index(name)] != value:
-            raise PlanError("%s: fixed variable %s=%r but vals gives %r" % (where, name, value, op.vals[names.index(name)]))
+            raise PlanError(
+                "%s: fixed variable %s=%r but vals gives %r" % (where, name, value, op.vals[names.index(name)])
+            )
         if name in op.var_exprs:
-            raise PlanError("%s: variable %s is both fixed (%r) and bound to %r" % (where, name, value, op.var_exprs[name]))
+            raise PlanError(
+                "%s: variable %s is both fixed (%r) and bound to %r" % (where, name, value, op.var_exprs[name])
+            )
 
 
 def _apply_var_exprs(where: str, op: PreparedKernel, var_values: Mapping[str, int]) -> None:
@@ -167,7 +186,9 @@ def _check_view(where: str, op: PreparedBufferView, buffers: Sequence[Any]) -> N
             % (where, out.offset, out.nbytes, base.offset + op.byte_offset, op.byte_size)
         )
     if op.byte_offset < 0 or op.byte_offset + op.byte_size > base.nbytes:
-        raise PlanError("%s: view [%d, +%d) is outside its %d-byte base" % (where, op.byte_offset, op.byte_size, base.nbytes))
+        raise PlanError(
+            "%s: view [%d, +%d) is outside its %d-byte base" % (where, op.byte_offset, op.byte_size, base.nbytes)
+        )
 
 
 __all__ = ["check_buffer", "check_op", "check_outputs", "resolve_dependencies"]

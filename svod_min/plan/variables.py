@@ -45,7 +45,9 @@ def check_var_values(known: Mapping[str, RuntimeVar], var_vals: Any) -> Dict[str
             raise VariableBoundsError("variable %s=%r must be an int" % (name, value))
         value = int(value)  # numpy integers are welcome; the kernels get plain ints
         if not var.min_val <= value <= var.max_val:
-            raise VariableBoundsError("variable %s=%d is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val))
+            raise VariableBoundsError(
+                "variable %s=%d is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val)
+            )
         checked[name] = value
     return checked
 
@@ -79,4 +81,12 @@ def custom_vars(op: PreparedCustomFunction, values: Mapping[str, int]) -> Dict[s
     return out
 
 
-__all__ = ["INT32_MAX", "INT32_MIN", "bound_var_value", "check_var_values", "custom_vars", "kernel_vals", "plan_runtime_vars"]
+__all__ = [
+    "INT32_MAX",
+    "INT32_MIN",
+    "bound_var_value",
+    "check_var_values",
+    "custom_vars",
+    "kernel_vals",
+    "plan_runtime_vars",
+]

@@ -28,16 +28,18 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..compiler.targets import object_target_mismatch
 from ..error import BundleError, PlanError, PlanFileError
 from ..npy import parse_npy_header
 from .schema import parse_plan_bytes
-from ..compiler.targets import object_target_mismatch
 
 BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 ZIP_MAGIC = b"PK\x03\x04"
-STORE_ABOVE = 1 << 16  # .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start
+STORE_ABOVE = (
+    1 << 16
+)  # .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start
 #: A smaller .npy entry is stored too when deflate would save less than this share of it (random weights).
 MIN_DEFLATE_SAVING = 1 / 8
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes
@@ -101,8 +103,14 @@ def sha256(data: bytes) -> str:
 def check_entry_name(name: str) -> str:
     """``name`` when it is a plain relative path inside the bundle; BundleError otherwise."""
     parts = name.split("/")
-    bad = (not name or name.startswith("/") or "\\" in name or "\0" in name or ":" in parts[0]
-           or any(p in ("", ".", "..") for p in parts))  # fmt: skip
+    bad = (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or ":" in parts[0]
+        or any(p in ("", ".", "..") for p in parts)
+    )
     if bad:
         raise BundleError("entry %r: the path escapes the bundle or is not a plain relative path" % name)
     return name
@@ -169,8 +177,14 @@ def write_bundle(out_path: str, files: Mapping[str, bytes], manifest: Dict[str, 
     return full
 
 
-def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, prefix: bytes = b"",
-                    mode: int = 0o644, store: Callable[[str], bool] = lambda name: False) -> int:  # fmt: skip
+def write_fixed_zip(
+    out_path: str,
+    members: Sequence[Tuple[str, bytes]],
+    *,
+    prefix: bytes = b"",
+    mode: int = 0o644,
+    store: Callable[[str], bool] = lambda name: False,
+) -> int:
     """Write ``members`` in the given order as a deflated zip with fixed timestamps (the same bytes for the
     same members), after ``prefix`` (a zipapp's ``#!`` line); atomically. Returns the size written.
     Stored rather than deflated: the members ``store`` names, and ``.npy`` arrays over :data:`STORE_ABOVE`
@@ -183,7 +197,9 @@ def write_fixed_zip(out_path: str, members: Sequence[Tuple[str, bytes]], *, pref
             with zipfile.ZipFile(fh, "w") as zf:
                 for name, data in members:
                     info = zipfile.ZipInfo(name, date_time=FIXED_TIME)
-                    info.compress_type = zipfile.ZIP_STORED if store(name) or _weights(name, data) else zipfile.ZIP_DEFLATED
+                    info.compress_type = (
+                        zipfile.ZIP_STORED if store(name) or _weights(name, data) else zipfile.ZIP_DEFLATED
+                    )
                     info.external_attr = 0o644 << 16
                     info.create_system = 3  # Unix, whatever the writing host
                     zf.writestr(info, data, compresslevel=6)
@@ -293,7 +309,9 @@ class BundleFiles:
                 return False
             raise PlanFileError(path, str(exc)) from None
         if count * dt.itemsize != info.file_size - start:
-            raise PlanFileError(path, "%s: expected %d bytes of data, found %d" % (rel, count * dt.itemsize, info.file_size - start))
+            raise PlanFileError(
+                path, "%s: expected %d bytes of data, found %d" % (rel, count * dt.itemsize, info.file_size - start)
+            )
         target = memoryview(destination(dt, shape)).cast("B")
         head = len(prefix) - start
         target[:head] = prefix[start:]
@@ -308,29 +326,47 @@ class BundleFiles:
 
 def describe_bundle(bundle: Bundle) -> List[str]:
     """What ``info MODEL.svod`` prints: the bundle, its targets, this host's choice, each kernel's."""
-    from ..jit_loader.arch import host_arch
     from ..compiler.targets import choose_target, host_target
+    from ..jit_loader.arch import host_arch
 
     m = bundle.manifest
     compiler = m.get("compiler") or {}
-    lines = ["bundle: %s (format %d, built by svod_min %s%s)" % (
-        bundle.path, BUNDLE_FORMAT, m.get("svod_min", "?"),
-        " with %s %s" % (compiler.get("family"), compiler.get("version")) if compiler else "")]
+    lines = [
+        "bundle: %s (format %d, built by svod_min %s%s)"
+        % (
+            bundle.path,
+            BUNDLE_FORMAT,
+            m.get("svod_min", "?"),
+            " with %s %s" % (compiler.get("family"), compiler.get("version")) if compiler else "",
+        )
+    ]
     if bundle.plan.get("description"):
         lines.append("description: %s" % bundle.plan["description"])
     targets = bundle.targets()
     lines.append("targets: %s" % (", ".join(targets) or "none (no precompiled kernels)"))
     chosen = choose_target(targets) if targets else None
-    lines.append("this host: %s, target %s; would use %s" % (
-        host_arch(), host_target() or "unknown", chosen or ("nothing here" if targets else "-")))
+    lines.append(
+        "this host: %s, target %s; would use %s"
+        % (host_arch(), host_target() or "unknown", chosen or ("nothing here" if targets else "-"))
+    )
     tuned = m.get("tuned")
     if isinstance(tuned, dict):
-        lines.append("tuned: for %s (%s) at %s thread(s): %s op shape(s), %s with a non-default tile; other hosts use "
-                     "the defaults" % (tuned.get("variant"), tuned.get("cpu"), tuned.get("threads"), tuned.get("shapes"),
-                                       tuned.get("non_default")))  # fmt: skip
+        lines.append(
+            "tuned: for %s (%s) at %s thread(s): %s op shape(s), %s with a non-default tile; other hosts use "
+            "the defaults"
+            % (
+                tuned.get("variant"),
+                tuned.get("cpu"),
+                tuned.get("threads"),
+                tuned.get("shapes"),
+                tuned.get("non_default"),
+            )
+        )
     for name, kts in bundle.kernel_targets().items():
         k = bundle.plan["kernels"][name]
-        form = "library %s" % k["library"] if "library" in k else "objects %s" % ", ".join(kts) if kts else "source only"
+        form = (
+            "library %s" % k["library"] if "library" in k else "objects %s" % ", ".join(kts) if kts else "source only"
+        )
         pick = choose_target(kts) if kts else None
         source = any(f in k for f in ("source", "file", "llvm_ir", "ir_file"))
         use = pick or ("compile the source" if source and "library" not in k else "-" if not kts else "NONE")
@@ -343,7 +379,9 @@ def _tuned_text(kernel: Mapping[str, Any]) -> str:
     tuned = kernel.get("tuned")
     parts = []
     if isinstance(tuned, dict) and tuned:
-        tiles = (" ".join("%s=%s" % kv for kv in sorted(c.items())) if isinstance(c, dict) else "?" for c in tuned.values())
+        tiles = (
+            " ".join("%s=%s" % kv for kv in sorted(c.items())) if isinstance(c, dict) else "?" for c in tuned.values()
+        )
         parts.append("tuned " + ", ".join("%s %s" % (v, t) for v, t in zip(tuned, tiles)))
     records = kernel.get("library_objects")
     variants = sorted({o.get("variant") for o in records if isinstance(o, dict)}) if isinstance(records, list) else []
@@ -409,12 +447,15 @@ def _checked_infos(zf: zipfile.ZipFile, path: str, limits: Limits) -> Dict[str, 
         if info.flag_bits & 0x1:
             raise BundleError("%s: entry %r is encrypted" % (path, name))
         if info.file_size > limits.max_entry_bytes:
-            raise BundleError("%s: entry %r declares %d bytes; the limit is %d"
-                              % (path, name, info.file_size, limits.max_entry_bytes))  # fmt: skip
+            raise BundleError(
+                "%s: entry %r declares %d bytes; the limit is %d" % (path, name, info.file_size, limits.max_entry_bytes)
+            )
         total += info.file_size
         infos[name] = info
     if total > limits.max_total_bytes:
-        raise BundleError("%s: entries declare %d bytes in all; the limit is %d" % (path, total, limits.max_total_bytes))
+        raise BundleError(
+            "%s: entries declare %d bytes in all; the limit is %d" % (path, total, limits.max_total_bytes)
+        )
     return infos
 
 
@@ -435,7 +476,9 @@ def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, limit: in
     if len(data) > limit:
         raise BundleError("%s: entry %r holds more than %d bytes" % (path, info.filename, limit))
     if len(data) != info.file_size:
-        raise BundleError("%s: entry %r holds %d bytes, not the %d it declares" % (path, info.filename, len(data), info.file_size))
+        raise BundleError(
+            "%s: entry %r holds %d bytes, not the %d it declares" % (path, info.filename, len(data), info.file_size)
+        )
     return data
 
 
@@ -454,8 +497,10 @@ def _data_offset(raw: Any, info: zipfile.ZipInfo, bad: Callable[[str], BundleErr
         raise bad(str(exc)) from None
     if len(head) < LOCAL_HEADER.size or head[:4] != ZIP_MAGIC:
         raise bad("no local file header where the directory says")
-    fields = LOCAL_HEADER.unpack_from(head)  # signature, version, system, flags, method, time, date, crc, sizes, lengths
-    name = head[LOCAL_HEADER.size:LOCAL_HEADER.size + fields[10]]
+    fields = LOCAL_HEADER.unpack_from(
+        head
+    )  # signature, version, system, flags, method, time, date, crc, sizes, lengths
+    name = head[LOCAL_HEADER.size : LOCAL_HEADER.size + fields[10]]
     if name.decode("utf-8" if fields[3] & 0x800 else "cp437", "replace") != info.orig_filename:
         raise bad("the local header names %r" % name)
     return info.header_offset + LOCAL_HEADER.size + fields[10] + fields[11]
@@ -465,7 +510,9 @@ def _unreadable(path: str, info: zipfile.ZipInfo) -> Callable[[str], BundleError
     return lambda why: BundleError("%s: entry %r cannot be read (%s)" % (path, info.filename, why))
 
 
-def _read_at(raw: Any, offset: int, size: int, path: str, info: zipfile.ZipInfo, into: Optional[memoryview] = None) -> bytes:
+def _read_at(
+    raw: Any, offset: int, size: int, path: str, info: zipfile.ZipInfo, into: Optional[memoryview] = None
+) -> bytes:
     """``size`` bytes of the stored entry at ``offset`` of ``raw``: returned, or read into ``into``."""
     bad = _unreadable(path, info)
     try:
@@ -494,7 +541,9 @@ def _read_listed_entry(raw: Any, info: zipfile.ZipInfo, path: str, limit: int) -
     if len(data) > limit:
         raise BundleError("%s: entry %r holds more than %d bytes" % (path, info.filename, limit))
     if len(data) != info.file_size:
-        raise BundleError("%s: entry %r holds %d bytes, not the %d it declares" % (path, info.filename, len(data), info.file_size))
+        raise BundleError(
+            "%s: entry %r holds %d bytes, not the %d it declares" % (path, info.filename, len(data), info.file_size)
+        )
     return data
 
 
@@ -523,15 +572,23 @@ def _manifest(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], path: str,
         raise BundleError("%s: entry %r is not a JSON object" % (path, MANIFEST))
     version = manifest.get("svod_bundle")
     if type(version) is not int or version != BUNDLE_FORMAT:
-        raise BundleError("%s: entry %r: unknown bundle format version %r (this svod_min reads %d)"
-                          % (path, MANIFEST, version, BUNDLE_FORMAT))  # fmt: skip
+        raise BundleError(
+            "%s: entry %r: unknown bundle format version %r (this svod_min reads %d)"
+            % (path, MANIFEST, version, BUNDLE_FORMAT)
+        )
     if not isinstance(manifest.get("entries"), dict):
-        raise BundleError("%s: entry %r has no \"entries\" object" % (path, MANIFEST))
+        raise BundleError('%s: entry %r has no "entries" object' % (path, MANIFEST))
     return manifest
 
 
-def _entries(raw: Any, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, Any], path: str, limits: Limits,
-             deferred: Optional[Dict[str, Tuple[zipfile.ZipInfo, str]]] = None) -> Dict[str, bytes]:  # fmt: skip
+def _entries(
+    raw: Any,
+    infos: Dict[str, zipfile.ZipInfo],
+    manifest: Dict[str, Any],
+    path: str,
+    limits: Limits,
+    deferred: Optional[Dict[str, Tuple[zipfile.ZipInfo, str]]] = None,
+) -> Dict[str, bytes]:
     """Every entry the manifest lists, read from ``raw`` (the bundle as a binary file) and checked against
     its listed size and sha256; into ``deferred`` instead (when given), large stored arrays, read later."""
     listed: Dict[str, Any] = manifest["entries"]
@@ -547,7 +604,9 @@ def _entries(raw: Any, infos: Dict[str, zipfile.ZipInfo], manifest: Dict[str, An
         if type(size) is not int or not isinstance(digest, str):
             raise BundleError("%s: the manifest's record of entry %r lacks its size or sha256" % (path, name))
         if size != infos[name].file_size:
-            raise BundleError("%s: entry %r declares %d bytes; the manifest says %d" % (path, name, infos[name].file_size, size))
+            raise BundleError(
+                "%s: entry %r declares %d bytes; the manifest says %d" % (path, name, infos[name].file_size, size)
+            )
         if deferred is not None and _deferrable(infos[name]) and size <= limits.max_entry_bytes:
             deferred[name] = (infos[name], digest)
             continue
@@ -568,8 +627,9 @@ def _plan(entries: Dict[str, bytes], path: str) -> Dict[str, Any]:
         raise BundleError(str(exc)) from None
 
 
-def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str,
-                      deferred: Mapping[str, Any] = {}) -> None:  # fmt: skip
+def _check_plan_files(
+    plan: Dict[str, Any], entries: Dict[str, bytes], path: str, deferred: Mapping[str, Any] = {}
+) -> None:
     """Every file the plan names is an entry (read, or ``deferred``); every object is for its target's machine
     and matches its hash."""
     for json_path, rel in file_references(plan):
@@ -586,10 +646,31 @@ def _check_plan_files(plan: Dict[str, Any], entries: Dict[str, bytes], path: str
                 raise BundleError("%s: entry %r (kernel %s) is an array, not an object" % (path, name, kname))
             problem = object_target_mismatch(entries[name], str(o.get("target")))
             if problem is not None:
-                raise BundleError("%s: entry %r (kernel %s, target %s): %s" % (path, name, kname, o.get("target"), problem))
+                raise BundleError(
+                    "%s: entry %r (kernel %s, target %s): %s" % (path, name, kname, o.get("target"), problem)
+                )
             if o.get("sha256") != sha256(entries[name]):
                 raise BundleError("%s: entry %r does not match the sha256 kernel %s gives it" % (path, name, kname))
 
 
-__all__ = ["BUNDLE_FORMAT", "Bundle", "BundleFiles", "BundleSource", "DEFAULT_LIMITS", "Limits", "MANIFEST", "PLAN", "check_entry_name",
-           "bundle_digest", "describe_bundle", "file_references", "is_bundle", "is_bundle_bytes", "open_bundle", "plan_file_entry", "sha256", "write_bundle", "write_fixed_zip"]  # fmt: skip
+__all__ = [
+    "BUNDLE_FORMAT",
+    "Bundle",
+    "BundleFiles",
+    "BundleSource",
+    "DEFAULT_LIMITS",
+    "Limits",
+    "MANIFEST",
+    "PLAN",
+    "check_entry_name",
+    "bundle_digest",
+    "describe_bundle",
+    "file_references",
+    "is_bundle",
+    "is_bundle_bytes",
+    "open_bundle",
+    "plan_file_entry",
+    "sha256",
+    "write_bundle",
+    "write_fixed_zip",
+]

@@ -18,18 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import __version__
-from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
 from ..compiler.clang import CompilerInfo, compile_c, compile_ir, compile_many_c, compiler_flags, find_compiler
-
+from ..compiler.targets import TARGETS, Target, check_target_name, object_target_mismatch
 from ..error import BundleError, CompilationError, LoaderError, PlanError, SymbolNotFoundError
 from ..jit_loader.arch import arch_name
 from ..jit_loader.layout import relocate
 from ..jit_loader.rt_helpers import HELPER_NAMES
 from ..jit_loader.symbols import lookup
+from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
 from .data import DirectoryFiles
 from .library_objects import LibraryNeed, add_library_object, compile_library_objects, library_needs
 from .schema import as_list, as_object, as_text, parse_plan_bytes, read_plan_document
-from ..compiler.targets import TARGETS, Target, check_target_name, object_target_mismatch
 
 #: Where the relocation check pretends an object is loaded (any canonical user-space address works).
 FAKE_BASE = 0x7F0000000000
@@ -55,23 +54,36 @@ class BuildReport:
 PlanTuner = Callable[[Dict[str, Any], Callable[[str], None]], Optional[Dict[str, Any]]]
 
 
-def build_bundle(plan: Optional[str], out: str, *, targets: Optional[Sequence[str]] = None,
-                 compiler: Optional[str] = None, progress: Callable[[str], None] = lambda line: None,
-                 tune: Optional[PlanTuner] = None) -> BuildReport:  # fmt: skip
+def build_bundle(
+    plan: Optional[str],
+    out: str,
+    *,
+    targets: Optional[Sequence[str]] = None,
+    compiler: Optional[str] = None,
+    progress: Callable[[str], None] = lambda line: None,
+    tune: Optional[PlanTuner] = None,
+) -> BuildReport:
     """Build ``out`` from the plan file ``plan`` (None: the default MLP plan) for ``targets`` (default: all);
     ``tune`` first records tuned tiles in the plan (``build --tune``)."""
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
-    return build_bundle_from_document(doc, entries, out, targets=targets, compiler=compiler, progress=progress,
-                                      tune=tune)  # fmt: skip
+    return build_bundle_from_document(
+        doc, entries, out, targets=targets, compiler=compiler, progress=progress, tune=tune
+    )
 
 
-def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], out: str, *,
-                               targets: Optional[Sequence[str]] = None, compiler: Optional[str] = None,
-                               progress: Callable[[str], None] = lambda line: None,
-                               created_by: str = "python -m svod_min build",
-                               tune: Optional[PlanTuner] = None) -> BuildReport:  # fmt: skip
+def build_bundle_from_document(
+    doc: Dict[str, Any],
+    files: Mapping[str, bytes],
+    out: str,
+    *,
+    targets: Optional[Sequence[str]] = None,
+    compiler: Optional[str] = None,
+    progress: Callable[[str], None] = lambda line: None,
+    created_by: str = "python -m svod_min build",
+    tune: Optional[PlanTuner] = None,
+) -> BuildReport:
     """Build ``out`` from a plan document held in memory and the files it names (bundle entry -> bytes).
 
     ``tune`` first records tuned tiles in the document (``build --tune``; the manifest keeps its summary as
@@ -91,8 +103,10 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
     for name, why in skipped.items():
         progress("note: %s" % why)
     if sources and not buildable:
-        raise CompilationError("%s cannot build any of the targets asked for: %s"
-                               % (info.path if info else "no compiler", "; ".join(skipped.values())))  # fmt: skip
+        raise CompilationError(
+            "%s cannot build any of the targets asked for: %s"
+            % (info.path if info else "no compiler", "; ".join(skipped.values()))
+        )
     objects: Dict[str, Dict[str, str]] = {}
     for target, flags in buildable if sources else []:  # a tuned library-only plan compiles only library objects
         progress("building %d kernel(s) for %s" % (len(sources), target.name))
@@ -110,12 +124,19 @@ def build_bundle_from_document(doc: Dict[str, Any], files: Mapping[str, bytes], 
         manifest["tuned"] = tuned
     written = write_bundle(out, entries, manifest)
     library = sum(1 for o in objects.values() if "variant" in o)
-    return BuildReport(out, [t.name for t, _ in buildable], skipped, len(sources), len(objects) - library, written,
-                       library)  # fmt: skip
+    return BuildReport(
+        out, [t.name for t, _ in buildable], skipped, len(sources), len(objects) - library, written, library
+    )
 
 
-def _library_objects(doc: Dict[str, Any], needs: List[LibraryNeed], info: CompilerInfo, entries: Dict[str, bytes],
-                     objects: Dict[str, Dict[str, str]], progress: Callable[[str], None]) -> None:  # fmt: skip
+def _library_objects(
+    doc: Dict[str, Any],
+    needs: List[LibraryNeed],
+    info: CompilerInfo,
+    entries: Dict[str, bytes],
+    objects: Dict[str, Dict[str, str]],
+    progress: Callable[[str], None],
+) -> None:
     """Compile the library instances the tuned choices need (per variant) into the bundle."""
     for need, entry_name, data in compile_library_objects(needs, info, compiler_arch(info), progress, _check_object):
         entries[entry_name] = data
@@ -155,7 +176,9 @@ def _source_kernels(doc: Dict[str, Any], entries: Dict[str, bytes]) -> Dict[str,
         text = as_text(k[forms[0]], where)
         if forms[0] in ("file", "ir_file"):
             text = _utf8(entries[plan_file_entry(text, where)], where)
-        flags = tuple(as_text(f, "kernels.%s.flags" % name) for f in as_list(k.get("flags", []), "kernels.%s.flags" % name))
+        flags = tuple(
+            as_text(f, "kernels.%s.flags" % name) for f in as_list(k.get("flags", []), "kernels.%s.flags" % name)
+        )
         stem = "objects/%03d-%s" % (i, re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64])
         out[name] = _Source(text, "ir" if forms[0] in ("llvm_ir", "ir_file") else "c", flags, stem)
     return out
@@ -173,7 +196,9 @@ def compiler_arch(info: CompilerInfo) -> str:
     return arch_name(info.target.split("-", 1)[0])
 
 
-def _buildable(wanted: List[Target], info: Optional[CompilerInfo]) -> Tuple[List[Tuple[Target, List[str]]], Dict[str, str]]:
+def _buildable(
+    wanted: List[Target], info: Optional[CompilerInfo]
+) -> Tuple[List[Tuple[Target, List[str]]], Dict[str, str]]:
     """(target, flags) for each target the compiler can build; the others with the reason."""
     if info is None:  # nothing to compile: the bundle carries the plan and its data
         return [(t, []) for t in wanted], {}
@@ -202,8 +227,9 @@ def _cannot_target(info: CompilerInfo, flags: List[str]) -> Optional[str]:
     return None
 
 
-def _compile_for(sources: Dict[str, _Source], target: Target, flags: List[str],
-                 info: CompilerInfo) -> List[Tuple[str, str, bytes]]:  # fmt: skip
+def _compile_for(
+    sources: Dict[str, _Source], target: Target, flags: List[str], info: CompilerInfo
+) -> List[Tuple[str, str, bytes]]:
     """(kernel, entry name, object) for every source kernel, built for ``target`` (C in batches per flag set)."""
     out: List[Tuple[str, str, bytes]] = []
     batches: Dict[Tuple[str, ...], List[str]] = {}
@@ -211,12 +237,18 @@ def _compile_for(sources: Dict[str, _Source], target: Target, flags: List[str],
         if src.kind == "ir":
             if info.family != "clang":
                 raise CompilationError("kernels.%s is LLVM IR: building it needs clang, not %s" % (name, info.family))
-            out.append((name, "%s/%s.o" % (src.stem, target.name), compile_ir(src.text, extra_flags=[*flags, *src.flags])))
+            out.append(
+                (name, "%s/%s.o" % (src.stem, target.name), compile_ir(src.text, extra_flags=[*flags, *src.flags]))
+            )
         else:
             batches.setdefault(src.flags, []).append(name)
     for own_flags, names in batches.items():
-        objs = compile_many_c([sources[n].text for n in names], extra_flags=[*flags, *own_flags], compiler=info.path,
-                              names=["kernels.%s (%s)" % (n, target.name) for n in names])  # fmt: skip
+        objs = compile_many_c(
+            [sources[n].text for n in names],
+            extra_flags=[*flags, *own_flags],
+            compiler=info.path,
+            names=["kernels.%s (%s)" % (n, target.name) for n in names],
+        )
         out.extend((n, "%s/%s.o" % (sources[n].stem, target.name), o) for n, o in zip(names, objs))
     return out
 
@@ -251,8 +283,12 @@ def _plan_bytes(doc: Dict[str, Any]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
-def _manifest(info: Optional[CompilerInfo], built: List[Tuple[Target, List[str]]], skipped: Dict[str, str],
-              objects: Dict[str, Dict[str, str]]) -> Dict[str, Any]:  # fmt: skip
+def _manifest(
+    info: Optional[CompilerInfo],
+    built: List[Tuple[Target, List[str]]],
+    skipped: Dict[str, str],
+    objects: Dict[str, Dict[str, str]],
+) -> Dict[str, Any]:
     manifest: Dict[str, Any] = {
         "svod_min": __version__,
         "created_by": "python -m svod_min build",

@@ -14,7 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..dtypes import DType, dtype as to_dtype, pack_values, unpack_values
+from ..dtypes import DType, pack_values, unpack_values
+from ..dtypes import dtype as to_dtype
 from ..error import BufferAllocationError, PlanError, PlanFileError, SvodError
 from ..npy import parse_npy
 from .schema import as_int, as_list, as_number, as_object, as_text, flatten, known_keys, need, product
@@ -74,7 +75,11 @@ class PlanData:
                 as_int(d, "%s.shape[%d]" % (path, i), 0, 1 << 40)
         shape = tuple(dims)
         count = product(shape)
-        need(count * dt.itemsize <= MAX_BUFFER_BYTES, path + ".shape", "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES))
+        need(
+            count * dt.itemsize <= MAX_BUFFER_BYTES,
+            path + ".shape",
+            "buffer of %d bytes exceeds the %d-byte limit" % (count * dt.itemsize, MAX_BUFFER_BYTES),
+        )
         return dt, shape, count
 
     def allocate(self, b: Dict[str, Any], path: str) -> Any:
@@ -89,21 +94,31 @@ class PlanData:
             if data is not None:
                 buf.copyin(data)
         except MemoryError:
-            raise BufferAllocationError("%s: not enough host memory for %d bytes" % (path, count * dt.itemsize)) from None
+            raise BufferAllocationError(
+                "%s: not enough host memory for %d bytes" % (path, count * dt.itemsize)
+            ) from None
         return buf
 
     def view(self, name: str, b: Dict[str, Any], path: str, buffers: Mapping[str, Any]) -> Any:
         """A ``view_of`` declaration: a window of an earlier buffer in ``buffers``."""
         base_name = as_text(b["view_of"], path + ".view_of")
-        need(base_name in buffers, path + ".view_of", "unknown buffer %r (views must come after their base)" % base_name)
+        need(
+            base_name in buffers, path + ".view_of", "unknown buffer %r (views must come after their base)" % base_name
+        )
         dt, shape, count = self.shape(b, path)
         offset = as_int(b.get("offset", 0), path + ".offset", 0)
         base = buffers[base_name]
-        need(offset + count * dt.itemsize <= base.nbytes, path, "view [%d, +%d) is outside %r (%d bytes)" % (offset, count * dt.itemsize, base_name, base.nbytes))
+        need(
+            offset + count * dt.itemsize <= base.nbytes,
+            path,
+            "view [%d, +%d) is outside %r (%d bytes)" % (offset, count * dt.itemsize, base_name, base.nbytes),
+        )
         need("init" not in b, path + ".init", "views share their base's data and take no init")
         return base.view(offset, count * dt.itemsize, dtype=dt.name, shape=shape)
 
-    def _init(self, init: Any, dt: DType, shape: Tuple[int, ...], count: int, path: str) -> Optional[Union[bytes, memoryview]]:
+    def _init(
+        self, init: Any, dt: DType, shape: Tuple[int, ...], count: int, path: str
+    ) -> Optional[Union[bytes, memoryview]]:
         if init == "zeros":
             return None
         if init == "ones":
@@ -123,7 +138,11 @@ class PlanData:
             import random  # on use: ~7 ms of every start otherwise
 
             rng = random.Random(as_int(arg.get("seed", 0), path + ".random.seed"))
-            low, high = as_number(arg.get("low", -1.0), path + ".random.low"), as_number(arg.get("high", 1.0), path + ".random.high")
+            low, high = (
+                as_number(arg.get("low", -1.0), path + ".random.low"),
+                as_number(arg.get("high", 1.0), path + ".random.high"),
+            )
+
             def draw(lo: int, hi: int) -> List[Any]:
                 values = [rng.uniform(low, high) for _ in range(lo, hi)]
                 return values if dt.is_float else [int(v) for v in values]
@@ -143,7 +162,11 @@ class PlanData:
 
         def destination(file_dt: DType, file_shape: Tuple[int, ...]) -> Any:
             need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
-            need(product(file_shape) == product(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
+            need(
+                product(file_shape) == product(shape),
+                path,
+                "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)),
+            )
             buf = self.device.allocate(list(shape), dt.name)
             made.append(buf)
             if getattr(buf, "on_host", False) and buf.nbytes:  # a host pointer: filled in place
@@ -160,7 +183,11 @@ class PlanData:
     def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> memoryview:
         file_dt, file_shape, payload = self.read_npy_file(rel, path)
         need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
-        need(product(file_shape) == product(shape), path, "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)))
+        need(
+            product(file_shape) == product(shape),
+            path,
+            "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)),
+        )
         return payload
 
     def read_npy_file(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], memoryview]:
@@ -198,8 +225,12 @@ class PlanData:
                 values = flatten(as_list(e.get("values"), path + ".values"), path + ".values")
             # count: only the leading elements are described (a buffer sized for a variable's maximum)
             count = as_int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
-            need(len(values) == count, path, "%d expected values for %s of %d elements" % (
-                len(values), "a count" if "count" in e else "a buffer", count))
+            need(
+                len(values) == count,
+                path,
+                "%d expected values for %s of %d elements"
+                % (len(values), "a count" if "count" in e else "a buffer", count),
+            )
             rtol = as_number(e.get("rtol", 1e-5), path + ".rtol")
             atol = as_number(e.get("atol", 1e-6), path + ".atol")
             out.append(Expectation(name, [_number(v) for v in values], rtol, atol))
@@ -208,7 +239,9 @@ class PlanData:
 
 def packed_chunks(dt: DType, count: int, values: Callable[[int, int], Iterable[Any]]) -> bytes:
     """``values(lo, hi)`` for consecutive chunks of ``range(count)``, packed as ``dt``."""
-    return b"".join(pack_values(dt, list(values(lo, min(lo + INIT_CHUNK, count)))) for lo in range(0, count, INIT_CHUNK))
+    return b"".join(
+        pack_values(dt, list(values(lo, min(lo + INIT_CHUNK, count)))) for lo in range(0, count, INIT_CHUNK)
+    )
 
 
 def _number(value: Any) -> Any:
@@ -239,4 +272,12 @@ def check_expectation(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
     return e.buffer, ok, worst
 
 
-__all__ = ["DirectoryFiles", "INIT_CHUNK", "MAX_BUFFER_BYTES", "Expectation", "PlanData", "check_expectation", "packed_chunks"]
+__all__ = [
+    "DirectoryFiles",
+    "INIT_CHUNK",
+    "MAX_BUFFER_BYTES",
+    "Expectation",
+    "PlanData",
+    "check_expectation",
+    "packed_chunks",
+]

@@ -16,16 +16,25 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..config import env_str
-from ..devices.base import CUDA_C, C_SOURCE, LLVM_IR, OBJECT, PTX, ProgramSource
-from ..error import CompilationError, DeviceError, NoUsableTargetError, NotSupportedError, PlanError, PlanFileError, PtxError, SvodError
-from ..jit_loader.arch import host_arch
-from ..expr import compile_expr
 from ..cache.kernel_cache import CachedKernel, compile_many_cached
+from ..compiler.targets import TARGET_ENV, TARGET_NAME, choose_target, host_target, object_target_mismatch
+from ..config import env_str
+from ..devices.base import C_SOURCE, CUDA_C, LLVM_IR, OBJECT, PTX, ProgramSource
+from ..error import (
+    CompilationError,
+    DeviceError,
+    NotSupportedError,
+    NoUsableTargetError,
+    PlanError,
+    PlanFileError,
+    PtxError,
+    SvodError,
+)
+from ..expr import compile_expr
+from ..jit_loader.arch import host_arch
 from .data import PlanData
 from .library_objects import LIBRARY_EXTRA_KEYS, load_library_kernel
 from .schema import as_bool, as_int, as_list, as_object, as_sha256, as_text, known_keys, need, three
-from ..compiler.targets import TARGET_ENV, TARGET_NAME, choose_target, host_target, object_target_mismatch
 
 #: Variables only the CPU dispatcher uses (one chunk of work per thread); GPU forms do not take them.
 CPU_ONLY_VARS = ("core_id", "core_id_count")
@@ -48,14 +57,35 @@ class KernelReader:
         for name, k in spec.items():
             path = "kernels.%s" % name
             k = as_object(k, path)
-            allowed = {"source", "file", "llvm_ir", "ir_file", "library", "params", "entry", "buffers", "outputs",
-                       "vars", "global_size", "extents", "parallel_safe", "flags", "flops", "bytes", "cuda", "objects",
-                       *LIBRARY_EXTRA_KEYS}
+            allowed = {
+                "source",
+                "file",
+                "llvm_ir",
+                "ir_file",
+                "library",
+                "params",
+                "entry",
+                "buffers",
+                "outputs",
+                "vars",
+                "global_size",
+                "extents",
+                "parallel_safe",
+                "flags",
+                "flops",
+                "bytes",
+                "cuda",
+                "objects",
+                *LIBRARY_EXTRA_KEYS,
+            }
             known_keys(k, allowed, path)
             forms = [f for f in ("source", "file", "llvm_ir", "ir_file", "library") if f in k]
-            need(len(forms) == 1 or (not forms and ("cuda" in k or "objects" in k)), path,
-                 "give exactly one of source, file, llvm_ir, ir_file, library (got %s), or only objects or a cuda form"
-                 % (forms or "none"))
+            need(
+                len(forms) == 1 or (not forms and ("cuda" in k or "objects" in k)),
+                path,
+                "give exactly one of source, file, llvm_ir, ir_file, library (got %s), or only objects or a cuda form"
+                % (forms or "none"),
+            )
             cuda = self._cuda_form(k, path) if "cuda" in k else None  # checked on every device
             objects = read_object_list(k["objects"], path + ".objects") if "objects" in k else None
             need(objects is None or forms != ["library"], path + ".objects", "a library kernel brings its own objects")
@@ -80,8 +110,13 @@ class KernelReader:
             self.kernels[name] = cuda.load(self.device)
         return self.kernels
 
-    def _program_form(self, source_key: Optional[str], objects: Optional[List[Dict[str, str]]],
-                      cuda: Optional["PendingCuda"], path: str) -> str:  # fmt: skip
+    def _program_form(
+        self,
+        source_key: Optional[str],
+        objects: Optional[List[Dict[str, str]]],
+        cuda: Optional["PendingCuda"],
+        path: str,
+    ) -> str:
         """The first of the device's program forms this kernel brings: an object (compiled from its C or
         LLVM IR, or precompiled), the source itself, or its ``cuda`` object's PTX or CUDA C."""
         offered = []
@@ -96,14 +131,22 @@ class KernelReader:
             if form in offered:
                 return form
         spec = self.device.spec
-        need(cuda is not None or not (PTX in device_forms or CUDA_C in device_forms), path,
-             "has no CUDA form, and this plan runs on %s: add a \"cuda\" object (CUDA C or PTX, docs/plan-format.md) "
-             "or use a library kernel" % spec)  # fmt: skip
+        need(
+            cuda is not None or not (PTX in device_forms or CUDA_C in device_forms),
+            path,
+            'has no CUDA form, and this plan runs on %s: add a "cuda" object (CUDA C or PTX, docs/plan-format.md) '
+            "or use a library kernel" % spec,
+        )
         host_device = any(f == OBJECT or f in SOURCE_FORMS.values() for f in device_forms)
-        need(not (host_device and source_key is None and objects is None), path,
-             "has only a CUDA form; run the plan on a GPU (--device CUDA)")
-        raise PlanFileError(path, "device %s loads %s programs; this kernel brings %s"
-                            % (spec, ", ".join(device_forms), ", ".join(offered)))  # fmt: skip
+        need(
+            not (host_device and source_key is None and objects is None),
+            path,
+            "has only a CUDA form; run the plan on a GPU (--device CUDA)",
+        )
+        raise PlanFileError(
+            path,
+            "device %s loads %s programs; this kernel brings %s" % (spec, ", ".join(device_forms), ", ".join(offered)),
+        )
 
     def _precompiled(self, objects: List[Dict[str, str]], kernel: "PendingKernel", path: str) -> Optional[bytes]:
         """The object of the best target for this host; None: compile the source (PendingKernel has it)."""
@@ -115,14 +158,22 @@ class KernelReader:
             forced = env_str(TARGET_ENV)
             raise NoUsableTargetError(
                 "%s: no precompiled object runs on this host (target %s%s; the kernel has objects for %s) and %s"
-                % (path, forced or host_target() or "unknown, %s" % host_arch(),
-                   " forced by %s" % TARGET_ENV if forced else "", ", ".join(targets) or "no target",
-                   "no compiler here can build its source" if kernel.text else "it carries no source to compile"))
+                % (
+                    path,
+                    forced or host_target() or "unknown, %s" % host_arch(),
+                    " forced by %s" % TARGET_ENV if forced else "",
+                    ", ".join(targets) or "no target",
+                    "no compiler here can build its source" if kernel.text else "it carries no source to compile",
+                )
+            )
         i = targets.index(chosen)
         where = "%s[%d]" % (path, i)
         data = self.data.read_bytes(objects[i]["file"], where + ".file")
-        need(hashlib.sha256(data).hexdigest() == objects[i]["sha256"], where + ".sha256",
-             "object %r does not match its sha256" % objects[i]["file"])
+        need(
+            hashlib.sha256(data).hexdigest() == objects[i]["sha256"],
+            where + ".sha256",
+            "object %r does not match its sha256" % objects[i]["file"],
+        )
         problem = object_target_mismatch(data, chosen)
         need(problem is None, where, "object %r: %s" % (objects[i]["file"], problem))
         return data
@@ -133,8 +184,9 @@ class KernelReader:
         for name, p in pending.items():
             batches.setdefault((p.kind, p.flags), []).append(name)
         for (kind, flags), names in batches.items():
-            objects = compile_many_cached([pending[n].text for n in names], kind=kind, extra_flags=flags,
-                                          names=["kernels.%s" % n for n in names])
+            objects = compile_many_cached(
+                [pending[n].text for n in names], kind=kind, extra_flags=flags, names=["kernels.%s" % n for n in names]
+            )
             for name, obj in zip(names, objects):
                 self.kernels[name] = pending[name].load(self.device, obj)
 
@@ -147,32 +199,63 @@ class KernelReader:
                 text = self.data.read_text(as_text(text, "%s.%s" % (path, form)), "%s.%s" % (path, form))
             text = as_text(text, "%s.%s" % (path, form))
         nbuf = as_int(k.get("buffers"), path + ".buffers", 1, 64)
-        var_names = [as_text(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(as_list(k.get("vars", []), path + ".vars"))]
-        outputs = [as_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(as_list(k.get("outputs", [0]), path + ".outputs"))]
+        var_names = [
+            as_text(v, "%s.vars[%d]" % (path, i)) for i, v in enumerate(as_list(k.get("vars", []), path + ".vars"))
+        ]
+        outputs = [
+            as_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1)
+            for i, o in enumerate(as_list(k.get("outputs", [0]), path + ".outputs"))
+        ]
         entry = as_text(k.get("entry", name), path + ".entry")
-        flags = [as_text(f, "%s.flags[%d]" % (path, i)) for i, f in enumerate(as_list(k.get("flags", []), path + ".flags"))]
+        flags = [
+            as_text(f, "%s.flags[%d]" % (path, i)) for i, f in enumerate(as_list(k.get("flags", []), path + ".flags"))
+        ]
         gsize = global_size_exprs(k.get("global_size", [1, 1, 1]), path + ".global_size")
         check_threading(gsize, var_names, path + ".global_size")
         meta = self._meta(k, nbuf, var_names, path)
         kind = "ir" if form in ("llvm_ir", "ir_file") else "c"
-        return PendingKernel(text, kind, tuple(flags), entry, nbuf, var_names, outputs, gsize,
-                             as_bool(k.get("parallel_safe", True), path + ".parallel_safe"), meta)
+        return PendingKernel(
+            text,
+            kind,
+            tuple(flags),
+            entry,
+            nbuf,
+            var_names,
+            outputs,
+            gsize,
+            as_bool(k.get("parallel_safe", True), path + ".parallel_safe"),
+            meta,
+        )
 
     def _cuda_form(self, k: Dict[str, Any], path: str) -> "PendingCuda":
         """Validate a kernel's ``cuda`` object (CUDA C for NVRTC, or PTX); loaded only on a GPU."""
         cpath = path + ".cuda"
         c = as_object(k["cuda"], cpath)
-        need("library" not in k, cpath, "a library kernel brings its own CUDA form; drop \"cuda\"")
-        known_keys(c, {"source", "file", "ptx", "ptx_file", "entry", "vars", "grid", "block", "shared_bytes", "options"}, cpath)
+        need("library" not in k, cpath, 'a library kernel brings its own CUDA form; drop "cuda"')
+        known_keys(
+            c, {"source", "file", "ptx", "ptx_file", "entry", "vars", "grid", "block", "shared_bytes", "options"}, cpath
+        )
         form, text = self._cuda_text(c, cpath)
         nbuf = as_int(k.get("buffers"), path + ".buffers", 1, 64)
         var_names = self._cuda_vars(k, c, path)
-        outputs = [as_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1) for i, o in enumerate(as_list(k.get("outputs", [0]), path + ".outputs"))]
-        need("grid" in c and "block" in c, cpath, "a CUDA form needs \"grid\" (blocks, svod's global size) and \"block\" (threads per block)")
+        outputs = [
+            as_int(o, "%s.outputs[%d]" % (path, i), 0, nbuf - 1)
+            for i, o in enumerate(as_list(k.get("outputs", [0]), path + ".outputs"))
+        ]
+        need(
+            "grid" in c and "block" in c,
+            cpath,
+            'a CUDA form needs "grid" (blocks, svod\'s global size) and "block" (threads per block)',
+        )
         grid = self._grid(c["grid"], var_names, cpath + ".grid")
-        block = tuple(as_int(b, "%s.block[%d]" % (cpath, i), 1, 1024) for i, b in enumerate(three(c["block"], cpath + ".block")))
+        block = tuple(
+            as_int(b, "%s.block[%d]" % (cpath, i), 1, 1024) for i, b in enumerate(three(c["block"], cpath + ".block"))
+        )
         meta = self._meta(k, nbuf, var_names, path)
-        options = tuple(as_text(o, "%s.options[%d]" % (cpath, i)) for i, o in enumerate(as_list(c.get("options", []), cpath + ".options")))
+        options = tuple(
+            as_text(o, "%s.options[%d]" % (cpath, i))
+            for i, o in enumerate(as_list(c.get("options", []), cpath + ".options"))
+        )
         entry = as_text(c.get("entry", k.get("entry", path.split(".", 1)[1])), cpath + ".entry")
         shared = as_int(c.get("shared_bytes", 0), cpath + ".shared_bytes", 0, 1 << 20)
         return PendingCuda(cpath, form, text, entry, nbuf, var_names, outputs, grid, block, shared, options, meta)
@@ -223,8 +306,11 @@ class KernelReader:
     def _library(self, name: str, k: Dict[str, Any], path: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """A ``library`` kernel in the first library form the device loads: a host object or the shipped PTX."""
         params = as_object(k.get("params", {}), path + ".params")
-        need(not (set(k) - {"library", "params", *LIBRARY_EXTRA_KEYS}), path,
-             "a library kernel takes only library, params, %s" % ", ".join(LIBRARY_EXTRA_KEYS))  # fmt: skip
+        need(
+            not (set(k) - {"library", "params", *LIBRARY_EXTRA_KEYS}),
+            path,
+            "a library kernel takes only library, params, %s" % ", ".join(LIBRARY_EXTRA_KEYS),
+        )
         try:  # the library itself is imported on first use: it costs ~50 ms, most plans need none
             lib = load_library_kernel(self.device, self.data.read_bytes, k, params, path)
         except (DeviceError, PlanFileError):
@@ -233,27 +319,53 @@ class KernelReader:
             raise PlanFileError(path, str(exc).splitlines()[0]) from None
         return self._library_kernel(lib.program, lib.source_of, lib.sig.entry, lib.sig, lib.global_size, lib.local_size)
 
-    def _library_kernel(self, program: Any, code_of: Callable[[], str], entry: str, sig: Any, global_size: Tuple[Any, ...],
-                        local_size: Optional[Tuple[int, ...]]) -> Tuple[CachedKernel, Dict[str, Any]]:  # fmt: skip
+    def _library_kernel(
+        self,
+        program: Any,
+        code_of: Callable[[], str],
+        entry: str,
+        sig: Any,
+        global_size: Tuple[Any, ...],
+        local_size: Optional[Tuple[int, ...]],
+    ) -> Tuple[CachedKernel, Dict[str, Any]]:
         """A library kernel (``KernelSig`` or ``CudaKernelSig``) as a plan kernel: roles, extents, work; its
         source text is made only when asked (``CachedKernel.source_text``)."""
         from .. import kernels as library
 
         roles = [arg.role for arg in sig.buffers]
-        kernel = CachedKernel(program, str(self.device.spec), "", entry, list(sig.var_names), list(range(len(roles))),
-                              [i for i, r in enumerate(roles) if "w" in r], [i for i, r in enumerate(roles) if "r" in r],
-                              True, global_size, local_size, code_of=code_of)  # fmt: skip
+        kernel = CachedKernel(
+            program,
+            str(self.device.spec),
+            "",
+            entry,
+            list(sig.var_names),
+            list(range(len(roles))),
+            [i for i, r in enumerate(roles) if "w" in r],
+            [i for i, r in enumerate(roles) if "r" in r],
+            True,
+            global_size,
+            local_size,
+            code_of=code_of,
+        )
         extents = {i: arg.count for i, arg in enumerate(sig.buffers) if arg.count is not None}
         f32 = {v.name for v in sig.vars if v.kind == "f32"}
-        return kernel, {"extents": extents, "flops": sig.flops, "bytes": sig.bytes, "f32": f32,
-                        "arg_check": functools.partial(library.check_bound_args, sig)}  # fmt: skip
+        return kernel, {
+            "extents": extents,
+            "flops": sig.flops,
+            "bytes": sig.bytes,
+            "f32": f32,
+            "arg_check": functools.partial(library.check_bound_args, sig),
+        }
 
     def _extents(self, value: Any, nbuf: int, path: str) -> Dict[int, Any]:
         """``{"argument position": size expression}``: how many elements each buffer must hold."""
         out = {}
         for key, expr in as_object(value, path).items():
-            need(key.isdecimal() and key.isascii() and int(key) < nbuf, "%s.%s" % (path, key),
-                 "extent keys are argument positions 0..%d" % (nbuf - 1))  # fmt: skip
+            need(
+                key.isdecimal() and key.isascii() and int(key) < nbuf,
+                "%s.%s" % (path, key),
+                "extent keys are argument positions 0..%d" % (nbuf - 1),
+            )
             try:
                 out[int(key)] = expr if type(expr) is int else compile_expr(as_text(expr, "%s.%s" % (path, key))).text
             except PlanError as exc:
@@ -315,7 +427,9 @@ def kernel_var_expr(value: Any, var_names: List[str], path: str) -> str:
 def check_threading(gsize: Tuple[Any, ...], var_names: List[str], path: str) -> None:
     """global_size[0] other than 1 runs the kernel once per core id: it needs a core_id variable."""
     if gsize[0] != 1 and "core_id" not in var_names:
-        raise PlanFileError(path, "global_size[0] is %r but the kernel has no core_id variable to split work by" % (gsize[0],))
+        raise PlanFileError(
+            path, "global_size[0] is %r but the kernel has no core_id variable to split work by" % (gsize[0],)
+        )
 
 
 @dataclass
@@ -335,7 +449,9 @@ class PendingKernel:
 
     def load(self, device: Any, obj: bytes) -> Tuple[CachedKernel, Dict[str, Any]]:
         """Load the compiled object on ``device`` as a plan kernel."""
-        return self._kernel(device, device.load_program(ProgramSource(OBJECT, obj, self.entry, self.nbuf, self.var_names)))
+        return self._kernel(
+            device, device.load_program(ProgramSource(OBJECT, obj, self.entry, self.nbuf, self.var_names))
+        )
 
     def load_source(self, device: Any, form: str) -> Tuple[CachedKernel, Dict[str, Any]]:
         """Hand the source (``form``: C or LLVM IR) to a device that compiles it itself."""
@@ -344,8 +460,18 @@ class PendingKernel:
 
     def _kernel(self, device: Any, program: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
         ins = [i for i in range(self.nbuf) if i not in self.outputs]
-        kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
-                              self.outputs, ins, self.parallel_safe, self.gsize)
+        kernel = CachedKernel(
+            program,
+            str(device.spec),
+            self.text,
+            self.entry,
+            self.var_names,
+            list(range(self.nbuf)),
+            self.outputs,
+            ins,
+            self.parallel_safe,
+            self.gsize,
+        )
         return kernel, self.meta
 
 
@@ -374,8 +500,17 @@ class PendingCuda:
     def load(self, device: Any) -> Tuple[CachedKernel, Dict[str, Any]]:
         """Load the PTX (or the CUDA C, compiled by the device) on ``device`` as a plan kernel."""
         form = self.program_form
-        source = ProgramSource(form, self.text, self.entry, self.nbuf, self.var_names, name=self.entry,
-                               options=self.options, block=self.block, shared_bytes=self.shared_bytes)  # fmt: skip
+        source = ProgramSource(
+            form,
+            self.text,
+            self.entry,
+            self.nbuf,
+            self.var_names,
+            name=self.entry,
+            options=self.options,
+            block=self.block,
+            shared_bytes=self.shared_bytes,
+        )
         try:
             program = device.load_program(source)
         except PtxError as exc:  # svod's PTX rules, checked before the driver sees it: name the kernel
@@ -387,8 +522,19 @@ class PendingCuda:
                 raise
             raise NotSupportedError("%s: %s" % (self.path, exc)) from None
         ins = [i for i in range(self.nbuf) if i not in self.outputs]
-        kernel = CachedKernel(program, str(device.spec), self.text, self.entry, self.var_names, list(range(self.nbuf)),
-                              self.outputs, ins, True, self.grid, self.block)
+        kernel = CachedKernel(
+            program,
+            str(device.spec),
+            self.text,
+            self.entry,
+            self.var_names,
+            list(range(self.nbuf)),
+            self.outputs,
+            ins,
+            True,
+            self.grid,
+            self.block,
+        )
         return kernel, self.meta
 
 
@@ -399,5 +545,13 @@ def with_global_size(kernel: CachedKernel, gsize: Tuple[Any, ...]) -> CachedKern
     return clone
 
 
-__all__ = ["CPU_ONLY_VARS", "KernelReader", "SOURCE_FORMS", "have_compiler", "read_object_list", "check_threading",
-           "global_size_exprs", "with_global_size"]  # fmt: skip
+__all__ = [
+    "CPU_ONLY_VARS",
+    "KernelReader",
+    "SOURCE_FORMS",
+    "have_compiler",
+    "read_object_list",
+    "check_threading",
+    "global_size_exprs",
+    "with_global_size",
+]

@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..devices.base import OBJECT
-from ..error import CompilationError, PlanFileError, SvodError
-from .schema import as_list, as_object, as_sha256, as_text, known_keys, need
 from ..compiler.targets import TARGETS, object_target_mismatch
+from ..devices.base import OBJECT
+from ..error import CompilationError, SvodError
+from .schema import as_list, as_object, as_sha256, as_text, known_keys, need
 
 #: The keys a library kernel may carry besides ``library`` and ``params``.
 LIBRARY_EXTRA_KEYS = ("tuned", "library_objects")
@@ -45,8 +45,11 @@ def read_tuned(value: Any, path: str) -> Dict[str, Dict[str, Any]]:
         where = "%s.%s" % (path, variant)
         need(_NAME.match(variant) is not None, where, "%r is not a variant name" % variant)
         choice = as_object(choice, where)
-        need(all(isinstance(v, (int, str, bool)) and not isinstance(v, float) for v in choice.values()), where,
-             "tuning params are ints, strings or booleans")  # fmt: skip
+        need(
+            all(isinstance(v, (int, str, bool)) and not isinstance(v, float) for v in choice.values()),
+            where,
+            "tuning params are ints, strings or booleans",
+        )
         out[variant] = dict(choice)
     return out
 
@@ -61,8 +64,11 @@ def read_library_objects(value: Any, path: str) -> List[Dict[str, str]]:
         rec = {key: as_text(o.get(key), "%s.%s" % (where, key)) for key in ("variant", "entry", "file")}
         rec["sha256"] = as_sha256(o.get("sha256"), where + ".sha256")
         need(_NAME.match(rec["variant"]) is not None, where + ".variant", "%r is not a variant name" % rec["variant"])
-        need(all((t["variant"], t["entry"]) != (rec["variant"], rec["entry"]) for t in out), where,
-             "a second object for %s %s" % (rec["variant"], rec["entry"]))  # fmt: skip
+        need(
+            all((t["variant"], t["entry"]) != (rec["variant"], rec["entry"]) for t in out),
+            where,
+            "a second object for %s %s" % (rec["variant"], rec["entry"]),
+        )
         out.append(rec)
     return out
 
@@ -70,8 +76,9 @@ def read_library_objects(value: Any, path: str) -> List[Dict[str, str]]:
 # --- loading ------------------------------------------------------------------------------------
 
 
-def load_library_kernel(device: Any, read_bytes: Callable[[str, str], bytes], k: Mapping[str, Any],
-                        params: Dict[str, Any], path: str) -> Any:  # fmt: skip
+def load_library_kernel(
+    device: Any, read_bytes: Callable[[str, str], bytes], k: Mapping[str, Any], params: Dict[str, Any], path: str
+) -> Any:
     """The ``DeviceKernel`` of library kernel ``k``: its tuned tile for this host's variant where it runs
     without compiling, else its own params (see the module doc)."""
     from ..kernels import library  # on first use: the library costs ~50 ms to import
@@ -92,7 +99,9 @@ def load_library_kernel(device: Any, read_bytes: Callable[[str, str], bytes], k:
             found = None
         if found is not None:
             return found
-        _debug("%s: tuned %s is neither prebuilt for %s nor carried by the plan; using the defaults", path, choice, variant)
+        _debug(
+            "%s: tuned %s is neither prebuilt for %s nor carried by the plan; using the defaults", path, choice, variant
+        )
     return _instance(device, read_bytes, name, params, variant, objects, path, strict=True)
 
 
@@ -103,8 +112,16 @@ def _debug(message: str, *args: Any) -> None:
     logging.getLogger("svod_min.planfile").debug(message, *args)
 
 
-def _instance(device: Any, read_bytes: Callable[[str, str], bytes], name: str, params: Dict[str, Any],
-              variant: Optional[str], objects: List[Dict[str, str]], path: str, strict: bool) -> Any:  # fmt: skip
+def _instance(
+    device: Any,
+    read_bytes: Callable[[str, str], bytes],
+    name: str,
+    params: Dict[str, Any],
+    variant: Optional[str],
+    objects: List[Dict[str, str]],
+    path: str,
+    strict: bool,
+) -> Any:
     """The instance from the prebuilt object, else the plan's object; else compiled (``strict``) or None."""
     from ..kernels import library
     from ..kernels.lookup import find_sig, use_prebuilt
@@ -118,7 +135,11 @@ def _instance(device: Any, read_bytes: Callable[[str, str], bytes], name: str, p
         where = "%s.library_objects[%d]" % (path, i)
         data = read_bytes(objects[i]["file"], where + ".file")
         digest = hashlib.sha256(data).hexdigest()
-        need(digest == objects[i]["sha256"], where + ".sha256", "object %r does not match its sha256" % objects[i]["file"])
+        need(
+            digest == objects[i]["sha256"],
+            where + ".sha256",
+            "object %r does not match its sha256" % objects[i]["file"],
+        )
         problem = object_target_mismatch(data, variant_target(variant or ""))
         need(problem is None, where, "object %r: %s" % (objects[i]["file"], problem))
         return library.object_kernel(device, sig, data, variant, digest)
@@ -190,8 +211,13 @@ def _variant_row(variant: str) -> Dict[str, Any]:
     return dict(generated().VARIANTS.get(variant, {}))
 
 
-def compile_library_objects(needs: List[LibraryNeed], info: Any, arch: str, progress: Callable[[str], None],
-                            check: Callable[[bytes, Any, str], None]) -> List[Tuple[LibraryNeed, str, bytes]]:  # fmt: skip
+def compile_library_objects(
+    needs: List[LibraryNeed],
+    info: Any,
+    arch: str,
+    progress: Callable[[str], None],
+    check: Callable[[bytes, Any, str], None],
+) -> List[Tuple[LibraryNeed, str, bytes]]:
     """(need, bundle entry name, object) for each need ``info``'s compiler (building for ``arch`` by default)
     can build; the others are noted and their hosts use the defaults."""
     from ..compiler.clang import compile_many_c
@@ -205,17 +231,28 @@ def compile_library_objects(needs: List[LibraryNeed], info: Any, arch: str, prog
         flags = list(row.get("flags", ()))
         if info.family != "clang":  # gcc builds for its own architecture only, and takes no --target
             if arch != row.get("arch"):
-                progress("note: %s %s cannot build library kernels for %s; hosts of that variant use the defaults "
-                         "(or compile)" % (info.family, info.version, variant))  # fmt: skip
+                progress(
+                    "note: %s %s cannot build library kernels for %s; hosts of that variant use the defaults "
+                    "(or compile)" % (info.family, info.version, variant)
+                )
                 continue
             flags = [f for f in flags if not f.startswith("--target=")]
-        progress("building %d library kernel(s) for %s (tuned tiles, or instances it has not prebuilt)" % (len(group), variant))
+        progress(
+            "building %d library kernel(s) for %s (tuned tiles, or instances it has not prebuilt)"
+            % (len(group), variant)
+        )
         try:
-            objs = compile_many_c([n.source for n in group], extra_flags=flags, compiler=info.path,
-                                  names=["kernels.%s (%s)" % (n.kernel, variant) for n in group])  # fmt: skip
+            objs = compile_many_c(
+                [n.source for n in group],
+                extra_flags=flags,
+                compiler=info.path,
+                names=["kernels.%s (%s)" % (n.kernel, variant) for n in group],
+            )
         except CompilationError as exc:
-            progress("note: library kernels for %s do not build (%s); hosts of that variant use the defaults "
-                     "(or compile)" % (variant, str(exc).splitlines()[0][:160]))  # fmt: skip
+            progress(
+                "note: library kernels for %s do not build (%s); hosts of that variant use the defaults "
+                "(or compile)" % (variant, str(exc).splitlines()[0][:160])
+            )
             continue
         for n, data in zip(group, objs):
             check(data, TARGETS[variant_target(variant)], n.kernel)
@@ -225,10 +262,23 @@ def compile_library_objects(needs: List[LibraryNeed], info: Any, arch: str, prog
 
 def add_library_object(kernel: Dict[str, Any], need_: LibraryNeed, entry: str, digest: str) -> None:
     """Record the object ``entry`` in the plan kernel (one per variant and entry point)."""
-    records = [o for o in kernel.get("library_objects", []) if (o.get("variant"), o.get("entry")) != (need_.variant, need_.entry)]
+    records = [
+        o
+        for o in kernel.get("library_objects", [])
+        if (o.get("variant"), o.get("entry")) != (need_.variant, need_.entry)
+    ]
     records.append({"variant": need_.variant, "entry": need_.entry, "file": entry, "sha256": digest})
     kernel["library_objects"] = records
 
 
-__all__ = ["LIBRARY_EXTRA_KEYS", "LibraryNeed", "add_library_object", "compile_library_objects", "library_needs",
-           "load_library_kernel", "read_library_objects", "read_tuned", "variant_target"]  # fmt: skip
+__all__ = [
+    "LIBRARY_EXTRA_KEYS",
+    "LibraryNeed",
+    "add_library_object",
+    "compile_library_objects",
+    "library_needs",
+    "load_library_kernel",
+    "read_library_objects",
+    "read_tuned",
+    "variant_target",
+]

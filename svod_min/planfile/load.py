@@ -18,16 +18,38 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
 
-from .bundle import is_bundle, is_bundle_bytes, open_bundle
+from ..cache.kernel_cache import CachedKernel
 from ..devices.registry import DEVICE_FACTORIES
 from ..error import BundleError, PlanError, PlanFileError, SvodError
-from ..plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar
 from ..expr import compile_expr
-from ..cache.kernel_cache import CachedKernel
+from ..plan.execution_plan import (
+    ExecutionPlan,
+    ExecutionPlanBuilder,
+    PreparedBufferView,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+)
+from ..plan.ops import custom_function_kinds
+from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
-from ..plan.ops import custom_function_kinds
-from .schema import FORMAT_VERSION, MAX_PLAN_BYTES, as_bool, as_int, as_list, as_object, as_text, float32_bits, known_keys, missing, need, read_plan_document, var_bounds
+from .schema import (
+    FORMAT_VERSION,
+    MAX_PLAN_BYTES,
+    as_bool,
+    as_int,
+    as_list,
+    as_object,
+    as_text,
+    float32_bits,
+    known_keys,
+    missing,
+    need,
+    read_plan_document,
+    var_bounds,
+)
 
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
 
@@ -55,11 +77,17 @@ class LoadedPlan:
         """Replace input buffer ``name``'s contents from ``payload`` (bytes-like: its bytes; shape and dtype must be
         the plan's); PlanError naming it otherwise."""
         if name not in self.inputs:
-            raise PlanError("input %r: the plan has no such input (inputs: %s)" % (name, ", ".join(repr(n) for n in self.inputs) or "none"))
+            raise PlanError(
+                "input %r: the plan has no such input (inputs: %s)"
+                % (name, ", ".join(repr(n) for n in self.inputs) or "none")
+            )
         buf = self.buffers[name]
         want_dtype, want_shape = buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype), tuple(buf.shape)
         if dtype_name != want_dtype or tuple(shape) != want_shape:
-            raise PlanError("input %r: got %s %s, the plan's input is %s %s" % (name, dtype_name, list(shape), want_dtype, list(want_shape)))
+            raise PlanError(
+                "input %r: got %s %s, the plan's input is %s %s"
+                % (name, dtype_name, list(shape), want_dtype, list(want_shape))
+            )
         buf.copyin(payload)
 
 
@@ -69,7 +97,9 @@ def load_plan(
     """Build a plan from a path (a plan file, or a model bundle ``.svod``), a bundle's bytes (in memory, as
     shipped to a worker) or an already parsed document."""
     if isinstance(source, (bytes, bytearray, memoryview)) and not is_bundle_bytes(source):
-        raise BundleError("%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source))
+        raise BundleError(
+            "%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source)
+        )
     if (isinstance(source, str) and is_bundle(source)) or is_bundle_bytes(source):
         # checked whole before anything runs: its large arrays as they are read into their buffers, the
         # rest now, any array no buffer read after the build
@@ -117,6 +147,7 @@ def memory_figures(specs: Dict[str, Any], ops: List[Any], buffers: Mapping[str, 
     live from the first op that names it to the last, and the peak is the largest union of live byte
     ranges at any op (views that alias one another count once).
     """
+
     def root_of(name: str) -> Tuple[str, int]:
         offset = 0
         while "view_of" in specs[name]:
@@ -128,8 +159,14 @@ def memory_figures(specs: Dict[str, Any], ops: List[Any], buffers: Mapping[str, 
         spec = specs[name]
         return not spec.get("input") and not spec.get("output") and spec.get("init", "zeros") == "zeros"
 
-    weights = sum(int(buffers[n].nbytes) for n, spec in specs.items()
-                  if "view_of" not in spec and spec.get("init", "zeros") != "zeros" and not spec.get("input") and not spec.get("output"))
+    weights = sum(
+        int(buffers[n].nbytes)
+        for n, spec in specs.items()
+        if "view_of" not in spec
+        and spec.get("init", "zeros") != "zeros"
+        and not spec.get("input")
+        and not spec.get("output")
+    )
     spans: Dict[str, List[int]] = {}
     for i, op in enumerate(ops):
         for name in _op_buffer_names(op):
@@ -237,8 +274,9 @@ def load_model(source: Any, *, device: Any = None) -> Model:
 class _PlanReader:
     """One document -> one plan: device, variables, buffers, kernels, ops, expectations, in that order."""
 
-    def __init__(self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int],
-                 files: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, doc: Dict[str, Any], base_dir: str, device: Any, var_values: Mapping[str, int], files: Any = None
+    ) -> None:
         self.doc = doc
         self.files = files
         self.base_dir = base_dir
@@ -255,8 +293,12 @@ class _PlanReader:
     def build(self) -> LoadedPlan:
         doc = self.doc
         known_keys(doc, _TOP_KEYS, "$")
-        need("svod_plan" in doc, "svod_plan", "missing: a plan file starts with \"svod_plan\": %d" % FORMAT_VERSION)
-        need(type(doc["svod_plan"]) is int and doc["svod_plan"] == FORMAT_VERSION, "svod_plan", "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION))
+        need("svod_plan" in doc, "svod_plan", 'missing: a plan file starts with "svod_plan": %d' % FORMAT_VERSION)
+        need(
+            type(doc["svod_plan"]) is int and doc["svod_plan"] == FORMAT_VERSION,
+            "svod_plan",
+            "unsupported version %r (this svod_min reads %d)" % (doc["svod_plan"], FORMAT_VERSION),
+        )
         self._device()
         self.data = PlanData(self.base_dir, self.device, self.files)
         self._vars(as_object(doc.get("vars", {}), "vars"))
@@ -269,7 +311,7 @@ class _PlanReader:
         for i, op in enumerate(ops):
             builder.add_op(self._op(i, as_object(op, "ops[%d]" % i)))
         outputs = [self.buffer_index[n] for n, spec in self.doc["buffers"].items() if spec.get("output")]
-        need(bool(outputs), "buffers", "no buffer is marked \"output\": true")
+        need(bool(outputs), "buffers", 'no buffer is marked "output": true')
         builder.set_output_buffers(outputs)
         expectations = self.data.expectations(as_object(doc.get("expect", {}), "expect"), self.buffers)
         plan = builder.build()
@@ -277,7 +319,17 @@ class _PlanReader:
         inputs = [n for n, spec in self.doc["buffers"].items() if spec.get("input")]
         output_names = [n for n, spec in self.doc["buffers"].items() if spec.get("output")]
         memory = memory_figures(self.doc["buffers"], ops, self.buffers)
-        return LoadedPlan(plan, self.buffers, self.variables, dict(self.values), expectations, description, inputs, output_names, memory)
+        return LoadedPlan(
+            plan,
+            self.buffers,
+            self.variables,
+            dict(self.values),
+            expectations,
+            description,
+            inputs,
+            output_names,
+            memory,
+        )
 
     # -- device and variables ------------------------------------------------------------
 
@@ -294,15 +346,20 @@ class _PlanReader:
     def _vars(self, spec: Dict[str, Any]) -> None:
         for name, v in spec.items():
             path = "vars.%s" % name
-            need(name.isidentifier() and name != "core_id", path, "variable names are identifiers (core_id is reserved)")
+            need(
+                name.isidentifier() and name != "core_id", path, "variable names are identifiers (core_id is reserved)"
+            )
             lo, hi, default = var_bounds(v, path)
             self.variables[name] = RuntimeVar(name, lo, hi)
             self.values[name] = default
         for name, value in self.var_values.items():
             var = self.variables.get(name)
             need(var is not None, "--var %s" % name, "unknown variable (plan variables: %s)" % sorted(self.variables))
-            need(type(value) is int and var.min_val <= value <= var.max_val, "--var %s" % name,
-                 "variable %s=%r is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val))
+            need(
+                type(value) is int and var.min_val <= value <= var.max_val,
+                "--var %s" % name,
+                "variable %s=%r is outside bounds [%d, %d]" % (name, value, var.min_val, var.max_val),
+            )
             self.values[name] = value
 
     # -- buffers ------------------------------------------------------------------------
@@ -316,13 +373,16 @@ class _PlanReader:
             for flag in ("output", "input"):
                 if flag in b:
                     as_bool(b[flag], "%s.%s" % (path, flag))
-            need("offset" not in b or "view_of" in b, path + ".offset", "an offset needs view_of (it places a view in its base)")
+            need(
+                "offset" not in b or "view_of" in b,
+                path + ".offset",
+                "an offset needs view_of (it places a view in its base)",
+            )
             buf = self.data.view(name, b, path, self.buffers) if "view_of" in b else self.data.allocate(b, path)
             self.buffers[name] = buf
             self.buffer_index[name] = builder.add_buffer(ast_id, buf)
             if b.get("input"):
                 builder.declare_input(self.buffer_index[name])
-
 
     # -- ops ------------------------------------------------------------------------------
 
@@ -331,7 +391,9 @@ class _PlanReader:
         kinds = [k for k in ("kernel", "copy", "view", "custom") if k in op]
         need(len(kinds) == 1, path, "an op has exactly one of kernel, copy, view, custom (got %s)" % (kinds or "none"))
         op_id = as_int(op.get("id", i), path + ".id", 0)
-        deps = [as_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(as_list(op.get("deps", []), path + ".deps"))]
+        deps = [
+            as_int(d, "%s.deps[%d]" % (path, j), 0) for j, d in enumerate(as_list(op.get("deps", []), path + ".deps"))
+        ]
         kind = kinds[0]
         if kind == "kernel":
             return self._kernel_op(op, op_id, deps, path)
@@ -340,19 +402,33 @@ class _PlanReader:
         if kind == "copy":
             c = as_object(op["copy"], path + ".copy")
             known_keys(c, {"dst", "src"}, path + ".copy")
-            return PreparedCopy(op_id, [self._buf(c.get("dst"), path + ".copy.dst"), self._buf(c.get("src"), path + ".copy.src")], deps)
+            return PreparedCopy(
+                op_id, [self._buf(c.get("dst"), path + ".copy.dst"), self._buf(c.get("src"), path + ".copy.src")], deps
+            )
         if kind == "view":
             name = as_text(op["view"], path + ".view")
             spec = self.doc["buffers"].get(name, {})
             need("view_of" in spec, path + ".view", "buffer %r is not declared with view_of" % name)
             base = self.buffers[spec["view_of"]]
             view = self.buffers[name]
-            return PreparedBufferView(op_id, [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
-                                      view.offset - base.offset, view.nbytes, deps)
+            return PreparedBufferView(
+                op_id,
+                [self._buf(name, path + ".view"), self._buf(spec["view_of"], path + ".view")],
+                view.offset - base.offset,
+                view.nbytes,
+                deps,
+            )
         custom = as_text(op["custom"], path + ".custom")
         registered = custom_function_kinds()
-        need(custom in registered, path + ".custom", "custom function %r is not registered (registered: %s)" % (custom, registered))
-        bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))]
+        need(
+            custom in registered,
+            path + ".custom",
+            "custom function %r is not registered (registered: %s)" % (custom, registered),
+        )
+        bufs = [
+            self._buf(b, "%s.buffers[%d]" % (path, j))
+            for j, b in enumerate(as_list(op.get("buffers", []), path + ".buffers"))
+        ]
         attrs = as_object(op.get("attrs", {}), path + ".attrs")
         return PreparedCustomFunction(op_id, custom, bufs, attrs, {}, deps)
 
@@ -367,7 +443,11 @@ class _PlanReader:
         need(name in self.kernels, path + ".kernel", "unknown kernel %r (declared: %s)" % (name, sorted(self.kernels)))
         kernel, meta = self.kernels[name]
         names = as_list(op.get("buffers"), path + ".buffers")
-        need(len(names) == len(kernel.globals), path + ".buffers", "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)))
+        need(
+            len(names) == len(kernel.globals),
+            path + ".buffers",
+            "kernel %s takes %d buffers, got %d" % (name, len(kernel.globals), len(names)),
+        )
         bufs = [self._buf(b, "%s.buffers[%d]" % (path, j)) for j, b in enumerate(names)]
         gpu = kernel.program.grid_in_blocks
         if "global_size" in op:
@@ -380,7 +460,11 @@ class _PlanReader:
             for cpu_only in CPU_ONLY_VARS:
                 if cpu_only not in kernel.var_names:
                     bindings.pop(cpu_only, None)
-        if "core_id_count" in kernel.var_names and "core_id_count" not in bindings and "core_id_count" not in self.variables:
+        if (
+            "core_id_count" in kernel.var_names
+            and "core_id_count" not in bindings
+            and "core_id_count" not in self.variables
+        ):
             bindings["core_id_count"] = max(1, int(self.device.threads))  # library kernels: one chunk per thread
         vals, fixed, runtime, exprs = self._bind_vars(kernel, bindings, path + ".vars", meta.get("f32", ()))
         try:
@@ -390,16 +474,33 @@ class _PlanReader:
             for work in ("flops", "bytes"):  # a profile must not be the first to find a division by zero
                 if isinstance(meta.get(work), str):
                     compile_expr(meta[work])(env)
-            return PreparedKernel(op_id, kernel, bufs, list(kernel.outs), vals, fixed, deps, runtime,
-                                  extents=meta["extents"], flops=meta["flops"], bytes_moved=meta["bytes"], var_exprs=exprs,
-                                  arg_check=meta.get("arg_check"))  # fmt: skip
+            return PreparedKernel(
+                op_id,
+                kernel,
+                bufs,
+                list(kernel.outs),
+                vals,
+                fixed,
+                deps,
+                runtime,
+                extents=meta["extents"],
+                flops=meta["flops"],
+                bytes_moved=meta["bytes"],
+                var_exprs=exprs,
+                arg_check=meta.get("arg_check"),
+            )
         except SvodError as exc:
             raise PlanFileError(path, str(exc)) from None
 
-    def _bind_vars(self, kernel: CachedKernel, bindings: Dict[str, Any], path: str,
-                   f32: Iterable[str] = ()) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:  # fmt: skip
+    def _bind_vars(
+        self, kernel: CachedKernel, bindings: Dict[str, Any], path: str, f32: Iterable[str] = ()
+    ) -> Tuple[List[int], Dict[str, int], List[RuntimeVar], Dict[str, str]]:
         extra = sorted(set(bindings) - set(kernel.var_names))
-        need(not extra, path, "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names))
+        need(
+            not extra,
+            path,
+            "kernel %s has no variable(s) %s (it takes %s)" % (kernel.entry_point, extra, kernel.var_names),
+        )
         vals, fixed, runtime, exprs = [], {}, [], {}
         for name in kernel.var_names:
             if name == "core_id":
@@ -423,7 +524,11 @@ class _PlanReader:
                 exprs[name] = bound
                 runtime.extend(self.variables[v] for v in sorted(used))
             else:
-                raise PlanFileError("%s.%s" % (path, name), "bind kernel variable %r to an integer, a plan variable or an expression over plan variables (plan variables: %s)" % (name, sorted(self.variables)))
+                raise PlanFileError(
+                    "%s.%s" % (path, name),
+                    "bind kernel variable %r to an integer, a plan variable or an expression over plan variables (plan variables: %s)"
+                    % (name, sorted(self.variables)),
+                )
         return vals, fixed, runtime, exprs
 
     def _var_expr(self, text: str, path: str) -> Tuple[int, FrozenSet[str]]:
@@ -433,7 +538,9 @@ class _PlanReader:
         except PlanError as exc:
             raise PlanFileError(path, str(exc)) from None
         unknown = sorted(expr.names - set(self.variables))
-        need(not unknown, path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables)))
+        need(
+            not unknown, path, "expression %r uses %s, not plan variables %s" % (text, unknown, sorted(self.variables))
+        )
         try:
             value = expr(self.values)
         except PlanError as exc:

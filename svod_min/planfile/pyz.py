@@ -18,9 +18,9 @@ import sys
 import zipfile
 from typing import Dict, List, Tuple
 
-from .bundle import write_fixed_zip
 from ..error import NotSupportedError
 from ..resources import PACKAGE_DIR, archive_path, in_archive
+from .bundle import write_fixed_zip
 
 MAIN = b"""# svod_min one-file runtime: python3 svod_min.pyz run [PLAN.json | MODEL.svod]
 import os
@@ -65,8 +65,10 @@ def _members_of_running_archive() -> List[Tuple[str, bytes]]:
 def _elftools_dir() -> str:
     spec = importlib.util.find_spec("elftools")
     if spec is None or not spec.submodule_search_locations:
-        raise NotSupportedError("pyelftools is not installed here: the one-file runtime carries it; "
-                                "pip install pyelftools, then build again")  # fmt: skip
+        raise NotSupportedError(
+            "pyelftools is not installed here: the one-file runtime carries it; "
+            "pip install pyelftools, then build again"
+        )
     return list(spec.submodule_search_locations)[0]
 
 
@@ -92,10 +94,17 @@ def bytecode(sources: List[Tuple[str, bytes]]) -> List[bytes]:
     another interpreter version's. Unchecked: the archive is immutable, its sources cannot drift.
     """
     env = {"PYTHONHASHSEED": "0", "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _COMPILE_CHILD], input=pickle.dumps(sources), env=env,
-                          capture_output=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _COMPILE_CHILD],
+        input=pickle.dumps(sources),
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
-        raise NotSupportedError("compiling the runtime's bytecode failed: %s" % proc.stderr.decode(errors="replace")[-400:])
+        raise NotSupportedError(
+            "compiling the runtime's bytecode failed: %s" % proc.stderr.decode(errors="replace")[-400:]
+        )
     return pickle.loads(proc.stdout)
 
 

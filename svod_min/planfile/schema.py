@@ -107,7 +107,9 @@ def as_text(value: Any, path: str) -> str:
 def describe(value: Any) -> str:
     if isinstance(value, str):
         return "string %r" % (value[:40],)
-    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(type(value), type(value).__name__)
+    return {dict: "an object", list: "a list", bool: "a boolean", type(None): "null"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def known_keys(obj: Mapping[str, Any], allowed: set, path: str) -> None:
@@ -190,12 +192,32 @@ def flatten(values: List[Any], path: str) -> List[Any]:
         if isinstance(v, list):
             out.extend(flatten(v, "%s[%d]" % (path, j)))
         else:
-            need(isinstance(v, (int, float)) and not isinstance(v, bool), "%s[%d]" % (path, j), "expected a number, got %s" % describe(v))
+            need(
+                isinstance(v, (int, float)) and not isinstance(v, bool),
+                "%s[%d]" % (path, j),
+                "expected a number, got %s" % describe(v),
+            )
             out.append(v)
     return out
 
 
 __all__ = [
-    "FORMAT_VERSION", "MAX_PLAN_BYTES", "as_bool", "as_int", "as_list", "as_number", "as_object", "as_text",
-    "describe", "flatten", "float32_bits", "known_keys", "missing", "need", "parse_plan_bytes", "product", "read_plan_document", "three",
-]  # fmt: skip
+    "FORMAT_VERSION",
+    "MAX_PLAN_BYTES",
+    "as_bool",
+    "as_int",
+    "as_list",
+    "as_number",
+    "as_object",
+    "as_text",
+    "describe",
+    "flatten",
+    "float32_bits",
+    "known_keys",
+    "missing",
+    "need",
+    "parse_plan_bytes",
+    "product",
+    "read_plan_document",
+    "three",
+]

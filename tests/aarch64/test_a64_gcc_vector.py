@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("elftools")
 
-from support import oracle as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
 from a64_support import ON_AARCH64  # noqa: E402
+from support import oracle as osup  # noqa: E402  (tests/ is on sys.path, like conftest)
 
 from svod_min.jit_loader import relocate  # noqa: E402
 
@@ -30,8 +30,13 @@ ASM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "vector_g
 ASSEMBLER = "as" if ON_AARCH64 else "aarch64-linux-gnu-as"
 BASE = 0x40000000
 MEMSET = 0x7F5500000000 + 0x7F0  # far: only a veneer reaches it
-PAIR_TYPES = {"R_AARCH64_ADR_PREL_PG_HI21", "R_AARCH64_ADD_ABS_LO12_NC", "R_AARCH64_LDST128_ABS_LO12_NC",
-              "R_AARCH64_LDST32_ABS_LO12_NC", "R_AARCH64_LDST64_ABS_LO12_NC"}  # fmt: skip
+PAIR_TYPES = {
+    "R_AARCH64_ADR_PREL_PG_HI21",
+    "R_AARCH64_ADD_ABS_LO12_NC",
+    "R_AARCH64_LDST128_ABS_LO12_NC",
+    "R_AARCH64_LDST32_ABS_LO12_NC",
+    "R_AARCH64_LDST64_ABS_LO12_NC",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,12 @@ def vector_object(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 def test_the_case_still_has_the_defect_report_shape(vector_object: bytes) -> None:
     info = osup.parse_object(vector_object)
     names = {osup.type_name("aarch64", r.type) for r in info.relocs}
-    assert {"R_AARCH64_LDST128_ABS_LO12_NC", "R_AARCH64_ADR_PREL_PG_HI21", "R_AARCH64_ADD_ABS_LO12_NC",
-            "R_AARCH64_CALL26"} <= names  # fmt: skip
+    assert {
+        "R_AARCH64_LDST128_ABS_LO12_NC",
+        "R_AARCH64_ADR_PREL_PG_HI21",
+        "R_AARCH64_ADD_ABS_LO12_NC",
+        "R_AARCH64_CALL26",
+    } <= names
     assert any(r.sym == ".rodata.cst16" for r in info.relocs if r.type == 299)
     assert any(r.sym == "memset" and r.external for r in info.relocs if r.type == 283)
 
@@ -67,8 +76,14 @@ def test_every_page_and_low12_field_reaches_its_section_plus_addend(vector_objec
         expected = sec_addr[r.sym] + r.addend
         target = decoder.decode(index)
         assert expected in target.value, "%s at %s+0x%x against %s%+d: reaches %s, expected 0x%x" % (
-            osup.type_name("aarch64", r.type), r.section, r.offset, r.sym, r.addend,
-            [hex(v) for v in target.value], expected)  # fmt: skip
+            osup.type_name("aarch64", r.type),
+            r.section,
+            r.offset,
+            r.sym,
+            r.addend,
+            [hex(v) for v in target.value],
+            expected,
+        )
         checked += 1
     assert checked >= 20
 

@@ -35,7 +35,10 @@ if shutil.which("gcc") is None:
     pytest.skip("the root's gcc is needed to build the cases", allow_module_level=True)
 
 VARIANTS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("O0", ("-O0",)), ("O0-noplt", ("-O0", "-fno-plt")), ("O2", ("-O2",)), ("O2-noplt", ("-O2", "-fno-plt")),
+    ("O0", ("-O0",)),
+    ("O0-noplt", ("-O0", "-fno-plt")),
+    ("O2", ("-O2",)),
+    ("O2-noplt", ("-O2", "-fno-plt")),
 ]
 
 
@@ -63,8 +66,12 @@ def build_shared(source: str, flags: Tuple[str, ...], workdir: str, tag: str, ex
 class Side:
     """``get(name, restype, *argtypes)`` and ``get.address(name)`` on one side of a comparison."""
 
-    def __init__(self, lib: Optional[ctypes.CDLL] = None, lo: Optional[LoadedObject] = None,
-                 externals: Optional[Dict[str, int]] = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        lib: Optional[ctypes.CDLL] = None,
+        lo: Optional[LoadedObject] = None,
+        externals: Optional[Dict[str, int]] = None,
+    ) -> None:
         self.lib, self.lo, self.externals = lib, lo, externals or {}
 
     def __call__(self, name: str, restype: Any, *argtypes: Any) -> Any:
@@ -147,9 +154,14 @@ def test_a_broken_adrp_makes_these_comparisons_fail(tmp_path) -> None:
     here = os.path.abspath(__file__)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     select = "test_loaded_code_matches_shared_object and vector and O2"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here, "-k", select],
-                          capture_output=True, text=True, timeout=600, cwd=repo,
-                          env=dict(os.environ, **{BREAK_ENV: "adrp"}))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here, "-k", select],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=repo,
+        env=dict(os.environ, **{BREAK_ENV: "adrp"}),
+    )
     out = proc.stdout + proc.stderr
     print("with %s=adrp: exit %d\n%s" % (BREAK_ENV, proc.returncode, out[-3000:]))
     assert proc.returncode not in (0, 5), "a broken ADRP went unnoticed:\n" + out[-3000:]

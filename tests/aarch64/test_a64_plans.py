@@ -30,8 +30,14 @@ EXAMPLE_PLANS += [p for p in (os.path.join(REPO, "examples", "arena_views_copy.j
 
 def svod_min(args: List[str], path: str, tmp_path) -> Dict:
     env = dict(os.environ, PATH=path, PYTHONPATH=REPO, SVOD_OBJECT_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "svod_min", *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=str(tmp_path))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, "svod_min %s failed (%d):\n%s%s" % (args, proc.returncode, proc.stdout, proc.stderr)
     return json.loads(proc.stdout) if "--json" in args else {"out": proc.stdout}
 

@@ -24,12 +24,11 @@ from typing import Any, Dict
 
 import numpy as np
 import pytest
+from a64_support import ON_AARCH64
+from tinygrad_programs import inputs, numpy_reference
 
 import svod_min
 from svod_min.config import env_flag
-
-from a64_support import ON_AARCH64
-from tinygrad_programs import inputs, numpy_reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
@@ -62,10 +61,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Dict[str, Any]]:
 
 
 def _run(cache: str, *argv: str) -> Dict[str, Any]:
-    env = dict(os.environ, DEV="CPU", CACHEDB=cache, PYTHONPATH=os.pathsep.join(
-        [PACKAGE_PARENT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))  # fmt: skip
+    env = dict(
+        os.environ,
+        DEV="CPU",
+        CACHEDB=cache,
+        PYTHONPATH=os.pathsep.join(
+            [PACKAGE_PARENT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
+    )
     env.pop("DEBUG", None)
-    child = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=HERE)
+    child = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=HERE
+    )
     assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-4000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
@@ -83,8 +90,13 @@ def test_programs_match_numpy(runs: Dict[str, Dict[str, Any]], mode: str) -> Non
     got = runs[mode]["results"]
     assert sorted(got) == sorted(want)
     for name, expected in want.items():
-        np.testing.assert_allclose(np.asarray(got[name], dtype=np.float64), np.asarray(expected), rtol=2e-5, atol=2e-5,
-                                   err_msg="%s (%s)" % (name, mode))  # fmt: skip
+        np.testing.assert_allclose(
+            np.asarray(got[name], dtype=np.float64),
+            np.asarray(expected),
+            rtol=2e-5,
+            atol=2e-5,
+            err_msg="%s (%s)" % (name, mode),
+        )
 
 
 @pytest.mark.parametrize("mode", ["shipped", "hooked"])

@@ -32,8 +32,12 @@ import vector_hunt  # noqa: E402
 import vector_progs  # noqa: E402
 
 SEEDS = range(4)  # bounded: about 1.5 s of CPU per comparison under emulation (16 in all)
-FLAGS = [("-O2",), ("-O2", "-fno-plt"), ("-O3", "-fno-plt", "-freorder-blocks-and-partition"),
-         ("-O2", "-ffunction-sections", "-fdata-sections")]  # fmt: skip
+FLAGS = [
+    ("-O2",),
+    ("-O2", "-fno-plt"),
+    ("-O3", "-fno-plt", "-freorder-blocks-and-partition"),
+    ("-O2", "-ffunction-sections", "-fdata-sections"),
+]
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=["_".join(f).replace("-", "") for f in FLAGS])
@@ -51,8 +55,12 @@ def test_the_programs_have_the_reported_relocations(tmp_path) -> None:
     path = str(tmp_path / "p.o")
     with open(path, "rb") as fh:
         elf = elffile.ELFFile(fh)
-        kinds = {r["r_info_type"] for sec in elf.iter_sections() if sec.name.startswith(".rela.text")
-                 for r in sec.iter_relocations()}  # fmt: skip
+        kinds = {
+            r["r_info_type"]
+            for sec in elf.iter_sections()
+            if sec.name.startswith(".rela.text")
+            for r in sec.iter_relocations()
+        }
     # LDST128_ABS_LO12_NC, ADR_PREL_PG_HI21, ADD_ABS_LO12_NC, CALL26, ADR_GOT_PAGE
     assert {299, 275, 277, 283, 311} <= kinds, sorted(kinds)
 
@@ -63,10 +71,14 @@ def test_a_broken_adrp_makes_the_generated_comparisons_fail() -> None:
         pytest.skip("this whole session already runs with %s set" % BREAK_ENV)
     here = os.path.abspath(__file__)
     repo = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here,
-                           "-k", "matches_shared_object and 0-O2"],
-                          capture_output=True, text=True, timeout=600, cwd=repo,
-                          env=dict(os.environ, **{BREAK_ENV: "adrp"}))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", here, "-k", "matches_shared_object and 0-O2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=repo,
+        env=dict(os.environ, **{BREAK_ENV: "adrp"}),
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, "a broken ADRP went unnoticed:\n" + out[-3000:]
     assert "disagree" in out, out[-3000:]

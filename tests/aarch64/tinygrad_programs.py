@@ -31,7 +31,9 @@ def inputs() -> Dict[str, np.ndarray]:
         return rng.standard_normal(shape).astype(np.float32)
 
     values = {"x": f32(3, 40), "y": f32(3, 40), "a": f32(24, 33), "b": f32(33, 17)}
-    values.update(mlp_x=f32(8, 12), mlp_t=f32(8, 5), w1=f32(12, 16) * np.float32(0.3), b1=f32(16), w2=f32(16, 5) * np.float32(0.3))
+    values.update(
+        mlp_x=f32(8, 12), mlp_t=f32(8, 5), w1=f32(12, 16) * np.float32(0.3), b1=f32(16), w2=f32(16, 5) * np.float32(0.3)
+    )
     values.update(jit_w=f32(10, 6), jit_x=f32(JIT_STEPS, 7, 10))
     return values
 
@@ -49,7 +51,9 @@ def numpy_reference(v: Dict[str, np.ndarray]) -> Dict[str, Any]:
     g_out = 2 * err / err.size
     g_w2 = hidden.T @ g_out
     g_pre = (g_out @ d["w2"].T) * (pre > 0)
-    out.update(mlp_w1=d["w1"] - LEARNING_RATE * (d["mlp_x"].T @ g_pre), mlp_b1=d["b1"] - LEARNING_RATE * g_pre.sum(axis=0))
+    out.update(
+        mlp_w1=d["w1"] - LEARNING_RATE * (d["mlp_x"].T @ g_pre), mlp_b1=d["b1"] - LEARNING_RATE * g_pre.sum(axis=0)
+    )
     out["mlp_w2"] = d["w2"] - LEARNING_RATE * g_w2
     out["jit"] = [np.maximum(step @ d["jit_w"], 0).sum(axis=1) for step in d["jit_x"]]
     return out
@@ -90,7 +94,9 @@ def run_helper_programs() -> Dict[str, Any]:
     word = ctypes.c_uint32(7)
     prgs[ops_cpu.signal_prog].fxn(ctypes.c_uint64(ctypes.addressof(word)), ctypes.c_uint64(123456))
     signalled = word.value
-    prgs[ops_cpu.wait_prog].fxn(ctypes.c_uint64(ctypes.addressof(word)), ctypes.c_uint64(123456))  # already there: returns
+    prgs[ops_cpu.wait_prog].fxn(
+        ctypes.c_uint64(ctypes.addressof(word)), ctypes.c_uint64(123456)
+    )  # already there: returns
     clock = ctypes.c_uint64(ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value or 0)
     stamp = ctypes.c_uint64(0)
     before = time.monotonic_ns()

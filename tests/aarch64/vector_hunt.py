@@ -67,7 +67,7 @@ def compare_in_child(obj: bytes, lib: str) -> Optional[str]:
                 got = _calls(lo.function("run", *_PROTO))
                 for call, (g, w) in enumerate(zip(got, want)):
                     if g != w:
-                        diff = [i for i in range(0, len(g), 4) if g[i:i + 4] != w[i:i + 4]]
+                        diff = [i for i in range(0, len(g), 4) if g[i : i + 4] != w[i : i + 4]]
                         message = ("%s, call %d: words %s differ" % (attempt, call, diff[:12])).encode()
                         break
                 if message:

@@ -13,7 +13,6 @@ from support.cache_races import isolated_cache, run_in_threads  # noqa: F401 - i
 from svod_min.cache import kernel_cache as kc
 from svod_min.error import CompilationError, NotSupportedError
 
-
 # --- compile_cached --------------------------------------------------------
 
 
@@ -34,6 +33,7 @@ def fake_clang(monkeypatch):
             state["calls"].append((kind, source, tuple(extra_flags)))
             time.sleep(0.02)
             return b"\x7fELF" + hashlib.sha256((kind + source).encode()).digest()
+
         return compile_fn
 
     monkeypatch.setattr(clang, "find_compiler", find_compiler)

@@ -18,7 +18,6 @@ from svod_min.cache.kernel_cache import KernelCache
 from svod_min.devices.cpu.device import CpuDevice, CpuProgram
 from svod_min.error import CacheError, PlanError
 
-
 # --- content_key -----------------------------------------------------------
 
 
@@ -125,9 +124,7 @@ def test_interrupted_leader_lets_waiter_compile():
         raise KeyboardInterrupt
 
     out = []
-    waiter = threading.Thread(
-        target=lambda: (started.wait(), out.append(cache.get_or_compile("k", lambda: "w")))
-    )
+    waiter = threading.Thread(target=lambda: (started.wait(), out.append(cache.get_or_compile("k", lambda: "w"))))
     waiter.start()
     with pytest.raises(KeyboardInterrupt):
         cache.get_or_compile("k", interrupted)

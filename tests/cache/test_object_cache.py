@@ -24,7 +24,6 @@ from svod_min.cache.kernel_cache import object_cache
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import CacheError
 
-
 # --- ObjectCache: basics ---------------------------------------------------
 
 
@@ -224,8 +223,14 @@ def test_default_dir_xdg_and_home(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [(None, kc.DEFAULT_BUDGET), ("4096", 4096), ("1k", 1024), ("3M", 3 << 20),
-     ("1GiB", 1 << 30), ("lots", kc.DEFAULT_BUDGET)],
+    [
+        (None, kc.DEFAULT_BUDGET),
+        ("4096", 4096),
+        ("1k", 1024),
+        ("3M", 3 << 20),
+        ("1GiB", 1 << 30),
+        ("lots", kc.DEFAULT_BUDGET),
+    ],
 )
 def test_budget_parsing(raw, expected):
     assert kc.parse_budget(raw) == expected
@@ -241,8 +246,10 @@ def _planted_entry(tmp_path, plant):
 
 def _get_in_a_child(cache_dir: str) -> subprocess.CompletedProcess:
     code = "from svod_min.cache import kernel_cache as kc; print(kc.ObjectCache(%r).get('k'))" % cache_dir
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_DIR]
-                                                      + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([REPO_DIR] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -261,7 +268,7 @@ def test_a_symlink_to_dev_zero_is_a_miss_not_an_endless_read(tmp_path):
 
 
 def _verify_in_a_child(plant: str) -> "subprocess.CompletedProcess[str]":
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import os, sys, tempfile
         from svod_min.cache.kernel_cache import ObjectCache
         cache = ObjectCache(tempfile.mkdtemp(prefix="svod-verify-"))
@@ -269,7 +276,7 @@ def _verify_in_a_child(plant: str) -> "subprocess.CompletedProcess[str]":
         os.makedirs(os.path.dirname(path), exist_ok=True)
         os.mkfifo(path) if sys.argv[1] == "fifo" else os.symlink("/dev/zero", path)
         print(cache.verify() == [path])
-    ''')
+    """)
     return subprocess.run([sys.executable, "-c", code, plant], capture_output=True, text=True, timeout=30, cwd=REPO_DIR)
 
 

@@ -22,7 +22,6 @@ from svod_min.cache.kernel_cache import ObjectCache
 from svod_min.compiler import clang
 from svod_min.jit_loader import load_object
 
-
 # --- multiple processes ----------------------------------------------------
 
 
@@ -234,10 +233,21 @@ def test_four_processes_share_one_object_cache_while_one_is_killed_mid_write(tmp
     for scale in (2, 3, 5, 7, 11, 13):
         (objdir / ("%d.o" % scale)).write_bytes(clang.compile_c(ANSWER_SRC % scale))
     env = child_env()
-    readers = [subprocess.Popen([sys.executable, "-c", _CACHE_READER, str(directory), str(stop), str(objdir)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(3)]
-    victim = subprocess.Popen([sys.executable, "-c", _CACHE_VICTIM, str(directory), str(objdir)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CACHE_READER, str(directory), str(stop), str(objdir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        for _ in range(3)
+    ]
+    victim = subprocess.Popen(
+        [sys.executable, "-c", _CACHE_VICTIM, str(directory), str(objdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     try:
         line = victim.stdout.readline().strip()
         assert line == b"torn", victim.stderr.read().decode()

@@ -47,18 +47,22 @@ def test_committed_sources_are_current(generated: outputs.Generated) -> None:
 @pytest.mark.skipif(not HAVE_CLANG, reason="clang is needed to rebuild the prebuilt objects")
 def test_codegen_check_passes_on_the_committed_tree() -> None:
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, "-m", "codegen", "--check"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "codegen", "--check"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "up to date" in proc.stdout
 
 
 def test_check_reports_changed_missing_and_stale_files(tmp_path: Any) -> None:
-    gen = outputs.Generated({"svod_min/kernels/_generated/a.c": b"x", "docs/kernels.md": b"doc"},
-                            {"svod_min/kernels/prebuilt/v/library.o": "clang not found"})  # fmt: skip
+    gen = outputs.Generated(
+        {"svod_min/kernels/_generated/a.c": b"x", "docs/kernels.md": b"doc"},
+        {"svod_min/kernels/prebuilt/v/library.o": "clang not found"},
+    )
     outputs.write(str(tmp_path), gen)
     assert outputs.compare(str(tmp_path), gen) == [
-        "svod_min/kernels/prebuilt/v/library.o: missing (and cannot be built here: clang not found)"]
+        "svod_min/kernels/prebuilt/v/library.o: missing (and cannot be built here: clang not found)"
+    ]
     (tmp_path / "svod_min/kernels/_generated/a.c").write_bytes(b"y")
     (tmp_path / "svod_min/kernels/_generated/old.c").write_bytes(b"z")
     os.remove(str(tmp_path / "docs/kernels.md"))
@@ -139,7 +143,9 @@ def test_each_variant_is_checked_with_its_own_compiler(monkeypatch: pytest.Monke
     assert built["loongarch64-baseline"] == ("clang 16.0.6", "clang-16 not found")
     assert all(why is None for name, (_v, why) in built.items() if name != "loongarch64-baseline")
     versions["clang-16"] = "clang 16.0.5"
-    assert "this machine's clang-16 is clang 16.0.5" in str(outputs.built_with(committed, True)["loongarch64-baseline"][1])
+    assert "this machine's clang-16 is clang 16.0.5" in str(
+        outputs.built_with(committed, True)["loongarch64-baseline"][1]
+    )
     versions.update({"clang": "clang 15.0.7", "clang-16": "clang 16.0.6"})
     built = outputs.built_with(committed, True)
     assert built["loongarch64-baseline"] == ("clang 16.0.6", None)

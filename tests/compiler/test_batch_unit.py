@@ -7,12 +7,10 @@ import shutil
 from typing import List
 
 import pytest
-
 from conftest import needs_clang
 from support.unit_oracle import differences
 
-from svod_min.compiler import clang
-from svod_min.compiler import batch, batch_unit
+from svod_min.compiler import batch, batch_unit, clang
 from svod_min.jit_loader import load_object
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
@@ -73,15 +71,18 @@ def test_unit_ready_takes_only_include_directives() -> None:
     assert not batch_unit.unit_ready("#define N 4\nvoid k(void) {}\n")
     assert not batch_unit.unit_ready("#if 1\nvoid k(void) {}\n#endif\n")
     assert batch_unit.unit_ready("void k(int *o) {\n#pragma GCC unroll 4\n  for (int i = 0; i < 8; i++) o[i] = i;\n}\n")
-    assert not batch_unit.unit_ready("#pragma GCC optimize(\"O0\")\nvoid k(void) {}\n")
+    assert not batch_unit.unit_ready('#pragma GCC optimize("O0")\nvoid k(void) {}\n')
     assert not batch_unit.unit_ready("void k__svu1__(void) {}\n")
     # conditionals inside a body (the prelude's streaming stores) are fine; at file scope they could hide definitions
-    assert batch_unit.unit_ready("void k(int *o) {\n#if defined(__x86_64__)\n  o[0] = 1;\n#else\n  o[0] = 2;\n#endif\n}\n")
+    assert batch_unit.unit_ready(
+        "void k(int *o) {\n#if defined(__x86_64__)\n  o[0] = 1;\n#else\n  o[0] = 2;\n#endif\n}\n"
+    )
     assert not batch_unit.unit_ready("void k(void) {\n#define X 1\n}\n")
     assert batch_unit.flags_allow_unit(["-O2", "-g0", "-DX=1"])
     assert not batch_unit.flags_allow_unit(["-O2", "-g"]) and not batch_unit.flags_allow_unit(["-flto"])
-    assert not batch_unit.flags_allow_unit(["-Xclang", "-fmerge-functions"]) and not batch_unit.flags_allow_unit(["-mllvm", "-x"])
-
+    assert not batch_unit.flags_allow_unit(["-Xclang", "-fmerge-functions"]) and not batch_unit.flags_allow_unit(
+        ["-mllvm", "-x"]
+    )
 
 
 def unit_runs(monkeypatch) -> Calls:
@@ -111,16 +112,21 @@ def test_a_batch_is_one_compiler_run(cc: str, monkeypatch) -> None:
 
 def test_a_name_set_by_a_flag_keeps_its_meaning(cc: str) -> None:
     # K expands to k: renaming K in the unit would name the symbol K
-    objs = clang.compile_many_c([kernel(3).replace("void k(", "void K("), kernel(1)], compiler=cc, jobs=1,
-                                extra_flags=["-DK=k"])  # fmt: skip
+    objs = clang.compile_many_c(
+        [kernel(3).replace("void k(", "void K("), kernel(1)], compiler=cc, jobs=1, extra_flags=["-DK=k"]
+    )
     assert run(objs[0]) == expect(3) and run(objs[1]) == expect(1)
 
 
 def test_library_kernels_share_one_unit(cc: str, monkeypatch) -> None:
     from svod_min.kernels.sources import kernel_source
 
-    entries = [("elementwise", "svod_add_f32"), ("elementwise", "svod_gelu_f16"), ("matmul", "svod_matmul_f32_4x8"),
-               ("softmax", "svod_softmax_f32")]  # fmt: skip
+    entries = [
+        ("elementwise", "svod_add_f32"),
+        ("elementwise", "svod_gelu_f16"),
+        ("matmul", "svod_matmul_f32_4x8"),
+        ("softmax", "svod_softmax_f32"),
+    ]
     sources = [kernel_source(family, entry) for family, entry in entries]
     assert all(batch_unit.unit_ready(s) for s in sources)  # the prelude's and matmul's directives sit in bodies
     clang.find_compiler(compiler=cc)
@@ -130,7 +136,9 @@ def test_library_kernels_share_one_unit(cc: str, monkeypatch) -> None:
     a, b = (ctypes.c_float * 100)(*range(100)), (ctypes.c_float * 100)(*range(100, 200))
     out = (ctypes.c_float * 100)()
     with load_object(objs[0]) as lo:
-        lo.function("svod_add_f32", None, *[ctypes.c_void_p] * 3, ctypes.c_int, ctypes.c_int, ctypes.c_int)(out, a, b, 100, 1, 0)
+        lo.function("svod_add_f32", None, *[ctypes.c_void_p] * 3, ctypes.c_int, ctypes.c_int, ctypes.c_int)(
+            out, a, b, 100, 1, 0
+        )
     assert list(out) == [float(2 * i + 100) for i in range(100)]
 
 
@@ -154,8 +162,10 @@ def test_the_cut_computes_what_compile_c_computes(cc: str) -> None:
     from svod_min.kernels.elementwise import render_elementwise
     from svod_min.kernels.sources import prelude
 
-    srcs = [prelude() + render_elementwise("svod_t%d" % i, expr % i, dtype="float16").function
-            for i, expr in enumerate(["gelu(a)+b*%d", "gelu(a)+b*%d", "tanh(a)*b+%d"])]  # fmt: skip
+    srcs = [
+        prelude() + render_elementwise("svod_t%d" % i, expr % i, dtype="float16").function
+        for i, expr in enumerate(["gelu(a)+b*%d", "gelu(a)+b*%d", "tanh(a)*b+%d"])
+    ]
     objs = clang.compile_many_c(srcs, compiler=cc, jobs=1)
     rng = np.random.default_rng(7)
     a, b = (rng.uniform(-8, 8, 4099).astype(np.float16) for _ in range(2))
@@ -310,6 +320,7 @@ def test_a_call_to_a_local_function_is_the_same_resolved_or_relocated() -> None:
     assembler resolves it in place. The oracle takes both as the same only where the displacement reaches the
     same helper: a displacement moved by one byte is a difference."""
     import io
+
     from elftools.elf.elffile import ELFFile
 
     sources = [LOCAL_CALL_SRC % {"name": "lc_one", "k": 1}, LOCAL_CALL_SRC % {"name": "lc_two", "k": 2}]
@@ -319,7 +330,7 @@ def test_a_call_to_a_local_function_is_the_same_resolved_or_relocated() -> None:
     elf = ELFFile(io.BytesIO(alone))
     text = elf.get_section_by_name(".text")
     caller = next(s for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name == "lc_one")
-    code = text.data()[caller["st_value"]:caller["st_value"] + caller["st_size"]]
+    code = text.data()[caller["st_value"] : caller["st_value"] + caller["st_size"]]
     at = text["sh_offset"] + caller["st_value"] + code.index(b"\xe8") + 1  # the call's displacement
     moved = bytearray(alone)
     moved[at] = (moved[at] + 1) % 256

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 
 import pytest
-from conftest import needs_clang, needs_cc
+from conftest import needs_cc, needs_clang
 
 from svod_min.compiler import clang
 from svod_min.error import CompilationError, CompilerNotFoundError
@@ -169,7 +169,9 @@ def test_a_compiler_run_that_writes_no_object_is_a_compilation_error(flags: list
 
 @needs_cc
 def test_source_with_a_lone_surrogate_is_a_compilation_error() -> None:
-    with pytest.raises(CompilationError, match=r"the source is not valid Unicode text \(surrogates not allowed at position 3\)"):
+    with pytest.raises(
+        CompilationError, match=r"the source is not valid Unicode text \(surrogates not allowed at position 3\)"
+    ):
         clang.compile_c("// \udcff\nint f(void) { return 1; }")
     with pytest.raises(CompilationError, match=r"kernel 1 is not valid Unicode text"):
         clang.compile_many_c(["int f(void) { return 1; }", "// \udcff\n"])

@@ -11,9 +11,8 @@ from typing import List
 import pytest
 from conftest import needs_cc, needs_clang
 
-from svod_min.compiler import clang
-from svod_min.compiler import batch
 from svod_min.cache import kernel_cache as kc
+from svod_min.compiler import batch, clang
 from svod_min.error import CompilationError
 from svod_min.jit_loader import load_object
 
@@ -210,8 +209,16 @@ def test_includes_resolve_against_the_callers_cwd(cc: str, tmp_path, monkeypatch
 def test_path_flags_are_made_absolute() -> None:
     flags = ["-Iinc", "-I", "a/b", "-isystem/abs", "-include", "p.h", "-I-", "-O2", "--sysroot=sr", "-DX=inc"]
     assert batch._absolute_paths(flags, "/base") == [
-        "-I/base/inc", "-I", "/base/a/b", "-isystem/abs", "-include", "/base/p.h", "-I-", "-O2",
-        "--sysroot=/base/sr", "-DX=inc",
+        "-I/base/inc",
+        "-I",
+        "/base/a/b",
+        "-isystem/abs",
+        "-include",
+        "/base/p.h",
+        "-I-",
+        "-O2",
+        "--sysroot=/base/sr",
+        "-DX=inc",
     ]
 
 

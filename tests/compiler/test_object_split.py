@@ -10,8 +10,7 @@ from typing import List
 
 import pytest
 
-from svod_min.compiler import clang
-from svod_min.compiler import batch_unit
+from svod_min.compiler import batch_unit, clang
 from svod_min.compiler.object_split import split_object
 from svod_min.jit_loader import load_object
 
@@ -26,7 +25,9 @@ def library_style_sources() -> List[str]:
     from svod_min.kernels.sources import prelude
 
     exprs = ["gelu(a)+b*%d", "exp(a)*b+%d", "a*b+%d", "sqrt(a*a+b*b)+%d"]
-    return [prelude() + render_elementwise("svod_t%d" % i, exprs[i % 4] % i, dtype="float32").function for i in range(8)]
+    return [
+        prelude() + render_elementwise("svod_t%d" % i, exprs[i % 4] % i, dtype="float32").function for i in range(8)
+    ]
 
 
 def call(fn, seed: int) -> bytes:
@@ -47,8 +48,10 @@ def compile_unit_text(text: str, tmp, cc: str) -> bytes:
     info = clang.find_compiler(compiler=cc)
     flags = clang.compiler_flags(info, ())
     (tmp / "unit.c").write_text(text)
-    subprocess.run([info.path, "-c", *flags, *batch_unit.UNIT_FLAGS[info.family], str(tmp / "unit.c"), "-o", str(tmp / "unit.o")],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [info.path, "-c", *flags, *batch_unit.UNIT_FLAGS[info.family], str(tmp / "unit.c"), "-o", str(tmp / "unit.o")],
+        check=True,
+    )
     return (tmp / "unit.o").read_bytes()
 
 
@@ -82,8 +85,10 @@ def test_a_real_linker_takes_every_piece(cc: str, tmp_path) -> None:
 
 
 def test_pieces_keep_data_and_statics_of_their_own_source(cc: str, tmp_path) -> None:
-    src = "static const float table[4] = {1.5f, 2.5f, 3.5f, %d.0f};\nfloat bias = %d.25f;\n" \
-          "float k(int i) { return table[i & 3] + bias; }\n"  # fmt: skip
+    src = (
+        "static const float table[4] = {1.5f, 2.5f, 3.5f, %d.0f};\nfloat bias = %d.25f;\n"
+        "float k(int i) { return table[i & 3] + bias; }\n"
+    )
     sources = [src % (i, i) for i in range(3)]
     pieces = split_object(unit_object(sources, tmp_path, cc), batch_unit.SUFFIX, [0, 1, 2])
     assert pieces is not None
@@ -132,6 +137,10 @@ def test_a_batch_is_one_compiler_run_for_the_whole_unit(cc: str, monkeypatch) ->
     sources = library_style_sources()[:6]
     clang.find_compiler(compiler=cc)
     objs = clang.compile_many_c(sources, compiler=cc, jobs=1)
-    assert len(seen) == 1 and seen[0][-3].endswith("unit0.c") and seen[0][-1].endswith("unit0.o")  # one unit in, one object out
+    assert (
+        len(seen) == 1 and seen[0][-3].endswith("unit0.c") and seen[0][-1].endswith("unit0.o")
+    )  # one unit in, one object out
     for i, obj in enumerate(objs):  # the objects come back in source order
-        assert run_loaded(obj, "svod_t%d" % i, 3) == run_loaded(clang.compile_c(sources[i], compiler=cc), "svod_t%d" % i, 3)
+        assert run_loaded(obj, "svod_t%d" % i, 3) == run_loaded(
+            clang.compile_c(sources[i], compiler=cc), "svod_t%d" % i, 3
+        )

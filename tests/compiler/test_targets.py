@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from svod_min.compiler import targets
-from svod_min.error import ConfigError
 from svod_min.compiler.targets import TARGETS, choose_target, host_target, object_target_mismatch
+from svod_min.error import ConfigError
 
 V3 = TARGETS["x86_64-v3"].requires
 V4 = TARGETS["x86_64-v4"].requires
@@ -84,7 +84,9 @@ def _elf(machine: int, etype: int = 1, cls: int = 2) -> bytes:
 def test_an_object_must_be_for_its_targets_machine() -> None:
     assert object_target_mismatch(_elf(62), "x86_64-v3") is None
     assert object_target_mismatch(_elf(183), "aarch64") is None
-    assert "ELF machine 183 (aarch64) does not match target x86_64 (x86_64)" in str(object_target_mismatch(_elf(183), "x86_64"))
+    assert "ELF machine 183 (aarch64) does not match target x86_64 (x86_64)" in str(
+        object_target_mismatch(_elf(183), "x86_64")
+    )
     assert "not a relocatable object" in str(object_target_mismatch(_elf(62, etype=3), "x86_64"))
     assert "64-bit little-endian" in str(object_target_mismatch(_elf(62, cls=1), "x86_64"))
     assert object_target_mismatch(b"MZ" + bytes(100), "x86_64") == "not an ELF file"
@@ -118,14 +120,20 @@ def test_info_names_this_hosts_target() -> None:
     variant = host_variant()
     assert "kernel library: %s" % ("prebuilt %s\n" % variant if variant else "compiled on demand") in proc.stdout
     env = dict(os.environ, SVOD_KERNELS_VARIANT="bogus")
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "info"], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == 0 and "kernel library: unusable: SVOD_KERNELS_VARIANT='bogus'" in proc.stdout
 
 
 def test_compiler_triples_name_the_loaders_architectures() -> None:
-    from svod_min.planfile.bundle_build import compiler_arch
     from svod_min.compiler.clang import CompilerInfo
+    from svod_min.planfile.bundle_build import compiler_arch
 
-    for triple, arch in (("x86_64-linux-gnu", "x86_64"), ("powerpc64le-linux-gnu", "ppc64le"),
-                         ("aarch64-unknown-linux-gnu", "aarch64"), ("riscv64-linux-gnu", "riscv64")):  # fmt: skip
+    for triple, arch in (
+        ("x86_64-linux-gnu", "x86_64"),
+        ("powerpc64le-linux-gnu", "ppc64le"),
+        ("aarch64-unknown-linux-gnu", "aarch64"),
+        ("riscv64-linux-gnu", "riscv64"),
+    ):
         assert compiler_arch(CompilerInfo("/usr/bin/gcc", "gcc", "12", triple)) == arch

@@ -132,8 +132,13 @@ def _source_doc() -> Dict[str, Any]:
             "w": {"dtype": "float32", "shape": [N], "output": True},
         },
         "kernels": {
-            "scale": {"source": SCALE_C, "buffers": 2, "vars": ["n", "core_id", "core_id_count"],
-                      "global_size": ["core_id_count", 1, 1], "extents": {"0": "n", "1": "n"}},
+            "scale": {
+                "source": SCALE_C,
+                "buffers": 2,
+                "vars": ["n", "core_id", "core_id_count"],
+                "global_size": ["core_id_count", 1, 1],
+                "extents": {"0": "n", "1": "n"},
+            },
             "shift": {"source": SHIFT_C, "buffers": 2, "vars": ["n"], "extents": {"0": "n", "1": "n"}},
             "add": {"library": "add", "params": {"dtype": "float32"}},
         },
@@ -142,7 +147,7 @@ def _source_doc() -> Dict[str, Any]:
             {"kernel": "shift", "buffers": ["z", "y"]},
             {"kernel": "add", "buffers": ["w", "y", "x"], "vars": {"n": "n"}},
         ],
-    }  # fmt: skip
+    }
 
 
 def _array(loaded: Any, name: str) -> Any:
@@ -170,7 +175,9 @@ def test_library_plan_runs_on_the_stand_in(hostsim: HostSim) -> None:
 
 
 @needs_cc
-def test_source_plan_runs_on_the_stand_in_with_one_compile_batch(hostsim: HostSim, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_source_plan_runs_on_the_stand_in_with_one_compile_batch(
+    hostsim: HostSim, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import svod_min.planfile.kernels as plan_kernels
 
     batches: List[int] = []
@@ -250,13 +257,17 @@ def test_selfcheck_follows_the_forms(hostsim: HostSim) -> None:
         run_selfcheck(hostsim)
 
 
-@pytest.mark.parametrize("forms, mutate, message", [
-    ((PTX, CUDA_C), None, "kernels.k: has no CUDA form, and this plan runs on HOSTSIM"),
-    ((OBJECT,), "cuda_only", "kernels.k: has only a CUDA form"),
-    (("spirv",), None, "kernels.k: device HOSTSIM loads spirv programs; this kernel brings object, c"),
-])  # fmt: skip
-def test_a_kernel_without_a_form_the_device_loads_is_refused(hostsim: HostSim, forms: Tuple[str, ...],
-                                                             mutate: Optional[str], message: str) -> None:
+@pytest.mark.parametrize(
+    "forms, mutate, message",
+    [
+        ((PTX, CUDA_C), None, "kernels.k: has no CUDA form, and this plan runs on HOSTSIM"),
+        ((OBJECT,), "cuda_only", "kernels.k: has only a CUDA form"),
+        (("spirv",), None, "kernels.k: device HOSTSIM loads spirv programs; this kernel brings object, c"),
+    ],
+)
+def test_a_kernel_without_a_form_the_device_loads_is_refused(
+    hostsim: HostSim, forms: Tuple[str, ...], mutate: Optional[str], message: str
+) -> None:
     hostsim.program_forms = forms
     doc = {
         "svod_plan": 1,
@@ -275,7 +286,9 @@ def test_a_kernel_without_a_form_the_device_loads_is_refused(hostsim: HostSim, f
 
 
 def test_load_program_refuses_a_form_the_device_does_not_list() -> None:
-    with pytest.raises(NotSupportedError, match=r"CPU does not load 'ptx' programs \(it loads: object, mapped_object, c, llvm_ir\)"):
+    with pytest.raises(
+        NotSupportedError, match=r"CPU does not load 'ptx' programs \(it loads: object, mapped_object, c, llvm_ir\)"
+    ):
         CpuDevice(threads=1).load_program(ProgramSource(PTX, ".version 7.0", "k", 1))
 
 

@@ -8,10 +8,9 @@ from typing import Any, List
 import pytest
 from support.executor import LONG, SHORT
 
-from svod_min.executor.device_context import DeviceContext, TimelineSignal
 from svod_min.devices.spec import DeviceSpec
 from svod_min.error import ExecutionError
-
+from svod_min.executor.device_context import DeviceContext, TimelineSignal
 
 # --- timeline signal -------------------------------------------------------------------------
 
@@ -65,11 +64,14 @@ def test_context_completes_in_order() -> None:
         ctx.signal_completion(7)
 
 
-@pytest.mark.parametrize("call", [
-    lambda ctx: ctx.wait_for("3"),
-    lambda ctx: ctx.signal_completion("1"),
-    lambda ctx: ctx.wait_for(-1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda ctx: ctx.wait_for("3"),
+        lambda ctx: ctx.signal_completion("1"),
+        lambda ctx: ctx.wait_for(-1),
+    ],
+)
 def test_timeline_values_are_checked(call: Any) -> None:
     from svod_min.executor.unified import DeviceContext
 

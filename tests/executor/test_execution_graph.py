@@ -24,7 +24,6 @@ def _graph(edges: List[Tuple[int, Tuple[int, ...]]]) -> ExecutionGraph:
     return g
 
 
-
 # --- parallel groups -------------------------------------------------------------------
 
 
@@ -177,9 +176,13 @@ def test_numpy_accesses_conflict_by_address_not_by_elementwise_equality() -> Non
 
     arena = np.zeros(8)
     a, b, c = arena[:4], arena[2:6], np.zeros(4)  # a and b overlap; c is elsewhere (and equal in value)
-    graph = ExecutionGraph([
-        ExecutionNode(0, "CPU", buffer_access=[KernelBufferAccess.of(a, True)]),
-        ExecutionNode(1, "CPU", buffer_access=[KernelBufferAccess.of(b, False)]),
-        ExecutionNode(2, "CPU", buffer_access=[KernelBufferAccess.of(c, False)]),
-    ])  # fmt: skip
-    assert graph.add_dependencies_from_access() == [(0, 1)]  # (predecessor, node); raised "truth value is ambiguous" before
+    graph = ExecutionGraph(
+        [
+            ExecutionNode(0, "CPU", buffer_access=[KernelBufferAccess.of(a, True)]),
+            ExecutionNode(1, "CPU", buffer_access=[KernelBufferAccess.of(b, False)]),
+            ExecutionNode(2, "CPU", buffer_access=[KernelBufferAccess.of(c, False)]),
+        ]
+    )
+    assert graph.add_dependencies_from_access() == [
+        (0, 1)
+    ]  # (predecessor, node); raised "truth value is ambiguous" before

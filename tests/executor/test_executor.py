@@ -13,7 +13,6 @@ from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry, DeviceSp
 from svod_min.error import BufferAllocationError, ExecutionError, UnsupportedDeviceError
 from svod_min.executor.unified import UnifiedExecutor, global_executor
 
-
 # --- fakes for non-CPU devices (no GPU needed) ----------------------------------------
 
 
@@ -292,8 +291,8 @@ def test_global_executor_is_a_singleton() -> None:
 
 
 def test_transfers_refuse_non_buffers_and_buffers_named_with_the_wrong_device() -> None:
-    from svod_min.devices.registry import DeviceSpec
     from svod_min.devices.cpu.device import CpuDevice
+    from svod_min.devices.registry import DeviceSpec
     from svod_min.executor.unified import UnifiedExecutor
 
     dev = CpuDevice(threads=1)
@@ -318,9 +317,13 @@ def test_executor_module_keeps_every_name_it_had() -> None:
     import svod_min.executor.graph as execution_graph
     import svod_min.executor.unified as executor
 
-    moved = {device_context: ("U64_MAX", "DeviceContext", "TimelineSignal"),
-             execution_graph: ("ExecutionGraph", "ExecutionNode", "KernelBufferAccess", "SyncStrategy")}  # fmt: skip
+    moved = {
+        device_context: ("U64_MAX", "DeviceContext", "TimelineSignal"),
+        execution_graph: ("ExecutionGraph", "ExecutionNode", "KernelBufferAccess", "SyncStrategy"),
+    }
     for module, names in moved.items():
         for name in names:
             assert getattr(executor, name) is getattr(module, name), name
-    assert set(executor.__all__) >= {"UnifiedExecutor", "global_executor"} | {n for names in moved.values() for n in names}
+    assert set(executor.__all__) >= {"UnifiedExecutor", "global_executor"} | {
+        n for names in moved.values() for n in names
+    }

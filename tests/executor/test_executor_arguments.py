@@ -3,23 +3,23 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from typing import Any
 
 import pytest
+from support.paths import REPO_DIR
 
 from svod_min.error import ExecutionError
 from svod_min.executor.unified import ExecutionGraph, ExecutionNode
-from support.paths import REPO_DIR
 
 _ROOT = REPO_DIR
 
 
 def _executor_wait_in_a_child(call: str) -> "subprocess.CompletedProcess[str]":
-    code = textwrap.dedent('''
+    code = (
+        textwrap.dedent("""
         from svod_min.error import ExecutionError
         from svod_min.executor import TimelineSignal, UnifiedExecutor
         ex = UnifiedExecutor()
@@ -29,12 +29,21 @@ def _executor_wait_in_a_child(call: str) -> "subprocess.CompletedProcess[str]":
             print("returned")
         except ExecutionError as exc:
             print("ExecutionError", exc)
-    ''') % call
+    """)
+        % call
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=_ROOT)
 
 
-@pytest.mark.parametrize("call", ["TimelineSignal(0).wait(1, float('nan'))", "ctx.wait_for(0, 'x')",
-                                  "ex.synchronize_all('1')", "TimelineSignal(0).wait(1, True)"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "TimelineSignal(0).wait(1, float('nan'))",
+        "ctx.wait_for(0, 'x')",
+        "ex.synchronize_all('1')",
+        "TimelineSignal(0).wait(1, True)",
+    ],
+)
 def test_executor_timeouts_that_are_not_numbers_are_refused(call: str) -> None:
     result = _executor_wait_in_a_child(call)  # nan: a wait that never expired; a string: TypeError deep inside
     assert result.returncode == 0, result.stderr[-2000:]
@@ -69,13 +78,16 @@ def test_signal_failure_needs_an_exception() -> None:
     ctx.wait_for(value, 1.0)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: ExecutionNode("a", "CPU"), "node id must be an int, got 'a'"),
-    (lambda: ExecutionNode(True, "CPU"), "node id must be an int, got True"),
-    (lambda: ExecutionNode(0, "CPU", buffer_access=5), "buffer_access must be a list, got int"),
-    (lambda: ExecutionNode(0, "CPU", buffer_access=[object()]), "buffer_access holds KernelBufferAccess"),
-    (lambda: ExecutionGraph([5]), "graph nodes must be ExecutionNode, got int"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ExecutionNode("a", "CPU"), "node id must be an int, got 'a'"),
+        (lambda: ExecutionNode(True, "CPU"), "node id must be an int, got True"),
+        (lambda: ExecutionNode(0, "CPU", buffer_access=5), "buffer_access must be a list, got int"),
+        (lambda: ExecutionNode(0, "CPU", buffer_access=[object()]), "buffer_access holds KernelBufferAccess"),
+        (lambda: ExecutionGraph([5]), "graph nodes must be ExecutionNode, got int"),
+    ],
+)
 def test_execution_graph_refuses_malformed_nodes(make: Any, message: str) -> None:
     from svod_min.error import PlanError
 

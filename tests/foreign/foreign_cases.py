@@ -13,7 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import List
 
-from support.loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE, KITCHEN_SINK, PROVIDER, VECTOR_SOURCE, big_function_source
+from support.loader_cases import (
+    A64_DIRECT,
+    A64_GOT,
+    EXEC_SOURCE,
+    KITCHEN_SINK,
+    PROVIDER,
+    VECTOR_SOURCE,
+    big_function_source,
+)
 
 _PRELUDE = r"""
 #include <stdio.h>
@@ -35,7 +43,9 @@ static char src_buf[16384], dst_buf[16384];
 static void fill(void) { for (int i = 0; i < 16384; i++) src_buf[i] = (char)(i * 7 + 3); memset(dst_buf, 0, sizeof dst_buf); }
 """
 
-CALLS = _PRELUDE + r"""
+CALLS = (
+    _PRELUDE
+    + r"""
 void run_case(void) {
     static const float xs[4] = {-2.0f, 0.0f, 0.5f, 3.25f};
     for (int k = 0; k < 4; k++) {
@@ -49,8 +59,11 @@ void run_case(void) {
     printf("\ncopy %d\n", memcmp(dst_buf, src_buf, 4096) == 0);
 }
 """
+)
 
-GOT = _PRELUDE + r"""
+GOT = (
+    _PRELUDE
+    + r"""
 extern void ext_fn(void);
 void run_case(void) {
     printf("%a %a\n", SYM(f_f, "call_expf")(0.5f), SYM(f_f, "tail_expf")(1.5f));
@@ -61,8 +74,11 @@ void run_case(void) {
     printf("copy %d\n", memcmp(dst_buf, src_buf, 4096) == 0);
 }
 """
+)
 
-DIRECT = _PRELUDE + r"""
+DIRECT = (
+    _PRELUDE
+    + r"""
 static void show(void) {
     printf("%d %d %d %ld %a\n", SYM(i_v, "get_c")(), SYM(i_v, "get_s")(), SYM(i_v, "get_i")(),
            SYM(l_v, "get_l")(), SYM(f_v, "get_q_sum")());
@@ -77,8 +93,11 @@ void run_case(void) {
     printf("%d\n", SYM(i_i, "tail_local")(3));
 }
 """
+)
 
-VECTOR = _PRELUDE + r"""
+VECTOR = (
+    _PRELUDE
+    + r"""
 void run_case(void) {
     static float x[75];
     static const int ns[3] = {4, 64, 75};
@@ -90,8 +109,11 @@ void run_case(void) {
     }
 }
 """
+)
 
-KITCHEN = _PRELUDE + r"""
+KITCHEN = (
+    _PRELUDE
+    + r"""
 void run_case(void) {
     for (int i = 0; i < 3; i++) printf("%d ", SYM(i_v, "bump")());
     for (int i = 0; i < 10; i++) printf("%a ", SYM(f_i, "lookup")(i));
@@ -106,12 +128,16 @@ void run_case(void) {
     printf("\ncopy %d\n", ok && memcmp(dst_buf + 100, src_buf + 100, 16384 - 100) == 0);
 }
 """
+)
 
-BIG = _PRELUDE + r"""
+BIG = (
+    _PRELUDE
+    + r"""
 void run_case(void) {
     printf("%a %a %a\n", SYM(f_f, "big_fn")(-1.0f), SYM(f_f, "big_fn")(0.0f), SYM(f_f, "big_fn")(0.25f));
 }
 """
+)
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,48 @@ from svod_min.kernels.sig import compile_expr
 
 #: Variable values by name; ``FAMILY_VALUES`` overrides them per family.
 VALUES: Dict[str, Any] = {
-    "n": 37, "outer": 3, "red": 5, "inner": 4, "so": 20, "sr": 4, "si": 1, "rows": 3, "cols": 37, "eps": 1e-5,
-    "M": 7, "N": 19, "K": 13, "e0": 2, "e1": 3, "e2": 4, "e3": 5, "t0": 60, "t1": 1, "t2": 5, "t3": 15,
-    "start": -5, "step": 3,
-}  # fmt: skip
+    "n": 37,
+    "outer": 3,
+    "red": 5,
+    "inner": 4,
+    "so": 20,
+    "sr": 4,
+    "si": 1,
+    "rows": 3,
+    "cols": 37,
+    "eps": 1e-5,
+    "M": 7,
+    "N": 19,
+    "K": 13,
+    "e0": 2,
+    "e1": 3,
+    "e2": 4,
+    "e3": 5,
+    "t0": 60,
+    "t1": 1,
+    "t2": 5,
+    "t3": 15,
+    "start": -5,
+    "step": 3,
+}
 FAMILY_VALUES: Dict[str, Dict[str, Any]] = {
     "copy": {"rows": 5},
-    "conv2d": {"N": 2, "C": 3, "H": 7, "W": 6, "OC": 4, "KH": 3, "KW": 2, "sh": 1, "sw": 2, "ph": 1, "pw": 0,
-               "dh": 1, "dw": 1},
-}  # fmt: skip
+    "conv2d": {
+        "N": 2,
+        "C": 3,
+        "H": 7,
+        "W": 6,
+        "OC": 4,
+        "KH": 3,
+        "KW": 2,
+        "sh": 1,
+        "sw": 2,
+        "ph": 1,
+        "pw": 0,
+        "dh": 1,
+        "dw": 1,
+    },
+}
 CORES = 3  # the second call: this many core ids, one after the other
 POOL = 512  # elements per dtype
 MAX_BYTES = 8192  # per buffer

@@ -62,7 +62,13 @@ def toolchain(arch: str) -> Tuple[Optional[Toolchain], str]:
         if zig is None:
             return None, "the ziglang package (zig cc) is not installed"
         # la464 without the LSX/LASX vector units qemu lacks; generic_la64 would be soft-float.
-        zcc = tuple(zig) + ("cc", "-target", "loongarch64-linux-musl", "-mcpu=la464-lsx-lasx", "-fno-sanitize=undefined")
+        zcc = tuple(zig) + (
+            "cc",
+            "-target",
+            "loongarch64-linux-musl",
+            "-mcpu=la464-lsx-lasx",
+            "-fno-sanitize=undefined",
+        )
         compilers = {"zig": zcc}
         if shutil.which("clang-16"):
             compilers["clang16"] = ("clang-16", "--target=loongarch64-linux-gnu")
@@ -84,7 +90,9 @@ def toolchain(arch: str) -> Tuple[Optional[Toolchain], str]:
 def run_tool(cmd: List[str], cwd: str, what: str, env: Optional[Dict[str, str]] = None) -> str:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
     if proc.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s\n%s" % (what, proc.returncode, " ".join(cmd), (proc.stderr or proc.stdout)[-3000:]))
+        raise RuntimeError(
+            "%s failed (%d): %s\n%s" % (what, proc.returncode, " ".join(cmd), (proc.stderr or proc.stdout)[-3000:])
+        )
     return proc.stdout
 
 
@@ -103,8 +111,9 @@ def write_image(path: str, layout: Layout, image: bytes, symbols: Dict[str, int]
     write_segments_image(path, layout.size, [(s.offset, s.size, s.prot) for s in layout.segments], image, symbols)
 
 
-def write_segments_image(path: str, size: int, segments: Sequence[Tuple[int, int, int]], image: bytes,
-                         symbols: Dict[str, int]) -> None:  # fmt: skip
+def write_segments_image(
+    path: str, size: int, segments: Sequence[Tuple[int, int, int]], image: bytes, symbols: Dict[str, int]
+) -> None:
     """An image of ``size`` bytes at BASE with its (offset, size, prot) segments: one object or several side by side."""
     out = [b"SVODIMG1", struct.pack("<QQQ", BASE, size, len(segments))]
     for offset, nbytes, prot in segments:
@@ -135,8 +144,11 @@ def object_flags(compiler: str, opt: str) -> List[str]:
 def compile_object(tc: Toolchain, compiler: str, opt: str, source: str, workdir: str) -> bytes:
     with open(os.path.join(workdir, "kernel.c"), "w") as fh:
         fh.write(source)
-    run_tool(list(tc.compilers[compiler]) + ["-c", *object_flags(compiler, opt), "kernel.c", "-o", "kernel.o"], workdir,
-         "compiling the kernel")
+    run_tool(
+        list(tc.compilers[compiler]) + ["-c", *object_flags(compiler, opt), "kernel.c", "-o", "kernel.o"],
+        workdir,
+        "compiling the kernel",
+    )
     with open(os.path.join(workdir, "kernel.o"), "rb") as fh:
         return fh.read()
 
@@ -146,28 +158,44 @@ def run_case(tc: Toolchain, compiler: str, opt: str, case: ForeignCase, workdir:
     return run_object(tc, obj, case.driver, case.entries(), workdir, provider=case.provider, bend=bend)
 
 
-def run_object(tc: Toolchain, obj: bytes, driver: str, entries: List[str], workdir: str, provider: str = "",
-               bend: bool = False, reference_ld: Sequence[str] = ()) -> Outcome:
+def run_object(
+    tc: Toolchain,
+    obj: bytes,
+    driver: str,
+    entries: List[str],
+    workdir: str,
+    provider: str = "",
+    bend: bool = False,
+    reference_ld: Sequence[str] = (),
+) -> Outcome:
     """Run ``driver`` against ``obj`` linked in (the reference) and relocated by svod_min (the loaded image).
 
     ``reference_ld``: extra link flags of the reference program (choosing its linker).
     """
     with open(os.path.join(workdir, "kernel.o"), "wb") as fh:
         fh.write(obj)
-    files = {"driver.c": driver, "provider.c": provider or "int svod_no_provider;\n",
-             "entries.c": symbol_table("svod_entries", "svod_entries_n", entries)}
+    files = {
+        "driver.c": driver,
+        "provider.c": provider or "int svod_no_provider;\n",
+        "entries.c": symbol_table("svod_entries", "svod_entries_n", entries),
+    }
     for name, text in files.items():
         with open(os.path.join(workdir, name), "w") as fh:
             fh.write(text)
     shutil.copy(os.path.join(HERE, "harness.c"), workdir)
     common = ["-static", "-O1", "harness.c", "driver.c", "provider.c"]
-    run_tool(list(tc.link_cc) + list(reference_ld) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"], workdir,
-         "linking the reference")
+    run_tool(
+        list(tc.link_cc) + list(reference_ld) + common + ["entries.c", "kernel.o", "-lm", "-o", "reference"],
+        workdir,
+        "linking the reference",
+    )
 
     externals = sorted(plan_layout(obj).externals)
     with open(os.path.join(workdir, "keep.c"), "w") as fh:
         fh.write(symbol_table("svod_keep", "svod_keep_n", externals))
-    run_tool(list(tc.link_cc) + common + ["-DSVOD_LOADED", "keep.c", "-lm", "-o", "loaded"], workdir, "linking the harness")
+    run_tool(
+        list(tc.link_cc) + common + ["-DSVOD_LOADED", "keep.c", "-lm", "-o", "loaded"], workdir, "linking the harness"
+    )
     addresses: Dict[str, int] = {}
     for line in run_tool([tc.qemu, "./loaded", "--symbols"], workdir, "reading the harness' symbols").splitlines():
         name, value = line.split()
@@ -202,9 +230,10 @@ def bent(layout: Layout, arch: str) -> Layout:
 
     patches = [
         Patch(p.offset, replace(p.spec, apply=bend(p.spec.apply)), p.ref, p.addend, p.where, p.symbol, p.anchor)
-        if p.spec.name in names else p
+        if p.spec.name in names
+        else p
         for p in layout.patches
-    ]  # fmt: skip
+    ]
     return replace(layout, patches=patches)
 
 

@@ -33,8 +33,9 @@ RTOL = 1e-4
 TIMEOUT_S = 600
 
 
-def build(directory: str, targets: Sequence[str], models: Sequence[str] = MODELS,
-          compiler: Optional[str] = None) -> Dict[str, Any]:  # fmt: skip
+def build(
+    directory: str, targets: Sequence[str], models: Sequence[str] = MODELS, compiler: Optional[str] = None
+) -> Dict[str, Any]:
     """Bundles, inputs, this host's outputs, the .pyz and the manifest in ``directory`` (onnx and numpy needed)."""
     sys.path[:0] = [p for p in (REPO, os.path.join(REPO, "tests")) if p not in sys.path]
     import numpy as np
@@ -53,10 +54,13 @@ def build(directory: str, targets: Sequence[str], models: Sequence[str] = MODELS
         source = os.path.join(directory, name + ".onnx")
         onnx.save(model, source)
         bundle = name + ".svod"
-        built = build_onnx(source, os.path.join(directory, bundle), targets=[host_target(), *targets], compiler=compiler,
-                           expect=False).report  # fmt: skip
+        built = build_onnx(
+            source, os.path.join(directory, bundle), targets=[host_target(), *targets], compiler=compiler, expect=False
+        ).report
         if built.skipped:  # a bundle without the objects asked for would need a compiler there
-            raise RuntimeError("%s: targets not built: %s" % (name, "; ".join("%s (%s)" % kv for kv in built.skipped.items())))
+            raise RuntimeError(
+                "%s: targets not built: %s" % (name, "; ".join("%s (%s)" % kv for kv in built.skipped.items()))
+            )
         os.remove(source)
         outputs = load_model(os.path.join(directory, bundle)).run(feeds)
         entry = {"name": name, "bundle": bundle, "inputs": {}, "outputs": {}}
@@ -77,17 +81,35 @@ def load_manifest(directory: str) -> Dict[str, Any]:
         return json.load(fh)
 
 
-def run_bundle(directory: str, entry: Dict[str, Any], out_dir: str, python: str = sys.executable) -> subprocess.CompletedProcess:
+def run_bundle(
+    directory: str, entry: Dict[str, Any], out_dir: str, python: str = sys.executable
+) -> subprocess.CompletedProcess:
     """``python svod_min.pyz run`` on one model with its inputs, outputs saved to ``out_dir``; PATH an empty folder."""
     empty = os.path.join(out_dir + "-empty-path")
     os.makedirs(empty, exist_ok=True)
-    cmd = [python, "-I", os.path.join(directory, PYZ), "run", os.path.join(directory, entry["bundle"]), "--repeat", "1",
-           "--save", out_dir]  # fmt: skip
+    cmd = [
+        python,
+        "-I",
+        os.path.join(directory, PYZ),
+        "run",
+        os.path.join(directory, entry["bundle"]),
+        "--repeat",
+        "1",
+        "--save",
+        out_dir,
+    ]
     for name, path in entry["inputs"].items():
         cmd += ["--input", "%s=%s" % (name, os.path.join(directory, path))]
     env = {"PATH": empty, "SVOD_OBJECT_CACHE": "0", "HOME": out_dir, "LANG": "C.UTF-8"}
-    return subprocess.run(cmd, env=env, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=TIMEOUT_S)  # fmt: skip
+    return subprocess.run(
+        cmd,
+        env=env,
+        cwd=directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        universal_newlines=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def read_float32(path: str) -> Tuple[Tuple[int, ...], array.array]:
@@ -134,7 +156,9 @@ def compare(directory: str, entry: Dict[str, Any], out_dir: str) -> Tuple[Dict[s
             continue
         err = errors[name] = max_rel_error(got, want)
         if not err < RTOL:  # NaN fails too
-            problems.append("%s: output %s differs from the host's by %.3g relative (limit %g)" % (entry["name"], name, err, RTOL))
+            problems.append(
+                "%s: output %s differs from the host's by %.3g relative (limit %g)" % (entry["name"], name, err, RTOL)
+            )
     return errors, problems
 
 
@@ -145,7 +169,9 @@ def check(directory: str) -> List[str]:
         out_dir = os.path.join(directory, entry["name"] + "-saved")
         proc = run_bundle(directory, entry, out_dir)
         if proc.returncode != 0:
-            problems.append("%s: run exited %d: %s" % (entry["name"], proc.returncode, (proc.stdout + proc.stderr)[-2000:]))
+            problems.append(
+                "%s: run exited %d: %s" % (entry["name"], proc.returncode, (proc.stdout + proc.stderr)[-2000:])
+            )
             continue
         errors, found = compare(directory, entry, out_dir)
         measured = ", ".join("%s %.2g" % (name, err) for name, err in sorted(errors.items()))
@@ -160,15 +186,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     b = sub.add_parser("build", help="bundles and the host's outputs (needs onnx and numpy)")
     b.add_argument("directory")
     b.add_argument("--target", action="append", default=[], help="a target besides this host's (repeatable)")
-    b.add_argument("--model", action="append", default=[], help="a light model (repeatable; default: %s)" % ", ".join(MODELS))
+    b.add_argument(
+        "--model", action="append", default=[], help="a light model (repeatable; default: %s)" % ", ".join(MODELS)
+    )
     b.add_argument("--cc", help="the compiler for the generated kernels (default: svod_min's choice)")
     c = sub.add_parser("check", help="run every bundle here and compare with the host's outputs")
     c.add_argument("directory")
     args = parser.parse_args(argv)
     if args.command == "build":
         manifest = build(args.directory, args.target, args.model or MODELS, args.cc)
-        print("onnx bundles: %s for %s in %s" % (", ".join(m["name"] for m in manifest["models"]),
-                                                 ", ".join([manifest["host_target"], *args.target]), args.directory))  # fmt: skip
+        print(
+            "onnx bundles: %s for %s in %s"
+            % (
+                ", ".join(m["name"] for m in manifest["models"]),
+                ", ".join([manifest["host_target"], *args.target]),
+                args.directory,
+            )
+        )
         return 0
     problems = check(args.directory)
     for line in problems:

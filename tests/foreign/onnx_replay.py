@@ -129,7 +129,7 @@ def build_replay(bundle: str, arch: str, inputs: Dict[str, str]) -> Replay:
                 _, _, payload = parse_npy(zf.read(spec["init"]["npy"]), spec["init"]["npy"])
             else:
                 continue
-            blob[offsets[name]:offsets[name] + len(payload)] = payload
+            blob[offsets[name] : offsets[name] + len(payload)] = payload
         objects: Dict[str, bytes] = {}  # the bundle's objects for the arch, by member name
         calls = []
         for index, op in enumerate(plan["ops"]):
@@ -166,11 +166,17 @@ def _library_object(variant: str) -> bytes:
 def replay_file(replay: Replay) -> bytes:
     """What replay.c reads: "SVODRPL1", u64 blob size, calls, outputs; the blob; per call a 56-byte entry name,
     u64 nargs, calls, core_pos (all ones: none), pointer mask, nargs values; per output u64 offset, size."""
-    out = [b"SVODRPL1", struct.pack("<QQQ", len(replay.blob), len(replay.calls), len(replay.outputs)), bytes(replay.blob)]
+    out = [
+        b"SVODRPL1",
+        struct.pack("<QQQ", len(replay.blob), len(replay.calls), len(replay.outputs)),
+        bytes(replay.blob),
+    ]
     for call in replay.calls:
         if len(call.args) > MAX_ARGS or len(call.entry.encode()) >= NAME_BYTES:
-            raise ReplayError("%s: %d arguments (at most %d) or a name of %d+ bytes"
-                              % (call.entry, len(call.args), MAX_ARGS, NAME_BYTES))  # fmt: skip
+            raise ReplayError(
+                "%s: %d arguments (at most %d) or a name of %d+ bytes"
+                % (call.entry, len(call.args), MAX_ARGS, NAME_BYTES)
+            )
         mask = sum(1 << i for i, (pointer, _) in enumerate(call.args) if pointer)
         header = (call.entry.encode(), len(call.args), call.calls, call.core_pos & (2**64 - 1), mask)
         out.append(struct.pack("<56sQQQQ", *header))
@@ -188,8 +194,12 @@ def link_and_run(tc: Any, replay: Replay, workdir: str) -> Dict[str, bytes]:
         shutil.copy(os.path.join(fs.HERE, name), workdir)
     with open(os.path.join(workdir, "keep.c"), "w") as fh:
         fh.write(fs.symbol_table("svod_keep", "svod_keep_n", externals))
-    fs.run_tool(list(tc.link_cc) + ["-static", "-O1", "-DSVOD_LOADED", "harness.c", "replay.c", "keep.c", "-lm", "-o", "loaded"],
-                workdir, "linking the harness")  # fmt: skip
+    fs.run_tool(
+        list(tc.link_cc)
+        + ["-static", "-O1", "-DSVOD_LOADED", "harness.c", "replay.c", "keep.c", "-lm", "-o", "loaded"],
+        workdir,
+        "linking the harness",
+    )
     addresses = {}
     for line in fs.run_tool([tc.qemu, "./loaded", "--symbols"], workdir, "reading the harness' symbols").splitlines():
         name, value = line.split()
@@ -201,7 +211,9 @@ def link_and_run(tc: Any, replay: Replay, workdir: str) -> Dict[str, bytes]:
         image += bytes(offset - len(image))
         image += apply_layout(layout, fs.BASE + offset, lambda name: addresses[name])
         segments += [(offset + s.offset, s.size, s.prot) for s in layout.segments]
-        symbols.update({n: fs.BASE + offset + layout.symbols[n] for n in wanted & set(layout.symbols) if n not in symbols})
+        symbols.update(
+            {n: fs.BASE + offset + layout.symbols[n] for n in wanted & set(layout.symbols) if n not in symbols}
+        )
     missing = sorted(wanted - set(symbols))
     if missing:
         raise ReplayError("no object defines %s" % ", ".join(missing))
@@ -214,7 +226,7 @@ def link_and_run(tc: Any, replay: Replay, workdir: str) -> Dict[str, bytes]:
         data = fh.read()
     found, at = {}, 0
     for name, (_, nbytes) in replay.outputs.items():
-        found[name] = data[at:at + nbytes]
+        found[name] = data[at : at + nbytes]
         at += nbytes
     if at != len(data):
         raise ReplayError("replay.c wrote %d bytes of outputs, %d expected" % (len(data), at))

@@ -36,7 +36,16 @@ def _params() -> List[object]:
                 for case in CASES:
                     quick = opt == "svod" and case.name in QUICK_CASES
                     marks = [] if FULL or quick else [pytest.mark.skip(reason="full matrix only (SVOD_FOREIGN=1)")]
-                    out.append(pytest.param(arch, compiler, opt, case, id="%s-%s-%s-%s" % (arch, compiler, opt.lstrip("-"), case.name), marks=marks))
+                    out.append(
+                        pytest.param(
+                            arch,
+                            compiler,
+                            opt,
+                            case,
+                            id="%s-%s-%s-%s" % (arch, compiler, opt.lstrip("-"), case.name),
+                            marks=marks,
+                        )
+                    )
     return out
 
 

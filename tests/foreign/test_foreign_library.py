@@ -62,8 +62,9 @@ def _run(arch: str, tmp_path_factory: pytest.TempPathFactory) -> Tuple[Outputs, 
         calls = [c for c in _calls(arch) if c.skip is None and (FULL or c.entry in QUICK)]
         workdir = str(tmp_path_factory.mktemp("library-%s" % arch))
         try:
-            outcome = fs.run_object(tc, _object(arch), fl.driver_source(calls), [c.entry for c in calls], workdir,
-                                    bend=fs.breaking(arch))  # fmt: skip
+            outcome = fs.run_object(
+                tc, _object(arch), fl.driver_source(calls), [c.entry for c in calls], workdir, bend=fs.breaking(arch)
+            )
             _runs[arch] = (fl.outputs_by_entry(outcome.reference), fl.outputs_by_entry(outcome.loaded))
         except RuntimeError as exc:  # e.g. the relocated image crashed: every kernel of the arch fails with it
             _runs[arch] = exc
@@ -94,9 +95,12 @@ def test_library_kernel_matches_linked_program(arch: str, entry: str, tmp_path_f
     got, want = loaded.get(entry, []), reference[entry]
     if got != want:  # a short message: pytest's own diff of these long hex lines takes minutes
         diff = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-        pytest.fail("%s on %s: the relocated image's output differs from the linked program's (line %d of %d: "
-                    "%.80s... vs %.80s...)" % (entry, arch, diff, len(want), (got + [""])[min(diff, len(got))],
-                                               (want + [""])[diff]), pytrace=False)  # fmt: skip
+        pytest.fail(
+            "%s on %s: the relocated image's output differs from the linked program's (line %d of %d: "
+            "%.80s... vs %.80s...)"
+            % (entry, arch, diff, len(want), (got + [""])[min(diff, len(got))], (want + [""])[diff]),
+            pytrace=False,
+        )
 
 
 @pytest.mark.parametrize("arch", ARCH_NAMES)
@@ -110,10 +114,20 @@ def test_every_entry_point_of_the_object_is_driven(arch: str) -> None:
 def test_inputs_follow_the_signature() -> None:
     calls = {c.entry: c for c in _calls("riscv64")}
     add = calls["svod_add_f32"]
-    assert add.skip is None and add.args == (37,) and add.buffers == (("float32", "w", 37),) * 1 + (("float32", "r", 37),) * 2
+    assert (
+        add.skip is None
+        and add.args == (37,)
+        and add.buffers == (("float32", "w", 37),) * 1 + (("float32", "r", 37),) * 2
+    )
     conv = calls["svod_conv2d_f32"]
     assert conv.skip is None and conv.buffers[0] == ("float32", "w", 2 * 4 * 7 * 3)
-    bad = fl.plan_call({"entry": "x", "family": "elementwise", "vars": (("q", 0, "int"), ("core_id_count", 1, "int"),
-                                                                        ("core_id", 0, "int")), "buffers": ()})  # fmt: skip
+    bad = fl.plan_call(
+        {
+            "entry": "x",
+            "family": "elementwise",
+            "vars": (("q", 0, "int"), ("core_id_count", 1, "int"), ("core_id", 0, "int")),
+            "buffers": (),
+        }
+    )
     assert bad.skip == "no input rule for variable q"
     assert fl.pool_bytes("float16")[:2] != b"\0\0" and len(fl.pool_bytes("float64")) == fl.POOL * 8

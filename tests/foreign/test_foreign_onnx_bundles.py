@@ -31,7 +31,9 @@ REPLAY_ARCHES = ("riscv64", "loongarch64")
 
 def _models() -> List[Any]:
     if not BUNDLES:
-        reason = "SVOD_ONNX_BUNDLES is not set (the aarch64 and ppc64le root stages set it to bundles built on the host)"
+        reason = (
+            "SVOD_ONNX_BUNDLES is not set (the aarch64 and ppc64le root stages set it to bundles built on the host)"
+        )
         return [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="no-bundles")]
     return [pytest.param(m, id=m["name"]) for m in ob.load_manifest(BUNDLES)["models"]]
 
@@ -92,8 +94,10 @@ def _entry(tmp_path) -> Dict[str, Any]:
     return {"name": "m", "outputs": {"gpu_0/y": "want.npy"}}
 
 
-@pytest.mark.parametrize("position, delta, ok", [(3, 0.05, True), (3, 0.2, False), (0, 2e-4, False), (2, 8e-5, True),
-                                                (1, float("nan"), False), (0, 0.0, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "position, delta, ok",
+    [(3, 0.05, True), (3, 0.2, False), (0, 2e-4, False), (2, 8e-5, True), (1, float("nan"), False), (0, 0.0, True)],
+)
 def test_compare_holds_outputs_to_a_relative_1e4(tmp_path, position: int, delta: float, ok: bool) -> None:
     """The error is relative to max(|want|, 1e-3 * max |want|) = max(|want|, 1.0) here: 0.05 on 1000.0 passes, 2e-4
     on 1.0 fails, 8e-5 on 0.5 passes (the floor), NaN fails."""

@@ -14,13 +14,12 @@ import sys
 from typing import Any, Dict, List
 
 import pytest
+from conftest import COMPILERS, needs_cc
+from support.paths import REPO_DIR
 
 from svod_min.error import ExportError, PlanError
 from svod_min.npy import read_npy
 from svod_min.planfile.load import load_plan
-
-from conftest import COMPILERS, needs_cc
-from support.paths import REPO_DIR
 
 np = pytest.importorskip("numpy")
 
@@ -111,8 +110,12 @@ def test_committed_plans_use_core_id_and_views_as_the_format_says() -> None:
 
 @needs_cc
 def test_cli_runs_a_committed_example() -> None:
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", os.path.join(EXAMPLES, "mlp", "plan.json"),
-                           "--var", "batch=7"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", os.path.join(EXAMPLES, "mlp", "plan.json"), "--var", "batch=7"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "verify probs: ok" in proc.stdout
 
@@ -121,7 +124,11 @@ def test_exported_sources_compile_with_each_compiler(cc: str) -> None:
     """gcc is svod_min's fallback: the exporter rewrites tinygrad's two clang-only extensions."""
     from svod_min.compiler.clang import compile_c
 
-    sources = [os.path.join(EXAMPLES, m, "kernels", f) for m in MODELS for f in os.listdir(os.path.join(EXAMPLES, m, "kernels"))]
+    sources = [
+        os.path.join(EXAMPLES, m, "kernels", f)
+        for m in MODELS
+        for f in os.listdir(os.path.join(EXAMPLES, m, "kernels"))
+    ]
     assert len(sources) >= 10
     for path in sources:
         with open(path) as fh:
@@ -139,8 +146,10 @@ def test_gcc_build_of_an_example_matches(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_portable_source_rewrites_only_the_clang_extensions() -> None:
     from svod_min.interop.tinygrad import portable_source
 
-    src = ("typedef float float4 __attribute__((aligned(16),ext_vector_type(4)));\n"
-           "void k(float* restrict a) { a[0] = __builtin_bit_cast(float, (int)1); }")  # fmt: skip
+    src = (
+        "typedef float float4 __attribute__((aligned(16),ext_vector_type(4)));\n"
+        "void k(float* restrict a) { a[0] = __builtin_bit_cast(float, (int)1); }"
+    )
     out = portable_source(src)
     assert "#if defined(__clang__)\ntypedef float float4 __attribute__((aligned(16),ext_vector_type(4)));" in out
     assert "vector_size(4*sizeof(float))" in out
@@ -151,8 +160,10 @@ def test_portable_source_rewrites_only_the_clang_extensions() -> None:
 def test_expect_count_checks_a_prefix_and_is_validated(tmp_path: Any) -> None:
     doc: Dict[str, Any] = {
         "svod_plan": 1,
-        "buffers": {"x": {"dtype": "float32", "shape": [4], "init": {"values": [1, 2, 7, 7]}},
-                    "y": {"dtype": "float32", "shape": [4], "output": True}},
+        "buffers": {
+            "x": {"dtype": "float32", "shape": [4], "init": {"values": [1, 2, 7, 7]}},
+            "y": {"dtype": "float32", "shape": [4], "output": True},
+        },
         "ops": [{"copy": {"dst": "y", "src": "x"}}],
         "expect": {"y": {"values": [1, 2], "count": 2}},
     }
@@ -241,8 +252,22 @@ def test_symbolic_batch_runs_at_two_sizes(tmp_path: Any) -> None:
     for batch in (2, 9):
         model_b, inputs_b, _ = models.mlp(batch=batch, symbolic=False)
         want = _tinygrad_outputs(model_b, inputs_b)["probs"]
-        proc = subprocess.run([sys.executable, "-m", "svod_min", "run", result.plan_path, "--var", "batch=%d" % batch,
-                               "--save", str(tmp_path / ("out%d" % batch))], capture_output=True, text=True, timeout=300)  # fmt: skip
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "svod_min",
+                "run",
+                result.plan_path,
+                "--var",
+                "batch=%d" % batch,
+                "--save",
+                str(tmp_path / ("out%d" % batch)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         # expect holds tinygrad's rows for the default batch (4): a smaller batch leaves some unwritten
         assert proc.returncode == (0 if batch >= 4 else 1), proc.stderr
         dt, _shape, payload = read_npy(str(tmp_path / ("out%d" % batch) / "probs.npy"))
@@ -264,8 +289,9 @@ def test_threaded_kernel_maps_core_id(tmp_path: Any) -> None:
         kernels: List[Dict[str, Any]] = list(json.load(fh)["kernels"].values())
     threaded = [k for k in kernels if "core_id" in k.get("vars", [])]
     loaded = _run(result.plan_path)
-    np.testing.assert_allclose(loaded.buffers["out"].numpy().reshape(128, 128), np.exp2(a.astype(np.float64) @ b) * 0.5,
-                               rtol=1e-3)  # fmt: skip
+    np.testing.assert_allclose(
+        loaded.buffers["out"].numpy().reshape(128, 128), np.exp2(a.astype(np.float64) @ b) * 0.5, rtol=1e-3
+    )
     if (os.cpu_count() or 1) >= 2:  # tinygrad splits a big kernel over its CPU threads: one core_id per chunk
         assert threaded, "expected tinygrad to thread a 128x128 matmul on %d CPUs" % os.cpu_count()
     for k in threaded:
@@ -295,15 +321,30 @@ def test_export_errors_are_export_errors(tmp_path: Any) -> None:
 def test_cli_export_with_beam_search_reports_it_and_verifies(tmp_path: Any) -> None:
     script = tmp_path / "m.py"
     script.write_text("def model(x):\n    return {'y': (x * 3 + 1).relu().sum(axis=1)}\n")
-    from svod_min.npy import write_npy
     from svod_min.dtypes import dtype
+    from svod_min.npy import write_npy
 
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     write_npy(str(tmp_path / "x.npy"), dtype("float32"), (8, 8), x.tobytes())
     env = dict(os.environ, PARALLEL="0")  # the search in this process: a worker pool costs more than it
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "export-tinygrad", "%s:model" % script, str(tmp_path / "out"),
-                           "--input", "x=%s" % (tmp_path / "x.npy"), "--beam", "1"],
-                          capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "svod_min",
+            "export-tinygrad",
+            "%s:model" % script,
+            str(tmp_path / "out"),
+            "--input",
+            "x=%s" % (tmp_path / "x.npy"),
+            "--beam",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "tinygrad BEAM=1 search and compile:" in proc.stdout
     assert "svod_min vs tinygrad, y: ok" in proc.stdout
@@ -317,15 +358,27 @@ def test_cli_export_with_beam_search_reports_it_and_verifies(tmp_path: Any) -> N
 @needs_cc
 def test_cli_export_then_verify(tmp_path: Any) -> None:
     script = tmp_path / "m.py"
-    script.write_text("from tinygrad import Tensor\n"
-                      "def model(x):\n    return {'y': (x * 3 + 1).relu().sum(axis=1)}\n")  # fmt: skip
-    from svod_min.npy import write_npy
+    script.write_text("from tinygrad import Tensor\ndef model(x):\n    return {'y': (x * 3 + 1).relu().sum(axis=1)}\n")
     from svod_min.dtypes import dtype
+    from svod_min.npy import write_npy
 
     x = np.linspace(-1, 1, 12, dtype=np.float32)
     write_npy(str(tmp_path / "x.npy"), dtype("float32"), (3, 4), x.tobytes())
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "export-tinygrad", "%s:model" % script, str(tmp_path / "out"),
-                           "--input", "x=%s" % (tmp_path / "x.npy")], capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "svod_min",
+            "export-tinygrad",
+            "%s:model" % script,
+            str(tmp_path / "out"),
+            "--input",
+            "x=%s" % (tmp_path / "x.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "svod_min vs tinygrad, y: ok" in proc.stdout
     got = _run(str(tmp_path / "out" / "plan.json")).buffers["y"].numpy()
@@ -337,29 +390,59 @@ def test_cli_export_then_verify(tmp_path: Any) -> None:
 def test_every_output_dtype_exports_verifies_and_bundles(tmp_path: Any) -> None:
     """bool, large int32, float16 and uint8 outputs: exact where integral; the bundle verifies the same."""
     script = tmp_path / "dt.py"
-    script.write_text("from tinygrad import Tensor, dtypes\n"
-                      "def model(x):\n"
-                      "    return {'mask': x > 0.25, 'idx': (x * 100).cast(dtypes.int32) + 70000,\n"
-                      "            'h': (x * 2).cast(dtypes.float16), 'u8': (x * 50 + 60).cast(dtypes.uint8)}\n")  # fmt: skip
+    script.write_text(
+        "from tinygrad import Tensor, dtypes\n"
+        "def model(x):\n"
+        "    return {'mask': x > 0.25, 'idx': (x * 100).cast(dtypes.int32) + 70000,\n"
+        "            'h': (x * 2).cast(dtypes.float16), 'u8': (x * 50 + 60).cast(dtypes.uint8)}\n"
+    )
     from svod_min.dtypes import dtype
     from svod_min.npy import write_npy
 
     x = np.linspace(-1, 1, 12, dtype=np.float32)
     write_npy(str(tmp_path / "x.npy"), dtype("float32"), (3, 4), x.tobytes())
     bundle = str(tmp_path / "dt.svod")
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "export-tinygrad", "%s:model" % script, str(tmp_path / "out"),
-                           "--input", "x=%s" % (tmp_path / "x.npy"), "--bundle", bundle, "--target", "x86_64",
-                           "--target", "x86_64-v3"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "svod_min",
+            "export-tinygrad",
+            "%s:model" % script,
+            str(tmp_path / "out"),
+            "--input",
+            "x=%s" % (tmp_path / "x.npy"),
+            "--bundle",
+            bundle,
+            "--target",
+            "x86_64",
+            "--target",
+            "x86_64-v3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     for out in ("mask", "idx", "h", "u8"):
         assert "svod_min vs tinygrad, %s: ok" % out in proc.stdout, proc.stdout
     doc = json.load(open(str(tmp_path / "out" / "plan.json")))
     assert all(doc["expect"][o]["rtol"] == 0 and doc["expect"][o]["atol"] == 0 for o in ("mask", "idx", "u8"))
     env = dict(os.environ, SVOD_TARGET="x86_64") if os.uname().machine == "x86_64" else dict(os.environ)
-    run = subprocess.run([sys.executable, "-m", "svod_min", "run", bundle, "--json"], env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", bundle, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
-    assert {v["buffer"]: v["ok"] for v in json.loads(run.stdout)["verify"]} == {"mask": True, "idx": True, "h": True, "u8": True}
+    assert {v["buffer"]: v["ok"] for v in json.loads(run.stdout)["verify"]} == {
+        "mask": True,
+        "idx": True,
+        "h": True,
+        "u8": True,
+    }
     loaded = load_plan(bundle)
     loaded.plan.execute()
     assert loaded.buffers["mask"].numpy().ravel().tolist() == (x > 0.25).tolist()  # numpy as the reference

@@ -24,13 +24,12 @@ import threading
 from typing import Any, Dict, List
 
 import pytest
+from support.maps import mapping_perms
 
 import svod_min
 from svod_min.error import TinygradHookError, TinygradProgramError, TinygradVersionError
 from svod_min.interop import tinygrad_launch, tinygrad_loader
 from svod_min.jit_loader import host_arch
-
-from support.maps import mapping_perms
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: where tinygrad_hook_plugin.py is
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
@@ -77,7 +76,7 @@ def _marked_kernels(cpu: Any) -> Any:
     marker = MARKER.to_bytes(4, "little")
     assert lib.count(marker) == 1
     at = lib.index(marker)
-    return lambda i: _elf(cpu, lib[:at] + i.to_bytes(4, "little") + lib[at + 4:], "k")
+    return lambda i: _elf(cpu, lib[:at] + i.to_bytes(4, "little") + lib[at + 4 :], "k")
 
 
 def _run_marked(program: Any) -> int:
@@ -284,11 +283,18 @@ def _tinygrad_arm64_objects(cpu: Any) -> List[Any]:
 
     renderer = ClangRenderer(replace(cpu.renderer.target, renderer="CLANG", arch="arm64,generic"))
     with Context(EMULATED_DTYPES="", TRACK_MATCH_STATS=0):
-        helpers = [do_to_program(f().sink(arg=KernelInfo(f.__name__), tag=1), renderer).to_elf()
-                   for f in (ops_cpu.signal_prog, ops_cpu.wait_prog, ops_cpu.timestamp_prog, ops_cpu.worker_prog)]  # fmt: skip
+        helpers = [
+            do_to_program(f().sink(arg=KernelInfo(f.__name__), tag=1), renderer).to_elf()
+            for f in (ops_cpu.signal_prog, ops_cpu.wait_prog, ops_cpu.timestamp_prog, ops_cpu.worker_prog)
+        ]
     a, b = Tensor.rand(33, 17, device="CPU"), Tensor.rand(17, 9, device="CPU")
-    outs = [a @ b, (a.exp() + a.sqrt()).sum(1), a.sin().half().float(), (a > 0.5).where(a, 3.0).max(0),
-            a.cast(dtypes.int).cumsum(1)]  # fmt: skip
+    outs = [
+        a @ b,
+        (a.exp() + a.sqrt()).sum(1),
+        a.sin().half().float(),
+        (a > 0.5).where(a, 3.0).max(0),
+        a.cast(dtypes.int).cumsum(1),
+    ]
     calls = Tensor.schedule_linear(*outs).src
     kernels = [do_to_program(c.src[0], renderer).to_elf() for c in calls if c.src[0].op is Ops.SINK]
     return helpers + kernels
@@ -336,13 +342,21 @@ def test_launcher_bad_use_is_exit_2() -> None:
 
 
 def test_launcher_runs_script_and_module_with_their_arguments_and_status(tmp_path: Any) -> None:
-    body = ("import sys, json\nfrom tinygrad import Tensor\n"
-            "print(json.dumps([sys.argv[1:], (Tensor([1.0, 2.0]) * 3 + 1).tolist()]))\nsys.exit(7)\n")  # fmt: skip
+    body = (
+        "import sys, json\nfrom tinygrad import Tensor\n"
+        "print(json.dumps([sys.argv[1:], (Tensor([1.0, 2.0]) * 3 + 1).tolist()]))\nsys.exit(7)\n"
+    )
     (tmp_path / "prog.py").write_text(body)
     env = dict(_pythonpath(), SVOD_TINYGRAD_REPORT="1")
     for target in (["prog.py"], ["-m", "prog"]):
-        child = subprocess.run([sys.executable, "-m", "svod_min", "tinygrad", *target, "a", "--b"], cwd=str(tmp_path),
-                               env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        child = subprocess.run(
+            [sys.executable, "-m", "svod_min", "tinygrad", *target, "a", "--b"],
+            cwd=str(tmp_path),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert child.returncode == 7, child.stderr
         assert json.loads(child.stdout.strip().splitlines()[-1]) == [["a", "--b"], [4.0, 7.0]]
         stats = json.loads(child.stderr.split("svod_min tinygrad loader: ")[1])
@@ -391,7 +405,9 @@ def _skip_without_mdwe() -> None:
 def test_mdwe_tinygrad_as_shipped_is_refused_and_the_launcher_runs_it(tmp_path: Any) -> None:
     _skip_without_mdwe()
     shipped = _mdwe_child(tmp_path, mdwe=True)
-    assert shipped.returncode != 0 and "PermissionError: [Errno 13] Permission denied" in shipped.stderr, shipped.stderr[-2000:]
+    assert shipped.returncode != 0 and "PermissionError: [Errno 13] Permission denied" in shipped.stderr, (
+        shipped.stderr[-2000:]
+    )
 
     reference = _mdwe_child(tmp_path, mdwe=False)  # tinygrad as shipped, no MDWE
     hooked = _mdwe_child(tmp_path, "-m", "svod_min", "tinygrad", mdwe=True)
@@ -440,18 +456,40 @@ def _run_test_tiny(test_tiny: str, tmp_path: Any, hooked: bool) -> Dict[str, Any
     results = tmp_path / ("hooked.json" if hooked else "shipped.json")
     # Both runs share one compile cache (the caller's CACHEDB, else one here): the hooked run loads the
     # very objects the shipped run loaded, and clang (slow under emulation) compiles each kernel once.
-    env = dict(_pythonpath(HERE), SVOD_TINYGRAD_HOOK="1" if hooked else "0", SVOD_TINYGRAD_RESULTS=str(results),
-               CACHEDB=os.environ.get("CACHEDB") or str(tmp_path / "tinygrad-cache.db"))  # fmt: skip
+    env = dict(
+        _pythonpath(HERE),
+        SVOD_TINYGRAD_HOOK="1" if hooked else "0",
+        SVOD_TINYGRAD_RESULTS=str(results),
+        CACHEDB=os.environ.get("CACHEDB") or str(tmp_path / "tinygrad-cache.db"),
+    )
     name = os.path.basename(test_tiny)
     leave_out = [arg for test in _left_out() for arg in ("--deselect", "%s::TestTiny::%s" % (name, test))]
-    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tinygrad_hook_plugin", "-p", "no:cacheprovider",
-                            name, *leave_out], cwd=os.path.dirname(test_tiny), env=env,
-                           capture_output=True, text=True, timeout=1800)  # fmt: skip
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tinygrad_hook_plugin",
+            "-p",
+            "no:cacheprovider",
+            name,
+            *leave_out,
+        ],
+        cwd=os.path.dirname(test_tiny),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert results.exists(), child.stdout[-3000:] + child.stderr[-3000:]
     return json.loads(results.read_text())
 
 
-@pytest.mark.skipif(os.environ.get("SVOD_TINYGRAD_SUITE") != "1", reason="set SVOD_TINYGRAD_SUITE=1 (tox -e tinygrad does)")
+@pytest.mark.skipif(
+    os.environ.get("SVOD_TINYGRAD_SUITE") != "1", reason="set SVOD_TINYGRAD_SUITE=1 (tox -e tinygrad does)"
+)
 def test_tinygrads_test_tiny_passes_with_svod_loader(tmp_path: Any) -> None:
     test_tiny = _test_tiny(tmp_path)
     shipped = _run_test_tiny(test_tiny, tmp_path, hooked=False)

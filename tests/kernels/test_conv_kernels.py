@@ -4,7 +4,7 @@ epilogue, 1 and 2 threads (bit-identical) and the refusals of bad variables."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 from support import conv_ref as ref
@@ -22,7 +22,9 @@ from svod_min.kernels import KernelArgumentError, KernelParamError  # noqa: E402
 ACTS = tuple(ref.ACT_VARS)
 #: Float parameters of the activations that take them (hardsigmoid as onnx's defaults).
 ACT_PARAMS: Dict[str, Dict[str, float]] = {
-    "clip": {"clip_min": -0.5, "clip_max": 1.25}, "leaky_relu": {"alpha": 0.1}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5},
+    "clip": {"clip_min": -0.5, "clip_max": 1.25},
+    "leaky_relu": {"alpha": 0.1},
+    "hardsigmoid": {"alpha": 0.2, "beta": 0.5},
 }
 EPS = {"float32": float(np.finfo(np.float32).eps), "float64": float(np.finfo(np.float64).eps)}
 
@@ -39,23 +41,57 @@ def get(name: str, **params: Any) -> Any:
 class Conv:
     """One convolution case: shapes, stride, pads (top, left, bottom, right), dilation, groups."""
 
-    def __init__(self, n: int, c: int, h: int, w: int, oc: int, kh: int, kw: int, stride: Tuple[int, int] = (1, 1),
-                 pads: Tuple[int, int, int, int] = (0, 0, 0, 0), dilation: Tuple[int, int] = (1, 1),
-                 groups: int = 1) -> None:
+    def __init__(
+        self,
+        n: int,
+        c: int,
+        h: int,
+        w: int,
+        oc: int,
+        kh: int,
+        kw: int,
+        stride: Tuple[int, int] = (1, 1),
+        pads: Tuple[int, int, int, int] = (0, 0, 0, 0),
+        dilation: Tuple[int, int] = (1, 1),
+        groups: int = 1,
+    ) -> None:
         self.n, self.c, self.h, self.w, self.oc, self.kh, self.kw = n, c, h, w, oc, kh, kw
         self.stride, self.pads, self.dilation, self.groups = stride, pads, dilation, groups
         self.oh = ref.out_size(h, kh, stride[0], pads[0], pads[2], dilation[0])
         self.ow = ref.out_size(w, kw, stride[1], pads[1], pads[3], dilation[1])
 
     def __repr__(self) -> str:
-        return "Conv(%d,%d,%dx%d->%d,%dx%d,s%s,p%s,d%s,g%d)" % (self.n, self.c, self.h, self.w, self.oc, self.kh,
-                                                                self.kw, self.stride, self.pads, self.dilation,
-                                                                self.groups)  # fmt: skip
+        return "Conv(%d,%d,%dx%d->%d,%dx%d,s%s,p%s,d%s,g%d)" % (
+            self.n,
+            self.c,
+            self.h,
+            self.w,
+            self.oc,
+            self.kh,
+            self.kw,
+            self.stride,
+            self.pads,
+            self.dilation,
+            self.groups,
+        )
 
     def variables(self, gemm: bool = True) -> Dict[str, int]:
-        v = dict(N=self.n, C=self.c, H=self.h, W=self.w, KH=self.kh, KW=self.kw, sh=self.stride[0],
-                 sw=self.stride[1], pt=self.pads[0], pl=self.pads[1], pb=self.pads[2], pr=self.pads[3],
-                 dh=self.dilation[0], dw=self.dilation[1])  # fmt: skip
+        v = dict(
+            N=self.n,
+            C=self.c,
+            H=self.h,
+            W=self.w,
+            KH=self.kh,
+            KW=self.kw,
+            sh=self.stride[0],
+            sw=self.stride[1],
+            pt=self.pads[0],
+            pl=self.pads[1],
+            pb=self.pads[2],
+            pr=self.pads[3],
+            dh=self.dilation[0],
+            dw=self.dilation[1],
+        )
         if gemm:
             v.update(OC=self.oc, groups=self.groups)
         return v
@@ -65,9 +101,17 @@ class Conv:
         return (self.n, self.oc, self.oh, self.ow)
 
 
-def run_conv(rng: Any, case: Conv, name: str = "conv2d_gemm", dtype: str = "float32", act: str = "none",
-             bias: bool = False, residual: bool = False, threads: Sequence[int] = (1,),
-             **params: Any) -> List[Any]:
+def run_conv(
+    rng: Any,
+    case: Conv,
+    name: str = "conv2d_gemm",
+    dtype: str = "float32",
+    act: str = "none",
+    bias: bool = False,
+    residual: bool = False,
+    threads: Sequence[int] = (1,),
+    **params: Any,
+) -> List[Any]:
     """Run ``name`` on random inputs at each thread count; check against the reference; the outputs."""
     x = rng.standard_normal((case.n, case.c, case.h, case.w)).astype(dtype)
     w = rng.standard_normal((case.oc, case.c // case.groups, case.kh, case.kw)).astype(dtype)
@@ -132,9 +176,15 @@ def test_conv2d_gemm_float64_relu(bias: bool, residual: bool, rng: Any) -> None:
     run_conv(rng, GEMM_CASES[2], dtype="float64", act="relu", bias=bias, residual=residual)
 
 
-@pytest.mark.parametrize("case", [Conv(2, 16, 40, 41, 24, 3, 3, pads=(1, 1, 1, 1)),
-                                  Conv(1, 32, 5, 5, 200, 3, 3, pads=(1, 1, 1, 1)),  # one pixel block: oc split
-                                  Conv(1, 64, 8, 8, 64, 3, 3, pads=(1, 1, 1, 1), groups=32)], ids=repr)
+@pytest.mark.parametrize(
+    "case",
+    [
+        Conv(2, 16, 40, 41, 24, 3, 3, pads=(1, 1, 1, 1)),
+        Conv(1, 32, 5, 5, 200, 3, 3, pads=(1, 1, 1, 1)),  # one pixel block: oc split
+        Conv(1, 64, 8, 8, 64, 3, 3, pads=(1, 1, 1, 1), groups=32),
+    ],
+    ids=repr,
+)
 def test_conv2d_gemm_threads_bit_identical(case: Conv, rng: Any) -> None:
     one, two = run_conv(rng, case, act="relu", bias=True, residual=True, threads=(1, 2))
     assert np.array_equal(one, two)
@@ -150,8 +200,28 @@ def test_conv2d_gemm_signature() -> None:
     k = get("conv2d_gemm", act="clip", bias=True, residual=True)
     assert [b.name for b in k.buffers] == ["out", "x", "w", "bias", "residual"]
     assert [b.role for b in k.buffers] == ["w", "r", "r", "r", "r"]
-    assert k.var_names == ["N", "C", "H", "W", "OC", "KH", "KW", "sh", "sw", "pt", "pl", "pb", "pr", "dh", "dw",
-                           "groups", "clip_min", "clip_max", "core_id_count", "core_id"]
+    assert k.var_names == [
+        "N",
+        "C",
+        "H",
+        "W",
+        "OC",
+        "KH",
+        "KW",
+        "sh",
+        "sw",
+        "pt",
+        "pl",
+        "pb",
+        "pr",
+        "dh",
+        "dw",
+        "groups",
+        "clip_min",
+        "clip_max",
+        "core_id_count",
+        "core_id",
+    ]
     v = Conv(2, 8, 9, 9, 6, 3, 3, pads=(1, 1, 1, 1), groups=2).variables()
     counts = k.counts(clip_min=0.0, clip_max=6.0, **v)
     assert counts == {"out": 2 * 6 * 81, "x": 2 * 8 * 81, "w": 6 * 4 * 9, "bias": 6, "residual": 2 * 6 * 81}
@@ -176,8 +246,11 @@ def test_prebuilt_subset(rng: Any) -> None:
 
 
 def _gemm_args(case: Conv, dtype: str = "float32") -> List[Any]:
-    return [np.zeros(case.out_shape, dtype), np.zeros((case.n, case.c, case.h, case.w), dtype),
-            np.zeros((case.oc, case.c // case.groups, case.kh, case.kw), dtype)]
+    return [
+        np.zeros(case.out_shape, dtype),
+        np.zeros((case.n, case.c, case.h, case.w), dtype),
+        np.zeros((case.oc, case.c // case.groups, case.kh, case.kw), dtype),
+    ]
 
 
 def test_conv2d_gemm_refusals() -> None:
@@ -236,13 +309,21 @@ def test_depthwise_conv2d(case: Conv, dt: str, rng: Any) -> None:
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("bias,residual", [(False, False), (True, False), (False, True), (True, True)])
 def test_depthwise_conv2d_epilogues(act: str, bias: bool, residual: bool, rng: Any) -> None:
-    run_conv(rng, _dw(2, 3, 12, 40, 3, pads=(1, 1, 1, 1)), name="depthwise_conv2d", act=act, bias=bias,
-             residual=residual)  # fmt: skip
+    run_conv(
+        rng, _dw(2, 3, 12, 40, 3, pads=(1, 1, 1, 1)), name="depthwise_conv2d", act=act, bias=bias, residual=residual
+    )
 
 
 def test_depthwise_conv2d_threads_bit_identical(rng: Any) -> None:
-    one, two = run_conv(rng, _dw(2, 16, 30, 70, 3, pads=(1, 1, 1, 1)), name="depthwise_conv2d", act="relu",
-                        bias=True, residual=True, threads=(1, 2))  # fmt: skip
+    one, two = run_conv(
+        rng,
+        _dw(2, 16, 30, 70, 3, pads=(1, 1, 1, 1)),
+        name="depthwise_conv2d",
+        act="relu",
+        bias=True,
+        residual=True,
+        threads=(1, 2),
+    )
     assert np.array_equal(one, two)
 
 
@@ -295,8 +376,24 @@ def test_maxpool2d(case: Any, dt: str, rng: Any) -> None:
     outs = []
     for t in (1, 2):
         out = np.full((n, c, oh, ow), np.nan, dt)
-        kern.run([out, x], threads=t, N=n, C=c, H=h, W=w, OH=oh, OW=ow, KH=k[0], KW=k[1], sh=s[0], sw=s[1],
-                 pt=p[0], pl=p[1], dh=d[0], dw=d[1])  # fmt: skip
+        kern.run(
+            [out, x],
+            threads=t,
+            N=n,
+            C=c,
+            H=h,
+            W=w,
+            OH=oh,
+            OW=ow,
+            KH=k[0],
+            KW=k[1],
+            sh=s[0],
+            sw=s[1],
+            pt=p[0],
+            pl=p[1],
+            dh=d[0],
+            dw=d[1],
+        )
         assert np.array_equal(out, want.astype(dt))
         outs.append(out)
     assert np.array_equal(outs[0], outs[1])
@@ -306,8 +403,9 @@ def test_maxpool2d_nan_propagates() -> None:
     x = np.zeros((1, 1, 4, 40), np.float32)
     x[0, 0, 1, 17] = np.nan
     out = np.empty((1, 1, 2, 39), np.float32)
-    kernels.get("maxpool2d").run([out, x], N=1, C=1, H=4, W=40, OH=2, OW=39, KH=2, KW=2, sh=2, sw=1, pt=0, pl=0,
-                                 dh=1, dw=1)  # fmt: skip
+    kernels.get("maxpool2d").run(
+        [out, x], N=1, C=1, H=4, W=40, OH=2, OW=39, KH=2, KW=2, sh=2, sw=1, pt=0, pl=0, dh=1, dw=1
+    )
     assert np.isnan(out[0, 0, 0, 16]) and np.isnan(out[0, 0, 0, 17]) and np.isnan(out).sum() == 2
 
 
@@ -323,8 +421,25 @@ def test_avgpool2d(case: Any, cip: int, dt: str, rng: Any) -> None:
     outs = []
     for t in (1, 2):
         out = np.full((n, c, oh, ow), np.nan, dt)
-        kern.run([out, x], threads=t, N=n, C=c, H=h, W=w, OH=oh, OW=ow, KH=k[0], KW=k[1], sh=s[0], sw=s[1],
-                 pt=p[0], pl=p[1], pb=p[2], pr=p[3], count_include_pad=cip)  # fmt: skip
+        kern.run(
+            [out, x],
+            threads=t,
+            N=n,
+            C=c,
+            H=h,
+            W=w,
+            OH=oh,
+            OW=ow,
+            KH=k[0],
+            KW=k[1],
+            sh=s[0],
+            sw=s[1],
+            pt=p[0],
+            pl=p[1],
+            pb=p[2],
+            pr=p[3],
+            count_include_pad=cip,
+        )
         tol = (k[0] * k[1] + 2) * EPS[dt] * ref.avgpool2d(np.abs(x), k, s, p, oh, ow, bool(cip)) + 1e-30
         assert np.all(np.abs(out - want) <= tol)
         outs.append(out)

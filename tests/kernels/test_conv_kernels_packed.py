@@ -63,8 +63,14 @@ RUN_CASES = [
 ]
 
 
-def _run(rng: Any, case: Tuple[Any, ...], act: str = "relu", residual: bool = False, threads: Sequence[int] = (1,),
-         **params: Any) -> Any:  # fmt: skip
+def _run(
+    rng: Any,
+    case: Tuple[Any, ...],
+    act: str = "relu",
+    residual: bool = False,
+    threads: Sequence[int] = (1,),
+    **params: Any,
+) -> Any:
     n, c, h, w_, oc, kh, kw, stride, pads, dil, groups = case
     x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
     w = rng.standard_normal((oc, c // groups, kh, kw)).astype(np.float32)
@@ -84,8 +90,25 @@ def _run(rng: Any, case: Tuple[Any, ...], act: str = "relu", residual: bool = Fa
         pytest.skip("conv2d_gemm packed %s is compiled on demand and there is no C compiler" % params)
     packed = pack_conv_weights(w, groups)
     assert packed.size == packed_size(oc, kk, groups)
-    variables = dict(N=n, C=c, H=h, W=w_, OC=oc, KH=kh, KW=kw, sh=stride[0], sw=stride[1], pt=pads[0], pl=pads[1],
-                     pb=pads[2], pr=pads[3], dh=dil[0], dw=dil[1], groups=groups, **fvars)  # fmt: skip
+    variables = dict(
+        N=n,
+        C=c,
+        H=h,
+        W=w_,
+        OC=oc,
+        KH=kh,
+        KW=kw,
+        sh=stride[0],
+        sw=stride[1],
+        pt=pads[0],
+        pl=pads[1],
+        pb=pads[2],
+        pr=pads[3],
+        dh=dil[0],
+        dw=dil[1],
+        groups=groups,
+        **fvars,
+    )
     outs = []
     for t in threads:
         out = np.full(conv.shape, np.nan, np.float32)
@@ -115,11 +138,13 @@ def test_packed_conv_epilogues(act: str, residual: bool, rng: Any) -> None:
 
 
 def test_packed_conv_threads_bit_identical(rng: Any) -> None:
-    for case in ((2, 16, 20, 21, 30, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
-                 (1, 32, 5, 5, 200, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # one pixel block: the oc split
-                 (1, 16, 28, 28, 24, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 25 strips spread over 4 or 6 blocks
-                 (3, 8, 13, 13, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 3 images: 2 blocks each on 2 ids
-                 (3, 8, 1, 1, 16, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1)):  # one strip in 2 blocks: one is empty
+    for case in (
+        (2, 16, 20, 21, 30, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+        (1, 32, 5, 5, 200, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # one pixel block: the oc split
+        (1, 16, 28, 28, 24, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 25 strips spread over 4 or 6 blocks
+        (3, 8, 13, 13, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # 3 images: 2 blocks each on 2 ids
+        (3, 8, 1, 1, 16, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ):  # one strip in 2 blocks: one is empty
         one, two, three = _run(rng, case, residual=True, threads=(1, 2, 3))  # 3: an uneven oc split
         assert np.array_equal(one, two) and np.array_equal(one, three)
 

@@ -29,7 +29,9 @@ def _x86_variants() -> List[str]:
     if not (HOST_VARIANT or "").startswith("x86_64"):
         return []
     have = cpu_features()
-    return [name for name, v in sorted(generated().VARIANTS.items()) if v["arch"] == "x86_64" and set(v["requires"]) <= have]
+    return [
+        name for name, v in sorted(generated().VARIANTS.items()) if v["arch"] == "x86_64" and set(v["requires"]) <= have
+    ]
 
 
 VARIANTS = _x86_variants()
@@ -66,15 +68,34 @@ def test_packed_conv_of_every_variant(variant: str, monkeypatch: pytest.MonkeyPa
         want = ref.epilogue(conv, "relu", {}, b, r)
         kk = c // groups * kh * kw
         mag = ref.conv2d(np.abs(x), np.abs(w), stride, pads, dil, groups)
-        tol = 1.5 * (2 * kk * EPS32 * mag + 2 * EPS32 * (np.abs(conv) + np.abs(b)[None, :, None, None])) + 3 * EPS32 * np.abs(r)
+        tol = 1.5 * (
+            2 * kk * EPS32 * mag + 2 * EPS32 * (np.abs(conv) + np.abs(b)[None, :, None, None])
+        ) + 3 * EPS32 * np.abs(r)
         k = kernels.get("conv2d_gemm", act="relu", bias=True, residual=True, packed=True, prebuilt=True)
         assert k.variant == variant
         outs = []
         for threads in (1, 2):
             out = np.full(conv.shape, np.nan, np.float32)
-            k.run([out, x, pack_conv_weights(w, groups), b, r], threads=threads, N=n, C=c, H=h, W=w_, OC=oc, KH=kh,
-                  KW=kw, sh=stride[0], sw=stride[1], pt=pads[0], pl=pads[1], pb=pads[2], pr=pads[3], dh=dil[0],
-                  dw=dil[1], groups=groups)  # fmt: skip
+            k.run(
+                [out, x, pack_conv_weights(w, groups), b, r],
+                threads=threads,
+                N=n,
+                C=c,
+                H=h,
+                W=w_,
+                OC=oc,
+                KH=kh,
+                KW=kw,
+                sh=stride[0],
+                sw=stride[1],
+                pt=pads[0],
+                pl=pads[1],
+                pb=pads[2],
+                pr=pads[3],
+                dh=dil[0],
+                dw=dil[1],
+                groups=groups,
+            )
             assert np.all(np.abs(out.astype(np.float64) - want) <= tol), (variant, case, threads)
             outs.append(out)
         assert np.array_equal(outs[0], outs[1]), (variant, case)
@@ -97,12 +118,30 @@ def test_depthwise_and_pools_of_every_variant(variant: str, monkeypatch: pytest.
     k, s, p = geometry
     oh, ow = (h + 2 - 3) // 2 + 1, (w_ + 2 - 3) // 2 + 1
     mx = np.full((n, c, oh, ow), np.nan, np.float32)
-    kernels.get("maxpool2d", prebuilt=True).run([mx, x], threads=2, N=n, C=c, H=h, W=w_, OH=oh, OW=ow, KH=3, KW=3,
-                                                 sh=2, sw=2, pt=1, pl=1, dh=1, dw=1)  # fmt: skip
+    kernels.get("maxpool2d", prebuilt=True).run(
+        [mx, x], threads=2, N=n, C=c, H=h, W=w_, OH=oh, OW=ow, KH=3, KW=3, sh=2, sw=2, pt=1, pl=1, dh=1, dw=1
+    )
     assert np.array_equal(mx, ref.maxpool2d(x, k, s, p, (1, 1), oh, ow).astype(np.float32)), variant
     av = np.full((n, c, oh, ow), np.nan, np.float32)
-    kernels.get("avgpool2d", prebuilt=True).run([av, x], threads=2, N=n, C=c, H=h, W=w_, OH=oh, OW=ow, KH=3, KW=3,
-                                                 sh=2, sw=2, pt=1, pl=1, pb=1, pr=1, count_include_pad=0)  # fmt: skip
+    kernels.get("avgpool2d", prebuilt=True).run(
+        [av, x],
+        threads=2,
+        N=n,
+        C=c,
+        H=h,
+        W=w_,
+        OH=oh,
+        OW=ow,
+        KH=3,
+        KW=3,
+        sh=2,
+        sw=2,
+        pt=1,
+        pl=1,
+        pb=1,
+        pr=1,
+        count_include_pad=0,
+    )
     tol = 11 * EPS32 * ref.avgpool2d(np.abs(x), k, s, p, oh, ow, False) + 1e-30
     assert np.all(np.abs(av - ref.avgpool2d(x, k, s, p, oh, ow, False)) <= tol), variant
     g = np.full((n, c), np.nan, np.float32)

@@ -18,9 +18,37 @@ from svod_min.kernels import variants as kprebuilt  # noqa: E402
 
 def test_catalogue_lists_every_kernel_with_params() -> None:
     cat = kernels.catalogue()
-    required = {"add", "sub", "mul", "div", "max", "min", "neg", "abs", "exp", "log", "sqrt", "rsqrt", "relu",
-                "gelu", "sigmoid", "tanh", "where", "cast", "reduce_sum", "reduce_max", "reduce_mean", "softmax",
-                "layernorm", "matmul", "transpose", "permute", "conv2d", "fill", "arange"}  # fmt: skip
+    required = {
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "neg",
+        "abs",
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "relu",
+        "gelu",
+        "sigmoid",
+        "tanh",
+        "where",
+        "cast",
+        "reduce_sum",
+        "reduce_max",
+        "reduce_mean",
+        "softmax",
+        "layernorm",
+        "matmul",
+        "transpose",
+        "permute",
+        "conv2d",
+        "fill",
+        "arange",
+    }
     assert required <= set(cat)
     for name, info in cat.items():
         assert info["instances"], name
@@ -224,15 +252,19 @@ def test_closing_a_program_does_not_break_the_library() -> None:
     assert np.array_equal(out, x)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: kernels.reduce_vars([4, 4], [4, 1], 0.5),
-    lambda: kernels.reduce_vars([4, 4], [4, 1], None),
-    lambda: kernels.reduce_vars(None, [4, 1], 0),
-    lambda: kernels.permute_vars(None, None),
-    lambda: kernels.get("add", variant="x"),
-    lambda: kernels.ptx_path(None),
-    lambda: kernels.ptx_path("../../etc/passwd"),
-], ids=["axis-float", "axis-none", "shape-none", "permute-none", "variant-param", "ptx-none", "ptx-path"])  # fmt: skip
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: kernels.reduce_vars([4, 4], [4, 1], 0.5),
+        lambda: kernels.reduce_vars([4, 4], [4, 1], None),
+        lambda: kernels.reduce_vars(None, [4, 1], 0),
+        lambda: kernels.permute_vars(None, None),
+        lambda: kernels.get("add", variant="x"),
+        lambda: kernels.ptx_path(None),
+        lambda: kernels.ptx_path("../../etc/passwd"),
+    ],
+    ids=["axis-float", "axis-none", "shape-none", "permute-none", "variant-param", "ptx-none", "ptx-path"],
+)
 def test_helpers_refuse_bad_arguments_with_library_errors(call: Callable[[], Any]) -> None:
     with pytest.raises(KernelParamError):
         call()

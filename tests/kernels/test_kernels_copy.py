@@ -11,7 +11,6 @@ np = pytest.importorskip("numpy")
 
 from svod_min import kernels  # noqa: E402
 
-
 # --- data movement -------------------------------------------------------------------------------
 
 COPY_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "bool")
@@ -40,8 +39,14 @@ def test_permute_expand_and_slices(dt: str, rng: Any) -> None:
     k = kernels.get("permute", dtype=dt)
     base = _random(rng, dt, (3, 5, 7, 2))
     item = base.itemsize
-    views = [base.transpose(2, 0, 3, 1), base.transpose(3, 2, 1, 0), base[:, ::2, 1:, :], base[1],
-             np.broadcast_to(base[:1, :1, :1], (4, 5, 1, 2)), base.reshape(-1)[::3]]  # fmt: skip
+    views = [
+        base.transpose(2, 0, 3, 1),
+        base.transpose(3, 2, 1, 0),
+        base[:, ::2, 1:, :],
+        base[1],
+        np.broadcast_to(base[:1, :1, :1], (4, 5, 1, 2)),
+        base.reshape(-1)[::3],
+    ]
     for view in views:
         var = kernels.permute_vars(view.shape, [s // item for s in view.strides])
         out = np.empty(view.shape, dtype=base.dtype)

@@ -10,7 +10,19 @@ from typing import Any
 
 import pytest
 from support.kernel_check import (  # noqa: F401 - rng is a fixture
-    REF, SIZES, ULP, bf16_bits, check_elementwise, empty, instances, op_inputs, reference_dtype, rng, store, ulps, value,
+    REF,
+    SIZES,
+    ULP,
+    bf16_bits,
+    check_elementwise,
+    empty,
+    instances,
+    op_inputs,
+    reference_dtype,
+    rng,
+    store,
+    ulps,
+    value,
 )
 
 np = pytest.importorskip("numpy")
@@ -70,8 +82,33 @@ def test_threaded_kernels_get_several_core_ids_per_thread_each_a_grain_of_work()
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_transcendentals_special_values(dt: str) -> None:
     tiny = np.finfo(dt).tiny
-    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, tiny, tiny / 8, -tiny, 1e-30, 1e30, -1e30,
-                  88.72, 89.0, -87.3, -103.5, -104.5, 709.7, 710.0, -745.0, -746.0], dtype=dt)  # fmt: skip
+    x = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1.0,
+            -1.0,
+            tiny,
+            tiny / 8,
+            -tiny,
+            1e-30,
+            1e30,
+            -1e30,
+            88.72,
+            89.0,
+            -87.3,
+            -103.5,
+            -104.5,
+            709.7,
+            710.0,
+            -745.0,
+            -746.0,
+        ],
+        dtype=dt,
+    )
     for op in ("exp", "log", "tanh", "sigmoid"):
         out = np.empty_like(x)
         kernels.get(op, dtype=dt).run([out, x], n=x.size)
@@ -107,8 +144,13 @@ def test_float16_conversions_exhaustive(rng: Any) -> None:
     want = halves.astype(np.float32)
     nan = np.isnan(want)
     assert np.array_equal(out[~nan].view(np.uint32), want[~nan].view(np.uint32)) and np.isnan(out[nan]).all()
-    f = np.concatenate([rng.integers(0, 2**32, 300000, dtype=np.uint64).astype(np.uint32).view(np.float32), want,
-                        np.array([65504, 65519.99, 65520, 5.96e-8, 2.98e-8, 2.99e-8, 1e-45], np.float32)])  # fmt: skip
+    f = np.concatenate(
+        [
+            rng.integers(0, 2**32, 300000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+            want,
+            np.array([65504, 65519.99, 65520, 5.96e-8, 2.98e-8, 2.99e-8, 1e-45], np.float32),
+        ]
+    )
     h = np.empty(f.size, dtype=np.float16)
     kernels.get("cast", dtype="float32", out_dtype="float16").run([h, f], n=f.size)
     with np.errstate(over="ignore"):
@@ -165,8 +207,12 @@ def test_named_fused_kernels(name: str, dt: str, rng: Any) -> None:
     out = np.empty(n, dtype=dt)
     k.run([out, *ins], n=n)
     a, *rest = [x.astype(np.longdouble) for x in ins]
-    want = {"mul_add": lambda: a * rest[0] + rest[1], "relu_mul_add": lambda: np.maximum(a * rest[0] + rest[1], 0),
-            "add_relu": lambda: np.maximum(a + rest[0], 0), "silu": lambda: a / (1 + np.exp(-a))}[name]()  # fmt: skip
+    want = {
+        "mul_add": lambda: a * rest[0] + rest[1],
+        "relu_mul_add": lambda: np.maximum(a * rest[0] + rest[1], 0),
+        "add_relu": lambda: np.maximum(a + rest[0], 0),
+        "silu": lambda: a / (1 + np.exp(-a)),
+    }[name]()
     eps = np.finfo(dt).eps
     scale = np.abs(a) * (np.abs(rest[0]) if rest else 1) + (np.abs(rest[1]) if len(rest) > 1 else np.abs(want))
     assert np.all(np.abs(out - want) <= 4 * eps * (scale + np.abs(want)))

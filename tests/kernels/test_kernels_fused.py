@@ -37,8 +37,13 @@ def test_fused_where_compare_constants_and_dtypes(rng: Any) -> None:
     assert np.allclose(out, np.where(x > 0, x, 0.01 * x) + 2, rtol=1e-6)
     h = x.astype(np.float16)
     i = rng.integers(-5, 5, n).astype(np.int32)
-    k = kernels.fused("h * i + 1", dtype="float32", out_dtype="float64", input_dtypes={"h": "float16", "i": "int32"},
-                      inputs=["i", "h"])  # fmt: skip
+    k = kernels.fused(
+        "h * i + 1",
+        dtype="float32",
+        out_dtype="float64",
+        input_dtypes={"h": "float16", "i": "int32"},
+        inputs=["i", "h"],
+    )
     assert [(b.name, b.dtype) for b in k.buffers] == [("out", "float64"), ("i", "int32"), ("h", "float16")]
     o64 = np.empty(n, np.float64)
     k.run({"out": o64, "i": i, "h": h}, n=n)
@@ -55,17 +60,32 @@ def test_fused_shares_the_library_loop() -> None:
     """fused() renders through the same skeleton and op table as the prebuilt kernels."""
     lib = kernels.get("add").source
     run = kernels.fused("add(a, b)").source
-    body = lambda s, e: s[s.index("/* BEGIN " + e):].replace(e, "ENTRY")  # noqa: E731
+    body = lambda s, e: s[s.index("/* BEGIN " + e) :].replace(e, "ENTRY")  # noqa: E731
     assert body(lib, "svod_add_f32") == body(run, kernels.fused("add(a, b)").entry_point)
 
 
-@pytest.mark.parametrize("expr, why", [
-    ("", "non-empty"), ("a +", "cannot parse"), ("a.b", "Attribute"), ("foo(a)", "unknown function"),
-    ("exp(a, b)", "takes 1"), ("A + b", "lower-case"), ("a if b else c", "IfExp"), ("1 + 2", "uses no input"),
-    ("a < b < c", "single comparison"), ("a ** 2", "BinOp"), ("exp(x=a)", "takes 1"), ("__import__('os')", "unknown"),
-    ("a[0]", "Subscript"), ("(" * 300 + "a" + ")" * 300, "cannot parse"), ("+".join(["a"] * 600), "more than"),
-    ("+".join(["a"] * 100), "deep"),
-], ids=lambda v: v[:24])  # fmt: skip
+@pytest.mark.parametrize(
+    "expr, why",
+    [
+        ("", "non-empty"),
+        ("a +", "cannot parse"),
+        ("a.b", "Attribute"),
+        ("foo(a)", "unknown function"),
+        ("exp(a, b)", "takes 1"),
+        ("A + b", "lower-case"),
+        ("a if b else c", "IfExp"),
+        ("1 + 2", "uses no input"),
+        ("a < b < c", "single comparison"),
+        ("a ** 2", "BinOp"),
+        ("exp(x=a)", "takes 1"),
+        ("__import__('os')", "unknown"),
+        ("a[0]", "Subscript"),
+        ("(" * 300 + "a" + ")" * 300, "cannot parse"),
+        ("+".join(["a"] * 600), "more than"),
+        ("+".join(["a"] * 100), "deep"),
+    ],
+    ids=lambda v: v[:24],
+)
 def test_fused_rejects_bad_expressions(expr: str, why: str) -> None:
     with pytest.raises(KernelParamError, match=why):
         kernels.fused(expr)
@@ -100,13 +120,16 @@ def test_fused_bool_output_tests_nonzero_in_the_compute_type(dtype: str) -> None
     assert out.tolist() == (x != 0).tolist()  # numpy: 0.5 and nan are true; an int cast made 0.5 false
 
 
-@pytest.mark.parametrize("expr, dtype, message", [
-    ("max(a, 3000000000)", "int32", "constant 3000000000 does not fit int32"),
-    ("a * 1099511627776", "int32", "constant 1099511627776 does not fit int32"),
-    ("a * 1e39", "float32", r"constant 1e\+39 does not fit float32"),
-    ("a + 1e39", "float16", r"constant 1e\+39 does not fit float32"),
-    ("a + " + "9" * 400, "float64", "does not fit a double"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "expr, dtype, message",
+    [
+        ("max(a, 3000000000)", "int32", "constant 3000000000 does not fit int32"),
+        ("a * 1099511627776", "int32", "constant 1099511627776 does not fit int32"),
+        ("a * 1e39", "float32", r"constant 1e\+39 does not fit float32"),
+        ("a + 1e39", "float16", r"constant 1e\+39 does not fit float32"),
+        ("a + " + "9" * 400, "float64", "does not fit a double"),
+    ],
+)
 def test_fused_constants_outside_the_compute_type_are_refused(expr: str, dtype: str, message: str) -> None:
     with pytest.raises(KernelParamError, match=message):
         kernels.fused(expr, dtype=dtype)
@@ -120,11 +143,14 @@ def test_fused_int32_constants_at_the_limits_still_work() -> None:
     assert out.tolist() == a.tolist()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"input_dtypes": [("a", "float16")]}, "input_dtypes must map input names to dtypes"),
-    ({"inputs": 5}, "inputs must be a sequence of input names"),
-    ({"inputs": "ab"}, "inputs must be a sequence of input names"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"input_dtypes": [("a", "float16")]}, "input_dtypes must map input names to dtypes"),
+        ({"inputs": 5}, "inputs must be a sequence of input names"),
+        ({"inputs": "ab"}, "inputs must be a sequence of input names"),
+    ],
+)
 def test_fused_argument_shapes_are_checked(kwargs: Dict[str, Any], message: str) -> None:
     with pytest.raises(KernelParamError, match=message):
         kernels.fused("a + b", **kwargs)

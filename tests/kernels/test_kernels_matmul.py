@@ -15,7 +15,6 @@ np = pytest.importorskip("numpy")
 from svod_min import kernels  # noqa: E402
 from svod_min.kernels import KernelArgumentError  # noqa: E402
 
-
 # --- matmul --------------------------------------------------------------------------------------
 
 MM_SHAPES = [(1, 1, 1), (1, 17, 1), (7, 5, 3), (13, 29, 31), (97, 101, 103), (64, 35, 259), (50, 260, 7)]
@@ -51,8 +50,13 @@ print(ok)
 
 def test_matmul_fits_a_one_mib_thread_stack() -> None:
     # The pack buffers live on the stack (docs/kernels.md): an overflow would kill the process.
-    proc = subprocess.run([sys.executable, "-c", _SMALL_STACK], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _SMALL_STACK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "[True, True]", (proc.returncode, proc.stderr[-2000:])
 
 
@@ -71,7 +75,7 @@ def _conv_ref(x: Any, w: Any, bias: Any, s: Any, p: Any, d: Any) -> Any:
     oh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
     ow = (wd + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
     xp = np.zeros((n, c, h + 2 * p[0], wd + 2 * p[1]), dtype=np.float64)
-    xp[:, :, p[0]:p[0] + h, p[1]:p[1] + wd] = x
+    xp[:, :, p[0] : p[0] + h, p[1] : p[1] + wd] = x
     out = np.zeros((n, oc, oh, ow)) + (0 if bias is None else bias.reshape(1, -1, 1, 1))
     for i in range(kh):
         for j in range(kw):
@@ -83,10 +87,13 @@ def _conv_ref(x: Any, w: Any, bias: Any, s: Any, p: Any, d: Any) -> Any:
 
 
 CONVS = [  # N, C, H, W, OC, KH, KW, stride, pad, dilation
-    (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1)), (2, 3, 7, 5, 4, 3, 3, (1, 1), (1, 1), (1, 1)),
-    (1, 2, 13, 11, 3, 3, 2, (2, 3), (1, 0), (1, 1)), (3, 4, 9, 17, 5, 2, 3, (1, 2), (2, 2), (2, 1)),
-    (1, 1, 5, 5, 2, 5, 5, (1, 1), (0, 0), (1, 1)), (1, 3, 31, 29, 2, 1, 1, (3, 3), (0, 0), (1, 1)),
-]  # fmt: skip
+    (1, 1, 1, 1, 1, 1, 1, (1, 1), (0, 0), (1, 1)),
+    (2, 3, 7, 5, 4, 3, 3, (1, 1), (1, 1), (1, 1)),
+    (1, 2, 13, 11, 3, 3, 2, (2, 3), (1, 0), (1, 1)),
+    (3, 4, 9, 17, 5, 2, 3, (1, 2), (2, 2), (2, 1)),
+    (1, 1, 5, 5, 2, 5, 5, (1, 1), (0, 0), (1, 1)),
+    (1, 3, 31, 29, 2, 1, 1, (3, 3), (0, 0), (1, 1)),
+]
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])

@@ -3,7 +3,6 @@ objects' size and self-containment, relocation against ld.lld, and the code of t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,7 +13,12 @@ from typing import Any, Dict
 
 import pytest
 from support.kernel_check import (  # noqa: F401 - rng is a fixture
-    HAVE_CC, HOST_VARIANT, check_elementwise, check_matmul, needs_prebuilt, rng,
+    HAVE_CC,
+    HOST_VARIANT,
+    check_elementwise,
+    check_matmul,
+    needs_prebuilt,
+    rng,
 )
 
 np = pytest.importorskip("numpy")
@@ -26,7 +30,6 @@ from svod_min.jit_loader import relocate  # noqa: E402
 from svod_min.kernels import KernelParamError  # noqa: E402
 from svod_min.kernels import variants as kprebuilt  # noqa: E402
 from svod_min.kernels.lookup import generated  # noqa: E402
-
 
 
 def test_variant_choice_follows_cpu_features(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
@@ -54,8 +57,9 @@ def test_variant_choice_follows_cpu_features(monkeypatch: pytest.MonkeyPatch, tm
 @pytest.mark.skipif(not (HOST_VARIANT or "").startswith("x86_64"), reason="x86_64 prebuilt objects only run here")
 def test_every_x86_variant_this_cpu_runs_computes_correctly(monkeypatch: pytest.MonkeyPatch, rng: Any) -> None:
     have = cpu_features()
-    variants = [name for name, v in sorted(generated().VARIANTS.items())
-                if v["arch"] == "x86_64" and set(v["requires"]) <= have]  # fmt: skip
+    variants = [
+        name for name, v in sorted(generated().VARIANTS.items()) if v["arch"] == "x86_64" and set(v["requires"]) <= have
+    ]
     assert HOST_VARIANT in variants and "x86_64-baseline" in variants
     n = 4099
     a = rng.uniform(0.1, 4, n).astype(np.float32)
@@ -166,6 +170,7 @@ def test_get_prebuilt_false_compiles_the_rendered_source(rng: Any) -> None:
 
 # --- the objects and PTX themselves ----------------------------------------------------------------
 
+
 def _manifest() -> Dict[str, Any]:
     path = os.path.join(os.path.dirname(kernels.__file__), "prebuilt", "manifest.json")
     with open(path) as fh:
@@ -216,8 +221,9 @@ def test_aarch64_prebuilt_relocates() -> None:
     assert len([s for s in image.symbols if s.startswith("svod_")]) > 100
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None or not (HOST_VARIANT or "").startswith("x86_64"),
-                    reason="x86-64 with objdump only")
+@pytest.mark.skipif(
+    shutil.which("objdump") is None or not (HOST_VARIANT or "").startswith("x86_64"), reason="x86-64 with objdump only"
+)
 @pytest.mark.parametrize("compiler", ["clang", "gcc"])
 def test_matmul_tile_is_a_register_tile_with_either_compiler(compiler: str, tmp_path: Any) -> None:
     """The 6x16 float32 tile compiled for AVX2 keeps its 12 accumulators in 12 ymm registers (gcc once
@@ -235,8 +241,10 @@ def test_matmul_tile_is_a_register_tile_with_either_compiler(compiler: str, tmp_
     assert len(accumulators) >= 12, sorted(accumulators)
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None or not (HOST_VARIANT or "").startswith("x86_64"),
-                    reason="x86-64 with objdump only (another host's objdump may not read x86 code)")
+@pytest.mark.skipif(
+    shutil.which("objdump") is None or not (HOST_VARIANT or "").startswith("x86_64"),
+    reason="x86-64 with objdump only (another host's objdump may not read x86 code)",
+)
 def test_x86_64_v4_matmul_tile_is_avx512_code(tmp_path: Any) -> None:
     """The v4 variant's default matmul tiles keep their accumulators in 512-bit registers (FMA on zmm)."""
     path = tmp_path / "library.o"

@@ -14,8 +14,10 @@ from svod_min import kernels
 
 
 def _ptxas() -> Optional[str]:
-    for d in filter(None, [os.path.join(os.environ["CUDA_HOME"], "bin") if os.environ.get("CUDA_HOME") else None,
-                           "/usr/local/cuda/bin"]):  # fmt: skip
+    for d in filter(
+        None,
+        [os.path.join(os.environ["CUDA_HOME"], "bin") if os.environ.get("CUDA_HOME") else None, "/usr/local/cuda/bin"],
+    ):
         if os.access(os.path.join(d, "ptxas"), os.X_OK):
             return os.path.join(d, "ptxas")
     return shutil.which("ptxas")
@@ -40,8 +42,12 @@ def test_ptx_modules_exist_with_low_version(module: str) -> None:
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
 def test_ptx_passes_ptxas(arch: str, tmp_path: Any) -> None:
     for module in PTX_MODULES:
-        proc = subprocess.run([_ptxas(), "-arch=" + arch, kernels.ptx_path(module), "-o", str(tmp_path / "m.cubin")],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [_ptxas(), "-arch=" + arch, kernels.ptx_path(module), "-o", str(tmp_path / "m.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, (module, arch, proc.stderr)
 
 

@@ -12,7 +12,6 @@ np = pytest.importorskip("numpy")
 from svod_min import kernels  # noqa: E402
 from svod_min.kernels import KernelParamError  # noqa: E402
 
-
 # --- reductions ---------------------------------------------------------------------------------
 
 REDUCE_SHAPES = [(1, 1, 1), (1, 17, 1), (3, 1, 5), (5, 7, 3), (2, 1000, 1), (13, 31, 37), (1, 70001, 1), (4, 3, 200)]
@@ -69,7 +68,13 @@ def test_reduce_max_propagates_nan() -> None:
 def test_reduce_vars_collapses_or_refuses() -> None:
     a = np.zeros((2, 3, 4, 5), np.float32)
     assert kernels.reduce_vars(a.shape, [s // 4 for s in a.strides], 2) == {
-        "outer": 6, "red": 4, "inner": 5, "so": 20, "sr": 5, "si": 1}  # fmt: skip
+        "outer": 6,
+        "red": 4,
+        "inner": 5,
+        "so": 20,
+        "sr": 5,
+        "si": 1,
+    }
     t = a.transpose(0, 2, 1, 3)
     with pytest.raises(KernelParamError, match="collapse"):
         kernels.reduce_vars(t.shape, [s // 4 for s in t.strides], 3)

@@ -18,8 +18,16 @@ from svod_min.kernels.sig import compile_expr  # noqa: E402
 
 #: (M, N, K): each thin row count, K = 1..3 (only the remainder loop), K % 4 != 0, N = 1, N over one column
 #: block (2048 float32 / 1024 float64) with a ragged end, and the first row count past the thin path.
-THIN_SHAPES = [(1, 1, 1), (1, 3, 2), (2, 37, 3), (1, 2085, 9), (3, 1000, 257), (4, 65, 64),
-               (MATMUL_THIN_ROWS, 33, 19), (MATMUL_THIN_ROWS + 1, 33, 19)]  # fmt: skip
+THIN_SHAPES = [
+    (1, 1, 1),
+    (1, 3, 2),
+    (2, 37, 3),
+    (1, 2085, 9),
+    (3, 1000, 257),
+    (4, 65, 64),
+    (MATMUL_THIN_ROWS, 33, 19),
+    (MATMUL_THIN_ROWS + 1, 33, 19),
+]
 
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])

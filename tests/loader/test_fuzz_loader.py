@@ -38,12 +38,12 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from support.fuzz import fuzz_engine  # noqa: E402
 
 from svod_min.compiler import clang  # noqa: E402
 from svod_min.error import ElfFormatError, LoaderError, SymbolNotFoundError  # noqa: E402
 from svod_min.jit_loader import layout as layout_mod  # noqa: E402
 from svod_min.jit_loader import load_object, plan_layout, relocate  # noqa: E402
-from support.fuzz import fuzz_engine  # noqa: E402
 
 fz = fuzz_engine()
 if fz is None:  # pragma: no cover - tests run from a checkout
@@ -376,9 +376,16 @@ def test_null_section_header_with_alloc_flag_is_inactive(tmp_path) -> None:
         assert len(result.image) == result.size
     path = tmp_path / "inactive.o"
     path.write_bytes(obj)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(clang.__file__))))  # above svod_min/compiler/
-    child = subprocess.run([sys.executable, "-c", _READ_WHOLE_IMAGE, str(path)], capture_output=True, text=True,
-                           timeout=60, env=dict(os.environ, PYTHONPATH=package_root))
+    package_root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(clang.__file__)))
+    )  # above svod_min/compiler/
+    child = subprocess.run(
+        [sys.executable, "-c", _READ_WHOLE_IMAGE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=package_root),
+    )
     assert child.returncode == 0, "child died with %s: %s" % (child.returncode, child.stderr)
     read, size = child.stdout.split()
     assert read == size
@@ -445,9 +452,13 @@ def test_got_and_call_relocations_against_the_toc_symbol_reach_the_toc() -> None
     if obj is None:
         pytest.skip("clang cannot build the ppc64le seed here")
     elf = ELFFile(BytesIO(obj))
-    entries = [(sec["sh_offset"] + RELA.size * i, rel) for sec in elf.iter_sections() if isinstance(sec, RelocationSection)
-               for i, rel in enumerate(sec.iter_relocations())
-               if elf.get_section_by_name(".symtab").get_symbol(rel["r_info_sym"]).name == ".TOC."]
+    entries = [
+        (sec["sh_offset"] + RELA.size * i, rel)
+        for sec in elf.iter_sections()
+        if isinstance(sec, RelocationSection)
+        for i, rel in enumerate(sec.iter_relocations())
+        if elf.get_section_by_name(".symtab").get_symbol(rel["r_info_sym"]).name == ".TOC."
+    ]
     assert entries, "the seed's global entry points name .TOC."
     for rtype in (58, 10):  # R_PPC64_GOT16_DS (a GOT slot holding .TOC.), R_PPC64_REL24 (a call to it)
         data = bytearray(obj)

@@ -11,9 +11,8 @@ import subprocess
 import threading
 
 import pytest
-
-from support import loader_cases as loader_cases
 from conftest import needs_cc
+from support import loader_cases as loader_cases
 from support.maps import executable_at
 
 from svod_min.compiler import clang
@@ -125,26 +124,77 @@ def _reloc_types(obj: bytes) -> set:
 
 # (name, type number, source, compiler, extra flags, entry, prototype, args, expected)
 X86_CASES = [
-    ("PC32", 2, "static const int t[4]={4,3,2,1}; int f(int i){return t[i&3];}", None, [], "f",
-     (ctypes.c_int, ctypes.c_int), (1,), 3),
-    ("PLT32", 4, "#include <math.h>\nfloat f(float x){return expf(x)+1.0f;}", None, ["-fplt"], "f",
-     (ctypes.c_float, ctypes.c_float), (0.0,), 2.0),
-    ("GOTPCRELX", 41, "#include <math.h>\nfloat f(float x){return expf(x)+1.0f;}", "gcc", ["-fno-plt"], "f",
-     (ctypes.c_float, ctypes.c_float), (0.0,), 2.0),
+    (
+        "PC32",
+        2,
+        "static const int t[4]={4,3,2,1}; int f(int i){return t[i&3];}",
+        None,
+        [],
+        "f",
+        (ctypes.c_int, ctypes.c_int),
+        (1,),
+        3,
+    ),
+    (
+        "PLT32",
+        4,
+        "#include <math.h>\nfloat f(float x){return expf(x)+1.0f;}",
+        None,
+        ["-fplt"],
+        "f",
+        (ctypes.c_float, ctypes.c_float),
+        (0.0,),
+        2.0,
+    ),
+    (
+        "GOTPCRELX",
+        41,
+        "#include <math.h>\nfloat f(float x){return expf(x)+1.0f;}",
+        "gcc",
+        ["-fno-plt"],
+        "f",
+        (ctypes.c_float, ctypes.c_float),
+        (0.0,),
+        2.0,
+    ),
     ("REX_GOTPCRELX", 42, "int g = 7; int f(void){ return g * 6; }", None, [], "f", (ctypes.c_int,), (), 42),
-    ("GOTPCREL", 9, "int g = 5; int f(void){ return g + 1; }", "gcc", ["-Wa,-mrelax-relocations=no"], "f",
-     (ctypes.c_int,), (), 6),
-    ("R_X86_64_64", 1,
-     "static int a(void){return 1;} static int b(void){return 2;}\n"
-     "static int (*const t[2])(void) = {a, b}; int f(int i){ return t[i&1]() * 10; }",
-     None, [], "f", (ctypes.c_int, ctypes.c_int), (1,), 20),
-    ("PC64", 24,
-     
-     "__asm__(\".section .rodata.str,\\\"a\\\"\\ntarget_str: .asciz \\\"pc64\\\"\\n"
-     ".section .rodata\\n.balign 8\\n.globl pc64_off\\npc64_off: .quad target_str - .\\n.text\\n\");\n"
-     "extern const long pc64_off;\n"
-     "char f(void){ const char* p = (const char*)&pc64_off + pc64_off; return p[2]; }",
-     None, [], "f", (ctypes.c_char,), (), b"6"),
+    (
+        "GOTPCREL",
+        9,
+        "int g = 5; int f(void){ return g + 1; }",
+        "gcc",
+        ["-Wa,-mrelax-relocations=no"],
+        "f",
+        (ctypes.c_int,),
+        (),
+        6,
+    ),
+    (
+        "R_X86_64_64",
+        1,
+        "static int a(void){return 1;} static int b(void){return 2;}\n"
+        "static int (*const t[2])(void) = {a, b}; int f(int i){ return t[i&1]() * 10; }",
+        None,
+        [],
+        "f",
+        (ctypes.c_int, ctypes.c_int),
+        (1,),
+        20,
+    ),
+    (
+        "PC64",
+        24,
+        '__asm__(".section .rodata.str,\\"a\\"\\ntarget_str: .asciz \\"pc64\\"\\n'
+        '.section .rodata\\n.balign 8\\n.globl pc64_off\\npc64_off: .quad target_str - .\\n.text\\n");\n'
+        "extern const long pc64_off;\n"
+        "char f(void){ const char* p = (const char*)&pc64_off + pc64_off; return p[2]; }",
+        None,
+        [],
+        "f",
+        (ctypes.c_char,),
+        (),
+        b"6",
+    ),
 ]
 
 
@@ -188,8 +238,9 @@ def test_relocate_is_pure_and_base_dependent_only_where_expected() -> None:
 
 
 # Over a page of constants: the rodata of this object cannot share the code's page.
-BIG_TABLE = "static const float big_table[2048] = {%s};\nfloat big_lookup(int i) { return big_table[i & 2047]; }\n" % ", ".join(
-    "%d.5f" % i for i in range(2048)
+BIG_TABLE = (
+    "static const float big_table[2048] = {%s};\nfloat big_lookup(int i) { return big_table[i & 2047]; }\n"
+    % ", ".join("%d.5f" % i for i in range(2048))
 )
 
 
@@ -341,7 +392,7 @@ def test_user_symbols_override_and_far_targets_use_stubs() -> None:
 @needs_cc
 def test_pc32_to_far_external_data_is_refused_not_truncated() -> None:
     # -fvisibility=hidden makes the compiler assume `far` is near: a plain PC32.
-    src = "extern int far __attribute__((visibility(\"hidden\"))); int f(void){ return far; }"
+    src = 'extern int far __attribute__((visibility("hidden"))); int f(void){ return far; }'
     obj = clang.compile_c(src)
     assert 2 in _reloc_types(obj)
     with pytest.raises(RelocationRangeError, match="PC32.*'far'.*32"):

@@ -164,41 +164,115 @@ class Case:
 
 
 CASES = [
-    Case("x86_plt", "x86_64", X86_CALLS, X86_TARGET + ("-fplt",),
-         ("R_X86_64_PLT32", "R_X86_64_PC32", "R_X86_64_REX_GOTPCRELX"),
-         far=("expf", "ext_data", "ext_fn")),
-    Case("x86_noplt", "x86_64", X86_CALLS, X86_TARGET,
-         ("R_X86_64_GOTPCRELX", "R_X86_64_REX_GOTPCRELX", "R_X86_64_PC32", "R_X86_64_PLT32"),
-         far=("expf", "ext_data", "memcpy")),
-    Case("x86_gotpcrel", "x86_64", X86_CALLS, X86_TARGET + ("-Wa,-mrelax-relocations=no",),
-         ("R_X86_64_GOTPCREL", "R_X86_64_PC32"),
-         far=("expf", "ext_fn", "memcpy")),
+    Case(
+        "x86_plt",
+        "x86_64",
+        X86_CALLS,
+        X86_TARGET + ("-fplt",),
+        ("R_X86_64_PLT32", "R_X86_64_PC32", "R_X86_64_REX_GOTPCRELX"),
+        far=("expf", "ext_data", "ext_fn"),
+    ),
+    Case(
+        "x86_noplt",
+        "x86_64",
+        X86_CALLS,
+        X86_TARGET,
+        ("R_X86_64_GOTPCRELX", "R_X86_64_REX_GOTPCRELX", "R_X86_64_PC32", "R_X86_64_PLT32"),
+        far=("expf", "ext_data", "memcpy"),
+    ),
+    Case(
+        "x86_gotpcrel",
+        "x86_64",
+        X86_CALLS,
+        X86_TARGET + ("-Wa,-mrelax-relocations=no",),
+        ("R_X86_64_GOTPCREL", "R_X86_64_PC32"),
+        far=("expf", "ext_fn", "memcpy"),
+    ),
     # gcc's objects differ in shape (section symbols + addends, other instruction choices).
-    Case("x86_gcc_noplt", "x86_64", X86_CALLS, (),
-         ("R_X86_64_GOTPCRELX", "R_X86_64_REX_GOTPCRELX", "R_X86_64_PC32"),
-         far=("expf", "ext_data", "memcpy"), compiler="gcc"),
-    Case("x86_gcc_gotpcrel", "x86_64", X86_CALLS, ("-fplt", "-Wa,-mrelax-relocations=no"),
-         ("R_X86_64_GOTPCREL", "R_X86_64_PLT32", "R_X86_64_PC32"),
-         far=("expf", "ext_fn", "ext_data"), compiler="gcc"),
-    Case("x86_data", "x86_64", X86_DATA, X86_TARGET,
-         ("R_X86_64_64", "R_X86_64_PC64", "R_X86_64_PC32", "R_X86_64_REX_GOTPCRELX"),
-         far=("expf", "ext_data", "ext_fn")),
-    Case("a64_got", "aarch64", A64_GOT, A64_FLAGS,
-         ("R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_ADR_GOT_PAGE", "R_AARCH64_LD64_GOT_LO12_NC",
-          "R_AARCH64_ABS64"),
-         far=("expf", "ext_data", "ext_fn")),
-    Case("a64_direct", "aarch64", A64_DIRECT,
-         A64_FLAGS + ("-fvisibility=hidden", "-ffunction-sections", "-fdata-sections"),
-         ("R_AARCH64_ADR_PREL_PG_HI21", "R_AARCH64_ADD_ABS_LO12_NC", "R_AARCH64_LDST8_ABS_LO12_NC",
-          "R_AARCH64_LDST16_ABS_LO12_NC", "R_AARCH64_LDST32_ABS_LO12_NC", "R_AARCH64_LDST64_ABS_LO12_NC",
-          "R_AARCH64_LDST128_ABS_LO12_NC", "R_AARCH64_CALL26", "R_AARCH64_JUMP26")),
-    Case("a64_asm", "aarch64", A64_ASM, A64_FLAGS,
-         ("R_AARCH64_CONDBR19", "R_AARCH64_TSTBR14", "R_AARCH64_LD_PREL_LO19", "R_AARCH64_ADR_PREL_LO21",
-          "R_AARCH64_ADR_PREL_PG_HI21_NC", "R_AARCH64_ADD_ABS_LO12_NC", "R_AARCH64_MOVW_UABS_G0",
-          "R_AARCH64_MOVW_UABS_G0_NC", "R_AARCH64_MOVW_UABS_G1", "R_AARCH64_MOVW_UABS_G1_NC",
-          "R_AARCH64_MOVW_UABS_G2", "R_AARCH64_MOVW_UABS_G2_NC", "R_AARCH64_MOVW_UABS_G3",
-          "R_AARCH64_ABS64", "R_AARCH64_ABS32", "R_AARCH64_PREL32", "R_AARCH64_PREL64"),
-         far=("far_sym", "mid_sym"), small=("small_abs",)),
+    Case(
+        "x86_gcc_noplt",
+        "x86_64",
+        X86_CALLS,
+        (),
+        ("R_X86_64_GOTPCRELX", "R_X86_64_REX_GOTPCRELX", "R_X86_64_PC32"),
+        far=("expf", "ext_data", "memcpy"),
+        compiler="gcc",
+    ),
+    Case(
+        "x86_gcc_gotpcrel",
+        "x86_64",
+        X86_CALLS,
+        ("-fplt", "-Wa,-mrelax-relocations=no"),
+        ("R_X86_64_GOTPCREL", "R_X86_64_PLT32", "R_X86_64_PC32"),
+        far=("expf", "ext_fn", "ext_data"),
+        compiler="gcc",
+    ),
+    Case(
+        "x86_data",
+        "x86_64",
+        X86_DATA,
+        X86_TARGET,
+        ("R_X86_64_64", "R_X86_64_PC64", "R_X86_64_PC32", "R_X86_64_REX_GOTPCRELX"),
+        far=("expf", "ext_data", "ext_fn"),
+    ),
+    Case(
+        "a64_got",
+        "aarch64",
+        A64_GOT,
+        A64_FLAGS,
+        (
+            "R_AARCH64_CALL26",
+            "R_AARCH64_JUMP26",
+            "R_AARCH64_ADR_GOT_PAGE",
+            "R_AARCH64_LD64_GOT_LO12_NC",
+            "R_AARCH64_ABS64",
+        ),
+        far=("expf", "ext_data", "ext_fn"),
+    ),
+    Case(
+        "a64_direct",
+        "aarch64",
+        A64_DIRECT,
+        A64_FLAGS + ("-fvisibility=hidden", "-ffunction-sections", "-fdata-sections"),
+        (
+            "R_AARCH64_ADR_PREL_PG_HI21",
+            "R_AARCH64_ADD_ABS_LO12_NC",
+            "R_AARCH64_LDST8_ABS_LO12_NC",
+            "R_AARCH64_LDST16_ABS_LO12_NC",
+            "R_AARCH64_LDST32_ABS_LO12_NC",
+            "R_AARCH64_LDST64_ABS_LO12_NC",
+            "R_AARCH64_LDST128_ABS_LO12_NC",
+            "R_AARCH64_CALL26",
+            "R_AARCH64_JUMP26",
+        ),
+    ),
+    Case(
+        "a64_asm",
+        "aarch64",
+        A64_ASM,
+        A64_FLAGS,
+        (
+            "R_AARCH64_CONDBR19",
+            "R_AARCH64_TSTBR14",
+            "R_AARCH64_LD_PREL_LO19",
+            "R_AARCH64_ADR_PREL_LO21",
+            "R_AARCH64_ADR_PREL_PG_HI21_NC",
+            "R_AARCH64_ADD_ABS_LO12_NC",
+            "R_AARCH64_MOVW_UABS_G0",
+            "R_AARCH64_MOVW_UABS_G0_NC",
+            "R_AARCH64_MOVW_UABS_G1",
+            "R_AARCH64_MOVW_UABS_G1_NC",
+            "R_AARCH64_MOVW_UABS_G2",
+            "R_AARCH64_MOVW_UABS_G2_NC",
+            "R_AARCH64_MOVW_UABS_G3",
+            "R_AARCH64_ABS64",
+            "R_AARCH64_ABS32",
+            "R_AARCH64_PREL32",
+            "R_AARCH64_PREL64",
+        ),
+        far=("far_sym", "mid_sym"),
+        small=("small_abs",),
+    ),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -219,10 +293,17 @@ def _aarch64_unavailable() -> Optional[str]:
     """Why clang cannot build aarch64 objects here, or None."""
     global _A64_OK
     if _A64_OK is None:
-        proc = subprocess.run(["clang", "--target=aarch64-linux-gnu", "-c", "-x", "c", "-", "-o", os.devnull],
-                              input=b"int f(void) { return 1; }\n", capture_output=True, timeout=120)
-        _A64_OK = "" if proc.returncode == 0 else "clang cannot target aarch64-linux-gnu: %s" % (
-            proc.stderr.decode(errors="replace").strip()[:200])
+        proc = subprocess.run(
+            ["clang", "--target=aarch64-linux-gnu", "-c", "-x", "c", "-", "-o", os.devnull],
+            input=b"int f(void) { return 1; }\n",
+            capture_output=True,
+            timeout=120,
+        )
+        _A64_OK = (
+            ""
+            if proc.returncode == 0
+            else "clang cannot target aarch64-linux-gnu: %s" % (proc.stderr.decode(errors="replace").strip()[:200])
+        )
     return _A64_OK or None
 
 
@@ -233,8 +314,12 @@ def compile_case(case: Case) -> bytes:
         # svod_min's own driver (its DEFAULT_FLAGS) with an explicit target,
         # so the x86_64 cases also build on an aarch64 host.
         return svod_clang.compile_c(case.source, extra_flags=case.flags, compiler="clang")
-    proc = subprocess.run(["clang", *case.flags, "-c", "-x", "c", "-", "-o", "-"],
-                          input=case.source.encode(), capture_output=True, timeout=300)
+    proc = subprocess.run(
+        ["clang", *case.flags, "-c", "-x", "c", "-", "-o", "-"],
+        input=case.source.encode(),
+        capture_output=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         raise RuntimeError("clang failed: %s" % proc.stderr.decode(errors="replace"))
     return proc.stdout
@@ -321,8 +406,9 @@ class Oracle:
         ours_mem = osup.Memory([(image.base, image.image)], "ours")
         comparisons = {}
         for label, relax in (("relax", True), ("no-relax", False)):
-            linked = osup.link_with_lld(obj, info, sec_addr, lld_ext, self.workdir, "%s-%s" % (case.name, label),
-                                        relax=relax)
+            linked = osup.link_with_lld(
+                obj, info, sec_addr, lld_ext, self.workdir, "%s-%s" % (case.name, label), relax=relax
+            )
             comparisons[label] = osup.compare(info, ours_mem, image.symbols, sec_addr, ours_ext, linked, lld_ext)
         result = CaseResult(case, obj, info, comparisons, ours_ext, lld_ext)
         self.cache[case.name] = result
@@ -349,7 +435,9 @@ def test_cases_cover_every_supported_relocation_type() -> None:
         covered = {_type_num(arch, t) for c in CASES if c.arch == arch for t in c.expect}
         missing = sorted(set(spec.relocs) - covered)
         assert not missing, "%s relocation types without an oracle snippet: %s" % (
-            arch, [spec.type_name(t) for t in missing])
+            arch,
+            [spec.type_name(t) for t in missing],
+        )
 
 
 _TYPE_PARAMS = [
@@ -366,11 +454,20 @@ def test_relocation_type_agrees_with_lld(oracle: Oracle, case_name: str, type_na
     rtype = _type_num(case.arch, type_name)
     produced = result.info.relocs_of(rtype)
     assert produced, "%s no longer produces %s (it produces: %s)" % (
-        case_name, type_name, [osup.type_name(case.arch, t) for t in result.info.types()])
+        case_name,
+        type_name,
+        [osup.type_name(case.arch, t) for t in result.info.types()],
+    )
     for label, comp in result.comparisons.items():
         bad = comp.failures(rtype)
         assert not bad, "%s, lld %s: %d of %d %s field(s) disagree:\n  %s" % (
-            case_name, label, len(bad), len(produced), type_name, "\n  ".join(bad))
+            case_name,
+            label,
+            len(bad),
+            len(produced),
+            type_name,
+            "\n  ".join(bad),
+        )
 
 
 @needs_lld
@@ -378,8 +475,9 @@ def test_relocation_type_agrees_with_lld(oracle: Oracle, case_name: str, type_na
 def test_whole_object_agrees_with_lld(oracle: Oracle, case_name: str) -> None:
     """Every relocation of the object (whatever its type), symbol placement, untouched bytes."""
     result = oracle.run(CASES_BY_NAME[case_name])
-    unknown = [osup.type_name(result.info.arch, t) for t in result.info.types()
-               if (result.info.arch, t) not in osup.TYPE_NAMES]
+    unknown = [
+        osup.type_name(result.info.arch, t) for t in result.info.types() if (result.info.arch, t) not in osup.TYPE_NAMES
+    ]
     assert not unknown, "the oracle cannot decode: %s" % unknown
     for label, comp in result.comparisons.items():
         bad = comp.failures()
@@ -421,8 +519,17 @@ EXEC_VARIANTS = {
         ("gotpcrel", ("-Wa,-mrelax-relocations=no",), ("R_X86_64_GOTPCREL", "R_X86_64_64")),
     ],
     "aarch64": [
-        ("default", (), ("R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_ADR_GOT_PAGE",
-                         "R_AARCH64_LD64_GOT_LO12_NC", "R_AARCH64_ABS64")),
+        (
+            "default",
+            (),
+            (
+                "R_AARCH64_CALL26",
+                "R_AARCH64_JUMP26",
+                "R_AARCH64_ADR_GOT_PAGE",
+                "R_AARCH64_LD64_GOT_LO12_NC",
+                "R_AARCH64_ABS64",
+            ),
+        ),
     ],
 }
 
@@ -451,7 +558,10 @@ def test_execution_matches_shared_object(tmp_path, variant, flags, expect) -> No
     types = set(info.types())
     for t in expect:
         assert _type_num(arch, t) in types, "%s: %s not produced (got %s)" % (
-            variant, t, [osup.type_name(arch, x) for x in sorted(types)])
+            variant,
+            t,
+            [osup.type_name(arch, x) for x in sorted(types)],
+        )
 
     info_cc = svod_clang.find_compiler(compiler="clang")
     so_path = str(tmp_path / ("oracle_%s.so" % variant))
@@ -460,12 +570,17 @@ def test_execution_matches_shared_object(tmp_path, variant, flags, expect) -> No
         fh.write(EXEC_SOURCE)
     family_flags = getattr(svod_clang, "_FAMILY_FLAGS", {}).get(info_cc.family, ())
     flags_so = [*svod_clang.DEFAULT_FLAGS, *family_flags, *flags]
-    proc = subprocess.run([info_cc.path, "-shared", *flags_so, "-o", so_path, src_path, "-lm"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [info_cc.path, "-shared", *flags_so, "-o", so_path, src_path, "-lm"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     lib = ctypes.CDLL(so_path)
 
     with load_object(obj) as lo:
+
         def ours(name, restype, *argtypes):
             return lo.function(name, restype, *argtypes)
 

@@ -30,10 +30,18 @@ import pytest
 
 pytest.importorskip("elftools")
 
-from support import oracle_foreign_asm as asm  # noqa: E402
-from support import oracle_foreign as ofs  # noqa: E402
 from support import oracle as osup  # noqa: E402
-from support.loader_cases import A64_DIRECT, A64_GOT, EXEC_SOURCE, KITCHEN_SINK, PROVIDER, VECTOR_SOURCE, big_function_source  # noqa: E402
+from support import oracle_foreign as ofs  # noqa: E402
+from support import oracle_foreign_asm as asm  # noqa: E402
+from support.loader_cases import (
+    A64_DIRECT,
+    A64_GOT,
+    EXEC_SOURCE,
+    KITCHEN_SINK,
+    PROVIDER,
+    VECTOR_SOURCE,
+    big_function_source,
+)  # noqa: E402
 
 from svod_min.compiler.run import DEFAULT_FLAGS, FAMILY_FLAGS  # noqa: E402
 from svod_min.jit_loader import relocate  # noqa: E402
@@ -47,14 +55,29 @@ pytestmark = [pytest.mark.oracle, pytest.mark.python_independent]
 BASE = 0x40000000
 EXTERNAL = BASE + 0x00C00000  # within every branch's reach (ppc64le's 32 MiB), so lld links directly
 SOURCES = {
-    "calls": EXEC_SOURCE, "got": A64_GOT, "direct": A64_DIRECT, "vector": VECTOR_SOURCE, "kitchen": KITCHEN_SINK,
-    "big": big_function_source(200), "provider": PROVIDER,
+    "calls": EXEC_SOURCE,
+    "got": A64_GOT,
+    "direct": A64_DIRECT,
+    "vector": VECTOR_SOURCE,
+    "kitchen": KITCHEN_SINK,
+    "big": big_function_source(200),
+    "provider": PROVIDER,
 }
 # conv_gemm.c and depthwise.c are compiled block by block (each block inlines its shared code, so the
 # whole file is not one unit); their prebuilt objects are held to lld and qemu by tests/foreign.
 PER_BLOCK_SOURCES = ("conv_gemm", "depthwise")
-LIBRARY = sorted(f[:-2] for f in os.listdir(C_DIR) if f.endswith(".c") and f[:-2] not in PER_BLOCK_SOURCES) if os.path.isdir(C_DIR) else []
-FLAGS = {"O0": ("-O0",), "svod": (), "O2pic": ("-O2", "-fPIC"), "O3pic": ("-O3", "-fPIC"), "O2": ("-O2",)}  # svod: the runtime's flags
+LIBRARY = (
+    sorted(f[:-2] for f in os.listdir(C_DIR) if f.endswith(".c") and f[:-2] not in PER_BLOCK_SOURCES)
+    if os.path.isdir(C_DIR)
+    else []
+)
+FLAGS = {
+    "O0": ("-O0",),
+    "svod": (),
+    "O2pic": ("-O2", "-fPIC"),
+    "O3pic": ("-O3", "-fPIC"),
+    "O2": ("-O2",),
+}  # svod: the runtime's flags
 COMMON = ("-fno-asynchronous-unwind-tables", "-fno-unwind-tables")
 
 
@@ -74,7 +97,13 @@ def compilers(arch: str) -> Dict[str, Tuple[str, ...]]:
             out["clang16"] = ("clang-16", "--target=loongarch64-linux-gnu")
         zig = _zig()
         if zig:
-            out["zig"] = zig + ("cc", "-target", "loongarch64-linux-musl", "-mcpu=la464-lsx-lasx", "-fno-sanitize=undefined")
+            out["zig"] = zig + (
+                "cc",
+                "-target",
+                "loongarch64-linux-musl",
+                "-mcpu=la464-lsx-lasx",
+                "-fno-sanitize=undefined",
+            )
         return out
     gnu = {"riscv64": "riscv64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}[arch]
     if shutil.which("clang"):
@@ -95,10 +124,18 @@ def linker(arch: str) -> Optional[Tuple[str, ...]]:
 ARCH_NAMES = ("riscv64", "ppc64le", "loongarch64")
 COMPILER_LABELS = {"riscv64": ("clang", "gcc"), "ppc64le": ("clang", "gcc"), "loongarch64": ("clang16", "zig")}
 #: arch -> (assembly source, the compilers whose assembler takes it, extra flags)
-ASM = {"riscv64": (asm.RISCV64, ("clang", "gcc"), ()), "ppc64le": (asm.PPC64LE, ("gcc",), ()),
-       "loongarch64": (asm.LOONGARCH64, ("zig",), ("-mrelax",))}
-OBJECTS = [(arch, cc, src, opt) for arch in ARCH_NAMES for cc in COMPILER_LABELS[arch]
-           for src in list(SOURCES) + ["lib-" + f for f in LIBRARY] for opt in FLAGS]
+ASM = {
+    "riscv64": (asm.RISCV64, ("clang", "gcc"), ()),
+    "ppc64le": (asm.PPC64LE, ("gcc",), ()),
+    "loongarch64": (asm.LOONGARCH64, ("zig",), ("-mrelax",)),
+}
+OBJECTS = [
+    (arch, cc, src, opt)
+    for arch in ARCH_NAMES
+    for cc in COMPILER_LABELS[arch]
+    for src in list(SOURCES) + ["lib-" + f for f in LIBRARY]
+    for opt in FLAGS
+]
 OBJECTS += [(arch, cc, "asm", "O2") for arch in ARCH_NAMES for cc in ASM[arch][1]]
 
 _objects: Dict[Tuple[str, str, str, str], bytes] = {}
@@ -121,8 +158,9 @@ def build(arch: str, cc: str, src: str, opt: str, workdir: str) -> bytes:
         flags = list(FLAGS[opt]) + list(COMMON)
         if opt == "svod":
             flags = list(DEFAULT_FLAGS) + list(FAMILY_FLAGS["gcc" if cc == "gcc" else "clang"])
-        proc = subprocess.run(list(command) + ["-c", *flags, *inputs, "-o", out],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            list(command) + ["-c", *flags, *inputs, "-o", out], capture_output=True, text=True, timeout=300
+        )
         if proc.returncode != 0:
             raise RuntimeError("compiling %s failed: %s" % (key, proc.stderr[-2000:]))
         with open(out, "rb") as fh:
@@ -136,8 +174,11 @@ def check(arch: str, obj: bytes, workdir: str, tag: str) -> ofs.Comparison:
         pytest.skip("%s: no linker oracle (ld.lld-16, or the ziglang package for loongarch64)" % arch)
     info = osup.parse_object(obj)
     assert info.arch == arch
-    externals = {name: (0x1230 if name.endswith("_small") else EXTERNAL + 0x1000 * i + 0x7F0)
-                 for i, name in enumerate(sorted(info.externals)) if name}
+    externals = {
+        name: (0x1230 if name.endswith("_small") else EXTERNAL + 0x1000 * i + 0x7F0)
+        for i, name in enumerate(sorted(info.externals))
+        if name
+    }
     externals.pop(".TOC.", None)  # defined by the linker (and by the loader's layout)
     image = relocate(obj, BASE, lambda name: externals[name])
     sec_addr = {name: image.sections[name] for name in info.sections}
@@ -146,8 +187,9 @@ def check(arch: str, obj: bytes, workdir: str, tag: str) -> ofs.Comparison:
     if arch == "ppc64le":  # lld's .TOC. (its .got + 0x8000) within 16-bit reach of the data, like ours
         writable = [a for n, a in sec_addr.items() if n.startswith((".data", ".toc", ".bss", ".sdata"))]
         got_addr = min(writable) - 0x2000 if writable else None
-    linked = osup.link_with_lld(obj, info, sec_addr, externals, workdir, tag, relax=False, lld=lld, extra=extra,
-                                got_addr=got_addr)
+    linked = osup.link_with_lld(
+        obj, info, sec_addr, externals, workdir, tag, relax=False, lld=lld, extra=extra, got_addr=got_addr
+    )
     ours = osup.Memory([(image.base, image.image)], "ours")
     return ofs.compare(info, obj, sec_addr, ours, linked.memory, linked.symbols, image.symbols)
 
@@ -157,8 +199,9 @@ _types_seen: Dict[str, set] = {a: set() for a in ARCH_NAMES}
 
 FULL = os.environ.get("SVOD_FOREIGN", "") == "1"  # the CI stage (.ci/foreign-arch-stage) runs every flag set
 _LATER = pytest.mark.skip(reason="-O0, -O2/-O3 -fPIC and -O2: full matrix only (SVOD_FOREIGN=1)")
-PARAMS = [pytest.param(*o, id="-".join(o), marks=[] if FULL or o[3] == "svod" or o[2] == "asm" else [_LATER])
-          for o in OBJECTS]
+PARAMS = [
+    pytest.param(*o, id="-".join(o), marks=[] if FULL or o[3] == "svod" or o[2] == "asm" else [_LATER]) for o in OBJECTS
+]
 
 
 @pytest.mark.parametrize("arch, compiler, src, opt", PARAMS)
@@ -172,24 +215,39 @@ def test_object_agrees_with_lld(arch: str, compiler: str, src: str, opt: str, tm
     assert not failures, "%d disagreement(s) with lld:\n%s" % (len(failures), "\n".join(failures[:20]))
 
 
-_NO_PLTSEQ = ("ld.lld 16 cannot link gcc's -fno-plt inline PLT sequences (PLT16_*, PLTSEQ, PLTCALL); "
-              "they run under qemu against GNU ld instead (tests/foreign)")
+_NO_PLTSEQ = (
+    "ld.lld 16 cannot link gcc's -fno-plt inline PLT sequences (PLT16_*, PLTSEQ, PLTCALL); "
+    "they run under qemu against GNU ld instead (tests/foreign)"
+)
 _CFI = "emitted only in call-frame information (.eh_frame/.debug_frame), which lld rewrites"
 
 #: Types the loader supports that no object here produces in a form lld can be compared on, and why.
 NOT_PRODUCED = {
-    "riscv64": {"R_RISCV_32_PCREL": "neither GNU as 2.40 nor LLVM 14 emits it (label differences become ADD32/SUB32)",
-                "R_RISCV_SUB6": _CFI, "R_RISCV_SET6": _CFI, "R_RISCV_SET8": _CFI, "R_RISCV_SET16": _CFI,
-                "R_RISCV_SET32": _CFI},
-    "ppc64le": {"R_PPC64_REL14_BRTAKEN": "only from branch-prediction suffixes on external targets, which no compiler emits",
-                "R_PPC64_REL14_BRNTAKEN": "only from branch-prediction suffixes on external targets, which no compiler emits",
-                "R_PPC64_REL16": "no assembler syntax here produces the unsuffixed form",
-                "R_PPC64_ADDR16_HIGH": "ld.lld 16 does not link it (unknown relocation 110)",
-                "R_PPC64_ADDR16_HIGHA": "ld.lld 16 does not link it (unknown relocation 111)",
-                "R_PPC64_PLT16_HA": _NO_PLTSEQ, "R_PPC64_PLT16_HI": _NO_PLTSEQ, "R_PPC64_PLT16_LO": _NO_PLTSEQ,
-                "R_PPC64_PLT16_LO_DS": _NO_PLTSEQ},
-    "loongarch64": {"R_LARCH_ADD24": "no data directive of 3 bytes", "R_LARCH_SUB24": "no data directive of 3 bytes",
-                    "R_LARCH_ADD6": _CFI, "R_LARCH_SUB6": _CFI},
+    "riscv64": {
+        "R_RISCV_32_PCREL": "neither GNU as 2.40 nor LLVM 14 emits it (label differences become ADD32/SUB32)",
+        "R_RISCV_SUB6": _CFI,
+        "R_RISCV_SET6": _CFI,
+        "R_RISCV_SET8": _CFI,
+        "R_RISCV_SET16": _CFI,
+        "R_RISCV_SET32": _CFI,
+    },
+    "ppc64le": {
+        "R_PPC64_REL14_BRTAKEN": "only from branch-prediction suffixes on external targets, which no compiler emits",
+        "R_PPC64_REL14_BRNTAKEN": "only from branch-prediction suffixes on external targets, which no compiler emits",
+        "R_PPC64_REL16": "no assembler syntax here produces the unsuffixed form",
+        "R_PPC64_ADDR16_HIGH": "ld.lld 16 does not link it (unknown relocation 110)",
+        "R_PPC64_ADDR16_HIGHA": "ld.lld 16 does not link it (unknown relocation 111)",
+        "R_PPC64_PLT16_HA": _NO_PLTSEQ,
+        "R_PPC64_PLT16_HI": _NO_PLTSEQ,
+        "R_PPC64_PLT16_LO": _NO_PLTSEQ,
+        "R_PPC64_PLT16_LO_DS": _NO_PLTSEQ,
+    },
+    "loongarch64": {
+        "R_LARCH_ADD24": "no data directive of 3 bytes",
+        "R_LARCH_SUB24": "no data directive of 3 bytes",
+        "R_LARCH_ADD6": _CFI,
+        "R_LARCH_SUB6": _CFI,
+    },
 }
 
 

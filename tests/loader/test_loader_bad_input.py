@@ -7,7 +7,6 @@ import shutil
 import struct
 
 import pytest
-
 from conftest import needs_cc
 
 from svod_min.compiler import clang
@@ -88,7 +87,12 @@ def _cases(obj: bytes) -> list:
         ("symtab strtab link", _patch_section(obj, symtab, 6, 0), ElfFormatError, "string table"),
         ("rela target", _patch_section(obj, rela, 7, 999), ElfFormatError, "targets section"),
         ("rela link", _patch_section(obj, rela, 6, 0), ElfFormatError, "symbol table"),
-        ("unknown reloc type", _patch_first_rela(obj, 200), UnsupportedRelocationError, "unknown x86_64 relocation type 200"),
+        (
+            "unknown reloc type",
+            _patch_first_rela(obj, 200),
+            UnsupportedRelocationError,
+            "unknown x86_64 relocation type 200",
+        ),
         ("refused R_X86_64_32S", _patch_first_rela(obj, 11), UnsupportedRelocationError, "R_X86_64_32S.*-fPIC"),
         ("refused TLS", _patch_first_rela(obj, 23), UnsupportedRelocationError, "TPOFF32.*thread-local"),
         ("not bytes", "a string", ElfFormatError, "expected ELF object bytes"),

@@ -21,7 +21,16 @@ from typing import List
 import pytest
 from conftest import COMPILERS, needs_cc
 from support.hardening import (  # noqa: F401 - fixtures
-    assert_no_leak, child_env, CYCLES, ENERGY_1, maps_lines, measure, run_python, state_objects, STATE_SRC, wx,
+    CYCLES,
+    ENERGY_1,
+    STATE_SRC,
+    assert_no_leak,
+    child_env,
+    maps_lines,
+    measure,
+    run_python,
+    state_objects,
+    wx,
 )
 
 from svod_min.compiler import clang
@@ -267,9 +276,25 @@ def test_real_noexec_tmpdir_and_read_only_cache_mount(tmp_path) -> None:
         pytest.skip("cannot create a mount namespace: %s" % probe.stderr.decode().strip())
     env = child_env(TMPDIR=str(noexec), SVOD_OBJECT_CACHE_DIR=str(readonly / "objects"))
     result = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", _NOEXEC_SCRIPT, "sh", str(noexec), str(readonly),
-         sys.executable, " ".join(COMPILERS), str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=600, env=env,
+        [
+            "unshare",
+            "-m",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _NOEXEC_SCRIPT,
+            "sh",
+            str(noexec),
+            str(readonly),
+            sys.executable,
+            " ".join(COMPILERS),
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     if result.returncode != 0 and "mount:" in result.stderr:
         pytest.skip("mount is not permitted here: %s" % result.stderr.strip())

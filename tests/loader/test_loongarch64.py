@@ -34,9 +34,14 @@ def _offs16(insn: int) -> int:
     return sext((insn >> 10) & 0xFFFF, 16) << 2
 
 
-@pytest.mark.parametrize("name, template, decode, bits", [
-    ("R_LARCH_B26", BL, _offs26, 28), ("R_LARCH_B21", BEQZ | 4, _offs21, 23), ("R_LARCH_B16", BEQ | 0x85, _offs16, 18),
-])
+@pytest.mark.parametrize(
+    "name, template, decode, bits",
+    [
+        ("R_LARCH_B26", BL, _offs26, 28),
+        ("R_LARCH_B21", BEQZ | 4, _offs21, 23),
+        ("R_LARCH_B16", BEQ | 0x85, _offs16, 18),
+    ],
+)
 def test_branches_decode_and_stop_at_their_range(name: str, template: int, decode, bits: int) -> None:
     limit = 1 << (bits - 1)
     for delta in (4, -4, limit - 4, -limit, 0x1230):
@@ -82,8 +87,10 @@ def test_absolute_fields_rebuild_the_address() -> None:
     assert (sext(hi >> 5, 20) << 12) | ((lo >> 10) & 0xFFF) == low
 
 
-SRC = "static int tab[64]; extern int ext; float expf(float);\n" \
-      "int *addr(int i) { return &tab[i & 63]; } int get_ext(void) { return ext; } float call(float x) { return expf(x); }\n"
+SRC = (
+    "static int tab[64]; extern int ext; float expf(float);\n"
+    "int *addr(int i) { return &tab[i & 63]; } int get_ext(void) { return ext; } float call(float x) { return expf(x); }\n"
+)
 
 
 def test_relocated_object_reaches_its_data_and_stub() -> None:
@@ -97,7 +104,11 @@ def test_relocated_object_reaches_its_data_and_stub() -> None:
     assert page + sext(u32(img.image, text + lo[2]) >> 10, 12) == img.symbols["tab"]
     call = next(r for r in relocs if r[3] in (66, 110))  # B26 or CALL36 -> expf, through a stub
     insn = u32(img.image, text + call[2])
-    off = _offs26(insn) if call[3] == 66 else (sext(insn >> 5, 20) << 18) + (sext(u32(img.image, text + call[2] + 4) >> 10, 16) << 2)
+    off = (
+        _offs26(insn)
+        if call[3] == 66
+        else (sext(insn >> 5, 20) << 18) + (sext(u32(img.image, text + call[2] + 4) >> 10, 16) << 2)
+    )
     stub = text + call[2] + off
     assert struct.unpack_from("<Q", img.image, stub + 16)[0] == 0x7F0012345670
 
@@ -112,11 +123,17 @@ def test_images_are_16k_aligned_and_bases_must_be_too() -> None:
 
 def test_refusals_name_the_type() -> None:
     with pytest.raises(UnsupportedRelocationError, match="thread-local"):
-        relocate(compile_for("loongarch64", "__thread int t; int f(void) { return ++t; }\n", "-O2", "-fPIC"), 0x40000000, resolver())
+        relocate(
+            compile_for("loongarch64", "__thread int t; int f(void) { return ++t; }\n", "-O2", "-fPIC"),
+            0x40000000,
+            resolver(),
+        )
     obj = compile_for("loongarch64", SRC, "-O2", "-fPIC")
     entry = relocations(obj)[0]
     with pytest.raises(UnsupportedRelocationError, match="R_LARCH_SOP\\(30\\) \\(type 30\\) at .*stack-based"):
         relocate(with_type(obj, entry[0], 30), 0x40000000, resolver())
-    with pytest.raises(UnsupportedRelocationError, match="unknown loongarch64 relocation type 200 at %s\\+0x%x" % (
-            entry[1].replace(".", "\\."), entry[2])):
+    with pytest.raises(
+        UnsupportedRelocationError,
+        match="unknown loongarch64 relocation type 200 at %s\\+0x%x" % (entry[1].replace(".", "\\."), entry[2]),
+    ):
         relocate(with_type(obj, entry[0], 200), 0x40000000, resolver())

@@ -16,11 +16,10 @@ import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-
 from support.fuzz import ENGINE, fuzz_engine
 
-from svod_min.compiler import clang
 from svod_min import resources
+from svod_min.compiler import clang
 from svod_min.error import LoaderError
 from svod_min.jit_loader import layout as layout_mod
 from svod_min.jit_loader import load_object, native_layout
@@ -91,8 +90,12 @@ def planner() -> native_layout.NativePlanner:
 def objects() -> List[Tuple[str, bytes]]:
     if not COMPILERS:
         pytest.skip("no C compiler")
-    return [("%s-%s%s" % (name, cc, opt), clang.compile_c(src, compiler=cc, extra_flags=[opt]))
-            for name, src in SOURCES.items() for cc in COMPILERS for opt in OPT_LEVELS]  # fmt: skip
+    return [
+        ("%s-%s%s" % (name, cc, opt), clang.compile_c(src, compiler=cc, extra_flags=[opt]))
+        for name, src in SOURCES.items()
+        for cc in COMPILERS
+        for opt in OPT_LEVELS
+    ]
 
 
 def test_the_planner_object_is_self_contained_and_plans_itself(planner: native_layout.NativePlanner) -> None:
@@ -138,7 +141,9 @@ def test_a_global_reached_through_the_got_gets_a_slot_as_in_python(planner) -> N
 def test_prebuilt_objects_with_got_slots_and_stubs_are_planned_as_in_python(planner) -> None:
     # The libraries read the weak svod_stream_bytes through the GOT; the runtime calls pthreads.
     paths = ["kernels/prebuilt/%s/library.o" % v for v in ("x86_64-baseline", "x86_64-avx2", "x86_64-v4")]
-    found = [data for data in map(_prebuilt, paths + ["kernels/prebuilt/x86_64-baseline/runtime.o"]) if data is not None]
+    found = [
+        data for data in map(_prebuilt, paths + ["kernels/prebuilt/x86_64-baseline/runtime.o"]) if data is not None
+    ]
     if not found:
         pytest.skip("no prebuilt objects in this tree")
     for data in found:
@@ -177,8 +182,11 @@ def _symbol_offsets(obj: bytes) -> Dict[str, Tuple[int, int]]:
     """Symbol name -> (file offset of its entry, its st_name)."""
     parsed = parse_object(obj, tuple(layout_mod.ARCHES))
     symtab = next(s for s in parsed.sections if s.type == 2)
-    return {sym.name: (symtab.offset + 24 * sym.index, struct.unpack_from("<I", obj, symtab.offset + 24 * sym.index)[0])
-            for sym in parsed.symbols if sym.name}  # fmt: skip
+    return {
+        sym.name: (symtab.offset + 24 * sym.index, struct.unpack_from("<I", obj, symtab.offset + 24 * sym.index)[0])
+        for sym in parsed.symbols
+        if sym.name
+    }
 
 
 @needs_cc
@@ -196,6 +204,7 @@ def test_a_name_defined_twice_is_left_to_the_python_precedence_rules(planner, ob
 
 
 # --- mutated objects: whatever the planner accepts, Python accepts identically -------------------
+
 
 @needs_cc
 @pytest.mark.skipif(not os.path.isfile(ENGINE), reason="bench/fuzz_loader_long.py (the mutation engine) is missing")
@@ -293,8 +302,9 @@ print(native_layout.native_planner(load_object) is not None)
 @pytest.mark.parametrize("setting, expected", [("1", "True"), ("0", "False")])
 def test_svod_native_layout_turns_the_planner_off(objects, setting: str, expected: str) -> None:
     env = dict(os.environ, **{native_layout.NATIVE_LAYOUT_ENV: setting})
-    out = subprocess.run([sys.executable, "-c", _CHILD, objects[0][1].hex()], env=env, check=True,
-                         capture_output=True, text=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, objects[0][1].hex()], env=env, check=True, capture_output=True, text=True
+    ).stdout.split()
     assert out == [expected]
 
 

@@ -7,7 +7,6 @@ import ctypes
 import struct
 
 import pytest
-
 from conftest import needs_cc
 
 from svod_min.compiler import clang
@@ -51,7 +50,9 @@ def test_patch_formats_its_place_only_when_asked_and_names_it_on_overflow() -> N
     image = bytearray(32)
     patch.apply(image, 0x40, 0)  # S + A - P = 0x40 - 4 - 0x10 = 0x2c
     assert struct.unpack_from("<i", image, 0x10)[0] == 0x2C
-    with pytest.raises(RelocationRangeError, match=r"R_X86_64_PC32 against 'far' at \.text\+0x10: .*refusing to truncate"):
+    with pytest.raises(
+        RelocationRangeError, match=r"R_X86_64_PC32 against 'far' at \.text\+0x10: .*refusing to truncate"
+    ):
         patch.apply(image, 1 << 40, 0)
 
 

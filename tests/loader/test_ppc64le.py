@@ -84,7 +84,9 @@ def test_local_call_enters_after_the_toc_setup_and_external_call_restores_r2() -
         stub = targets[off] - img.base
         words = struct.unpack_from("<8I", img.image, stub)
         assert words[0] == 0xF8410018  # std r2, 24(r1)
-        assert ((words[1] & 0xFFFF) << 48 | (words[2] & 0xFFFF) << 32 | (words[4] & 0xFFFF) << 16 | (words[5] & 0xFFFF)) == 0x7F0012345670
+        assert (
+            (words[1] & 0xFFFF) << 48 | (words[2] & 0xFFFF) << 32 | (words[4] & 0xFFFF) << 16 | (words[5] & 0xFFFF)
+        ) == 0x7F0012345670
         assert u32(img.image, text - img.base + off + 4) == LD_R2_24_R1  # the nop became the TOC restore
     for off in local:  # a call that keeps the TOC has nothing to restore
         assert u32(img.image, text - img.base + off + 4) != LD_R2_24_R1
@@ -117,9 +119,13 @@ def test_external_call_without_a_nop_is_refused() -> None:
 
 def test_tls_is_refused_and_unknown_types_are_named() -> None:
     with pytest.raises(UnsupportedRelocationError, match="thread-local"):
-        relocate(compile_for("ppc64le", "__thread int t; int f(void) { return ++t; }\n", "-O2", "-fPIC"), BASE, resolver())
+        relocate(
+            compile_for("ppc64le", "__thread int t; int f(void) { return ++t; }\n", "-O2", "-fPIC"), BASE, resolver()
+        )
     obj = compile_for("ppc64le", CALLS, "-O2", "-fPIC")
     entry = relocations(obj)[0]
-    with pytest.raises(UnsupportedRelocationError, match="unknown ppc64le relocation type 200 at %s\\+0x%x" % (
-            entry[1].replace(".", "\\."), entry[2])):
+    with pytest.raises(
+        UnsupportedRelocationError,
+        match="unknown ppc64le relocation type 200 at %s\\+0x%x" % (entry[1].replace(".", "\\."), entry[2]),
+    ):
         relocate(with_type(obj, entry[0], 200), BASE, resolver())

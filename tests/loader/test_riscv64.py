@@ -23,15 +23,30 @@ P = 0x1000
 
 
 def _b_imm(insn: int) -> int:
-    return sext(((insn >> 31) << 12) | (((insn >> 7) & 1) << 11) | (((insn >> 25) & 0x3F) << 5) | (((insn >> 8) & 0xF) << 1), 13)
+    return sext(
+        ((insn >> 31) << 12) | (((insn >> 7) & 1) << 11) | (((insn >> 25) & 0x3F) << 5) | (((insn >> 8) & 0xF) << 1), 13
+    )
 
 
 def _j_imm(insn: int) -> int:
-    return sext(((insn >> 31) << 20) | (((insn >> 12) & 0xFF) << 12) | (((insn >> 20) & 1) << 11) | (((insn >> 21) & 0x3FF) << 1), 21)
+    return sext(
+        ((insn >> 31) << 20)
+        | (((insn >> 12) & 0xFF) << 12)
+        | (((insn >> 20) & 1) << 11)
+        | (((insn >> 21) & 0x3FF) << 1),
+        21,
+    )
 
 
 def _cb_imm(h: int) -> int:
-    return sext((((h >> 12) & 1) << 8) | (((h >> 5) & 3) << 6) | (((h >> 2) & 1) << 5) | (((h >> 10) & 3) << 3) | (((h >> 3) & 3) << 1), 9)
+    return sext(
+        (((h >> 12) & 1) << 8)
+        | (((h >> 5) & 3) << 6)
+        | (((h >> 2) & 1) << 5)
+        | (((h >> 10) & 3) << 3)
+        | (((h >> 3) & 3) << 1),
+        9,
+    )
 
 
 def _cj_imm(h: int) -> int:
@@ -53,10 +68,13 @@ def test_call_past_2_gib_is_refused(delta: int) -> None:
         apply("riscv64", "R_RISCV_CALL", bytes(8), P + delta)
 
 
-@pytest.mark.parametrize("name, decode, limit, template", [
-    ("R_RISCV_BRANCH", _b_imm, 1 << 12, 0x00B50063),  # beq a0, a1
-    ("R_RISCV_JAL", _j_imm, 1 << 20, 0x000000EF),  # jal ra
-])
+@pytest.mark.parametrize(
+    "name, decode, limit, template",
+    [
+        ("R_RISCV_BRANCH", _b_imm, 1 << 12, 0x00B50063),  # beq a0, a1
+        ("R_RISCV_JAL", _j_imm, 1 << 20, 0x000000EF),  # jal ra
+    ],
+)
 def test_branches_decode_and_stop_at_their_range(name: str, decode, limit: int, template: int) -> None:
     for delta in (2, -2, limit - 2, -limit, 0x222):
         out = u32(apply("riscv64", name, struct.pack("<I", template), P + delta))
@@ -66,10 +84,13 @@ def test_branches_decode_and_stop_at_their_range(name: str, decode, limit: int, 
             apply("riscv64", name, struct.pack("<I", template), P + bad)
 
 
-@pytest.mark.parametrize("name, decode, limit, template", [
-    ("R_RISCV_RVC_BRANCH", _cb_imm, 1 << 8, 0xC101),  # c.beqz s0
-    ("R_RISCV_RVC_JUMP", _cj_imm, 1 << 11, 0xA001),  # c.j
-])
+@pytest.mark.parametrize(
+    "name, decode, limit, template",
+    [
+        ("R_RISCV_RVC_BRANCH", _cb_imm, 1 << 8, 0xC101),  # c.beqz s0
+        ("R_RISCV_RVC_JUMP", _cj_imm, 1 << 11, 0xA001),  # c.j
+    ],
+)
 def test_compressed_branches(name: str, decode, limit: int, template: int) -> None:
     for delta in (2, -2, limit - 2, -limit, 0x56):
         out = struct.unpack("<H", apply("riscv64", name, struct.pack("<H", template), P + delta))[0]
@@ -107,7 +128,9 @@ def test_pcrel_lo12_takes_its_value_through_the_label() -> None:
 def test_pcrel_lo12_without_a_hi20_at_its_label_is_an_error() -> None:
     obj = compile_for("riscv64", SRC, "-O2", "-fPIC")
     entry = next(r for r in relocations(obj) if r[3] == 23)
-    with pytest.raises(ElfFormatError, match="PCREL_LO12_I at .text\\+0x[0-9a-f]+ names .* not the label of a PCREL_HI20"):
+    with pytest.raises(
+        ElfFormatError, match="PCREL_LO12_I at .text\\+0x[0-9a-f]+ names .* not the label of a PCREL_HI20"
+    ):
         relocate(with_type(obj, entry[0], 17), 0x40000000, resolver())  # the HI20 became a JAL
 
 
@@ -128,5 +151,8 @@ def test_tls_is_refused_by_name() -> None:
 def test_unknown_type_names_type_section_and_offset() -> None:
     obj = compile_for("riscv64", SRC, "-O2", "-fPIC")
     entry = relocations(obj)[0]
-    with pytest.raises(UnsupportedRelocationError, match="unknown riscv64 relocation type 200 at %s\\+0x%x" % (entry[1].replace(".", "\\."), entry[2])):
+    with pytest.raises(
+        UnsupportedRelocationError,
+        match="unknown riscv64 relocation type 200 at %s\\+0x%x" % (entry[1].replace(".", "\\."), entry[2]),
+    ):
         relocate(with_type(obj, entry[0], 200), 0x40000000, resolver())

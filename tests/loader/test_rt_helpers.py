@@ -5,11 +5,10 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from conftest import needs_clang
 
 from svod_min.jit_loader import load_object
 from svod_min.jit_loader.rt_helpers import HELPER_NAMES
-
-from conftest import needs_clang
 
 np = pytest.importorskip("numpy")
 
@@ -51,11 +50,31 @@ def test_every_half_widens_exactly(half_kernels) -> None:  # type: ignore[no-unt
 def test_floats_narrow_to_nearest_even_as_numpy_does(half_kernels) -> None:  # type: ignore[no-untyped-def]
     _, to_half, _ = half_kernels
     rng = np.random.default_rng(7)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, 65504, 65519.99, 65520, 1e9, 2.0 ** -24, 2.0 ** -25,
-                        2.0 ** -25 * 1.0001, 3 * 2.0 ** -25, 2.0 ** -14, 2.0 ** -14 * (1 - 2.0 ** -11), 1 + 2.0 ** -11,
-                        1 + 3 * 2.0 ** -11, 1e-8, -1e-30], dtype=np.float32)  # fmt: skip
+    special = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            65504,
+            65519.99,
+            65520,
+            1e9,
+            2.0**-24,
+            2.0**-25,
+            2.0**-25 * 1.0001,
+            3 * 2.0**-25,
+            2.0**-14,
+            2.0**-14 * (1 - 2.0**-11),
+            1 + 2.0**-11,
+            1 + 3 * 2.0**-11,
+            1e-8,
+            -1e-30,
+        ],
+        dtype=np.float32,
+    )
     every_exponent = (rng.random(200000) * 2 - 1).astype(np.float32) * np.float32(2.0) ** rng.integers(-30, 18, 200000)
-    raw = rng.integers(0, 2 ** 32, 200000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    raw = rng.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     values = np.concatenate([special, every_exponent.astype(np.float32), raw])
     finite = values[~np.isnan(values)]
     out = np.empty(finite.size, dtype=np.uint16)
@@ -71,8 +90,8 @@ def test_floats_narrow_to_nearest_even_as_numpy_does(half_kernels) -> None:  # t
 
 
 def test_the_runner_and_the_helpers_share_one_runtime_mapping() -> None:
-    from svod_min.plan import native_replay
     from svod_min.jit_loader.rt_helpers import loaded_runtime
+    from svod_min.plan import native_replay
 
     runtime = loaded_runtime(load_object)
     if runtime is None:

@@ -19,12 +19,12 @@ import tempfile
 import numpy as np
 import pytest
 
-from svod_min.compiler import clang
 from svod_min import kernels
+from svod_min.compiler import clang
 from svod_min.jit_loader import load_object, rt_helpers
 from svod_min.kernels import variants
-from svod_min.kernels.lookup import generated
 from svod_min.kernels.elementwise import render_elementwise
+from svod_min.kernels.lookup import generated
 from svod_min.kernels.sources import prelude
 
 STREAM_BYTES = 1 << 20  # the threshold these tests set (the machine's is about half its last-level cache)
@@ -52,10 +52,11 @@ def test_large_add_equals_numpy_at_any_alignment(dtype: str, threads: int) -> No
     a, b = (rng.standard_normal(n + 8).astype(dtype) for _ in range(2))
     out = np.full(n + 8, 7, dtype=dtype)
     for shift in (0, 3):  # 3: the output starts off a 64-byte line: a peeled head
-        k = kernels.get("add", dtype=dtype).bind([out[shift:shift + n], a[shift:shift + n], b[shift:shift + n]],
-                                                 n=n, threads=threads)  # fmt: skip
+        k = kernels.get("add", dtype=dtype).bind(
+            [out[shift : shift + n], a[shift : shift + n], b[shift : shift + n]], n=n, threads=threads
+        )
         k()
-        assert np.array_equal(out[shift:shift + n], a[shift:shift + n] + b[shift:shift + n])
+        assert np.array_equal(out[shift : shift + n], a[shift : shift + n] + b[shift : shift + n])
     assert out[-1] == 7  # nothing written past n
 
 
@@ -197,7 +198,9 @@ def test_the_default_threshold_is_half_the_last_level_cache(tmp_path, monkeypatc
 def test_the_threshold_comes_from_the_environment_and_bad_values_are_named() -> None:
     code = "from svod_min.jit_loader import rt_helpers; print(rt_helpers.stream_bytes())"
     env = dict(os.environ, SVOD_STREAM_BYTES="123456")
-    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "123456"
+    assert (
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip() == "123456"
+    )
     env["SVOD_STREAM_BYTES"] = "lots"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "SVOD_STREAM_BYTES='lots' is not an integer" in proc.stderr

@@ -25,8 +25,12 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6") and not os.path.exists("/lib64/libc.so.6")
-                    and not os.path.exists("/usr/lib/libc.so.6"), reason="glibc sonames only")  # fmt: skip
+@pytest.mark.skipif(
+    not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6")
+    and not os.path.exists("/lib64/libc.so.6")
+    and not os.path.exists("/usr/lib/libc.so.6"),
+    reason="glibc sonames only",
+)
 def test_host_symbols_resolve_without_starting_a_process() -> None:
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__))))
     proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60)

@@ -17,12 +17,12 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min.perf import autotune, autotune_trials
 from svod_min import kernels
 from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_OK, main
-from svod_min.perf.benchmark import BenchmarkConfig
 from svod_min.error import ExecutionError, KernelArgumentError
 from svod_min.kernels import KernelParamError, LibraryKernel, tuning
+from svod_min.perf import autotune, autotune_trials
+from svod_min.perf.benchmark import BenchmarkConfig
 
 SHAPE = {"M": 64, "N": 64, "K": 64}
 FAST = BenchmarkConfig(warmup_runs=0, timing_runs=2)
@@ -53,8 +53,11 @@ def _tile(k: LibraryKernel) -> Dict[str, Any]:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_candidates_enumerate_the_catalogue_default_first(dtype: str) -> None:
     cands = autotune.candidate_params("matmul", dtype)
-    instances = [{k: v for k, v in i.items() if k != "dtype"}
-                 for i in kernels.catalogue()["matmul"]["instances"] if i["dtype"] == dtype]  # fmt: skip
+    instances = [
+        {k: v for k, v in i.items() if k != "dtype"}
+        for i in kernels.catalogue()["matmul"]["instances"]
+        if i["dtype"] == dtype
+    ]
     assert sorted(map(str, cands)) == sorted(map(str, instances))
     if kernels.host_variant() is not None:
         assert cands[0] == _tile(kernels.get("matmul", dtype=dtype))
@@ -250,20 +253,24 @@ def test_cli_tune_prints_progress_and_table(capsys: pytest.CaptureFixture, store
 
 
 def test_cli_tune_json(capsys: pytest.CaptureFixture) -> None:
-    assert main(["tune", "matmul", "--dtype", "float64", "--shape", "M=32,N=48,K=16", "--runs", "1",
-                 "--json"]) == EXIT_OK  # fmt: skip
+    assert (
+        main(["tune", "matmul", "--dtype", "float64", "--shape", "M=32,N=48,K=16", "--runs", "1", "--json"]) == EXIT_OK
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["kernel"] == "matmul" and doc["dtype"] == "float64" and doc["shape"] == {"M": 32, "N": 48, "K": 16}
     assert doc["stored"] is True and [r["params"] for r in doc["rows"] if r["chosen"]] == [doc["best_params"]]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["tune", "matmull", "--shape", "M=4,N=4,K=4"], "did you mean matmul"),
-    (["tune", "matmul", "--shape", "M=4,N=4"], "exactly the variables"),
-    (["tune", "matmul", "--shape", "M=four,N=4,K=4"], "--shape"),
-    (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--dtype", "int8"], "dtype"),
-    (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--runs", "0"], "--runs"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["tune", "matmull", "--shape", "M=4,N=4,K=4"], "did you mean matmul"),
+        (["tune", "matmul", "--shape", "M=4,N=4"], "exactly the variables"),
+        (["tune", "matmul", "--shape", "M=four,N=4,K=4"], "--shape"),
+        (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--dtype", "int8"], "dtype"),
+        (["tune", "matmul", "--shape", "M=4,N=4,K=4", "--runs", "0"], "--runs"),
+    ],
+)
 def test_cli_tune_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture, args: List[str], message: str) -> None:
     assert main(args) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
@@ -271,11 +278,19 @@ def test_cli_tune_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture, ar
 
 
 def test_cli_tune_as_a_program() -> None:
-    bad = subprocess.run([sys.executable, "-m", "svod_min", "tune", "nope", "--shape", "n=1"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "svod_min", "tune", "nope", "--shape", "n=1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == EXIT_BAD_INPUT and bad.stderr.count("\n") == 1
-    good = subprocess.run([sys.executable, "-m", "svod_min", "tune", "transpose", "--shape", "rows=33,cols=17",
-                           "--runs", "1"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    good = subprocess.run(
+        [sys.executable, "-m", "svod_min", "tune", "transpose", "--shape", "rows=33,cols=17", "--runs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert good.returncode == EXIT_OK, good.stderr
     assert "tile=32" in good.stdout and "[1/1]" in good.stderr
 
@@ -314,9 +329,11 @@ def test_the_kernel_library_never_imports_the_tuner() -> None:
             for module, names in _imports(os.path.join(folder, name)):
                 assert "autotune" not in module and not any("autotune" in n for n in names), (name, module)
                 assert "benchmark" not in module, (name, module)
-    code = ("import sys; from svod_min import kernels; "
-            "kernels.get('matmul', dtype='float32', shape={'M': 8, 'N': 8, 'K': 8}); "
-            "print(sorted(m for m in sys.modules if 'autotune' in m or m.endswith('benchmark')))")  # fmt: skip
+    code = (
+        "import sys; from svod_min import kernels; "
+        "kernels.get('matmul', dtype='float32', shape={'M': 8, 'N': 8, 'K': 8}); "
+        "print(sorted(m for m in sys.modules if 'autotune' in m or m.endswith('benchmark')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

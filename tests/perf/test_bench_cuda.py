@@ -16,15 +16,14 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
 from support.cuda_emu import build_fake_libcuda, find_cc
-
-from svod_min.perf.bench_suite import KEYS, run_suite
-from svod_min.devices import cuda
 from support.paths import REPO as REPO_PATH
+
+from svod_min.devices import cuda
+from svod_min.perf.bench_suite import KEYS, run_suite
 
 ROOT = REPO_PATH
 BENCH = ROOT / "bench" / "bench_cuda.py"
@@ -113,8 +112,7 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     site = tmp / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import ctypes, os\n"
-        "ctypes.CDLL(os.environ['SVOD_CUDA_LIBRARY']).fake_configure(0, 12040, 1)  # one device\n"
+        "import ctypes, os\nctypes.CDLL(os.environ['SVOD_CUDA_LIBRARY']).fake_configure(0, 12040, 1)  # one device\n"
     )
     env = dict(os.environ, SVOD_CUDA_LIBRARY=str(lib), PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
     env.pop("SVOD_CUDA", None)
@@ -141,8 +139,16 @@ def test_fake_driver_gives_every_row(fake_run: Dict[str, Any]) -> None:
         # per-node figures are differences of two timings: near zero on the stand-in, so noise may flip the sign
         assert value > 0 or "(T_" in row["measure"], row
     assert len(table) == 14, [r["measure"] for r in table]
-    for start in ("elementwise.ptx", "eager launch", "graph replay µs per node", "graph replay µs fixed", "H2D GB/s",
-                  "D2H GB/s", "plan replay µs per kernel, CUDA graphs", "plan replay µs per kernel, eager"):  # fmt: skip
+    for start in (
+        "elementwise.ptx",
+        "eager launch",
+        "graph replay µs per node",
+        "graph replay µs fixed",
+        "H2D GB/s",
+        "D2H GB/s",
+        "plan replay µs per kernel, CUDA graphs",
+        "plan replay µs per kernel, eager",
+    ):
         assert any(r["measure"].startswith(start) for r in table), start
     loads = [r for r in table if r["measure"].startswith("elementwise.ptx")]
     assert len(loads) == 3 and "CUDA_CACHE_DISABLE=1" in loads[2]["measure"]  # the cold child ran
@@ -163,8 +169,10 @@ def test_fake_driver_launch_rows(fake_run: Dict[str, Any]) -> None:
 
 def test_fake_driver_plan_rows_compare_with_the_raw_paths(fake_run: Dict[str, Any]) -> None:
     table = fake_run["rows"]
-    for label, raw_start, peer in (("CUDA graphs", "graph replay µs per node", "raw CudaGraph per node"),
-                                   ("eager", "eager launch µs per kernel", "raw BoundLaunch per kernel")):  # fmt: skip
+    for label, raw_start, peer in (
+        ("CUDA graphs", "graph replay µs per node", "raw CudaGraph per node"),
+        ("eager", "eager launch µs per kernel", "raw BoundLaunch per kernel"),
+    ):
         row = _find(table, "plan replay µs per kernel, %s ((T_32 - T_2) / 30" % label)
         assert row["peer"] == peer and row["peer_value"] == _find(table, raw_start)["svod_min"]
         assert isinstance(row["met"], bool)
@@ -172,10 +180,12 @@ def test_fake_driver_plan_rows_compare_with_the_raw_paths(fake_run: Dict[str, An
 
 
 def test_fake_driver_copy_rows(fake_run: Dict[str, Any]) -> None:
-    for start, raw in (("H2D GB/s, 2 MiB: copyin(pageable) + sync, pinned", "cuMemcpyHtoD_v2 from cuMemHostAlloc"),
-                       ("D2H GB/s, 2 MiB: copyout_into(pageable), pinned", "cuMemcpyDtoH_v2 into cuMemHostAlloc"),
-                       ("H2D GB/s, 2 MiB: copyin(pageable) + sync vs", "cuMemcpyHtoD_v2 from the same pageable"),
-                       ("D2H GB/s, 2 MiB: copyout_into(pageable) vs", "cuMemcpyDtoH_v2 into the same pageable")):  # fmt: skip
+    for start, raw in (
+        ("H2D GB/s, 2 MiB: copyin(pageable) + sync, pinned", "cuMemcpyHtoD_v2 from cuMemHostAlloc"),
+        ("D2H GB/s, 2 MiB: copyout_into(pageable), pinned", "cuMemcpyDtoH_v2 into cuMemHostAlloc"),
+        ("H2D GB/s, 2 MiB: copyin(pageable) + sync vs", "cuMemcpyHtoD_v2 from the same pageable"),
+        ("D2H GB/s, 2 MiB: copyout_into(pageable) vs", "cuMemcpyDtoH_v2 into the same pageable"),
+    ):
         row = _find(fake_run["rows"], start)
         assert row["peer"].startswith(raw)
         assert row["peer_value"] > 0 and math.isfinite(row["peer_value"])

@@ -12,9 +12,14 @@ from svod_min.perf.benchmarks import bench_onnx_ops
 
 TINY_CASES = (
     bench_onnx_ops.OpCase("Softmax axis 1 of 2x5x7", "Softmax", (2, 5, 7), {"axis": 1}),
-    bench_onnx_ops.OpCase("Resize linear x2 1x2x3x5", "Resize", (1, 2, 3, 5),
-                          {"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, (1.0, 1.0, 2.0, 2.0)),
-)  # fmt: skip
+    bench_onnx_ops.OpCase(
+        "Resize linear x2 1x2x3x5",
+        "Resize",
+        (1, 2, 3, 5),
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+        (1.0, 1.0, 2.0, 2.0),
+    ),
+)
 
 
 def test_select_and_quick_cases() -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_cc
-
-from svod_min.perf import bench_suite
-from svod_min.error import NotSupportedError
 from support.paths import REPO as REPO_PATH
+
+from svod_min.error import NotSupportedError
+from svod_min.perf import bench_suite
 
 PACKAGE = Path(bench_suite.__file__).resolve().parents[1]  # svod_min/, above perf/
 CHECKOUT_BENCH = REPO_PATH / "bench"  # tox tests an installed copy: not PACKAGE.parent
@@ -55,8 +55,14 @@ def test_an_installed_copy_measures_its_machine(tmp_path: Path) -> None:
     shutil.copytree(str(PACKAGE), str(site / "svod_min"), ignore=shutil.ignore_patterns("__pycache__"))
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(site), SVOD_OBJECT_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "bench", "--quick", "--only", "bench_loader", "--json"],
-                          cwd=str(work), env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "bench", "--quick", "--only", "bench_loader", "--json"],
+        cwd=str(work),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     measures = [r["measure"] for r in rows]

@@ -14,9 +14,9 @@ from typing import Any, List, Optional
 import pytest
 from conftest import needs_cc
 
+from svod_min.error import CompilationError, ConfigError, DeviceError, ExecutionError
 from svod_min.perf import benchmark as bm
 from svod_min.perf.benchmark import BenchmarkConfig, BenchmarkResult, benchmark_kernel, round_robin_min, warm_clock
-from svod_min.error import CompilationError, ConfigError, DeviceError, ExecutionError
 
 
 class FakeClock:
@@ -230,7 +230,12 @@ def test_empty_result_is_all_zero() -> None:
 def test_config_defaults_are_svods() -> None:
     c = BenchmarkConfig()
     assert (c.warmup_runs, c.timing_runs, c.take_minimum, c.early_stop, c.clear_l2, c.warmup_budget) == (
-        0, 3, True, None, False, None,
+        0,
+        3,
+        True,
+        None,
+        False,
+        None,
     )
     assert c.clock_budget is None
     assert BenchmarkConfig(clock_warmup=True).clock_budget == bm.CLOCK_WARMUP_S
@@ -245,8 +250,16 @@ def test_config_rejects_nonsense(kwargs) -> None:
         BenchmarkConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(timing_runs=True), dict(warmup_runs=False), dict(early_stop=float("nan")),
-                                    dict(early_stop=True), dict(warmup_budget=float("nan"))])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(timing_runs=True),
+        dict(warmup_runs=False),
+        dict(early_stop=float("nan")),
+        dict(early_stop=True),
+        dict(warmup_budget=float("nan")),
+    ],
+)
 def test_config_refuses_bools_and_nan(kwargs: Any) -> None:
     with pytest.raises(ConfigError, match="must be"):
         BenchmarkConfig(**kwargs)
@@ -362,8 +375,8 @@ def test_benchmark_a_real_cpu_kernel() -> None:
 
 
 def test_benchmark_kernel_refuses_what_is_not_a_program_or_a_config() -> None:
-    from svod_min.perf.benchmark import benchmark_kernel
     from svod_min.error import ExecutionError
+    from svod_min.perf.benchmark import benchmark_kernel
 
     with pytest.raises(ExecutionError, match="cannot benchmark NoneType: it has no execute"):
         benchmark_kernel(None, [], [])

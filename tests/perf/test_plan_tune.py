@@ -9,8 +9,7 @@ import pytest
 
 from svod_min.kernels import find_sig, host_variant
 from svod_min.perf import plan_tune
-from svod_min.perf.autotune import TuneResult, TuneRow
-from svod_min.perf.autotune import tuning_params
+from svod_min.perf.autotune import TuneResult, TuneRow, tuning_params
 
 VARIANT = host_variant()
 pytestmark = pytest.mark.skipif(VARIANT is None, reason="no prebuilt kernel variant fits this host")
@@ -27,15 +26,33 @@ def _other() -> Dict[str, Any]:
 
 
 def _vars(h: int) -> Dict[str, Any]:
-    return {"N": 1, "C": 8, "H": h, "W": h, "OC": 16, "KH": 3, "KW": 3, "sh": 1, "sw": 1, "pt": 1, "pl": 1,
-            "pb": 1, "pr": 1, "dh": 1, "dw": 1, "groups": 1}  # fmt: skip
+    return {
+        "N": 1,
+        "C": 8,
+        "H": h,
+        "W": h,
+        "OC": 16,
+        "KH": 3,
+        "KW": 3,
+        "sh": 1,
+        "sw": 1,
+        "pt": 1,
+        "pl": 1,
+        "pb": 1,
+        "pr": 1,
+        "dh": 1,
+        "dw": 1,
+        "groups": 1,
+    }
 
 
 def _doc(heights: List[int]) -> Dict[str, Any]:
     ops = [{"kernel": KEY, "buffers": ["y%d" % i, "x", "w", "b"], "vars": _vars(h)} for i, h in enumerate(heights)]
     ops.append({"kernel": "other", "buffers": ["z", "x"]})
-    return {"kernels": {KEY: {"library": "conv2d_gemm", "params": dict(PARAMS)}, "other": {"source": "", "buffers": 2}},
-            "ops": ops}
+    return {
+        "kernels": {KEY: {"library": "conv2d_gemm", "params": dict(PARAMS)}, "other": {"source": "", "buffers": 2}},
+        "ops": ops,
+    }
 
 
 def _stub(monkeypatch, other_share: Dict[int, float], calls: List[Dict[str, Any]]) -> None:

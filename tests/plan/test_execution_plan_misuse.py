@@ -13,11 +13,17 @@ from typing import Any, Dict, List
 import pytest
 from conftest import needs_cc
 
-from svod_min.plan import native_replay
+from svod_min.cache.kernel_cache import CachedKernel
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import ExecutionError, PlanError, PlanPoisonedError
-from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCustomFunction, PreparedKernel, RuntimeVar, register_custom_function
-from svod_min.cache.kernel_cache import CachedKernel
+from svod_min.plan import native_replay
+from svod_min.plan.execution_plan import (
+    ExecutionPlanBuilder,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+    register_custom_function,
+)
 
 FILL = "void k(float* o, int n) { for (int i = 0; i < n; i++) o[i] = -1.f; }"
 ADD = "void k(float* o, int n, int m) { for (int i = 0; i < n; i++) o[i] = (float)m; }"
@@ -29,7 +35,9 @@ def dev() -> CpuDevice:
 
 
 def _kernel(prog: Any, name: str, var_names: List[str], nbuf: int = 1) -> CachedKernel:
-    return CachedKernel(prog, "CPU", "", name, list(var_names), list(range(nbuf)), [0], list(range(1, nbuf)), True, (1, 1, 1))
+    return CachedKernel(
+        prog, "CPU", "", name, list(var_names), list(range(nbuf)), [0], list(range(1, nbuf)), True, (1, 1, 1)
+    )
 
 
 @needs_cc
@@ -56,8 +64,19 @@ def test_a_fixed_variable_cannot_also_be_bound_to_an_expression(dev: CpuDevice) 
     small = b.add_buffer(0, arena.view(0, 16, "float32"))
     canary = b.add_buffer(1, arena.view(16, 16, "float32"))
     # extents were checked with the fixed n=4 while var_exprs patched vals to n=8: 4 floats past the buffer
-    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n"]), [small], [0], vals=[4], fixedvars={"n": 4}, extents={0: "n"},
-                            var_exprs={"n": "rows*2"}, runtime_vars=[RuntimeVar("rows", 1, 8)]))  # fmt: skip
+    b.add_op(
+        PreparedKernel(
+            0,
+            _kernel(prog, "k", ["n"]),
+            [small],
+            [0],
+            vals=[4],
+            fixedvars={"n": 4},
+            extents={0: "n"},
+            var_exprs={"n": "rows*2"},
+            runtime_vars=[RuntimeVar("rows", 1, 8)],
+        )
+    )
     b.set_output_buffers([small, canary])
     with pytest.raises(PlanError, match=r"op 0 \(id 0\): variable n is both fixed \(4\) and bound to 'rows\*2'"):
         b.build().execute()
@@ -72,8 +91,11 @@ def test_kernels_with_more_arguments_than_the_native_runner_take_the_python_path
     prog = dev.compile(src, "many", buf_count=1, var_names=names)
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(0, dev.allocate([1], "int32"))
-    b.add_op(PreparedKernel(0, _kernel(prog, "many", names), [out], [0], list(range(count)),
-                            runtime_vars=[RuntimeVar("a0", 0, 100)]))  # fmt: skip
+    b.add_op(
+        PreparedKernel(
+            0, _kernel(prog, "many", names), [out], [0], list(range(count)), runtime_vars=[RuntimeVar("a0", 0, 100)]
+        )
+    )
     b.set_output_buffer(out)
     plan = b.build()  # raised NotSupportedError while native replay was on
     assert not plan.native_replay  # the one op's row is too long: the Python path runs it
@@ -90,8 +112,17 @@ def _rows_plan(dev: CpuDevice, m_expr: str) -> Any:
     b = ExecutionPlanBuilder(dev)
     b.set_var_values({"rows": 3})
     out = b.add_buffer(0, dev.allocate([4], "float32"))
-    b.add_op(PreparedKernel(0, _kernel(prog, "k", ["n", "m"]), [out], [0], [4, 0], var_exprs={"m": m_expr},
-                            runtime_vars=[RuntimeVar("rows", 0, 10), RuntimeVar("n", 0, 4)]))  # fmt: skip
+    b.add_op(
+        PreparedKernel(
+            0,
+            _kernel(prog, "k", ["n", "m"]),
+            [out],
+            [0],
+            [4, 0],
+            var_exprs={"m": m_expr},
+            runtime_vars=[RuntimeVar("rows", 0, 10), RuntimeVar("n", 0, 4)],
+        )
+    )
     b.set_output_buffer(out)
     return b.build()
 
@@ -208,8 +239,6 @@ def test_a_bad_work_expression_is_refused_at_build_not_in_a_profile(dev: CpuDevi
     plan.execute()
 
 
-
-
 def test_non_ops_and_non_mapping_variables_are_plan_errors(dev: CpuDevice) -> None:
     b = ExecutionPlanBuilder(dev)
     b.add_buffer(0, dev.allocate([2], "float32"))
@@ -227,7 +256,7 @@ def test_non_ops_and_non_mapping_variables_are_plan_errors(dev: CpuDevice) -> No
 @needs_cc
 def test_closing_a_program_under_a_plan_is_refused_on_both_replay_paths() -> None:
     # The plan holds bound calls (and the native runner raw addresses): unmapping under them segfaulted.
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         from svod_min.devices.cpu import CpuDevice
         from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel
         from svod_min.cache.kernel_cache import CachedKernel
@@ -254,7 +283,7 @@ def test_closing_a_program_under_a_plan_is_refused_on_both_replay_paths() -> Non
             prog.execute([dev.allocate([4], "float32")], [4])
         except Exception as exc:
             print(type(exc).__name__, exc)
-    ''')
+    """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     refused = "kernel k: its program was closed; build a new plan | poisoned: False"
@@ -265,7 +294,7 @@ def test_closing_a_program_under_a_plan_is_refused_on_both_replay_paths() -> Non
 def test_a_closed_programs_kernel_is_refused_by_name_before_anything_runs() -> None:
     # The native runner keeps calling the code close() leaves mapped: without a pre-run check a closed
     # program still ran under execute_with_vars, while the Python path failed half-way and poisoned.
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         from svod_min.devices.cpu import CpuDevice
         from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel, RuntimeVar
         from svod_min.cache.kernel_cache import CachedKernel
@@ -289,7 +318,7 @@ def test_a_closed_programs_kernel_is_refused_by_name_before_anything_runs() -> N
             except ExecutionError as exc:
                 print(exc)
         print(plan.output_buffer().tolist(), plan.poisoned)
-    ''')
+    """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     refused = "kernel second: its program was closed; build a new plan"
@@ -304,23 +333,28 @@ def test_add_buffer_refuses_what_is_not_a_buffer(dev: CpuDevice, buffer: Any) ->
 
 
 @needs_cc
-@pytest.mark.parametrize("edit, message", [
-    (lambda op: setattr(op, "extents", {-1: "n"}), r"extent position out of range: -1"),
-    (lambda op: setattr(op, "extents", {"0": "n"}), r"extent position out of range: '0'"),
-    (lambda op: setattr(op, "output_indices", ["0"]), r"output index out of range: '0'"),
-    (lambda op: setattr(op, "buffer_indices", [0, 0]), r"kernel k takes 1 buffers, got 2"),
-    (lambda op: setattr(op, "vals", [True]), r"vals must be ints, got \[True\]"),
-    (lambda op: setattr(op, "vals", None), r"vals must be a list, got NoneType"),
-    (lambda op: setattr(op, "dependencies", None), r"dependencies must be a list of op ids, got NoneType"),
-    (lambda op: setattr(op, "dependencies", ["x"]), r"dependencies must be op ids \(ints\), got 'x'"),
-    (lambda op: setattr(op, "buffer_indices", [False]), r"buffer index out of range: False"),  # not buffer 0
-    (lambda op: setattr(op, "extents", [0]), r"extents must be a dict of positions to sizes, got list"),
-    (lambda op: setattr(op, "fixedvars", {"n": "4"}), r"fixedvars must map names to ints, got 'n': '4'"),
-    (lambda op: setattr(op, "runtime_vars", ["n"]), r"runtime_vars must hold RuntimeVar, got str"),
-    (lambda op: setattr(op, "kernel", "k"), r"kernel must be a CachedKernel, got str"),
-    (lambda op: setattr(op, "kernel", _kernel(op.kernel.program, "k", ["n", "m"])) or op.vals.append(1),
-     r"kernel k takes variables \['n'\], the op names \['n', 'm'\]"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda op: setattr(op, "extents", {-1: "n"}), r"extent position out of range: -1"),
+        (lambda op: setattr(op, "extents", {"0": "n"}), r"extent position out of range: '0'"),
+        (lambda op: setattr(op, "output_indices", ["0"]), r"output index out of range: '0'"),
+        (lambda op: setattr(op, "buffer_indices", [0, 0]), r"kernel k takes 1 buffers, got 2"),
+        (lambda op: setattr(op, "vals", [True]), r"vals must be ints, got \[True\]"),
+        (lambda op: setattr(op, "vals", None), r"vals must be a list, got NoneType"),
+        (lambda op: setattr(op, "dependencies", None), r"dependencies must be a list of op ids, got NoneType"),
+        (lambda op: setattr(op, "dependencies", ["x"]), r"dependencies must be op ids \(ints\), got 'x'"),
+        (lambda op: setattr(op, "buffer_indices", [False]), r"buffer index out of range: False"),  # not buffer 0
+        (lambda op: setattr(op, "extents", [0]), r"extents must be a dict of positions to sizes, got list"),
+        (lambda op: setattr(op, "fixedvars", {"n": "4"}), r"fixedvars must map names to ints, got 'n': '4'"),
+        (lambda op: setattr(op, "runtime_vars", ["n"]), r"runtime_vars must hold RuntimeVar, got str"),
+        (lambda op: setattr(op, "kernel", "k"), r"kernel must be a CachedKernel, got str"),
+        (
+            lambda op: setattr(op, "kernel", _kernel(op.kernel.program, "k", ["n", "m"])) or op.vals.append(1),
+            r"kernel k takes variables \['n'\], the op names \['n', 'm'\]",
+        ),
+    ],
+)
 def test_malformed_kernel_op_fields_are_plan_errors(dev: CpuDevice, edit: Any, message: str) -> None:
     prog = dev.compile(FILL, "k", buf_count=1, var_names=["n"])
     b = ExecutionPlanBuilder(dev)

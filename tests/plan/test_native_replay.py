@@ -12,15 +12,22 @@ from typing import List, Tuple
 import pytest
 from conftest import needs_cc
 from support.dispatch import WAIT_ENTRY, WAIT_SRC, all_ids_ran
+from support.paths import REPO_DIR
 
-from svod_min.plan import native_replay
+from svod_min.cache.kernel_cache import CachedKernel
 from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 from svod_min.error import PlanPoisonedError
 from svod_min.jit_loader import load_object
-from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar, register_custom_function
-from svod_min.cache.kernel_cache import CachedKernel
+from svod_min.plan import native_replay
+from svod_min.plan.execution_plan import (
+    ExecutionPlanBuilder,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+    register_custom_function,
+)
 from svod_min.planfile.load import load_plan
-from support.paths import REPO_DIR
 
 pytestmark = needs_cc
 
@@ -64,7 +71,9 @@ def test_example_plans_match_python_path(path: str) -> None:
     _run_both(lambda: load_plan(path).plan)
 
 
-@pytest.mark.parametrize("path", TINYGRAD_EXAMPLES, ids=[os.path.basename(os.path.dirname(p)) for p in TINYGRAD_EXAMPLES])
+@pytest.mark.parametrize(
+    "path", TINYGRAD_EXAMPLES, ids=[os.path.basename(os.path.dirname(p)) for p in TINYGRAD_EXAMPLES]
+)
 def test_exported_tinygrad_plans_match_python_path(path: str) -> None:
     var_sets = [{"batch": 2}, {"batch": 16}] if "mlp" in path else ()
     _run_both(lambda: load_plan(path).plan, var_sets=var_sets)
@@ -100,14 +109,33 @@ def _random_plan_builder(seed: int, dev: CpuDevice, progs):
             if rng.random() < 0.7:
                 o, x, y = (rng.choice(bufs[1:]) for _ in range(3))
                 k = CachedKernel(axpb, "CPU", OPS_C, "axpb", ["n", "k"], [0, 1, 2], [0], [1, 2], True, (1, 1, 1))
-                op = PreparedKernel(op_id, k, [o, x, y], [0], [16, rng.randint(-3, 3)], {"k": 0}, deps, [n_var],
-                                    extents={0: "n", 1: "n", 2: "n"})
+                op = PreparedKernel(
+                    op_id,
+                    k,
+                    [o, x, y],
+                    [0],
+                    [16, rng.randint(-3, 3)],
+                    {"k": 0},
+                    deps,
+                    [n_var],
+                    extents={0: "n", 1: "n", 2: "n"},
+                )
                 op.fixedvars = {"k": op.vals[1]}
             elif rng.random() < 0.8:
                 o = rng.choice(bufs[1:])
                 k = CachedKernel(halve, "CPU", OPS_C, "halve", ["n", "c", "core_id"], [0], [0], [], True, (4, 1, 1))
-                op = PreparedKernel(op_id, k, [o], [0], [16, rng.randint(0, 2), 0], {"c": 1}, deps, [n_var],
-                                    extents={0: "n"}, flops=str(rng.choice([10, 10**7])))
+                op = PreparedKernel(
+                    op_id,
+                    k,
+                    [o],
+                    [0],
+                    [16, rng.randint(0, 2), 0],
+                    {"c": 1},
+                    deps,
+                    [n_var],
+                    extents={0: "n"},
+                    flops=str(rng.choice([10, 10**7])),
+                )
                 op.fixedvars = {"c": op.vals[1]}
             else:
                 dst, src = rng.sample([i for i in bufs if i % 5], 2)
@@ -135,8 +163,14 @@ def test_variable_updates_take_effect_in_native_tables() -> None:
         "svod_plan": 1,
         "vars": {"n": [1, 8, 8]},
         "buffers": {"x": {"shape": [8], "init": "arange"}, "y": {"shape": [8], "output": True}},
-        "kernels": {"k": {"source": "void k(float* o, const float* a, int n){for(int i=0;i<n;i++)o[i]=a[i]*2;}",
-                          "buffers": 2, "vars": ["n"], "extents": {"0": "n", "1": "n"}}},
+        "kernels": {
+            "k": {
+                "source": "void k(float* o, const float* a, int n){for(int i=0;i<n;i++)o[i]=a[i]*2;}",
+                "buffers": 2,
+                "vars": ["n"],
+                "extents": {"0": "n", "1": "n"},
+            }
+        },
         "ops": [{"kernel": "k", "buffers": ["y", "x"]}],
     }
     loaded = load_plan(doc)
@@ -179,8 +213,13 @@ def test_failure_inside_a_replay_poisons_like_the_python_path() -> None:
 def test_runner_handles_many_arguments_and_negative_ints() -> None:
     dev = create_cpu_device()
     nvars = native_replay.MAX_ARGS - 1  # a conv2d_gemm entry has 22: the stack slots past 16 count too
-    src = "void many(int* o, " + ", ".join("int a%d" % i for i in range(nvars)) + ") { o[0] = " + " + ".join(
-        "a%d * %d" % (i, i + 1) for i in range(nvars)) + "; o[1] = a%d; o[2] = a0; }" % (nvars - 1)
+    src = (
+        "void many(int* o, "
+        + ", ".join("int a%d" % i for i in range(nvars))
+        + ") { o[0] = "
+        + " + ".join("a%d * %d" % (i, i + 1) for i in range(nvars))
+        + "; o[1] = a%d; o[2] = a0; }" % (nvars - 1)
+    )
     prog = dev.compile(src, "many", buf_count=1, var_names=["a%d" % i for i in range(nvars)])
     out = dev.allocate([3], "int32")
     table = native_replay.ReplayTable()

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, List
 
 import pytest
-
 from support.plan import RecordingProgram, copy_op, dev, f32, mock_kernel, prepared, var_plan  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import BufferAllocationError, ExecutionError, PlanError
 from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView

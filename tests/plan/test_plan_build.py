@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import List
 
 import pytest
-
 from support.plan import RecordingProgram, copy_op, dev, f32, mock_kernel, prepared  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import PlanError
 from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, kahn_levels

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any, List
 
 import pytest
-
 from conftest import needs_cc
 from support.plan import dev, f32, i32, mock_kernel, prepared, run_threads  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import VariableBoundsError
 from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedBufferView, RuntimeVar
-
 
 CHAIN_SRC = """
 void scale2(float* restrict out, const float* restrict in, const int n) {
@@ -42,8 +41,14 @@ def programs(dev: CpuDevice) -> Any:
 
 
 def _real(program: Any, *, nbufs: int, var_names: List[str], safe: bool = True, global_size: Any = (1, 1, 1)) -> Any:
-    return mock_kernel(program, nbufs=nbufs, var_names=var_names, host_parallel_safe=safe,
-                       global_size=global_size, entry_point=program.entry_point)
+    return mock_kernel(
+        program,
+        nbufs=nbufs,
+        var_names=var_names,
+        host_parallel_safe=safe,
+        global_size=global_size,
+        entry_point=program.entry_point,
+    )
 
 
 @needs_cc
@@ -53,10 +58,27 @@ def test_real_two_kernel_chain(dev: CpuDevice, programs: Any) -> None:
     mid = b.add_buffer(2, f32(dev, [0.0] * 4))
     out = b.add_buffer(3, f32(dev, [0.0] * 4))
     nvar = [RuntimeVar("n", 1, 4)]
-    b.add_kernel(prepared(1, _real(programs["scale2"], nbufs=2, var_names=["n"]), [mid, a], vals=[4],
-                          extents={0: "n", 1: "n"}, runtime_vars=nvar))
-    b.add_kernel(prepared(2, _real(programs["add1"], nbufs=2, var_names=["n"]), [out, mid], vals=[4], deps=[1],
-                          extents={0: "n", 1: "n"}, runtime_vars=nvar))
+    b.add_kernel(
+        prepared(
+            1,
+            _real(programs["scale2"], nbufs=2, var_names=["n"]),
+            [mid, a],
+            vals=[4],
+            extents={0: "n", 1: "n"},
+            runtime_vars=nvar,
+        )
+    )
+    b.add_kernel(
+        prepared(
+            2,
+            _real(programs["add1"], nbufs=2, var_names=["n"]),
+            [out, mid],
+            vals=[4],
+            deps=[1],
+            extents={0: "n", 1: "n"},
+            runtime_vars=nvar,
+        )
+    )
     b.set_output_buffer(out)
     plan = b.build()
     plan.execute()
@@ -74,8 +96,15 @@ def test_real_two_kernel_chain(dev: CpuDevice, programs: Any) -> None:
 def test_real_core_id_kernel_in_plan(dev: CpuDevice, programs: Any) -> None:
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(1, i32(dev, [-1] * 16))
-    b.add_kernel(prepared(1, _real(programs["slices"], nbufs=1, var_names=["core_id"], global_size=("4", 1, 1)),
-                          [out], vals=[0], runtime_vars=[RuntimeVar("core_id", 0, 3)]))
+    b.add_kernel(
+        prepared(
+            1,
+            _real(programs["slices"], nbufs=1, var_names=["core_id"], global_size=("4", 1, 1)),
+            [out],
+            vals=[0],
+            runtime_vars=[RuntimeVar("core_id", 0, 3)],
+        )
+    )
     b.set_output_buffer(out)
     plan = b.build()
     plan.execute_with_vars({"core_id": 3})  # ignored: the dispatcher sets it per invocation
@@ -121,6 +150,7 @@ def test_real_plans_on_two_threads(dev: CpuDevice, programs: Any) -> None:
                 plan.buffer(2).copyin(data)
                 plan.execute()
                 assert plan.output_buffer().tolist() == [fn(v) for v in data]
+
         return run
 
     assert run_threads([loop(make("scale2"), lambda v: 2 * v), loop(make("add1"), lambda v: v + 1)]) == []

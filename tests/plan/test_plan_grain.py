@@ -8,8 +8,8 @@ from typing import Any, Dict
 import pytest
 from conftest import needs_cc
 
-from svod_min.plan import grain as plan_grain
 from svod_min.devices.cpu.device import CpuDevice
+from svod_min.plan import grain as plan_grain
 from svod_min.plan.grain import MEASURED_REPLAYS, GrainSplit, pool_grain_ns
 
 N = 16
@@ -19,8 +19,10 @@ def plan_doc(k: int) -> Dict[str, Any]:
     """``k`` independent kernels o_j = x + j + 0.5 over N floats."""
     lines = []
     for j in range(k):
-        lines.append("void add_%d(float* restrict o, const float* restrict a) { for (int i = 0; i < %d; i++) o[i] = a[i] + %.1ff; }"
-                     % (j, N, j + 0.5))  # fmt: skip
+        lines.append(
+            "void add_%d(float* restrict o, const float* restrict a) { for (int i = 0; i < %d; i++) o[i] = a[i] + %.1ff; }"
+            % (j, N, j + 0.5)
+        )
     source = "\n".join(lines)
     buffers: Dict[str, Any] = {"x": {"dtype": "float32", "shape": [N], "init": "arange"}}
     kernels, ops = {}, []
@@ -102,7 +104,9 @@ def test_kernels_above_the_grain_still_go_to_the_pool(monkeypatch: pytest.Monkey
     monkeypatch.setattr(plan_grain, "pool_grain_ns", lambda pool: 50_000)
     heavy = (2, 4)
     record = GrainSplit.record  # measured times made up, so that no machine load can flip the split
-    monkeypatch.setattr(GrainSplit, "record", lambda self, index, ns: record(self, index, 10**6 if index in heavy else 1))
+    monkeypatch.setattr(
+        GrainSplit, "record", lambda self, index, ns: record(self, index, 10**6 if index in heavy else 1)
+    )
     k = 6
     loaded = load_plan(plan_doc(k), device=device)
     loaded.plan.set_native_replay(False)

@@ -10,13 +10,13 @@ from typing import List
 
 import pytest
 from conftest import needs_cc
-from support.hardening import assert_no_leak, CYCLES, measure, plan_object, PLAN_SRC, wx  # noqa: F401 - fixtures
+from support.hardening import CYCLES, PLAN_SRC, assert_no_leak, measure, plan_object, wx  # noqa: F401 - fixtures
 
+from svod_min.cache.kernel_cache import CachedKernel
 from svod_min.compiler import clang
 from svod_min.devices.cpu.device import CpuDevice, CpuProgram
 from svod_min.error import BufferAllocationError, InvalidDeviceError, PlanError, SvodError, VariableBoundsError
 from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedCopy, PreparedKernel, RuntimeVar
-from svod_min.cache.kernel_cache import CachedKernel
 
 
 @pytest.mark.parametrize("mode", ["anon", "memfd"])
@@ -33,8 +33,11 @@ def test_plan_build_execute_release_cycles_do_not_leak(mode: str, wx, plan_objec
         kernel = CachedKernel(prog, "CPU", PLAN_SRC, "scale_add", ["n", "k"], [0, 1], [0], [1], True, (1, 1, 1))
         b = ExecutionPlanBuilder(dev)
         ix, iy, iz = b.add_buffer(0, x), b.add_buffer(1, y), b.add_buffer(2, z)
-        b.add_op(PreparedKernel(0, kernel, [iy, ix], [0], [64, 2], {"n": 64}, [], [RuntimeVar("k", 0, 9)],
-                                extents={0: "n", 1: "n"}))
+        b.add_op(
+            PreparedKernel(
+                0, kernel, [iy, ix], [0], [64, 2], {"n": 64}, [], [RuntimeVar("k", 0, 9)], extents={0: "n", 1: "n"}
+            )
+        )
         b.add_op(PreparedCopy(1, [iz, iy], [0]))
         b.set_output_buffer(iz)
         plan = b.build()
@@ -138,8 +141,19 @@ def _counting_plan(dev: CpuDevice, prog: CpuProgram, nbuf: int = 64, extent_max:
     kernel = CachedKernel(prog, "CPU", PLAN_SRC, "scale_add", ["n", "k"], [0, 1], [0], [1], True, (1, 1, 1))
     b = ExecutionPlanBuilder(dev)
     ix, iy = b.add_buffer(0, x), b.add_buffer(1, y)
-    b.add_op(PreparedKernel(0, kernel, [iy, ix], [0], [n, 2], {}, [],
-                            [RuntimeVar("n", 0, extent_max), RuntimeVar("k", -5, 5)], extents={0: "n", 1: "n"}))
+    b.add_op(
+        PreparedKernel(
+            0,
+            kernel,
+            [iy, ix],
+            [0],
+            [n, 2],
+            {},
+            [],
+            [RuntimeVar("n", 0, extent_max), RuntimeVar("k", -5, 5)],
+            extents={0: "n", 1: "n"},
+        )
+    )
     b.set_output_buffer(iy)
     return b, y
 

@@ -7,15 +7,22 @@ import time
 from typing import Any, List
 
 import pytest
-
 from support.plan import SLEEP, ActiveTracker, RecordingProgram, custom_op, dev, f32, mock_kernel, prepared  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import ExecutionError
 from svod_min.plan.execution_plan import ExecutionPlanBuilder, register_custom_function
 
 
-def _parallel_plan(dev: CpuDevice, buffers: List[Any], *, safe: bool = True, between: Any = None,
-                   global_size: Any = (1, 1, 1), extra_reads: Any = None) -> ActiveTracker:
+def _parallel_plan(
+    dev: CpuDevice,
+    buffers: List[Any],
+    *,
+    safe: bool = True,
+    between: Any = None,
+    global_size: Any = (1, 1, 1),
+    extra_reads: Any = None,
+) -> ActiveTracker:
     """One sleeping kernel per buffer, all independent; returns the tracker after one run."""
     tracker = ActiveTracker()
     b = ExecutionPlanBuilder(dev)
@@ -25,8 +32,13 @@ def _parallel_plan(dev: CpuDevice, buffers: List[Any], *, safe: bool = True, bet
         if between is not None and n == 1:
             b.add_op(between(i))
         prog = RecordingProgram(sleep=SLEEP, tracker=tracker)
-        kern = mock_kernel(prog, nbufs=1 if shared is None else 2, host_parallel_safe=safe, global_size=global_size,
-                           var_names=["core_id"] if global_size[0] != 1 else ())
+        kern = mock_kernel(
+            prog,
+            nbufs=1 if shared is None else 2,
+            host_parallel_safe=safe,
+            global_size=global_size,
+            var_names=["core_id"] if global_size[0] != 1 else (),
+        )
         bufs = [i] if shared is None else [i, shared]
         b.add_kernel(prepared(100 + n, kern, bufs, vals=[0] if global_size[0] != 1 else []))
     b.set_output_buffers(idx)

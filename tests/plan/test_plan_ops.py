@@ -11,11 +11,18 @@ from __future__ import annotations
 from typing import Any, List
 
 import pytest
-
 from support.plan import RecordingProgram, copy_action, copy_op, custom_op, dev, f32, i32, mock_kernel, prepared  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import ExecutionError, NotSupportedError, PlanError, PlanPoisonedError
-from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedBufferView, PreparedCopy, RuntimeVar, register_custom_function, run_custom_function
+from svod_min.plan.execution_plan import (
+    ExecutionPlanBuilder,
+    PreparedBufferView,
+    PreparedCopy,
+    RuntimeVar,
+    register_custom_function,
+    run_custom_function,
+)
 from svod_min.profiler import KernelProfile
 
 
@@ -174,8 +181,7 @@ def test_custom_function_failure_poisons_plan(dev: CpuDevice) -> None:
     prog = RecordingProgram()
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(1, f32(dev, [0.0] * 4))
-    b.add_kernel(prepared(1, mock_kernel(prog, var_names=["n"]), [out], vals=[1],
-                          runtime_vars=[RuntimeVar("n", 1, 9)]))
+    b.add_kernel(prepared(1, mock_kernel(prog, var_names=["n"]), [out], vals=[1], runtime_vars=[RuntimeVar("n", 1, 9)]))
     b.add_op(custom_op(2, "test_boom", [out], dependencies=[1]))
     b.set_output_buffer(out)
     plan = b.build()

@@ -7,6 +7,7 @@ import time
 from typing import Any, List
 
 from support.plan import ActiveTracker, RecordingProgram, dev, f32, i32, mock_kernel, prepared, run_threads  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, RuntimeVar
 
@@ -22,8 +23,15 @@ def test_two_plans_on_two_threads(dev: CpuDevice) -> None:
         b = ExecutionPlanBuilder(dev)
         out = b.add_buffer(1, f32(dev, [0.0] * 4))
         src = b.add_buffer(2, f32(dev, [1.0, 2.0, 3.0, 4.0]))
-        b.add_kernel(prepared(1, mock_kernel(prog, nbufs=2, var_names=["k"]), [out, src], vals=[0],
-                              runtime_vars=[RuntimeVar("k", 0, 1000)]))
+        b.add_kernel(
+            prepared(
+                1,
+                mock_kernel(prog, nbufs=2, var_names=["k"]),
+                [out, src],
+                vals=[0],
+                runtime_vars=[RuntimeVar("k", 0, 1000)],
+            )
+        )
         b.set_output_buffer(out)
         return b.build(), prog
 
@@ -35,6 +43,7 @@ def test_two_plans_on_two_threads(dev: CpuDevice) -> None:
                 plan.buffer(2).copyin([float(k)] * 4)
                 plan.execute_with_vars({"k": k})
                 assert plan.output_buffer().tolist() == [k * scale + k] * 4
+
         return run
 
     assert run_threads([loop(p1, 2.0), loop(p2, -1.0)]) == []
@@ -60,8 +69,16 @@ def test_one_plan_from_four_threads_is_serialised(dev: CpuDevice) -> None:
     counter = b.add_buffer(1, i32(dev, [0]))
     stamp = b.add_buffer(2, i32(dev, [0]))
     prog = RecordingProgram(rmw, tracker=tracker)
-    b.add_kernel(prepared(1, mock_kernel(prog, nbufs=2, outs=(0, 1), var_names=["t"]), [counter, stamp],
-                          output_indices=[0, 1], vals=[0], runtime_vars=[RuntimeVar("t", 0, 3)]))
+    b.add_kernel(
+        prepared(
+            1,
+            mock_kernel(prog, nbufs=2, outs=(0, 1), var_names=["t"]),
+            [counter, stamp],
+            output_indices=[0, 1],
+            vals=[0],
+            runtime_vars=[RuntimeVar("t", 0, 3)],
+        )
+    )
     b.set_output_buffers([counter, stamp])
     plan = b.build()
 
@@ -73,6 +90,7 @@ def test_one_plan_from_four_threads_is_serialised(dev: CpuDevice) -> None:
                     plan.execute_with_vars_profiled({"t": t})
                 else:
                     plan.execute_with_vars({"t": t})
+
         return run
 
     assert run_threads([worker(t) for t in range(4)]) == []

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from support.plan import RecordingProgram, dev, f32, mock_kernel, prepared, var_plan  # noqa: F401 - dev is a fixture
+
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import BufferAllocationError, PlanError, VariableBoundsError
 from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, RuntimeVar
@@ -105,8 +105,15 @@ def test_execute_with_vars_checks_every_variable_before_patching(dev: CpuDevice)
     prog = RecordingProgram()
     b = ExecutionPlanBuilder(dev)
     out = b.add_buffer(1, f32(dev, [0.0]))
-    b.add_kernel(prepared(1, mock_kernel(prog, var_names=["N", "M"]), [out], vals=[1, 1],
-                          runtime_vars=[RuntimeVar("N", 1, 8), RuntimeVar("M", 1, 8)]))
+    b.add_kernel(
+        prepared(
+            1,
+            mock_kernel(prog, var_names=["N", "M"]),
+            [out],
+            vals=[1, 1],
+            runtime_vars=[RuntimeVar("N", 1, 8), RuntimeVar("M", 1, 8)],
+        )
+    )
     b.set_output_buffer(out)
     plan = b.build()
     with pytest.raises(VariableBoundsError, match="M=99"):
@@ -173,8 +180,16 @@ def test_kernel_extent_larger_than_buffer_is_rejected(dev: CpuDevice) -> None:
     def build(n: int) -> ExecutionPlan:
         b = ExecutionPlanBuilder(dev)
         out = b.add_buffer(1, f32(dev, [0.0] * 4))
-        b.add_kernel(prepared(1, mock_kernel(prog, var_names=["n"]), [out], vals=[n], extents={0: "n"},
-                              runtime_vars=[RuntimeVar("n", 1, 64)]))
+        b.add_kernel(
+            prepared(
+                1,
+                mock_kernel(prog, var_names=["n"]),
+                [out],
+                vals=[n],
+                extents={0: "n"},
+                runtime_vars=[RuntimeVar("n", 1, 64)],
+            )
+        )
         b.set_output_buffer(out)
         return b.build()
 

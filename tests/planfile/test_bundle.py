@@ -11,14 +11,22 @@ import zipfile
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
-
-from svod_min.planfile.bundle import MANIFEST, PLAN, STORE_ABOVE, Limits, open_bundle, sha256, write_bundle, write_fixed_zip
-from svod_min.planfile.bundle_build import build_bundle
-from svod_min.error import BundleError, NoUsableTargetError
-from svod_min.planfile.load import load_plan
-
 from conftest import HAVE_CLANG, needs_cc
 from support.paths import REPO_DIR
+
+from svod_min.error import BundleError, NoUsableTargetError
+from svod_min.planfile.bundle import (
+    MANIFEST,
+    PLAN,
+    STORE_ABOVE,
+    Limits,
+    open_bundle,
+    sha256,
+    write_bundle,
+    write_fixed_zip,
+)
+from svod_min.planfile.bundle_build import build_bundle
+from svod_min.planfile.load import load_plan
 
 REPO = REPO_DIR
 EXAMPLES = os.path.join(REPO, "examples", "tinygrad")
@@ -75,8 +83,9 @@ def test_gcc_builds_its_own_arch_and_names_what_it_cannot(tmp_path: Any) -> None
     if not shutil.which("gcc"):
         pytest.skip("gcc is not installed")
     notes: List[str] = []
-    report = build_bundle(PLANS["mlp"], str(tmp_path / "g.svod"), targets=["x86_64", "aarch64"], compiler="gcc",
-                          progress=notes.append)  # fmt: skip
+    report = build_bundle(
+        PLANS["mlp"], str(tmp_path / "g.svod"), targets=["x86_64", "aarch64"], compiler="gcc", progress=notes.append
+    )
     host = "x86_64" if os.uname().machine == "x86_64" else "aarch64"
     assert report.built == [host] and list(report.skipped) == [t for t in ("x86_64", "aarch64") if t != host]
     assert any("gcc" in n and "is not built" in n for n in notes), notes
@@ -102,7 +111,9 @@ def _interpreters() -> List[str]:
         path = shutil.which("python" + minor)
         if path is None:
             continue
-        proc = subprocess.run([path, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [path, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=60
+        )
         real = proc.stdout.strip()
         if proc.returncode == 0 and real and real not in found:
             found.append(real)
@@ -132,7 +143,9 @@ def run_verified(cmd: List[str], env: Dict[str, str], untouched: List[str], cwd:
 
 @needs_cc
 @pytest.mark.parametrize("name", list(PLANS))
-def test_bundle_runs_with_no_compiler_no_cache_and_read_only_home(bundles: Dict[str, str], name: str, tmp_path: Any) -> None:
+def test_bundle_runs_with_no_compiler_no_cache_and_read_only_home(
+    bundles: Dict[str, str], name: str, tmp_path: Any
+) -> None:
     import svod_min
 
     env, untouched = bare_env(tmp_path)
@@ -147,8 +160,9 @@ def test_bundle_runs_with_no_compiler_no_cache_and_read_only_home(bundles: Dict[
 @needs_cc
 @pytest.mark.python_independent  # it runs every bare Python itself, whatever the env's Python is
 @pytest.mark.parametrize("name", list(PLANS))
-def test_bundle_runs_from_the_one_file_runtime_on_bare_pythons(bundles: Dict[str, str], name: str, pyz: str,
-                                                               tmp_path: Any) -> None:  # fmt: skip
+def test_bundle_runs_from_the_one_file_runtime_on_bare_pythons(
+    bundles: Dict[str, str], name: str, pyz: str, tmp_path: Any
+) -> None:
     env, untouched = bare_env(tmp_path)
     for python in _interpreters():  # -S: not even the interpreter's own site-packages (no numpy, no pyelftools)
         run_verified([python, "-I", "-S", pyz, "run", bundles[name]], env, untouched, str(tmp_path))
@@ -161,7 +175,9 @@ def test_only_aarch64_objects_on_x86_64_exit_3_naming_both(tmp_path: Any, pyz: s
     path = str(tmp_path / "arm.svod")
     build_bundle(PLANS["mlp"], path, targets=["aarch64"])
     env, _ = bare_env(tmp_path)
-    proc = subprocess.run([sys.executable, "-I", pyz, "run", path], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-I", pyz, "run", path], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 3, proc.stderr
     line = proc.stderr.strip()
     assert line.count("\n") == 0 and "no precompiled object runs on this host (target x86_64" in line
@@ -195,15 +211,18 @@ def test_forced_target_is_the_object_loaded(bundles: Dict[str, str], monkeypatch
         loaded.plan.execute()
         assert all(ok for _, ok, _ in loaded.verify())
         objects = [o for o in seen if o in by_target.values()]
-        assert objects and all(o in [d for e, d in bundle.entries.items()
-                                     if bundle.manifest["objects"].get(e, {}).get("target") == target] for o in objects)
+        assert objects and all(
+            o in [d for e, d in bundle.entries.items() if bundle.manifest["objects"].get(e, {}).get("target") == target]
+            for o in objects
+        )
 
 
 @needs_cc
 def test_info_names_the_targets_and_this_hosts_choice(bundles: Dict[str, str]) -> None:
     env = dict(os.environ, SVOD_TARGET="x86_64") if os.uname().machine == "x86_64" else dict(os.environ)
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "info", bundles["mlp"]], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "info", bundles["mlp"]], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "targets: %s" % ", ".join(TARGETS if HAVE_CLANG else TARGETS[:2]) in proc.stdout
     if os.uname().machine == "x86_64":
@@ -215,9 +234,14 @@ def test_info_names_the_targets_and_this_hosts_choice(bundles: Dict[str, str]) -
 
 def _small_bundle(path: str, mutate: Any = None) -> str:
     """A valid one-kernel-free bundle of the default plan's shape, or with ``mutate(files, manifest)`` applied."""
-    plan = {"svod_plan": 1, "buffers": {"x": {"dtype": "float32", "shape": [4], "init": {"npy": "data/x.npy"}},
-                                        "y": {"dtype": "float32", "shape": [4], "output": True}},
-            "ops": [{"copy": {"dst": "y", "src": "x"}}]}  # fmt: skip
+    plan = {
+        "svod_plan": 1,
+        "buffers": {
+            "x": {"dtype": "float32", "shape": [4], "init": {"npy": "data/x.npy"}},
+            "y": {"dtype": "float32", "shape": [4], "output": True},
+        },
+        "ops": [{"copy": {"dst": "y", "src": "x"}}],
+    }
     npy = b"\x93NUMPY\x01\x00v\x00" + b"{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }".ljust(117) + b"\n"
     files = {PLAN: json.dumps(plan).encode(), "data/x.npy": npy + bytes(16)}
     manifest: Dict[str, Any] = {"svod_min": "test"}
@@ -245,6 +269,7 @@ def _manifest_edit(edit: Any) -> Any:
         m = json.loads(data)
         edit(m)
         return name, json.dumps(m).encode()
+
     return change
 
 
@@ -303,6 +328,7 @@ def test_plan_naming_a_file_outside_the_bundle(tmp_path: Any) -> None:
         plan = json.loads(files[PLAN])
         plan["buffers"]["x"]["init"]["npy"] = "../x.npy"
         files[PLAN] = json.dumps(plan).encode()
+
     with pytest.raises(BundleError, match="buffers.x.init.npy names '../x.npy': the path escapes the bundle"):
         open_bundle(_small_bundle(str(tmp_path / "p.svod"), escape))
 
@@ -310,6 +336,7 @@ def test_plan_naming_a_file_outside_the_bundle(tmp_path: Any) -> None:
 def test_declared_size_over_the_limit_zip_bomb(tmp_path: Any) -> None:
     def bomb(files: Dict[str, bytes], manifest: Dict[str, Any]) -> None:
         files["data/zeros.bin"] = bytes(64 << 20)
+
     path = _small_bundle(str(tmp_path / "b.svod"), bomb)
     assert os.path.getsize(path) < 1 << 20  # 64 MiB of zeros deflate to ~64 KiB
     with pytest.raises(BundleError, match="entry 'data/zeros.bin' declares 67108864 bytes; the limit is 1048576"):
@@ -324,8 +351,8 @@ def test_actual_size_larger_than_declared(tmp_path: Any) -> None:
     # lower data/x.npy's uncompressed size in its central directory record: the stream then holds more
     name_at = raw.rindex(b"data/x.npy")
     record = raw.rindex(b"PK\x01\x02", 0, name_at)
-    size = int.from_bytes(raw[record + 24:record + 28], "little")
-    raw[record + 24:record + 28] = (size - 8).to_bytes(4, "little")
+    size = int.from_bytes(raw[record + 24 : record + 28], "little")
+    raw[record + 24 : record + 28] = (size - 8).to_bytes(4, "little")
     open(path, "wb").write(bytes(raw))
     with pytest.raises(BundleError, match="entry 'data/x.npy'"):
         open_bundle(path)
@@ -334,7 +361,10 @@ def test_actual_size_larger_than_declared(tmp_path: Any) -> None:
 def test_missing_data_file(tmp_path: Any) -> None:
     def drop(files: Dict[str, bytes], manifest: Dict[str, Any]) -> None:
         del files["data/x.npy"]
-    with pytest.raises(BundleError, match="plan.json buffers.x.init.npy names 'data/x.npy', which the bundle does not hold"):
+
+    with pytest.raises(
+        BundleError, match="plan.json buffers.x.init.npy names 'data/x.npy', which the bundle does not hold"
+    ):
         open_bundle(_small_bundle(str(tmp_path / "m.svod"), drop))
 
 
@@ -364,8 +394,11 @@ def test_object_whose_machine_does_not_match_its_target(bundles: Dict[str, str],
     files[PLAN] = json.dumps(plan).encode()
     path = str(tmp_path / "relabelled.svod")
     write_bundle(path, files, {"svod_min": "test"})
-    with pytest.raises(BundleError, match="aarch64-relabelled.o' \\(kernel %s, target aarch64\\): ELF machine 62 \\(x86_64\\) "
-                                          "does not match target aarch64" % meta["kernel"]):  # fmt: skip
+    with pytest.raises(
+        BundleError,
+        match="aarch64-relabelled.o' \\(kernel %s, target aarch64\\): ELF machine 62 \\(x86_64\\) "
+        "does not match target aarch64" % meta["kernel"],
+    ):
         open_bundle(path)
 
 
@@ -391,6 +424,7 @@ def test_every_aarch64_object_matches_a_real_linker(bundles: Dict[str, str], tmp
     if not HAVE_CLANG or shutil.which("ld.lld") is None:
         pytest.skip("needs clang (aarch64 objects) and ld.lld (the oracle)")
     from support import oracle as osup
+
     from svod_min.jit_loader import relocate
 
     checked = 0
@@ -421,8 +455,13 @@ def test_objects_for_the_other_architectures_are_built_and_relocate(tmp_path: An
     if not HAVE_CLANG:
         pytest.skip("cross-architecture objects need clang")
     notes: List[str] = []
-    report = build_bundle(PLANS["mlp"], str(tmp_path / "x.svod"), targets=["riscv64", "ppc64le", "loongarch64"],
-                          compiler="clang", progress=notes.append)  # fmt: skip
+    report = build_bundle(
+        PLANS["mlp"],
+        str(tmp_path / "x.svod"),
+        targets=["riscv64", "ppc64le", "loongarch64"],
+        compiler="clang",
+        progress=notes.append,
+    )
     assert {"riscv64", "ppc64le"} <= set(report.built)
     if "loongarch64" not in report.built:
         assert "cannot target it" in report.skipped["loongarch64"] and any("loongarch64" in n for n in notes)
@@ -440,8 +479,11 @@ def test_weights_over_the_threshold_are_stored_and_the_rest_deflated(tmp_path: A
     with zipfile.ZipFile(path) as zf:
         kinds = {info.filename: info.compress_type for info in zf.infolist()}
         assert zf.read("data/big.npy") == big
-    assert kinds == {"data/big.npy": zipfile.ZIP_STORED, "data/small.npy": zipfile.ZIP_DEFLATED,
-                     "kernels/k.o": zipfile.ZIP_DEFLATED}  # fmt: skip
+    assert kinds == {
+        "data/big.npy": zipfile.ZIP_STORED,
+        "data/small.npy": zipfile.ZIP_DEFLATED,
+        "kernels/k.o": zipfile.ZIP_DEFLATED,
+    }
 
 
 def test_an_entry_with_a_long_extra_field_loads(tmp_path: Any) -> None:
@@ -465,8 +507,8 @@ def test_a_local_header_that_names_another_entry_is_refused(tmp_path: Any) -> No
     with zipfile.ZipFile(path) as zf:
         at = zf.getinfo("data/x.npy").header_offset + 30  # the local header's copy of the name
     raw = bytearray(open(path, "rb").read())
-    assert raw[at:at + len(b"data/x.npy")] == b"data/x.npy"
-    raw[at:at + len(b"data/x.npy")] = b"data/y.npy"
+    assert raw[at : at + len(b"data/x.npy")] == b"data/x.npy"
+    raw[at : at + len(b"data/x.npy")] = b"data/y.npy"
     open(path, "wb").write(bytes(raw))
     with pytest.raises(BundleError, match="entry 'data/x.npy' cannot be read \\(the local header names"):
         open_bundle(path)

@@ -32,10 +32,14 @@ def values() -> List[float]:
 
 
 def bundle(path: str, extra: Dict[str, bytes] = None, dtype: str = "float32") -> str:
-    plan: Dict[str, Any] = {"svod_plan": 1,
-                            "buffers": {"w": {"dtype": dtype, "shape": [COUNT], "init": {"npy": "data/w.npy"}},
-                                        "y": {"dtype": dtype, "shape": [COUNT], "output": True}},
-                            "ops": [{"copy": {"dst": "y", "src": "w"}}]}  # fmt: skip
+    plan: Dict[str, Any] = {
+        "svod_plan": 1,
+        "buffers": {
+            "w": {"dtype": dtype, "shape": [COUNT], "init": {"npy": "data/w.npy"}},
+            "y": {"dtype": dtype, "shape": [COUNT], "output": True},
+        },
+        "ops": [{"copy": {"dst": "y", "src": "w"}}],
+    }
     files = {PLAN: json.dumps(plan).encode(), "data/w.npy": npy(values())}
     files.update(extra or {})
     write_bundle(path, files, {"svod_min": "test"})

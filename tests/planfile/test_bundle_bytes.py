@@ -9,23 +9,29 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.paths import EXAMPLES
 
 from svod_min import load_model
 from svod_min.error import BundleError
 from svod_min.planfile.bundle import PLAN, bundle_digest, is_bundle_bytes, open_bundle, write_bundle
 from svod_min.planfile.load import load_plan
 
-from support.paths import EXAMPLES
-
 MLP = str(EXAMPLES / "scale" / "mlp.svod")
-x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the example bundle carries x86_64 objects only")
+x86_64_only = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the example bundle carries x86_64 objects only"
+)
 
 
 def _copy_bundle(path: str) -> bytes:
     """A kernel-free bundle (any architecture): input ``x`` [4, 3] float32 copied to output ``y``."""
-    plan = {"svod_plan": 1, "buffers": {"x": {"dtype": "float32", "shape": [4, 3], "input": True},
-                                        "y": {"dtype": "float32", "shape": [4, 3], "output": True}},
-            "ops": [{"copy": {"dst": "y", "src": "x"}}]}  # fmt: skip
+    plan = {
+        "svod_plan": 1,
+        "buffers": {
+            "x": {"dtype": "float32", "shape": [4, 3], "input": True},
+            "y": {"dtype": "float32", "shape": [4, 3], "output": True},
+        },
+        "ops": [{"copy": {"dst": "y", "src": "x"}}],
+    }
     write_bundle(path, {PLAN: json.dumps(plan).encode()}, {"svod_min": "test"})
     with open(path, "rb") as fh:
         return fh.read()
@@ -63,8 +69,11 @@ def _mlp_reference(bundle: Any, x: Any) -> Any:
     """softmax(tanh(x W1 + b1) W2 + b2) in float64 from the bundle's own weight entries (told apart by shape)."""
     import io
 
-    weights = [np.load(io.BytesIO(data)).astype(np.float64) for name, data in sorted(bundle.entries.items())
-               if name.startswith("data/w")]  # fmt: skip
+    weights = [
+        np.load(io.BytesIO(data)).astype(np.float64)
+        for name, data in sorted(bundle.entries.items())
+        if name.startswith("data/w")
+    ]
     by_shape = {w.shape: w for w in weights}
     w1 = by_shape.get((16, 32), by_shape.get((32, 16), np.zeros(0)).T)
     w2 = by_shape.get((32, 8), by_shape.get((8, 32), np.zeros(0)).T)
@@ -78,7 +87,9 @@ def test_corrupt_bytes_are_refused_naming_the_bundle_in_memory(tmp_path: Any) ->
     with pytest.raises(BundleError, match=r"<bundle in memory, %d bytes>: not a readable bundle" % (len(data) // 2)):
         load_model(data[: len(data) // 2])
     flipped = bytearray(data)
-    flipped[flipped.index(PLAN.encode()) + len(PLAN) + 3] ^= 0xFF  # inside plan.json's data (its local header's name first)
+    flipped[flipped.index(PLAN.encode()) + len(PLAN) + 3] ^= (
+        0xFF  # inside plan.json's data (its local header's name first)
+    )
     with pytest.raises(BundleError, match="<bundle in memory"):
         open_bundle(bytes(flipped))
 

@@ -11,14 +11,31 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from support.hardening import no_compiler_env, run_python  # noqa: E402
+
 from svod_min.compiler.targets import host_target  # noqa: E402
+from svod_min.jit_loader.arch import host_arch  # noqa: E402
 from svod_min.kernels import find_sig, host_variant  # noqa: E402
 from svod_min.kernels.lookup import generated  # noqa: E402
-from svod_min.jit_loader.arch import host_arch  # noqa: E402
 from svod_min.planfile.bundle_build import build_bundle  # noqa: E402
 
-VARS = {"N": 1, "C": 4, "H": 5, "W": 5, "OC": 6, "KH": 3, "KW": 3, "sh": 1, "sw": 1, "pt": 1, "pl": 1, "pb": 1,
-        "pr": 1, "dh": 1, "dw": 1, "groups": 1}  # fmt: skip
+VARS = {
+    "N": 1,
+    "C": 4,
+    "H": 5,
+    "W": 5,
+    "OC": 6,
+    "KH": 3,
+    "KW": 3,
+    "sh": 1,
+    "sw": 1,
+    "pt": 1,
+    "pl": 1,
+    "pb": 1,
+    "pr": 1,
+    "dh": 1,
+    "dw": 1,
+    "groups": 1,
+}
 
 
 def _conv_reference(x, w):
@@ -27,22 +44,28 @@ def _conv_reference(x, w):
     out = np.zeros((1, w.shape[0], 5, 5))
     for kh in range(3):
         for kw in range(3):
-            out += np.einsum("oc,nchw->nohw", w[:, :, kh, kw], xp[:, :, kh:kh + 5, kw:kw + 5])
+            out += np.einsum("oc,nchw->nohw", w[:, :, kh, kw], xp[:, :, kh : kh + 5, kw : kw + 5])
     return out
 
 
-@pytest.mark.skipif(host_variant() is None or host_target() is None, reason="no prebuilt variant or target fits this host")
+@pytest.mark.skipif(
+    host_variant() is None or host_target() is None, reason="no prebuilt variant or target fits this host"
+)
 def test_a_float64_convolution_runs_from_the_bundle_without_a_compiler(tmp_path):
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((1, 4, 5, 5)), rng.standard_normal((6, 4, 3, 3))
     np.save(str(tmp_path / "x.npy"), x)
     np.save(str(tmp_path / "w.npy"), w)
-    plan = {"svod_plan": 1,
-            "buffers": {"x": {"dtype": "float64", "shape": [1, 4, 5, 5], "init": {"npy": "x.npy"}},
-                        "w": {"dtype": "float64", "shape": [6, 4, 3, 3], "init": {"npy": "w.npy"}},
-                        "y": {"dtype": "float64", "shape": [1, 6, 5, 5], "output": True}},
-            "kernels": {"conv": {"library": "conv2d_gemm", "params": {"dtype": "float64"}}},
-            "ops": [{"kernel": "conv", "buffers": ["y", "x", "w"], "vars": VARS}]}  # fmt: skip
+    plan = {
+        "svod_plan": 1,
+        "buffers": {
+            "x": {"dtype": "float64", "shape": [1, 4, 5, 5], "init": {"npy": "x.npy"}},
+            "w": {"dtype": "float64", "shape": [6, 4, 3, 3], "init": {"npy": "w.npy"}},
+            "y": {"dtype": "float64", "shape": [1, 6, 5, 5], "output": True},
+        },
+        "kernels": {"conv": {"library": "conv2d_gemm", "params": {"dtype": "float64"}}},
+        "ops": [{"kernel": "conv", "buffers": ["y", "x", "w"], "vars": VARS}],
+    }
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     out = str(tmp_path / "p.svod")
     report = build_bundle(str(tmp_path / "plan.json"), out, targets=[host_target()])

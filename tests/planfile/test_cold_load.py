@@ -16,21 +16,34 @@ import sys
 from typing import Any, Dict, List
 
 import pytest
-
 from support.paths import REPO_DIR
+
 from svod_min import kernels
 from svod_min.planfile.bundle import PLAN, write_bundle
 
 #: Without a prebuilt object for this host the library compiles its kernel, and then the driver is needed.
-pytestmark = pytest.mark.skipif(not kernels.get("add", dtype="float32").prebuilt,
-                                reason="no prebuilt library object here: the add kernel would be compiled")
+pytestmark = pytest.mark.skipif(
+    not kernels.get("add", dtype="float32").prebuilt,
+    reason="no prebuilt library object here: the add kernel would be compiled",
+)
 
 #: Modules a load of precompiled and library kernels never needs (each costs milliseconds of a start).
 NOT_AT_LOAD = (
-    "svod_min.compiler.clang", "svod_min.compiler.batch", "svod_min.compiler.batch_unit", "svod_min.compiler.probe",
-    "svod_min.compiler.object_split", "svod_min.compiler.run", "svod_min.cache.disk", "svod_min.kernels.tuning",
-    "concurrent.futures", "logging", "subprocess", "ctypes.util", "statistics", "difflib",
-) + (("glob",) if sys.version_info < (3, 13) else ())  # fmt: skip  (3.13's zipfile imports glob itself)
+    "svod_min.compiler.clang",
+    "svod_min.compiler.batch",
+    "svod_min.compiler.batch_unit",
+    "svod_min.compiler.probe",
+    "svod_min.compiler.object_split",
+    "svod_min.compiler.run",
+    "svod_min.cache.disk",
+    "svod_min.kernels.tuning",
+    "concurrent.futures",
+    "logging",
+    "subprocess",
+    "ctypes.util",
+    "statistics",
+    "difflib",
+) + (("glob",) if sys.version_info < (3, 13) else ())  # 3.13's zipfile imports glob itself
 
 CHILD = r"""
 import json, sys
@@ -51,28 +64,42 @@ VALUES = [-1.5, 2.0, 0.25, 7.0, -3.0, 0.0, 1e3, -2e-3]
 def npy(values: List[float]) -> bytes:
     """An ``.npy`` file of float32 ``values`` as numpy spells its header."""
     header = ("{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % len(values)).ljust(117) + "\n"
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + struct.pack("<%df" % len(values), *values)
+    return (
+        b"\x93NUMPY\x01\x00"
+        + struct.pack("<H", len(header))
+        + header.encode("latin1")
+        + struct.pack("<%df" % len(values), *values)
+    )
 
 
 def add_bundle(path: str) -> str:
     """out = a + b: a library kernel, ``a`` the input, ``b`` weights from the bundle."""
     plan: Dict[str, Any] = {
         "svod_plan": 1,
-        "buffers": {"out": {"dtype": "float32", "shape": [8], "output": True},
-                    "a": {"dtype": "float32", "shape": [8], "input": True},
-                    "b": {"dtype": "float32", "shape": [8], "init": {"npy": "data/b.npy"}}},
+        "buffers": {
+            "out": {"dtype": "float32", "shape": [8], "output": True},
+            "a": {"dtype": "float32", "shape": [8], "input": True},
+            "b": {"dtype": "float32", "shape": [8], "init": {"npy": "data/b.npy"}},
+        },
         "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
         "ops": [{"kernel": "add", "buffers": ["out", "a", "b"], "vars": {"n": 8}}],
-    }  # fmt: skip
-    write_bundle(path, {PLAN: json.dumps(plan).encode(), "data/b.npy": npy([10.0 * i for i in range(8)])}, {"svod_min": "test"})
+    }
+    write_bundle(
+        path, {PLAN: json.dumps(plan).encode(), "data/b.npy": npy([10.0 * i for i in range(8)])}, {"svod_min": "test"}
+    )
     return path
 
 
 def run_child(tmp_path: Any) -> Dict[str, Any]:
     bundle = add_bundle(str(tmp_path / "add.svod"))
     (tmp_path / "a.npy").write_bytes(npy(VALUES))
-    proc = subprocess.run([sys.executable, "-S", "-c", CHILD, REPO_DIR, bundle, str(tmp_path / "a.npy")],
-                          capture_output=True, text=True, timeout=120, env={"SVOD_THREADS": "1"})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", CHILD, REPO_DIR, bundle, str(tmp_path / "a.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"SVOD_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -88,9 +115,16 @@ def test_the_guard_sees_a_module_that_a_load_brings(tmp_path: Any) -> None:
     # the same child with the driver imported first: the check above would name it
     bundle = add_bundle(str(tmp_path / "add.svod"))
     (tmp_path / "a.npy").write_bytes(npy(VALUES))
-    child = CHILD.replace("from svod_min.npy import read_npy", "import svod_min.compiler.clang\nfrom svod_min.npy import read_npy")
-    proc = subprocess.run([sys.executable, "-S", "-c", child, REPO_DIR, bundle, str(tmp_path / "a.npy")],
-                          capture_output=True, text=True, timeout=120, env={"SVOD_THREADS": "1"})  # fmt: skip
+    child = CHILD.replace(
+        "from svod_min.npy import read_npy", "import svod_min.compiler.clang\nfrom svod_min.npy import read_npy"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", child, REPO_DIR, bundle, str(tmp_path / "a.npy")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"SVOD_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     found = [m for m in NOT_AT_LOAD if m in json.loads(proc.stdout)["modules"]]
     assert "svod_min.compiler.clang" in found and "subprocess" in found
@@ -102,7 +136,7 @@ def test_a_library_kernel_of_a_plan_still_gives_its_c_unit_when_asked(tmp_path: 
     from svod_min.planfile.load import load_plan
 
     loaded = load_plan(add_bundle(str(tmp_path / "add.svod")))
-    kernel, = loaded.plan.kernels()
+    (kernel,) = loaded.plan.kernels()
     want = kernels.get("add", dtype="float32").source
     assert kernel.code == "" and kernel.source_text() == want and "svod_add_f32" in want
     assert device_kernel(loaded.plan.device, "add", dtype="float32").source == want

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes.util
-
 import json
 import os
 import struct
@@ -14,7 +13,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 from conftest import needs_cc
-from support.plan_file import base, REPO
+from support.plan_file import REPO, base
 
 import svod_min.planfile.schema as plan_schema
 from svod_min.dtypes import float32
@@ -25,8 +24,14 @@ from svod_min.planfile.load import load_plan
 def _cli(*args: str, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.run([sys.executable, "-m", "svod_min", *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=str(cwd) if cwd else None)
+    return subprocess.run(
+        [sys.executable, "-m", "svod_min", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=str(cwd) if cwd else None,
+    )
 
 
 def _one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -55,11 +60,14 @@ def test_cli_var_changes_the_run_so_verification_fails() -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("value, message", [
-    ("n=3000", "error: --var n: variable n=3000 is outside bounds [1, 1000]"),
-    ("n=abc", "error: --var 'n=abc': 'abc' is not an integer"),
-    ("zz=1", "error: --var zz: unknown variable (plan variables: ['n'])"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("n=3000", "error: --var n: variable n=3000 is outside bounds [1, 1000]"),
+        ("n=abc", "error: --var 'n=abc': 'abc' is not an integer"),
+        ("zz=1", "error: --var zz: unknown variable (plan variables: ['n'])"),
+    ],
+)
 def test_cli_bad_var_exit_2(value: str, message: str) -> None:
     result = _cli("run", SAXPY, "--var", value)
     assert result.returncode == 2
@@ -139,7 +147,13 @@ def test_cli_trace_is_a_chrome_trace(tmp_path: Path) -> None:
     data = json.loads(trace.read_text())
     events = data["traceEvents"]
     spans = [e for e in events if e.get("ph") == "X"]
-    assert [e["name"].rsplit("_", 1)[0] if "matmul" in e["name"] else e["name"] for e in spans] == ["svod_matmul_f32", "svod_add_relu_f32", "svod_matmul_f32", "svod_add_relu_f32", "svod_softmax_f32"]
+    assert [e["name"].rsplit("_", 1)[0] if "matmul" in e["name"] else e["name"] for e in spans] == [
+        "svod_matmul_f32",
+        "svod_add_relu_f32",
+        "svod_matmul_f32",
+        "svod_add_relu_f32",
+        "svod_softmax_f32",
+    ]
     for e in spans:
         assert {"ts", "dur", "pid", "tid"} <= set(e) and e["dur"] >= 0
 
@@ -176,8 +190,11 @@ def test_cli_debug_shows_a_traceback(tmp_path: Path) -> None:
 
 
 def test_regression_cli_non_svod_error_is_one_line_exit_2(tmp_path: Path) -> None:
-    doc = {"svod_plan": 1, "buffers": {"x": {"shape": [1], "output": True, "init": {"random": {"low": "abc"}}}},
-           "ops": [{"custom": "allreduce", "buffers": ["x"]}]}
+    doc = {
+        "svod_plan": 1,
+        "buffers": {"x": {"shape": [1], "output": True, "init": {"random": {"low": "abc"}}}},
+        "ops": [{"custom": "allreduce", "buffers": ["x"]}],
+    }
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
     result = _cli("run", str(path))
@@ -226,10 +243,12 @@ def test_regression_cli_save_refuses_an_output_name_that_leaves_the_folder(tmp_p
 def test_regression_cli_save_writes_bfloat16_as_uint16_bits(tmp_path: Path) -> None:
     doc = {
         "svod_plan": 1,
-        "buffers": {"x": {"dtype": "bfloat16", "shape": [3], "init": {"values": [1.0, -2.0, 0.5]}},
-                    "y": {"dtype": "bfloat16", "shape": [3], "output": True}},
+        "buffers": {
+            "x": {"dtype": "bfloat16", "shape": [3], "init": {"values": [1.0, -2.0, 0.5]}},
+            "y": {"dtype": "bfloat16", "shape": [3], "output": True},
+        },
         "ops": [{"copy": {"dst": "y", "src": "x"}}],
-    }  # fmt: skip
+    }
     out = tmp_path / "out"
     result = _cli("run", _plan_path(tmp_path, doc), "--save", str(out))
     assert result.returncode == 0, result.stderr

@@ -80,9 +80,14 @@ def test_variable_below_its_minimum_is_refused() -> None:
         },
         "kernels": {"r": {"library": "reduce_sum", "params": {"dtype": "float32"}}},
         # sr < 0 made the input extent 1 + (red-1)*sr negative: a 1-element buffer "fitted"
-        "ops": [{"kernel": "r", "buffers": ["out", "x"],
-                 "vars": {"outer": 1, "red": 2, "inner": 1, "so": 0, "sr": -(1 << 28), "si": 0}}],
-    }  # fmt: skip
+        "ops": [
+            {
+                "kernel": "r",
+                "buffers": ["out", "x"],
+                "vars": {"outer": 1, "red": 2, "inner": 1, "so": 0, "sr": -(1 << 28), "si": 0},
+            }
+        ],
+    }
     with pytest.raises(PlanFileError) as info:
         load_plan(doc)
     assert str(info.value) == "ops[0]: reduce_sum: variable sr=-268435456 is below its minimum 0"
@@ -152,16 +157,22 @@ def test_float_variable_takes_a_number_as_the_library_does(eps: float) -> None:
     if np is not None:  # the same arguments through the library's own API
         out = np.zeros(2, np.float32)
         kernels.get("layernorm", dtype="float32").run(
-            [out, np.array([1, -1], np.float32), np.ones(2, np.float32), np.zeros(2, np.float32)], rows=1, cols=2, eps=eps
+            [out, np.array([1, -1], np.float32), np.ones(2, np.float32), np.zeros(2, np.float32)],
+            rows=1,
+            cols=2,
+            eps=eps,
         )
         assert got == out.tolist()
 
 
-@pytest.mark.parametrize("eps, message", [
-    ("n", "expected a number, got string 'n'"),
-    (True, "expected a number, got a boolean"),
-    (1e39, "1e+39 is not a finite float32 value"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "eps, message",
+    [
+        ("n", "expected a number, got string 'n'"),
+        (True, "expected a number, got a boolean"),
+        (1e39, "1e+39 is not a finite float32 value"),
+    ],
+)
 def test_float_variable_refuses_what_is_not_a_float32(eps: Any, message: str) -> None:
     with pytest.raises(PlanFileError) as info:
         load_plan(_layernorm(eps))

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from conftest import needs_cc
-from support.plan_file import base, rejected, set_key, Spy
+from support.plan_file import Spy, base, rejected, set_key
 
-from svod_min.expr import compile_expr
 from svod_min.error import CompilationError
+from svod_min.expr import compile_expr
 from svod_min.planfile.load import PlanFileError, load_plan
 
 
@@ -37,18 +37,36 @@ def test_regression_kernel_file_not_utf8(spy: Spy, tmp_path: Path) -> None:
     rejected(spy, doc, PlanFileError, "kernels.bump.file: ", base_dir=str(tmp_path))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    pytest.param(set_key("kernels", "bump", "flops", value="n ** 2"), "kernels.bump.flops: expression 'n ** 2'",
-                 marks=needs_cc, id="flops_expression_checked_at_load"),
-    pytest.param(set_key("kernels", "bump", "global_size", value=[4, 1, 1]), "kernels.bump.global_size",
-                 marks=needs_cc, id="global_size_without_core_id"),
-    # str.isdigit() is True for "\u00b2", int() raises
-    pytest.param(set_key("kernels", "bump", "extents", value={"\u00b2": "n"}),
-                 "kernels.bump.extents.\u00b2: extent keys are argument positions 0..2", id="extent_key_that_is_a_unicode_digit"),
-    # the names are right; the value is not
-    pytest.param(set_key("kernels", "bump", "flops", value="n//0"), "ops[0]: expression 'n//0' divides by zero",
-                 marks=needs_cc, id="flops_that_divides_by_zero_is_refused_at_load"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        pytest.param(
+            set_key("kernels", "bump", "flops", value="n ** 2"),
+            "kernels.bump.flops: expression 'n ** 2'",
+            marks=needs_cc,
+            id="flops_expression_checked_at_load",
+        ),
+        pytest.param(
+            set_key("kernels", "bump", "global_size", value=[4, 1, 1]),
+            "kernels.bump.global_size",
+            marks=needs_cc,
+            id="global_size_without_core_id",
+        ),
+        # str.isdigit() is True for "\u00b2", int() raises
+        pytest.param(
+            set_key("kernels", "bump", "extents", value={"\u00b2": "n"}),
+            "kernels.bump.extents.\u00b2: extent keys are argument positions 0..2",
+            id="extent_key_that_is_a_unicode_digit",
+        ),
+        # the names are right; the value is not
+        pytest.param(
+            set_key("kernels", "bump", "flops", value="n//0"),
+            "ops[0]: expression 'n//0' divides by zero",
+            marks=needs_cc,
+            id="flops_that_divides_by_zero_is_refused_at_load",
+        ),
+    ],
+)
 def test_regression_kernel_declarations_are_checked_at_load(spy: Spy, mutate: Any, message: str) -> None:
     doc = base()
     mutate(doc)
@@ -63,10 +81,16 @@ def test_regression_grid_expression_nesting_does_not_blow_up() -> None:
     doc = {
         "svod_plan": 1,
         "buffers": {"y": {"shape": [4], "output": True}},
-        "kernels": {"k": {"source": "void k(float* y, int n) {}", "buffers": 1, "vars": ["n"],
-                          "cuda": {"ptx": ".version 7.0", "grid": [grid, 1, 1], "block": [1, 1, 1]}}},
+        "kernels": {
+            "k": {
+                "source": "void k(float* y, int n) {}",
+                "buffers": 1,
+                "vars": ["n"],
+                "cuda": {"ptx": ".version 7.0", "grid": [grid, 1, 1], "block": [1, 1, 1]},
+            }
+        },
         "ops": [{"kernel": "k", "buffers": ["y"], "vars": {"n": 4}}],
-    }  # fmt: skip
+    }
     loaded = load_plan(copy.deepcopy(doc))  # 2**40 copies of "n" before; now ceildiv is in the language
     loaded.plan.execute()
     assert compile_expr(grid)({"n": 4}) == 1

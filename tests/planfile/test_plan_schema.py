@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.plan_file import set_key, BASE, base, rejected, Spy
+from support.plan_file import BASE, Spy, base, rejected, set_key
 
 import svod_min.planfile.schema as plan_schema
 from svod_min.planfile.load import PlanFileError, load_plan, read_plan_document
@@ -89,12 +89,18 @@ def test_regression_duplicate_json_keys_are_refused(tmp_path: Path) -> None:
     assert str(info.value) == "plan file %s repeats the key 'expect' in one object" % path
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (set_key("svod_plan", value=True), "svod_plan: unsupported version True (this svod_min reads 1)"),
-    (set_key("svod_plan", value=1.0), "svod_plan: unsupported version 1.0 (this svod_min reads 1)"),
-    (set_key("buffers", "x", "offset", value=4), "buffers.x.offset: an offset needs view_of (it places a view in its base)"),
-    (set_key("description", value=["a"]), "description: expected a non-empty string, got a list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (set_key("svod_plan", value=True), "svod_plan: unsupported version True (this svod_min reads 1)"),
+        (set_key("svod_plan", value=1.0), "svod_plan: unsupported version 1.0 (this svod_min reads 1)"),
+        (
+            set_key("buffers", "x", "offset", value=4),
+            "buffers.x.offset: an offset needs view_of (it places a view in its base)",
+        ),
+        (set_key("description", value=["a"]), "description: expected a non-empty string, got a list"),
+    ],
+)
 def test_regression_schema_types_are_exact(spy: Spy, mutate: Any, message: str) -> None:
     doc = base()
     mutate(doc)

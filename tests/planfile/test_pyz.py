@@ -29,7 +29,9 @@ def test_the_archive_holds_svod_min_pyelftools_and_a_main(pyz: str) -> None:
     assert any(n.startswith("svod_min/kernels/_generated/cuda/") and n.endswith(".ptx") for n in names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyo")]
     # bytecode of the building interpreter beside each module (others fall back to the source)
-    assert {n[:-1] for n in names if n.endswith(".pyc")} == {n for n in names if n.endswith(".py") and n != "__main__.py"}
+    assert {n[:-1] for n in names if n.endswith(".pyc")} == {
+        n for n in names if n.endswith(".py") and n != "__main__.py"
+    }
     with open(pyz, "rb") as fh:
         assert fh.read(2) == b"#!"
     assert os.access(pyz, os.X_OK)
@@ -62,17 +64,19 @@ def test_default_plan_runs_on_a_bare_interpreter(pyz: str, tmp_path: Any) -> Non
 
 
 def test_package_data_comes_from_inside_the_archive(pyz: str, tmp_path: Any) -> None:
-    probe = ("import sys; sys.path.insert(0, %r)\n"
-             "import importlib.util, os, svod_min.resources as r\n"
-             "assert importlib.util.find_spec('numpy') is None  # -S: no site-packages at all\n"
-             "from svod_min.kernels import variants\n"
-             "assert r.in_archive() and r.archive_path() == %r\n"
-             "v = variants.choose_variant()\n"
-             "path = variants.object_path(v)\n"
-             "assert not os.path.exists(path), path\n"
-             "obj = variants.load_variant(v)\n"
-             "from svod_min.kernels import library\n"
-             "print(v, library.get('add', dtype='float32') is not None)\n") % (pyz, pyz)  # fmt: skip
+    probe = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import importlib.util, os, svod_min.resources as r\n"
+        "assert importlib.util.find_spec('numpy') is None  # -S: no site-packages at all\n"
+        "from svod_min.kernels import variants\n"
+        "assert r.in_archive() and r.archive_path() == %r\n"
+        "v = variants.choose_variant()\n"
+        "path = variants.object_path(v)\n"
+        "assert not os.path.exists(path), path\n"
+        "obj = variants.load_variant(v)\n"
+        "from svod_min.kernels import library\n"
+        "print(v, library.get('add', dtype='float32') is not None)\n"
+    ) % (pyz, pyz)
     proc = _bare([sys.executable, "-I", "-S", "-c", probe], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("True")
@@ -90,8 +94,9 @@ def _real_python(name: str) -> Optional[str]:
     found = shutil.which(name)
     if found is None:
         return None
-    proc = subprocess.run([found, "-I", "-S", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [found, "-I", "-S", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, timeout=60
+    )
     if proc.returncode != 0 or not proc.stdout.strip():
         return None
     return proc.stdout.strip()

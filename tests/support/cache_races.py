@@ -11,8 +11,8 @@ import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import pytest
-from support.paths import REPO_DIR
 
+from support.paths import REPO_DIR
 from svod_min.cache import kernel_cache as kc
 
 
@@ -56,5 +56,7 @@ def spawn(script: str, *args: Any) -> "subprocess.Popen[bytes]":
     env["PYTHONPATH"] = REPO_DIR + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )

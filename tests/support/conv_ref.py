@@ -13,18 +13,29 @@ from numpy.lib.stride_tricks import as_strided
 
 #: name -> float parameters (the kernel variables) of each fused activation.
 ACT_VARS: Dict[str, Tuple[str, ...]] = {
-    "none": (), "relu": (), "clip": ("clip_min", "clip_max"), "leaky_relu": ("alpha",), "sigmoid": (),
-    "hardsigmoid": ("alpha", "beta"), "hardswish": (), "tanh": (),
+    "none": (),
+    "relu": (),
+    "clip": ("clip_min", "clip_max"),
+    "leaky_relu": ("alpha",),
+    "sigmoid": (),
+    "hardsigmoid": ("alpha", "beta"),
+    "hardswish": (),
+    "tanh": (),
 }
 
 
-def windows(x: np.ndarray, kh: int, kw: int, stride: Tuple[int, int], dilation: Tuple[int, int],
-            oh: int, ow: int) -> np.ndarray:
+def windows(
+    x: np.ndarray, kh: int, kw: int, stride: Tuple[int, int], dilation: Tuple[int, int], oh: int, ow: int
+) -> np.ndarray:
     """(N, C, oh, ow, kh, kw) view of the (already padded) NCHW array ``x``."""
     n, c, _h, _w = x.shape
     s0, s1, s2, s3 = x.strides
-    return as_strided(x, (n, c, oh, ow, kh, kw),
-                      (s0, s1, s2 * stride[0], s3 * stride[1], s2 * dilation[0], s3 * dilation[1]), writeable=False)
+    return as_strided(
+        x,
+        (n, c, oh, ow, kh, kw),
+        (s0, s1, s2 * stride[0], s3 * stride[1], s2 * dilation[0], s3 * dilation[1]),
+        writeable=False,
+    )
 
 
 def pad(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
@@ -37,8 +48,14 @@ def out_size(h: int, k: int, s: int, p0: int, p1: int, d: int) -> int:
     return (h + p0 + p1 - d * (k - 1) - 1) // s + 1
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, stride: Tuple[int, int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
-           dilation: Tuple[int, int] = (1, 1), groups: int = 1) -> np.ndarray:
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: Tuple[int, int] = (1, 1),
+    pads: Sequence[int] = (0, 0, 0, 0),
+    dilation: Tuple[int, int] = (1, 1),
+    groups: int = 1,
+) -> np.ndarray:
     """Grouped NCHW convolution in float64, weight (OC, C/groups, KH, KW)."""
     x, w = x.astype(np.float64), w.astype(np.float64)
     n, c, h, wd = x.shape
@@ -49,8 +66,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, stride: Tuple[int, int] = (1, 1), pads:
     ocg = oc // groups
     out = np.empty((n, oc, oh, ow))
     for g in range(groups):
-        part = win[:, g * cg:(g + 1) * cg]  # (n, cg, oh, ow, kh, kw)
-        out[:, g * ocg:(g + 1) * ocg] = np.einsum("ncpqij,ocij->nopq", part, w[g * ocg:(g + 1) * ocg])
+        part = win[:, g * cg : (g + 1) * cg]  # (n, cg, oh, ow, kh, kw)
+        out[:, g * ocg : (g + 1) * ocg] = np.einsum("ncpqij,ocij->nopq", part, w[g * ocg : (g + 1) * ocg])
     return out
 
 
@@ -76,8 +93,13 @@ def activation(v: np.ndarray, act: str, params: Dict[str, float]) -> np.ndarray:
     raise ValueError(act)
 
 
-def epilogue(conv: np.ndarray, act: str, params: Dict[str, float], bias: Optional[np.ndarray] = None,
-             residual: Optional[np.ndarray] = None) -> np.ndarray:
+def epilogue(
+    conv: np.ndarray,
+    act: str,
+    params: Dict[str, float],
+    bias: Optional[np.ndarray] = None,
+    residual: Optional[np.ndarray] = None,
+) -> np.ndarray:
     v = conv.copy()
     if bias is not None:
         v += bias.astype(np.float64)[None, :, None, None]
@@ -86,8 +108,15 @@ def epilogue(conv: np.ndarray, act: str, params: Dict[str, float], bias: Optiona
     return activation(v, act, params)
 
 
-def maxpool2d(x: np.ndarray, k: Tuple[int, int], stride: Tuple[int, int], pads: Sequence[int],
-              dilation: Tuple[int, int], oh: int, ow: int) -> np.ndarray:
+def maxpool2d(
+    x: np.ndarray,
+    k: Tuple[int, int],
+    stride: Tuple[int, int],
+    pads: Sequence[int],
+    dilation: Tuple[int, int],
+    oh: int,
+    ow: int,
+) -> np.ndarray:
     """Max over each window; padding (and windows running past the end in ceil mode) is -inf."""
     n, c, h, wd = x.shape
     need_b = max(0, (oh - 1) * stride[0] + dilation[0] * (k[0] - 1) + 1 - h - pads[0])
@@ -96,8 +125,15 @@ def maxpool2d(x: np.ndarray, k: Tuple[int, int], stride: Tuple[int, int], pads: 
     return windows(xp, k[0], k[1], stride, dilation, oh, ow).max(axis=(4, 5))
 
 
-def avgpool2d(x: np.ndarray, k: Tuple[int, int], stride: Tuple[int, int], pads: Sequence[int], oh: int, ow: int,
-              count_include_pad: bool) -> np.ndarray:
+def avgpool2d(
+    x: np.ndarray,
+    k: Tuple[int, int],
+    stride: Tuple[int, int],
+    pads: Sequence[int],
+    oh: int,
+    ow: int,
+    count_include_pad: bool,
+) -> np.ndarray:
     """Mean over each window, with explicit loops over the output (onnxruntime's divisor rules)."""
     n, c, h, wd = x.shape
     xd = x.astype(np.float64)
@@ -107,7 +143,7 @@ def avgpool2d(x: np.ndarray, k: Tuple[int, int], stride: Tuple[int, int], pads: 
             hs, ws = i * stride[0] - pads[0], j * stride[1] - pads[1]
             he, we = min(hs + k[0], h + pads[2]), min(ws + k[1], wd + pads[3])
             a0, a1, b0, b1 = max(hs, 0), min(hs + k[0], h), max(ws, 0), min(ws + k[1], wd)
-            total = xd[:, :, a0:max(a0, a1), b0:max(b0, b1)].sum(axis=(2, 3))
+            total = xd[:, :, a0 : max(a0, a1), b0 : max(b0, b1)].sum(axis=(2, 3))
             cnt = (he - hs) * (we - ws) if count_include_pad else max(0, a1 - a0) * max(0, b1 - b0)
             out[:, :, i, j] = total / cnt if cnt > 0 else 0.0
     return out

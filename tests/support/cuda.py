@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
+
 from support.cuda_emu import build_fake_libcuda, find_cc
-
-from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
-
+from svod_min.kernels import cuda_library_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -116,7 +115,10 @@ _fake_ids = [0]
 
 #: The stand-in's defaults (an H100 under a CUDA 13.0 driver) and the older GPU and driver kept as a case.
 FAKE_DRIVER, FAKE_CC = 13000, (9, 0)
-FAKE_GENERATIONS = [pytest.param((13000, (9, 0)), id="cc9.0-driver13000"), pytest.param((12040, (8, 0)), id="cc8.0-driver12040")]
+FAKE_GENERATIONS = [
+    pytest.param((13000, (9, 0)), id="cc9.0-driver13000"),
+    pytest.param((12040, (8, 0)), id="cc8.0-driver12040"),
+]
 
 
 @pytest.fixture
@@ -168,19 +170,28 @@ def device_counter(dev: cuda.CudaDevice, name: str) -> int:
 
 def cuda_plan(dev: cuda.CudaDevice, steps: Sequence[Tuple[Any, List[int], List[int]]], buffers: List[Any]) -> Any:
     """An ExecutionPlan over CUDA library programs: steps are (program, buffer indices, vals)."""
-    from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel
     from svod_min.cache.kernel_cache import CachedKernel
+    from svod_min.plan.execution_plan import ExecutionPlanBuilder, PreparedKernel
 
     builder = ExecutionPlanBuilder(dev)
     for i, buf in enumerate(buffers):
         builder.add_buffer(i, buf)
     for op_id, (prog, indices, vals) in enumerate(steps):
         kernel = CachedKernel(
-            program=prog, device=str(dev.spec), code="", entry_point=prog.entry_point, var_names=list(prog.var_names),
-            globals=list(range(len(indices))), outs=[0], ins=list(range(1, len(indices))),
-            global_size=cuda.plan_dims(prog.grid), local_size=prog.local_size,
-        )  # fmt: skip
-        builder.add_kernel(PreparedKernel(id=op_id, kernel=kernel, buffer_indices=indices, output_indices=[0], vals=vals))
+            program=prog,
+            device=str(dev.spec),
+            code="",
+            entry_point=prog.entry_point,
+            var_names=list(prog.var_names),
+            globals=list(range(len(indices))),
+            outs=[0],
+            ins=list(range(1, len(indices))),
+            global_size=cuda.plan_dims(prog.grid),
+            local_size=prog.local_size,
+        )
+        builder.add_kernel(
+            PreparedKernel(id=op_id, kernel=kernel, buffer_indices=indices, output_indices=[0], vals=vals)
+        )
     builder.set_output_buffer(steps[-1][1][0])
     return builder.build()
 
@@ -200,8 +211,14 @@ VAR_VALUES = {
 }
 
 
-STORAGE = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.uint16,
-           "int32": np.int32, "bool": np.uint8}  # fmt: skip
+STORAGE = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": np.uint16,
+    "int32": np.int32,
+    "bool": np.uint8,
+}
 
 
 def _to_bf16(x: Any) -> Any:
@@ -238,21 +255,38 @@ def _inputs(sig: Any, env: Dict[str, int], rng: Any) -> Dict[str, Any]:
 def _reference(sig: Any, ins: Dict[str, Any], env: Dict[str, int]) -> Any:
     x = {k: _from_storage(v, a.dtype) for a in sig.buffers for k, v in ins.items() if a.name == k}
     name = sig.name
-    unary = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-             "rsqrt": lambda v: 1 / np.sqrt(v), "relu": lambda v: np.where(v < 0, 0, v), "tanh": np.tanh,
-             "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-             "gelu": lambda v: v / (1 + np.exp(-2 * 0.7978845608028654 * (v + 0.044715 * v ** 3)))}  # fmt: skip
-    binary = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-              "min": np.minimum}  # fmt: skip
+    unary = {
+        "neg": np.negative,
+        "abs": np.abs,
+        "exp": np.exp,
+        "log": np.log,
+        "sqrt": np.sqrt,
+        "rsqrt": lambda v: 1 / np.sqrt(v),
+        "relu": lambda v: np.where(v < 0, 0, v),
+        "tanh": np.tanh,
+        "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "gelu": lambda v: v / (1 + np.exp(-2 * 0.7978845608028654 * (v + 0.044715 * v**3))),
+    }
+    binary = {
+        "add": np.add,
+        "sub": np.subtract,
+        "mul": np.multiply,
+        "div": np.divide,
+        "max": np.maximum,
+        "min": np.minimum,
+    }
     if name in unary:
         return unary[name](x["a"])
     if name in binary:
         return binary[name](x["a"], x["b"])
     if name == "where":
         return np.where(x["c"] != 0, x["a"], x["b"])
-    fused = {"add_relu": lambda: unary["relu"](x["a"] + x["b"]), "mul_add": lambda: x["a"] * x["b"] + x["c"],
-             "relu_mul_add": lambda: unary["relu"](x["a"] * x["b"] + x["c"]),
-             "silu": lambda: x["a"] * unary["sigmoid"](x["a"])}  # fmt: skip
+    fused = {
+        "add_relu": lambda: unary["relu"](x["a"] + x["b"]),
+        "mul_add": lambda: x["a"] * x["b"] + x["c"],
+        "relu_mul_add": lambda: unary["relu"](x["a"] * x["b"] + x["c"]),
+        "silu": lambda: x["a"] * unary["sigmoid"](x["a"]),
+    }
     if name in fused:
         return fused[name]()
     if name.startswith("reduce_"):  # a strided (outer, red, inner) view, like the kernel reads it
@@ -299,7 +333,9 @@ def library_env(sig: Any, **sizes: int) -> Dict[str, int]:
     return env
 
 
-def check_library_kernel(dev: cuda.CudaDevice, sig: Any, env: Dict[str, int], grid: Optional[Tuple[int, int, int]] = None) -> None:
+def check_library_kernel(
+    dev: cuda.CudaDevice, sig: Any, env: Dict[str, int], grid: Optional[Tuple[int, int, int]] = None
+) -> None:
     """Run library kernel ``sig`` on ``dev`` (a GPU, or the fake driver with the host emulator) vs numpy.
 
     ``grid`` replaces the signature's grid (fewer blocks than items: the grid-stride loops must cover the rest).
@@ -323,7 +359,9 @@ def check_library_kernel(dev: cuda.CudaDevice, sig: Any, env: Dict[str, int], gr
     got = _from_storage(np.frombuffer(bufs[0].copyout(), STORAGE[sig.buffers[0].dtype]), sig.buffers[0].dtype)
     want = _reference(sig, ins, env)
     if sig.buffers[0].dtype in ("float16", "bfloat16"):  # computed in float32, rounded once
-        want = _from_storage(_to_bf16(want) if sig.buffers[0].dtype == "bfloat16" else want.astype(np.float16), sig.buffers[0].dtype)
+        want = _from_storage(
+            _to_bf16(want) if sig.buffers[0].dtype == "bfloat16" else want.astype(np.float16), sig.buffers[0].dtype
+        )
     rtol, atol = _tolerance(sig)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg="%s %s" % (sig.entry, env))
 
@@ -348,11 +386,15 @@ def check_plan_equals_cpu(gpu: cuda.CudaDevice, M: int, N: int, K: int) -> None:
     bufs = [gpu.allocate([n], "float32") for n in (M * K, K * N, M * N, M * N, M * N, M * N)]
     for buf, v in zip(bufs, (a, b, bias)):
         buf.copyin(v)
-    plan = cuda_plan(gpu, [
-        (cuda_library_kernel(gpu, "matmul", dtype="float32", tile=16), [3, 0, 1], [M, N, K]),
-        (cuda_library_kernel(gpu, "add", dtype="float32"), [4, 3, 2], [M * N]),
-        (cuda_library_kernel(gpu, "relu", dtype="float32"), [5, 4], [M * N]),
-    ], bufs)  # fmt: skip
+    plan = cuda_plan(
+        gpu,
+        [
+            (cuda_library_kernel(gpu, "matmul", dtype="float32", tile=16), [3, 0, 1], [M, N, K]),
+            (cuda_library_kernel(gpu, "add", dtype="float32"), [4, 3, 2], [M * N]),
+            (cuda_library_kernel(gpu, "relu", dtype="float32"), [5, 4], [M * N]),
+        ],
+        bufs,
+    )
     plan.execute()
     np.testing.assert_allclose(plan.output_buffer().numpy(), act.numpy(), rtol=1e-4, atol=1e-5)
 

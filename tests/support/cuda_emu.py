@@ -83,8 +83,21 @@ def build_emulator(out_dir: str, cxx: str, sources: Optional[List[str]] = None) 
     units = [_wrapper(src, out_dir) for src in (cuda_sources() if sources is None else sources)]
     units.append(os.path.join(HERE, "cuda_host_emu.cpp"))
     out = os.path.join(out_dir, "libsvod_cuda_emu.so")
-    cmd = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-Wno-unknown-pragmas",
-           "-include", header, "-I", HERE, "-o", out] + units  # fmt: skip
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-Wno-unknown-pragmas",
+        "-include",
+        header,
+        "-I",
+        HERE,
+        "-o",
+        out,
+    ] + units
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError("building the CUDA host emulator failed:\n%s" % proc.stderr[-4000:])

@@ -13,8 +13,11 @@ from svod_min.jit_loader.arch import Arch, RelocSpec
 from svod_min.jit_loader.layout import ARCHES
 
 #: arch -> clang command producing its objects (clang 14 has no loongarch64; Debian's clang-16 has).
-CLANG = {"riscv64": ("clang", "--target=riscv64-linux-gnu"), "ppc64le": ("clang", "--target=powerpc64le-linux-gnu"),
-         "loongarch64": ("clang-16", "--target=loongarch64-linux-gnu")}
+CLANG = {
+    "riscv64": ("clang", "--target=riscv64-linux-gnu"),
+    "ppc64le": ("clang", "--target=powerpc64le-linux-gnu"),
+    "loongarch64": ("clang-16", "--target=loongarch64-linux-gnu"),
+}
 
 
 def arch(name: str) -> Arch:
@@ -45,8 +48,9 @@ def compile_for(arch_name: str, source: str, *flags: str) -> bytes:
     command = CLANG[arch_name]
     if not shutil.which(command[0]):
         pytest.skip("%s is not installed (it builds %s objects)" % (command[0], arch_name))
-    proc = subprocess.run([*command, "-c", "-x", "c", "-", "-o", "-", *flags], input=source.encode(),
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [*command, "-c", "-x", "c", "-", "-o", "-", *flags], input=source.encode(), capture_output=True, timeout=120
+    )
     if proc.returncode != 0:
         pytest.skip("%s cannot build for %s: %s" % (command[0], arch_name, proc.stderr.decode()[-300:]))
     return proc.stdout

@@ -11,6 +11,7 @@ import os
 import sys
 from types import ModuleType
 from typing import Optional
+
 from support.paths import REPO_DIR
 
 ENGINE = os.path.join(REPO_DIR, "bench", "fuzz_loader_long.py")

@@ -19,7 +19,6 @@ import svod_min
 from svod_min.compiler import clang
 from svod_min.jit_loader import memory
 
-
 # Where the svod_min under test lives (site-packages under tox, the checkout otherwise):
 # child processes get it on PYTHONPATH so they test the same code.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
@@ -64,8 +63,12 @@ def child_env(**overrides: Optional[str]) -> Dict[str, str]:
 
 def run_python(code: str, *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120, cwd=None):
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True, timeout=timeout,
-        env=env or child_env(), cwd=cwd,
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or child_env(),
+        cwd=cwd,
     )
 
 
@@ -138,8 +141,14 @@ def measure(cycle, cycles: int = CYCLES) -> Dict[str, int]:
         if i % 500 == 0:
             peak_maps = max(peak_maps, len(maps_lines()))
     gc.collect()
-    return {"rss_growth": rss_bytes() - rss0, "maps0": maps0, "maps1": len(maps_lines()), "peak_maps": peak_maps,
-            "fds0": fds0, "fds1": fd_count()}
+    return {
+        "rss_growth": rss_bytes() - rss0,
+        "maps0": maps0,
+        "maps1": len(maps_lines()),
+        "peak_maps": peak_maps,
+        "fds0": fds0,
+        "fds1": fd_count(),
+    }
 
 
 def assert_no_leak(m: Dict[str, int]) -> None:

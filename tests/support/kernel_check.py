@@ -113,26 +113,38 @@ def reference_dtype(dt: str) -> Any:
     return np.longdouble
 
 
-
 def _gelu(x: Any) -> Any:
     u = np.sqrt(np.longdouble(2) / np.pi) * (x + np.longdouble(0.044715) * x**3)
     return x / (1 + np.exp(-2 * u))
 
 
 REF: Dict[str, Callable[..., Any]] = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
-    "max": np.maximum, "min": np.minimum, "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log,
-    "sqrt": np.sqrt, "rsqrt": lambda a: 1 / np.sqrt(a), "relu": lambda a: np.where(a < 0, np.zeros_like(a), a),
-    "gelu": _gelu, "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "tanh": np.tanh,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "max": np.maximum,
+    "min": np.minimum,
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda a: 1 / np.sqrt(a),
+    "relu": lambda a: np.where(a < 0, np.zeros_like(a), a),
+    "gelu": _gelu,
+    "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+    "tanh": np.tanh,
     "where": lambda c, a, b: np.where(c, a, b),
-}  # fmt: skip
+}
 
 
 def op_inputs(rng: Any, op: str, dt: str, n: int) -> List[Any]:
     """Storage arrays for the op's operands (domains chosen so that the op is defined)."""
     if dt == "int32":
-        out = [store(dt, rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32))
-               for _ in range(OPS[op].arity)]  # fmt: skip
+        out = [
+            store(dt, rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)) for _ in range(OPS[op].arity)
+        ]
         if op == "where":
             out[0] = rng.random(n) < 0.5
         return out
@@ -149,8 +161,9 @@ def op_inputs(rng: Any, op: str, dt: str, n: int) -> List[Any]:
 
 
 def check_elementwise(op: str, dt: str, got: Any, ins: Sequence[Any]) -> None:
-    vals = [value("bool" if (op == "where" and i == 0) else dt, a) if i or op != "where" else a
-            for i, a in enumerate(ins)]  # fmt: skip
+    vals = [
+        value("bool" if (op == "where" and i == 0) else dt, a) if i or op != "where" else a for i, a in enumerate(ins)
+    ]
     if dt == "int32":
         with np.errstate(over="ignore"):
             want = REF[op](*[a.astype(np.int32) if hasattr(a, "astype") and a.dtype != np.bool_ else a for a in ins])

@@ -156,8 +156,9 @@ def big_function_source(blocks: int = 1000) -> str:
     The calls reach libm through the loader's veneers from far inside a big body, and
     ``volatile`` keeps every block (the compiler cannot fold them away).
     """
-    body = "\n".join("    acc = acc * 0.75f + v[%d & 7] * 0.%02df; v[%d & 7] = acc;" % (i, i % 17 + 1, i + 3)
-                     for i in range(blocks))  # fmt: skip
+    body = "\n".join(
+        "    acc = acc * 0.75f + v[%d & 7] * 0.%02df; v[%d & 7] = acc;" % (i, i % 17 + 1, i + 3) for i in range(blocks)
+    )
     return (
         "float expf(float); float sinf(float);\n"
         "float big_fn(float x) {\n"

@@ -15,10 +15,19 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from svod_min.perf.light_models import randomized, random_inputs  # noqa: F401 - one implementation, for the tests and the bench
+from svod_min.perf.light_models import random_inputs, randomized  # noqa: F401 - one implementation, for the tests and the bench
 
-LIGHT_MODELS = ("bvlc_alexnet", "zfnet512", "squeezenet", "shufflenet", "inception_v1", "inception_v2", "resnet50",
-                "vgg19", "densenet121")  # fmt: skip
+LIGHT_MODELS = (
+    "bvlc_alexnet",
+    "zfnet512",
+    "squeezenet",
+    "shufflenet",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "vgg19",
+    "densenet121",
+)
 
 
 def light_path(name: str) -> str:
@@ -31,20 +40,37 @@ def host_target() -> str:
     return host()
 
 
-def single_node(op: str, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str] = ("y",), *,
-                opset: int = 17, consts: Optional[Dict[str, np.ndarray]] = None, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+def single_node(
+    op: str,
+    inputs: Sequence[Tuple[str, Sequence[int]]],
+    outputs: Sequence[str] = ("y",),
+    *,
+    opset: int = 17,
+    consts: Optional[Dict[str, np.ndarray]] = None,
+    **attrs: Any,
+) -> onnx.ModelProto:
     """A model of one node: float32 inputs by (name, shape), constant inputs as initializers, shapes inferred."""
     consts = consts or {}
-    node = helper.make_node(op, [n for n, _ in inputs] + [n for n in consts if n not in dict(inputs)], list(outputs), **attrs)
+    node = helper.make_node(
+        op, [n for n, _ in inputs] + [n for n in consts if n not in dict(inputs)], list(outputs), **attrs
+    )
     return graph_model([node], inputs, outputs, opset, consts)
 
 
-def graph_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int,
-                 consts: Dict[str, np.ndarray]) -> onnx.ModelProto:  # fmt: skip
+def graph_model(
+    nodes: List[Any],
+    inputs: Sequence[Tuple[str, Sequence[int]]],
+    outputs: Sequence[str],
+    opset: int,
+    consts: Dict[str, np.ndarray],
+) -> onnx.ModelProto:
     graph = helper.make_graph(
-        nodes, "t", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs],
+        nodes,
+        "t",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in inputs],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-        [numpy_helper.from_array(v, n) for n, v in consts.items()])  # fmt: skip
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -71,7 +97,9 @@ def build_and_load(model: onnx.ModelProto, directory: str, name: str = "m", **kw
     return load_model(bundle)
 
 
-def run_both(model: onnx.ModelProto, directory: str, feeds: Optional[Dict[str, np.ndarray]] = None) -> Tuple[List[np.ndarray], Dict[str, np.ndarray]]:
+def run_both(
+    model: onnx.ModelProto, directory: str, feeds: Optional[Dict[str, np.ndarray]] = None
+) -> Tuple[List[np.ndarray], Dict[str, np.ndarray]]:
     """onnxruntime's outputs (by position) and svod_min's (by name, the bundle built for this host) on the same
     feeds: ``feeds``, or seeded random inputs."""
     feeds = random_inputs(model) if feeds is None else feeds
@@ -84,13 +112,21 @@ def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - want) / np.maximum(np.abs(want), floor))) if want.size else 0.0
 
 
-def typed_model(nodes: List[Any], inputs: Sequence[Tuple[str, Sequence[int], int]], outputs: Sequence[str], opset: int,
-                consts: Dict[str, np.ndarray]) -> onnx.ModelProto:  # fmt: skip
+def typed_model(
+    nodes: List[Any],
+    inputs: Sequence[Tuple[str, Sequence[int], int]],
+    outputs: Sequence[str],
+    opset: int,
+    consts: Dict[str, np.ndarray],
+) -> onnx.ModelProto:
     """:func:`graph_model` with an element type per input (``TensorProto.INT64``, ``BOOL``, ...)."""
     graph = helper.make_graph(
-        nodes, "t", [helper.make_tensor_value_info(n, t, list(s)) for n, s, t in inputs],
+        nodes,
+        "t",
+        [helper.make_tensor_value_info(n, t, list(s)) for n, s, t in inputs],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-        [numpy_helper.from_array(v, n) for n, v in consts.items()])  # fmt: skip
+        [numpy_helper.from_array(v, n) for n, v in consts.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -127,5 +163,10 @@ def build_pyz_case(name: str, directory: str, seed: int = 0) -> Dict[str, Any]:
     for i, (input_name, value) in enumerate(sorted(feeds.items())):
         inputs[input_name] = os.path.join(directory, "%s-input-%d.npy" % (name, i))
         np.save(inputs[input_name], value)
-    return {"name": name, "bundle": bundle, "inputs": inputs, "out_dir": os.path.join(directory, name + "-out"),
-            "want": {o.name: w for o, w in zip(model.graph.output, want)}}  # fmt: skip
+    return {
+        "name": name,
+        "bundle": bundle,
+        "inputs": inputs,
+        "out_dir": os.path.join(directory, name + "-out"),
+        "want": {o.name: w for o, w in zip(model.graph.output, want)},
+    }

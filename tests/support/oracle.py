@@ -135,8 +135,13 @@ class ObjectInfo:
 def parse_object(obj: bytes) -> ObjectInfo:
     elf = ELFFile(io.BytesIO(obj))
     machine = elf["e_machine"]
-    arch = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_RISCV": "riscv64", "EM_PPC64": "ppc64le",
-            "EM_LOONGARCH": "loongarch64"}[machine]
+    arch = {
+        "EM_X86_64": "x86_64",
+        "EM_AARCH64": "aarch64",
+        "EM_RISCV": "riscv64",
+        "EM_PPC64": "ppc64le",
+        "EM_LOONGARCH": "loongarch64",
+    }[machine]
     sections: Dict[str, Tuple[int, bool, bool]] = {}
     contents: Dict[str, bytes] = {}
     names: Dict[int, str] = {}
@@ -255,8 +260,10 @@ def _elf_memory(data: bytes, name: str) -> Tuple[Memory, Dict[str, int], Dict[st
 
 
 def linker_script(section_addrs: Dict[str, int], got_addr: int) -> str:
-    entries = [(addr, "  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
-               for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1]))]
+    entries = [
+        (addr, "  .svod_in%d 0x%x : { *(%s) }" % (i, addr, name))
+        for i, (name, addr) in enumerate(sorted(section_addrs.items(), key=lambda kv: kv[1]))
+    ]
     # lld's synthetic sections, out of the way (but within +-2 GiB of the code), in address
     # order with the rest (lld assigns file offsets in script order).
     entries.append((got_addr, "  .got 0x%x : { *(.got) }\n  .got.plt : { *(.got.plt) }" % got_addr))
@@ -277,8 +284,13 @@ def link_with_lld(
     extra: Sequence[str] = (),
 ) -> LinkedImage:
     """Link ``obj`` statically with every input section at ``section_addrs[name]``."""
-    emulation = {"x86_64": "elf_x86_64", "aarch64": "aarch64linux", "riscv64": "elf64lriscv",
-                 "ppc64le": "elf64lppc", "loongarch64": "elf64loongarch"}[info.arch]
+    emulation = {
+        "x86_64": "elf_x86_64",
+        "aarch64": "aarch64linux",
+        "riscv64": "elf64lriscv",
+        "ppc64le": "elf64lppc",
+        "loongarch64": "elf64loongarch",
+    }[info.arch]
     if got_addr is None:
         got_addr = min(section_addrs.values()) + 0x01000000
     script = linker_script(section_addrs, got_addr)
@@ -289,8 +301,23 @@ def link_with_lld(
         fh.write(obj)
     with open(script_path, "w") as fh:
         fh.write(script)
-    cmd = [*([lld] if isinstance(lld, str) else lld), "-m", emulation, "-static", "-e", "0", "-z", "norelro", "-z", "max-page-size=4096",
-           "--no-dynamic-linker", "-T", script_path, "-o", out_path]
+    cmd = [
+        *([lld] if isinstance(lld, str) else lld),
+        "-m",
+        emulation,
+        "-static",
+        "-e",
+        "0",
+        "-z",
+        "norelro",
+        "-z",
+        "max-page-size=4096",
+        "--no-dynamic-linker",
+        "-T",
+        script_path,
+        "-o",
+        out_path,
+    ]
     if not relax:
         cmd.append("--no-relax")
     cmd += list(extra)
@@ -298,8 +325,10 @@ def link_with_lld(
     cmd.append(obj_path)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
-        raise RuntimeError("ld.lld failed (%d): %s\nscript:\n%s\ncommand: %s"
-                           % (proc.returncode, proc.stderr.strip(), script, " ".join(cmd)))
+        raise RuntimeError(
+            "ld.lld failed (%d): %s\nscript:\n%s\ncommand: %s"
+            % (proc.returncode, proc.stderr.strip(), script, " ".join(cmd))
+        )
     with open(out_path, "rb") as fh:
         data = fh.read()
     memory, symbols, out_sections = _elf_memory(data, "lld")
@@ -432,8 +461,12 @@ class Decoder:
             if before is None:
                 raise DecodeError("%s: no opcode bytes before 0x%x" % (self.mem.name, p))
             op, modrm = before[0], before[1]
-            if op == 0x8B or (op == 0xFF and modrm in (0x15, 0x25)) or (op in _X86_BINOPS and modrm & 0xC7 == 0x05) \
-                    or (op in (0x80, 0x81, 0x83) and modrm & 0xC7 == 0x05):  # group-1 op with an immediate: cmp $0, slot
+            if (
+                op == 0x8B
+                or (op == 0xFF and modrm in (0x15, 0x25))
+                or (op in _X86_BINOPS and modrm & 0xC7 == 0x05)
+                or (op in (0x80, 0x81, 0x83) and modrm & 0xC7 == 0x05)
+            ):  # group-1 op with an immediate: cmp $0, slot
                 return Target((self.u64(g, "GOT slot"),), "got load (%02x %02x)" % (op, modrm))
             if op == 0x8D:
                 return Target((g,), "relaxed to lea")
@@ -441,7 +474,9 @@ class Decoder:
                 return Target((g,), "relaxed to direct call/jmp")
             if op in (0x81, 0xF7, 0xC7) and modrm & 0xC0 == 0xC0:
                 return Target((self.u32(p),), "relaxed to imm32")
-            raise DecodeError("%s: unknown instruction %02x %02x before GOT field at 0x%x" % (self.mem.name, op, modrm, p))
+            raise DecodeError(
+                "%s: unknown instruction %02x %02x before GOT field at 0x%x" % (self.mem.name, op, modrm, p)
+            )
         raise DecodeError("no x86_64 decoder for type %d" % t)
 
     # -- aarch64 --
@@ -497,8 +532,11 @@ class Decoder:
             want = (311,) if r.type == 312 else (275, 276)
             rn = (self._orig_insn(r) >> 5) & 31
             cands = [
-                j for j, h in enumerate(relocs)
-                if h.type in want and h.section == r.section and h.sym_index == r.sym_index
+                j
+                for j, h in enumerate(relocs)
+                if h.type in want
+                and h.section == r.section
+                and h.sym_index == r.sym_index
                 and self._orig_insn(h) & 31 == rn
             ]
             before = [j for j in cands if relocs[j].offset < r.offset]
@@ -533,7 +571,9 @@ class Decoder:
                 return p_lo + _adr_imm(insn_lo), "relaxed to adr"
             if _is_ldr_literal64(insn_lo):
                 return self.u64(p_lo + _sext(insn_lo >> 5, 19) * 4, "GOT slot"), "relaxed to ldr literal"
-        raise DecodeError("%s: unknown ADRP-pair instructions %08x/%08x at 0x%x" % (self.mem.name, insn_hi, insn_lo, p_hi))
+        raise DecodeError(
+            "%s: unknown ADRP-pair instructions %08x/%08x at 0x%x" % (self.mem.name, insn_hi, insn_lo, p_hi)
+        )
 
     def _a64(self, index: int, r: Reloc) -> Target:
         p = self.addr_of(r)
@@ -579,9 +619,16 @@ class Decoder:
         r = self.info.relocs[index]
         rd = self._orig_insn(r) & 31
         group = sorted(
-            (q for q in self.info.relocs
-             if q.type in A64_MOVW_GROUP and q.section == r.section and q.sym_index == r.sym_index
-             and q.addend == r.addend and self._orig_insn(q) & 31 == rd and abs(q.offset - r.offset) <= 12),
+            (
+                q
+                for q in self.info.relocs
+                if q.type in A64_MOVW_GROUP
+                and q.section == r.section
+                and q.sym_index == r.sym_index
+                and q.addend == r.addend
+                and self._orig_insn(q) & 31 == rd
+                and abs(q.offset - r.offset) <= 12
+            ),
             key=lambda q: q.offset,
         )
         value = 0
@@ -612,12 +659,20 @@ class RelocResult:
 
     def describe(self, arch: str) -> str:
         r = self.reloc
+
         def show(t: Optional[Target]) -> str:
-            return "undecodable" if t is None else "%s via %s" % (
-                ", ".join("0x%x" % v for v in t.value), t.path)
+            return "undecodable" if t is None else "%s via %s" % (", ".join("0x%x" % v for v in t.value), t.path)
+
         return "%s %s+0x%x against %s%+d: ours=%s lld=%s%s" % (
-            type_name(arch, r.type), r.section, r.offset, r.sym, r.addend,
-            show(self.ours), show(self.theirs), (" [" + self.note + "]") if self.note else "")
+            type_name(arch, r.type),
+            r.section,
+            r.offset,
+            r.sym,
+            r.addend,
+            show(self.ours),
+            show(self.theirs),
+            (" [" + self.note + "]") if self.note else "",
+        )
 
 
 @dataclass
@@ -663,8 +718,10 @@ def compare(
                 got.append(None)
                 errors.append(str(exc))
         a, b = got
-        ok = a is not None and b is not None and (
-            [canonical(v, ours_ext) for v in a.value] == [canonical(v, theirs_ext) for v in b.value]
+        ok = (
+            a is not None
+            and b is not None
+            and ([canonical(v, ours_ext) for v in a.value] == [canonical(v, theirs_ext) for v in b.value])
         )
         note = "; ".join(errors)
         if ok and _is_data_field(info, r):
@@ -674,7 +731,9 @@ def compare(
             if same_inputs and ours.read(p, w) != theirs.memory.read(p, w):
                 ok = False
                 note = "data field bytes differ: ours %s, lld %s" % (
-                    (ours.read(p, w) or b"").hex(), (theirs.memory.read(p, w) or b"").hex())
+                    (ours.read(p, w) or b"").hex(),
+                    (theirs.memory.read(p, w) or b"").hex(),
+                )
         results.append(RelocResult(r, a, b, ok, note))
         lo, hi = r.offset, r.offset + field_width(info.arch, r.type)
         if info.arch == "x86_64" and r.type in X86_GOT:
@@ -688,7 +747,9 @@ def compare(
             continue  # assembler-local labels: lld drops them from its symbol table
         want = sec_addr[sec] + value
         if ours_symbols.get(name) != want:
-            problems.append("relocate() reports %s at %s, expected 0x%x" % (name, hex(ours_symbols.get(name) or 0), want))
+            problems.append(
+                "relocate() reports %s at %s, expected 0x%x" % (name, hex(ours_symbols.get(name) or 0), want)
+            )
         if theirs.symbols.get(name) != want:
             problems.append("lld put %s at %s, relocate() at 0x%x" % (name, hex(theirs.symbols.get(name) or 0), want))
     # Outside the relocated fields, the bytes must be untouched in both images.
@@ -698,8 +759,10 @@ def compare(
         start = sec_addr[name]
         mine, other, orig = ours.read(start, size), theirs.memory.read(start, size), info.contents[name]
         if mine is None or other is None:
-            problems.append("section %s (0x%x bytes at 0x%x) missing from %s" % (
-                name, size, start, "our image" if mine is None else "lld's output"))
+            problems.append(
+                "section %s (0x%x bytes at 0x%x) missing from %s"
+                % (name, size, start, "our image" if mine is None else "lld's output")
+            )
             continue
         keep = bytearray(b"\x01") * size
         for lo, hi in masked.get(name, []):
@@ -708,6 +771,8 @@ def compare(
         for label, img in (("ours", mine), ("lld", other)):
             bad = [k for k in range(size) if keep[k] and img[k] != orig[k]]
             if bad:
-                problems.append("%s: %d byte(s) outside relocated fields changed in %s, first at +0x%x" % (
-                    label, len(bad), name, bad[0]))
+                problems.append(
+                    "%s: %d byte(s) outside relocated fields changed in %s, first at +0x%x"
+                    % (label, len(bad), name, bad[0])
+                )
     return Comparison(info.arch, results, problems)

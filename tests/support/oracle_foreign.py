@@ -24,29 +24,127 @@ import io
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from support import oracle as osup
 from elftools.elf.elffile import ELFFile
+
+from support import oracle as osup
 
 # --- type numbers (psABI), by name ----------------------------------------------------------
 
-RV = {"32": 1, "64": 2, "BRANCH": 16, "JAL": 17, "CALL": 18, "CALL_PLT": 19, "GOT_HI20": 20, "PCREL_HI20": 23,
-      "PCREL_LO12_I": 24, "PCREL_LO12_S": 25, "HI20": 26, "LO12_I": 27, "LO12_S": 28, "ADD8": 33, "ADD16": 34,
-      "ADD32": 35, "ADD64": 36, "SUB8": 37, "SUB16": 38, "SUB32": 39, "SUB64": 40, "ALIGN": 43, "RVC_BRANCH": 44,
-      "RVC_JUMP": 45, "RELAX": 51, "SUB6": 52, "SET6": 53, "SET8": 54, "SET16": 55, "SET32": 56, "32_PCREL": 57}
-PPC = {"ADDR32": 1, "ADDR16": 3, "ADDR16_LO": 4, "ADDR16_HI": 5, "ADDR16_HA": 6, "REL24": 10, "REL14": 11,
-       "REL14_BRTAKEN": 12, "REL14_BRNTAKEN": 13, "PLT16_LO": 29, "PLT16_HI": 30, "PLT16_HA": 31, "PLT16_LO_DS": 60,
-       "GOT16": 14, "GOT16_LO": 15, "GOT16_HI": 16, "GOT16_HA": 17,
-       "REL32": 26, "ADDR64": 38, "ADDR16_HIGHER": 39, "ADDR16_HIGHERA": 40, "ADDR16_HIGHEST": 41,
-       "ADDR16_HIGHESTA": 42, "REL64": 44, "TOC16": 47, "TOC16_LO": 48, "TOC16_HI": 49, "TOC16_HA": 50, "TOC": 51,
-       "ADDR16_DS": 56, "ADDR16_LO_DS": 57, "GOT16_DS": 58, "GOT16_LO_DS": 59, "TOC16_DS": 63, "TOC16_LO_DS": 64,
-       "ADDR16_HIGH": 110, "ADDR16_HIGHA": 111, "REL16": 249, "REL16_LO": 250, "REL16_HI": 251, "REL16_HA": 252}
-LA = {"32": 1, "64": 2, "ADD8": 47, "ADD16": 48, "ADD24": 49, "ADD32": 50, "ADD64": 51, "SUB8": 52, "SUB16": 53,
-      "SUB24": 54, "SUB32": 55, "SUB64": 56, "B16": 64, "B21": 65, "B26": 66, "ABS_HI20": 67, "ABS_LO12": 68,
-      "ABS64_LO20": 69, "ABS64_HI12": 70, "PCALA_HI20": 71, "PCALA_LO12": 72, "GOT_PC_HI20": 75, "GOT_PC_LO12": 76,
-      "32_PCREL": 99, "RELAX": 100, "ALIGN": 102, "PCREL20_S2": 103, "ADD6": 105, "SUB6": 106, "64_PCREL": 109,
-      "CALL36": 110}
+RV = {
+    "32": 1,
+    "64": 2,
+    "BRANCH": 16,
+    "JAL": 17,
+    "CALL": 18,
+    "CALL_PLT": 19,
+    "GOT_HI20": 20,
+    "PCREL_HI20": 23,
+    "PCREL_LO12_I": 24,
+    "PCREL_LO12_S": 25,
+    "HI20": 26,
+    "LO12_I": 27,
+    "LO12_S": 28,
+    "ADD8": 33,
+    "ADD16": 34,
+    "ADD32": 35,
+    "ADD64": 36,
+    "SUB8": 37,
+    "SUB16": 38,
+    "SUB32": 39,
+    "SUB64": 40,
+    "ALIGN": 43,
+    "RVC_BRANCH": 44,
+    "RVC_JUMP": 45,
+    "RELAX": 51,
+    "SUB6": 52,
+    "SET6": 53,
+    "SET8": 54,
+    "SET16": 55,
+    "SET32": 56,
+    "32_PCREL": 57,
+}
+PPC = {
+    "ADDR32": 1,
+    "ADDR16": 3,
+    "ADDR16_LO": 4,
+    "ADDR16_HI": 5,
+    "ADDR16_HA": 6,
+    "REL24": 10,
+    "REL14": 11,
+    "REL14_BRTAKEN": 12,
+    "REL14_BRNTAKEN": 13,
+    "PLT16_LO": 29,
+    "PLT16_HI": 30,
+    "PLT16_HA": 31,
+    "PLT16_LO_DS": 60,
+    "GOT16": 14,
+    "GOT16_LO": 15,
+    "GOT16_HI": 16,
+    "GOT16_HA": 17,
+    "REL32": 26,
+    "ADDR64": 38,
+    "ADDR16_HIGHER": 39,
+    "ADDR16_HIGHERA": 40,
+    "ADDR16_HIGHEST": 41,
+    "ADDR16_HIGHESTA": 42,
+    "REL64": 44,
+    "TOC16": 47,
+    "TOC16_LO": 48,
+    "TOC16_HI": 49,
+    "TOC16_HA": 50,
+    "TOC": 51,
+    "ADDR16_DS": 56,
+    "ADDR16_LO_DS": 57,
+    "GOT16_DS": 58,
+    "GOT16_LO_DS": 59,
+    "TOC16_DS": 63,
+    "TOC16_LO_DS": 64,
+    "ADDR16_HIGH": 110,
+    "ADDR16_HIGHA": 111,
+    "REL16": 249,
+    "REL16_LO": 250,
+    "REL16_HI": 251,
+    "REL16_HA": 252,
+}
+LA = {
+    "32": 1,
+    "64": 2,
+    "ADD8": 47,
+    "ADD16": 48,
+    "ADD24": 49,
+    "ADD32": 50,
+    "ADD64": 51,
+    "SUB8": 52,
+    "SUB16": 53,
+    "SUB24": 54,
+    "SUB32": 55,
+    "SUB64": 56,
+    "B16": 64,
+    "B21": 65,
+    "B26": 66,
+    "ABS_HI20": 67,
+    "ABS_LO12": 68,
+    "ABS64_LO20": 69,
+    "ABS64_HI12": 70,
+    "PCALA_HI20": 71,
+    "PCALA_LO12": 72,
+    "GOT_PC_HI20": 75,
+    "GOT_PC_LO12": 76,
+    "32_PCREL": 99,
+    "RELAX": 100,
+    "ALIGN": 102,
+    "PCREL20_S2": 103,
+    "ADD6": 105,
+    "SUB6": 106,
+    "64_PCREL": 109,
+    "CALL36": 110,
+}
 PREFIX = {"riscv64": ("R_RISCV_", RV), "ppc64le": ("R_PPC64_", PPC), "loongarch64": ("R_LARCH_", LA)}
-HINTS = {"riscv64": {0, RV["ALIGN"], RV["RELAX"]}, "ppc64le": {0, 109, 118, 119, 120}, "loongarch64": {0, LA["RELAX"], LA["ALIGN"]}}
+HINTS = {
+    "riscv64": {0, RV["ALIGN"], RV["RELAX"]},
+    "ppc64le": {0, 109, 118, 119, 120},
+    "loongarch64": {0, LA["RELAX"], LA["ALIGN"]},
+}
 
 
 def type_name(arch: str, rtype: int) -> str:
@@ -93,7 +191,16 @@ class FieldResult:
         r = self.reloc
         show = lambda v: "-" if v is None else ",".join("0x%x" % x for x in v)  # noqa: E731
         return "%s %s+0x%x against %s%+d (%s): ours=%s lld=%s %s" % (
-            type_name(arch, r.type), r.section, r.offset, r.sym, r.addend, self.how, show(self.ours), show(self.theirs), self.note)
+            type_name(arch, r.type),
+            r.section,
+            r.offset,
+            r.sym,
+            r.addend,
+            self.how,
+            show(self.ours),
+            show(self.theirs),
+            self.note,
+        )
 
 
 @dataclass
@@ -109,8 +216,14 @@ class Comparison:
 class Decoder:
     """Final targets of the indirect fields of ``info`` in one image."""
 
-    def __init__(self, info: osup.ObjectInfo, mem: osup.Memory, sec_addr: Dict[str, int], toc: int,
-                 sym_at: Dict[int, Tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        info: osup.ObjectInfo,
+        mem: osup.Memory,
+        sec_addr: Dict[str, int],
+        toc: int,
+        sym_at: Dict[int, Tuple[str, int]],
+    ) -> None:
         self.info, self.mem, self.sec_addr, self.toc, self.sym_at = info, mem, sec_addr, toc, sym_at
         self.ranges = [(sec_addr[n], sec_addr[n] + size) for n, (size, _nb, _x) in info.sections.items()]
 
@@ -142,12 +255,18 @@ class Decoder:
     def rv_lo12(self, r: osup.Reloc) -> Tuple[int, bool]:
         """(address formed by the auipc at the label and this low part, whether the HI20 is a GOT load)."""
         hi_addr = self.label(r)
-        hi = next((q for q in self.info.relocs if q.type in (RV["PCREL_HI20"], RV["GOT_HI20"])
-                   and self.at(q) == hi_addr), None)
+        hi = next(
+            (q for q in self.info.relocs if q.type in (RV["PCREL_HI20"], RV["GOT_HI20"]) and self.at(q) == hi_addr),
+            None,
+        )
         if hi is None:
             raise osup.DecodeError("no HI20 at the label of a PCREL_LO12")
         insn = self.u32(self.at(r))
-        lo = _sext(insn >> 20, 12) if r.type == RV["PCREL_LO12_I"] else _sext(((insn >> 25) << 5) | ((insn >> 7) & 31), 12)
+        lo = (
+            _sext(insn >> 20, 12)
+            if r.type == RV["PCREL_LO12_I"]
+            else _sext(((insn >> 25) << 5) | ((insn >> 7) & 31), 12)
+        )
         return hi_addr + _sext(self.u32(hi_addr) & 0xFFFFF000, 32) + lo, hi.type == RV["GOT_HI20"]
 
     def rv_call(self, r: osup.Reloc) -> int:
@@ -172,8 +291,15 @@ class Decoder:
 
     def la_got(self, r: osup.Reloc) -> int:
         """The slot a GOT_PC_LO12 reaches with its GOT_PC_HI20 partner (same symbol and addend)."""
-        his = [q for q in self.info.relocs if q.type == LA["GOT_PC_HI20"] and q.section == r.section
-               and q.sym_index == r.sym_index and q.addend == r.addend and q.offset < r.offset]
+        his = [
+            q
+            for q in self.info.relocs
+            if q.type == LA["GOT_PC_HI20"]
+            and q.section == r.section
+            and q.sym_index == r.sym_index
+            and q.addend == r.addend
+            and q.offset < r.offset
+        ]
         if not his:
             raise osup.DecodeError("GOT_PC_LO12 without a GOT_PC_HI20 before it")
         hi = max(his, key=lambda q: q.offset)
@@ -197,9 +323,16 @@ class Decoder:
         """The address a TOC16/GOT16 field forms with .TOC. (HA with its LO partner, or alone)."""
         name = type_name("ppc64le", r.type)
         if name.endswith(("_LO", "_LO_DS")):
-            ha_type = PPC[name[len("R_PPC64_"):].split("_")[0] + "_HA"]  # TOC16_HA, GOT16_HA or PLT16_HA
-            has = [q for q in self.info.relocs if q.type == ha_type and q.section == r.section
-                   and q.sym_index == r.sym_index and q.addend == r.addend and q.offset < r.offset]
+            ha_type = PPC[name[len("R_PPC64_") :].split("_")[0] + "_HA"]  # TOC16_HA, GOT16_HA or PLT16_HA
+            has = [
+                q
+                for q in self.info.relocs
+                if q.type == ha_type
+                and q.section == r.section
+                and q.sym_index == r.sym_index
+                and q.addend == r.addend
+                and q.offset < r.offset
+            ]
             if not has:
                 raise osup.DecodeError("%s without an _HA partner before it" % name)
             ha = max(has, key=lambda q: q.offset)
@@ -212,8 +345,16 @@ class Decoder:
             sec, value = self.sym_at[r.sym_index]
             target = self.sec_addr[sec] + value + r.addend
         else:  # the slot, as another GOT16 field of the same symbol reaches it
-            other = next((q for q in self.info.relocs if q.sym_index == r.sym_index and q.addend == r.addend
-                          and q.type in (PPC["GOT16"], PPC["GOT16_DS"], PPC["GOT16_LO"], PPC["GOT16_LO_DS"])), None)
+            other = next(
+                (
+                    q
+                    for q in self.info.relocs
+                    if q.sym_index == r.sym_index
+                    and q.addend == r.addend
+                    and q.type in (PPC["GOT16"], PPC["GOT16_DS"], PPC["GOT16_LO"], PPC["GOT16_LO_DS"])
+                ),
+                None,
+            )
             if other is None:
                 raise osup.DecodeError("GOT16_HI without another GOT16 field for the same symbol")
             target = self.ppc_toc_address(other)
@@ -225,13 +366,24 @@ class Decoder:
         if not self.in_object(target):
             words = [self.mem.u32(target + 4 * k) for k in range(8)]
             if words[0] == 0xF8410018 and None not in words:  # our stub: std r2 ... lis/ori/sldi/oris/ori
-                return ((words[1] & 0xFFFF) << 48) | ((words[2] & 0xFFFF) << 32) | ((words[4] & 0xFFFF) << 16) | (words[5] & 0xFFFF)
+                return (
+                    ((words[1] & 0xFFFF) << 48)
+                    | ((words[2] & 0xFFFF) << 32)
+                    | ((words[4] & 0xFFFF) << 16)
+                    | (words[5] & 0xFFFF)
+                )
         return target
 
     def ppc_entry_toc(self, r: osup.Reloc) -> Optional[int]:
         """.TOC. as computed by a global entry's REL16_HA (at r) + REL16_LO (the next instruction)."""
-        lo = next((q for q in self.info.relocs if q.type == PPC["REL16_LO"] and q.section == r.section
-                   and q.offset == r.offset + 4 and q.sym == r.sym), None)
+        lo = next(
+            (
+                q
+                for q in self.info.relocs
+                if q.type == PPC["REL16_LO"] and q.section == r.section and q.offset == r.offset + 4 and q.sym == r.sym
+            ),
+            None,
+        )
         if lo is None:
             return None
         entry = self.at(r) - r.addend
@@ -268,7 +420,7 @@ def _indirect(arch: str, dec: Decoder, r: osup.Reloc) -> Optional[Tuple[str, Tup
         if r.type == LA["GOT_PC_HI20"]:
             return "via its GOT_PC_LO12 partners", ()
     else:
-        name = type_name(arch, r.type)[len("R_PPC64_"):]
+        name = type_name(arch, r.type)[len("R_PPC64_") :]
         if r.type == PPC["REL24"] and r.external:
             return "call target", (dec.ppc_branch(r),)
         if name in ("TOC16_HA", "GOT16_HA", "PLT16_HA"):
@@ -300,12 +452,22 @@ def symbol_sections(obj: bytes) -> Dict[int, Tuple[str, int]]:
     elf = ELFFile(io.BytesIO(obj))
     names = [sec.name for sec in elf.iter_sections()]
     symtab = elf.get_section_by_name(".symtab")
-    return {i: (names[s["st_shndx"]], s["st_value"]) for i, s in enumerate(symtab.iter_symbols())
-            if isinstance(s["st_shndx"], int) and 0 < s["st_shndx"] < len(names)}
+    return {
+        i: (names[s["st_shndx"]], s["st_value"])
+        for i, s in enumerate(symtab.iter_symbols())
+        if isinstance(s["st_shndx"], int) and 0 < s["st_shndx"] < len(names)
+    }
 
 
-def compare(info: osup.ObjectInfo, obj: bytes, sec_addr: Dict[str, int], ours: osup.Memory, theirs: osup.Memory,
-            theirs_symbols: Dict[str, int], ours_symbols: Dict[str, int]) -> Comparison:
+def compare(
+    info: osup.ObjectInfo,
+    obj: bytes,
+    sec_addr: Dict[str, int],
+    ours: osup.Memory,
+    theirs: osup.Memory,
+    theirs_symbols: Dict[str, int],
+    ours_symbols: Dict[str, int],
+) -> Comparison:
     arch = info.arch
     sym_at = symbol_sections(obj)
     decs = [Decoder(info, mem, sec_addr, 0, sym_at) for mem in (ours, theirs)]
@@ -333,18 +495,22 @@ def compare(info: osup.ObjectInfo, obj: bytes, sec_addr: Dict[str, int], ours: o
         if arch == "ppc64le" and r.type == PPC["REL24"] and r.external:
             after = ours.u32(sec_addr[r.section] + r.offset + 4)
             if after != PPC_TOC_RESTORE:
-                out.problems.append("ours: no TOC restore after the call at %s+0x%x (0x%08x)" % (r.section, r.offset, after or 0))
+                out.problems.append(
+                    "ours: no TOC restore after the call at %s+0x%x (0x%08x)" % (r.section, r.offset, after or 0)
+                )
     for name, (section, value) in sorted(info.defined.items()):
         want = sec_addr[section] + value
         if not name.startswith(".L") and (theirs_symbols.get(name) != want or ours_symbols.get(name) != want):
-            out.problems.append("%s: ours 0x%x, lld 0x%x, expected 0x%x" % (
-                name, ours_symbols.get(name) or 0, theirs_symbols.get(name) or 0, want))
+            out.problems.append(
+                "%s: ours 0x%x, lld 0x%x, expected 0x%x"
+                % (name, ours_symbols.get(name) or 0, theirs_symbols.get(name) or 0, want)
+            )
     for name, (size, nobits, _x) in info.sections.items():
         if nobits:
             continue
         keep = bytearray(b"\x01") * size
         for lo, hi in masks.get(name, []):
-            keep[max(lo, 0):min(hi, size)] = bytes(max(0, min(hi, size) - max(lo, 0)))
+            keep[max(lo, 0) : min(hi, size)] = bytes(max(0, min(hi, size) - max(lo, 0)))
         for label, mem in (("ours", ours), ("lld", theirs)):
             img = mem.read(sec_addr[name], size)
             if img is None:
@@ -352,6 +518,8 @@ def compare(info: osup.ObjectInfo, obj: bytes, sec_addr: Dict[str, int], ours: o
                 continue
             bad = [k for k in range(size) if keep[k] and img[k] != info.contents[name][k]]
             if bad:
-                out.problems.append("%s: %d byte(s) outside relocated fields changed in %s, first at +0x%x" % (
-                    label, len(bad), name, bad[0]))
+                out.problems.append(
+                    "%s: %d byte(s) outside relocated fields changed in %s, first at +0x%x"
+                    % (label, len(bad), name, bad[0])
+                )
     return out

@@ -6,7 +6,7 @@ and GOT16 without a partner, label differences). ``*_small`` externals are
 given a 16-bit address by the test (ppc64le's ADDR16 and ADDR16_DS need one).
 """
 
-RISCV64 = r'''__asm__(
+RISCV64 = r"""__asm__(
     ".pushsection .text.rv_a,\"ax\",@progbits\n"
     ".globl rv_asm\n"
     "rv_asm:\n"
@@ -44,10 +44,10 @@ RISCV64 = r'''__asm__(
     "  .word .Lrv_end - rv_asm\n"
     "  .half .Lrv_end - rv_asm\n"
     "  .byte .Lrv_end - rv_asm\n"
-    ".popsection\n");'''
+    ".popsection\n");"""
 
 #: GNU as only: clang 14 rejects ``sym-.@ha``.
-PPC64LE = r'''__asm__(
+PPC64LE = r"""__asm__(
     ".pushsection .text.pp_a,\"ax\",@progbits\n"
     ".globl pp_asm\n"
     "pp_asm:\n"
@@ -97,10 +97,10 @@ PPC64LE = r'''__asm__(
     "  .quad .TOC.@tocbase\n"
     "  .long pp_target - .\n"
     "  .long pp_small\n"
-    ".popsection\n");'''
+    ".popsection\n");"""
 
 #: zig cc with -mrelax (label differences across relaxable code become ADD/SUB pairs).
-LOONGARCH64 = r'''__asm__(
+LOONGARCH64 = r"""__asm__(
     ".pushsection .text.la_a,\"ax\",@progbits\n"
     ".globl la_asm\n"
     "la_asm:\n"
@@ -131,4 +131,4 @@ LOONGARCH64 = r'''__asm__(
     "  .word .Lla_end - la_asm\n"
     "  .half .Lla_end - la_asm\n"
     "  .byte .Lla_end - la_asm\n"
-    ".popsection\n");'''
+    ".popsection\n");"""

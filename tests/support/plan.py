@@ -15,9 +15,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
-from svod_min.devices.cpu.device import CpuBuffer, CpuDevice
-from svod_min.plan.execution_plan import ExecutionPlan, ExecutionPlanBuilder, PreparedCopy, PreparedCustomFunction, PreparedKernel, RuntimeVar
 from svod_min.cache.kernel_cache import CachedKernel
+from svod_min.devices.cpu.device import CpuBuffer, CpuDevice
+from svod_min.plan.execution_plan import (
+    ExecutionPlan,
+    ExecutionPlanBuilder,
+    PreparedCopy,
+    PreparedCustomFunction,
+    PreparedKernel,
+    RuntimeVar,
+)
 
 SLEEP = 0.03  # the 30 ms of morok's host-parallelism mocks
 
@@ -34,8 +41,14 @@ class RecordingLaunch:
     graphable = False
     timed = None
 
-    def __init__(self, program: "RecordingProgram", buffers: Sequence[Any], vals: Sequence[int],
-                 global_size: Optional[Sequence[int]], core_id_index: Optional[int]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        program: "RecordingProgram",
+        buffers: Sequence[Any],
+        vals: Sequence[int],
+        global_size: Optional[Sequence[int]],
+        core_id_index: Optional[int],
+    ) -> None:
         self.program, self.buffers, self.vals = program, list(buffers), list(vals)
         self.global_size, self.core_id_index = global_size, core_id_index
 
@@ -88,8 +101,15 @@ class RecordingProgram:
     def last_global_size(self) -> Optional[Tuple[int, ...]]:
         return self.calls[-1][1] if self.calls else None
 
-    def bind(self, buffers: Sequence[Any], vals: Sequence[int] = (), global_size: Optional[Sequence[int]] = None,
-             local_size: Any = None, core_id_index: Optional[int] = None, threads: Any = None) -> RecordingLaunch:  # fmt: skip
+    def bind(
+        self,
+        buffers: Sequence[Any],
+        vals: Sequence[int] = (),
+        global_size: Optional[Sequence[int]] = None,
+        local_size: Any = None,
+        core_id_index: Optional[int] = None,
+        threads: Any = None,
+    ) -> RecordingLaunch:
         return RecordingLaunch(self, buffers, vals, global_size, core_id_index)
 
     def execute(
@@ -214,13 +234,30 @@ def custom_op(op_id: int, kind: str, buffers: List[int], **kw: Any) -> PreparedC
     return PreparedCustomFunction(id=op_id, kind=kind, buffer_indices=buffers, **kw)
 
 
-def var_plan(dev: CpuDevice, prog: Any, *, var: str = "N", lo: int = 1, hi: int = 8, val: int = 1,
-             global_size: Any = (1, 1, 1), fixed: Any = None) -> ExecutionPlan:  # fmt: skip
+def var_plan(
+    dev: CpuDevice,
+    prog: Any,
+    *,
+    var: str = "N",
+    lo: int = 1,
+    hi: int = 8,
+    val: int = 1,
+    global_size: Any = (1, 1, 1),
+    fixed: Any = None,
+) -> ExecutionPlan:
     """One mock kernel taking variable ``var`` (bounds [lo, hi], value ``val``) and writing a 4-float buffer."""
     b = ExecutionPlanBuilder(dev)
     dst = b.add_buffer(8500, f32(dev, [0.0] * 4))
-    b.add_kernel(prepared(8500, mock_kernel(prog, var_names=[var], global_size=global_size), [dst], vals=[val],
-                          fixedvars=fixed, runtime_vars=[RuntimeVar(var, lo, hi)]))
+    b.add_kernel(
+        prepared(
+            8500,
+            mock_kernel(prog, var_names=[var], global_size=global_size),
+            [dst],
+            vals=[val],
+            fixedvars=fixed,
+            runtime_vars=[RuntimeVar(var, lo, hi)],
+        )
+    )
     b.set_output_buffer(dst)
     return b.build()
 

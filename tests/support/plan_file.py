@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import copy
 import struct
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 import svod_min.devices.transfer as transfer
 import svod_min.plan.execution_plan as execution_plan
+from support.paths import REPO as REPO_PATH
 from svod_min.devices.cpu.device import CpuDevice
 from svod_min.error import CompilationError
 from svod_min.planfile.load import load_plan
-from support.paths import REPO as REPO_PATH
-
 
 REPO = REPO_PATH
 
@@ -140,8 +138,11 @@ class Spy:
 
     def counters(self) -> List[int]:
         """Values of every int32[1] buffer allocated (the bump kernel's counter)."""
-        return [struct.unpack("<i", b.copyout())[0] for b in self.device.allocated
-                if b.dtype.name == "int32" and tuple(b.shape) == (1,)]
+        return [
+            struct.unpack("<i", b.copyout())[0]
+            for b in self.device.allocated
+            if b.dtype.name == "int32" and tuple(b.shape) == (1,)
+        ]
 
     def assert_nothing_ran(self) -> None:
         assert self.device.dispatches == 0, "a kernel was dispatched"
@@ -150,7 +151,9 @@ class Spy:
         assert all(c == 0 for c in self.counters()), "the counter kernel ran: %s" % self.counters()
 
 
-def rejected(spy: Spy, doc: Any, exc_type: type, message: str, base_dir: Optional[str] = None, **kw: Any) -> BaseException:
+def rejected(
+    spy: Spy, doc: Any, exc_type: type, message: str, base_dir: Optional[str] = None, **kw: Any
+) -> BaseException:
     with pytest.raises(exc_type) as info:
         load_plan(doc, device=spy.device, base_dir=base_dir, **kw)
     assert message in str(info.value), str(info.value)

@@ -85,16 +85,17 @@ def _same_target(a: tuple, b: tuple) -> bool:
 
 
 def _same_relocations(ours: tuple, theirs: tuple) -> bool:
-    return len(ours) == len(theirs) and all(
-        a[:2] == b[:2] and _same_target(a[2], b[2]) for a, b in zip(ours, theirs)
-    )
+    return len(ours) == len(theirs) and all(a[:2] == b[:2] and _same_target(a[2], b[2]) for a, b in zip(ours, theirs))
 
 
 def _function_places(obj: bytes) -> Dict[str, Tuple[int, int]]:
     """Name -> (section index, offset) of every function defined in ``obj``."""
     symtab = ELFFile(io.BytesIO(obj)).get_section_by_name(".symtab")
-    return {sym.name: (sym["st_shndx"], sym["st_value"]) for sym in symtab.iter_symbols()
-            if sym["st_info"]["type"] == "STT_FUNC" and isinstance(sym["st_shndx"], int)}  # fmt: skip
+    return {
+        sym.name: (sym["st_shndx"], sym["st_value"])
+        for sym in symtab.iter_symbols()
+        if sym["st_info"]["type"] == "STT_FUNC" and isinstance(sym["st_shndx"], int)
+    }
 
 
 def _local_calls_resolved(name: str, ours: Entity, theirs: Entity, places: Dict[str, Tuple[int, int]]) -> Entity:
@@ -107,9 +108,9 @@ def _local_calls_resolved(name: str, ours: Entity, theirs: Entity, places: Dict[
         callee = reached[1] if reached[0] == "in" else None
         if rtype in (2, 4) and callee in places and name in places and offset not in resolved_at:
             (caller_section, caller_at), (callee_section, callee_at) = places[name], places[callee]
-            displacement = int.from_bytes(theirs[4][offset:offset + 4], "little", signed=True)
+            displacement = int.from_bytes(theirs[4][offset : offset + 4], "little", signed=True)
             if caller_section == callee_section and caller_at + offset + 4 + displacement == callee_at + reached[2]:
-                body[offset:offset + 4] = theirs[4][offset:offset + 4]
+                body[offset : offset + 4] = theirs[4][offset : offset + 4]
                 continue
         kept.append((offset, rtype, reached))
     return ours[:4] + (bytes(body), tuple(kept))
@@ -121,7 +122,9 @@ def differences(piece: bytes, alone: bytes) -> List[str]:
     if ELFFile(io.BytesIO(piece))["e_machine"] == "EM_X86_64":
         places = _function_places(alone)
         ours = {n: _local_calls_resolved(n, e, theirs[n], places) if n in theirs else e for n, e in ours.items()}
-    out = ["%s: only in the %s object" % (n, "piece's" if n in ours else "alone") for n in sorted(set(ours) ^ set(theirs))]
+    out = [
+        "%s: only in the %s object" % (n, "piece's" if n in ours else "alone") for n in sorted(set(ours) ^ set(theirs))
+    ]
     for name in sorted(set(ours) & set(theirs)):
         fields = ("binding", "type", "section", "size", "bytes")
         differ = [f for f, a, b in zip(fields, ours[name], theirs[name]) if a != b]

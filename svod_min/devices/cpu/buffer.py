@@ -11,9 +11,20 @@ import mmap
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Sequence, Tuple
 
-from ...dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
+from ...dtypes import DType, DTypeLike, pack_values, unpack_values
+from ...dtypes import dtype as to_dtype
 from ...error import BufferAllocationError, NotSupportedError
-from ..common import check_index, dims_of, format_fits, loaded_numpy, nest, numpy_bytes, numpy_module, product, shape_for
+from ..common import (
+    check_index,
+    dims_of,
+    format_fits,
+    loaded_numpy,
+    nest,
+    numpy_bytes,
+    numpy_module,
+    product,
+    shape_for,
+)
 
 Shape = Tuple[int, ...]
 
@@ -76,14 +87,20 @@ class CpuBuffer:
         # Every buffer, views and hand-built ones alike, is a window its storage really has:
         # extents checks and kernels trust nbytes.
         if not isinstance(self.storage, CpuStorage) or not isinstance(self.dtype, DType):
-            raise BufferAllocationError("CpuBuffer takes a CpuStorage and a DType, got %s and %s"
-                                        % (type(self.storage).__name__, type(self.dtype).__name__))
+            raise BufferAllocationError(
+                "CpuBuffer takes a CpuStorage and a DType, got %s and %s"
+                % (type(self.storage).__name__, type(self.dtype).__name__)
+            )
         offset, nbytes = check_index(self.offset, "buffer offset"), check_index(self.nbytes, "buffer size")
         self.shape = dims_of(self.shape)
         if offset + nbytes > self.storage.capacity:
-            raise BufferAllocationError("buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity))
+            raise BufferAllocationError(
+                "buffer [%d, +%d) is outside its storage (%d bytes)" % (offset, nbytes, self.storage.capacity)
+            )
         if product(self.shape) * self.dtype.itemsize != nbytes:
-            raise BufferAllocationError("shape %s of %s does not span %d bytes" % (list(self.shape), self.dtype.name, nbytes))
+            raise BufferAllocationError(
+                "shape %s of %s does not span %d bytes" % (list(self.shape), self.dtype.name, nbytes)
+            )
         self.address = self.storage.address + self.offset
 
     def __len__(self) -> int:
@@ -139,11 +156,20 @@ class CpuBuffer:
         try:
             view = memoryview(dst)
         except TypeError as exc:
-            raise BufferAllocationError("copyout_into needs writable memory, got %s: %s" % (type(dst).__name__, exc)) from None
+            raise BufferAllocationError(
+                "copyout_into needs writable memory, got %s: %s" % (type(dst).__name__, exc)
+            ) from None
         if view.readonly or not view.c_contiguous or view.nbytes != self.nbytes:
-            raise BufferAllocationError("copyout_into: destination must be writable, C-contiguous and %d bytes; got %s%s, "
-                                        "%d bytes" % (self.nbytes, "read-only " if view.readonly else "",
-                                                      "contiguous" if view.c_contiguous else "strided", view.nbytes))  # fmt: skip
+            raise BufferAllocationError(
+                "copyout_into: destination must be writable, C-contiguous and %d bytes; got %s%s, "
+                "%d bytes"
+                % (
+                    self.nbytes,
+                    "read-only " if view.readonly else "",
+                    "contiguous" if view.c_contiguous else "strided",
+                    view.nbytes,
+                )
+            )
         if self.nbytes:
             view.cast("B")[:] = self.storage.mm[self.offset : self.offset + self.nbytes]
         return dst
@@ -184,7 +210,8 @@ class CpuBuffer:
             raise BufferAllocationError("cannot copy %s into a buffer: %s" % (type(data).__name__, exc)) from None
         if not format_fits(view.format, self.dtype):  # typed memory (array.array, numpy): same rule as arrays
             raise BufferAllocationError(
-                "memory of format %r does not hold %s elements (pass bytes, or convert first)" % (view.format, self.dtype.name)
+                "memory of format %r does not hold %s elements (pass bytes, or convert first)"
+                % (view.format, self.dtype.name)
             )
         if view.nbytes == 0:
             return b""

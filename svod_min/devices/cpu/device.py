@@ -20,15 +20,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...compiler.backend import CpuBackend
-from ..spec import DeviceSpec
-from ...dtypes import DTypeLike, dtype as to_dtype
+from ...dtypes import DTypeLike
+from ...dtypes import dtype as to_dtype
 from ...error import BufferAllocationError, ExecutionError, VariableBoundsError
 from ..base import C_SOURCE, LLVM_IR, MAPPED_OBJECT, OBJECT, RELEASE_EPOCH, ProgramSource, form_not_loaded
 from ..common import check_index, product, shape_for
+from ..spec import DeviceSpec
 from .buffer import CpuBuffer, CpuStorage
 from .dispatch import dispatch, mark_worker, on_worker, run_range
 
-if TYPE_CHECKING:  # imported where a pool is made: a one-thread device never makes one (~9 ms of a start, logging included)
+if (
+    TYPE_CHECKING
+):  # imported where a pool is made: a one-thread device never makes one (~9 ms of a start, logging included)
     import concurrent.futures
 
 
@@ -54,7 +57,8 @@ def _check_vals(names: Sequence[str], vals: Sequence[Any]) -> List[int]:
                 raise VariableBoundsError("variable %s=%r is not an integer" % (name, value)) from None
         if not INT32_MIN <= value <= INT32_MAX:
             raise VariableBoundsError(
-                "variable %s=%d does not fit the kernel's int32 parameter [%d, %d]" % (name, value, INT32_MIN, INT32_MAX)
+                "variable %s=%d does not fit the kernel's int32 parameter [%d, %d]"
+                % (name, value, INT32_MIN, INT32_MAX)
             )
         out.append(value)
     return out
@@ -102,7 +106,9 @@ class CpuProgram:
         """Relocate and map an ELF object, then wrap ``entry_point``."""
         from ...jit_loader import load_object  # on first load: a device that only allocates skips ~20 ms of imports
 
-        return cls(load_object(obj_bytes), entry_point, buf_count=buf_count, var_names=var_names, device=device, name=name)
+        return cls(
+            load_object(obj_bytes), entry_point, buf_count=buf_count, var_names=var_names, device=device, name=name
+        )
 
     @property
     def address(self) -> int:
@@ -196,14 +202,22 @@ class CpuProgram:
         return launch
 
     def _call_parts(
-        self, buffers: Sequence[BufferLike], vals: Sequence[Any], global_size: Optional[Sequence[int]],
-        core_id_index: Optional[int], threads: Optional[int],
+        self,
+        buffers: Sequence[BufferLike],
+        vals: Sequence[Any],
+        global_size: Optional[Sequence[int]],
+        core_id_index: Optional[int],
+        threads: Optional[int],
     ) -> Tuple[Callable[..., None], Sequence[Any]]:
         """``(fn, args)`` a launch calls: prebuilt ctypes arguments for one call (skips ctypes' per-call
         int conversion), a partial over the core-id range for several."""
         fn, args, pos, n = self._prepare(buffers, vals, global_size, core_id_index)
         if n > 1:
-            run = partial(run_range, fn, args, pos, 0, n) if threads == 1 else partial(self._dispatch, fn, args, pos, n, threads)
+            run = (
+                partial(run_range, fn, args, pos, 0, n)
+                if threads == 1
+                else partial(self._dispatch, fn, args, pos, n, threads)
+            )
             return run, ()
         nbuf = self.buf_count
         return fn, [ctypes.c_void_p(a) for a in args[:nbuf]] + [ctypes.c_int32(v) for v in args[nbuf:]]
@@ -240,8 +254,10 @@ class CpuProgram:
         try:
             nbuf, nval = len(buffers), len(vals)
         except TypeError:  # None, a bare buffer or number: say which argument, not "has no len()"
-            raise ExecutionError("%s takes a sequence of buffers and one of values, got %s and %s"
-                                 % (self.name, type(buffers).__name__, type(vals).__name__)) from None
+            raise ExecutionError(
+                "%s takes a sequence of buffers and one of values, got %s and %s"
+                % (self.name, type(buffers).__name__, type(vals).__name__)
+            ) from None
         if nbuf != self.buf_count:
             raise ExecutionError("%s takes %d buffers, got %d" % (self.name, self.buf_count, nbuf))
         if nval != len(self.var_names):
@@ -291,8 +307,9 @@ class CpuLaunch:
     #: No device timer: callers time the wall clock around a call.
     timed: ClassVar[Optional[Callable[[], float]]] = None
 
-    def __init__(self, program: CpuProgram, buffers: Sequence[BufferLike], core_id_index: Optional[int],
-                 threads: Optional[int]) -> None:  # fmt: skip
+    def __init__(
+        self, program: CpuProgram, buffers: Sequence[BufferLike], core_id_index: Optional[int], threads: Optional[int]
+    ) -> None:
         self.program = program
         self._buffers, self._core_id_index, self._threads = buffers, core_id_index, threads
         self._vals: Sequence[Any] = ()
@@ -300,7 +317,9 @@ class CpuLaunch:
 
     def __call__(self) -> None:
         if self.program._fn is None:
-            raise ExecutionError("program %s is closed: a callable bound before close() cannot run it" % self.program.name)
+            raise ExecutionError(
+                "program %s is closed: a callable bound before close() cannot run it" % self.program.name
+            )
         self._fn(*self._cargs)
 
     def set_vals(self, vals: Sequence[int], global_size: Optional[Sequence[int]] = None) -> None:
@@ -457,11 +476,18 @@ class CpuDevice:
         (compiled through the object cache, then mapped) -> a :class:`CpuProgram`."""
         form = source.form
         if form == OBJECT:
-            return self.load(source.code, source.entry, buf_count=source.buf_count, var_names=source.var_names,
-                             name=source.name)  # fmt: skip
+            return self.load(
+                source.code, source.entry, buf_count=source.buf_count, var_names=source.var_names, name=source.name
+            )
         if form == MAPPED_OBJECT:
-            return CpuProgram(source.code, source.entry, buf_count=source.buf_count, var_names=source.var_names,
-                              device=self, name=source.name)  # fmt: skip
+            return CpuProgram(
+                source.code,
+                source.entry,
+                buf_count=source.buf_count,
+                var_names=source.var_names,
+                device=self,
+                name=source.name,
+            )
         if form == C_SOURCE or form == LLVM_IR:
             from ...cache.kernel_cache import compile_cached  # on first compile (see from_object)
 
@@ -477,12 +503,18 @@ class CpuDevice:
         return compile_cached(source, kind=kind, extra_flags=tuple(extra_flags))
 
     def load(
-        self, obj_bytes: bytes, entry_point: str, *, buf_count: int, var_names: Sequence[str] = (),
+        self,
+        obj_bytes: bytes,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
         name: Optional[str] = None,
     ) -> CpuProgram:
         """Map an already compiled object and wrap ``entry_point`` (:meth:`load_program`'s OBJECT form)."""
-        return CpuProgram.from_object(obj_bytes, entry_point, buf_count=buf_count, var_names=var_names, device=self,
-                                      name=name)  # fmt: skip
+        return CpuProgram.from_object(
+            obj_bytes, entry_point, buf_count=buf_count, var_names=var_names, device=self, name=name
+        )
 
     def compile(
         self,

@@ -57,8 +57,15 @@ def run_claimed(fn: Callable[..., None], args: List[Any], pos: int, ids: Deque[i
         fn(*call_args)
 
 
-def dispatch(pool: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., None], args: List[Any], pos: int,
-             n: int, workers: int, name: str) -> None:  # fmt: skip
+def dispatch(
+    pool: concurrent.futures.ThreadPoolExecutor,
+    fn: Callable[..., None],
+    args: List[Any],
+    pos: int,
+    n: int,
+    workers: int,
+    name: str,
+) -> None:
     """Run core ids ``0..n-1`` on the caller and ``workers - 1`` pool threads; errors name kernel ``name``."""
     if workers <= 1 or on_worker():
         run_range(fn, args, pos, 0, n)

@@ -50,8 +50,15 @@ class CpuQueue:
 
     # --- recording ---
 
-    def exec(self, program: Any, buffers: Sequence[Any], vals: Sequence[int] = (), *,
-             global_size: Optional[Sequence[int]] = None, core_id_index: Optional[int] = None) -> "CpuQueue":  # fmt: skip
+    def exec(
+        self,
+        program: Any,
+        buffers: Sequence[Any],
+        vals: Sequence[int] = (),
+        *,
+        global_size: Optional[Sequence[int]] = None,
+        core_id_index: Optional[int] = None,
+    ) -> "CpuQueue":
         """Record a kernel launch: ``program`` is bound (validated) now and runs at submit."""
         try:
             launch = program.bind(buffers, vals, global_size=global_size, core_id_index=core_id_index)
@@ -78,7 +85,9 @@ class CpuQueue:
 
         def wait() -> None:
             if not signal.wait(value, timeout):
-                raise ExecutionError("CpuQueue: timed out after %gs waiting for timeline value %d" % (timeout or 0.0, value))
+                raise ExecutionError(
+                    "CpuQueue: timed out after %gs waiting for timeline value %d" % (timeout or 0.0, value)
+                )
 
         return self._record(wait)
 

@@ -35,8 +35,10 @@ def check_cubin_params(image: bytes, entry: str, buf_count: int, var_count: int)
     have = cubin_entry_params(image, entry)
     want = [8] * buf_count + [4] * var_count
     if have is not None and have != want:
-        raise PtxError("CUBIN kernel %s declares parameters of %s bytes; svod passes %d pointers then %d int32 "
-                       "(%s bytes)" % (entry, have, buf_count, var_count, want))  # fmt: skip
+        raise PtxError(
+            "CUBIN kernel %s declares parameters of %s bytes; svod passes %d pointers then %d int32 "
+            "(%s bytes)" % (entry, have, buf_count, var_count, want)
+        )
 
 
 def _section(data: bytes, wanted: str) -> Optional[bytes]:
@@ -49,10 +51,10 @@ def _section(data: bytes, wanted: str) -> Optional[bytes]:
     strtab = headers[names][4]
     for name_offset, _type, _flags, _addr, offset, size in headers:
         end = data.index(b"\0", strtab + name_offset)
-        if data[strtab + name_offset:end].decode("utf-8", "replace") == wanted:
+        if data[strtab + name_offset : end].decode("utf-8", "replace") == wanted:
             if offset + size > len(data):
                 return None
-            return data[offset:offset + size]
+            return data[offset : offset + size]
     return None
 
 
@@ -68,7 +70,7 @@ def _kparam_sizes(info: bytes) -> Optional[List[int]]:
             at += 4
         elif fmt == _SVAL:
             (length,) = struct.unpack_from("<H", info, at + 2)
-            payload = info[at + 4:at + 4 + length]
+            payload = info[at + 4 : at + 4 + length]
             if attr == _EIATTR_KPARAM_INFO and len(payload) == 12:
                 _index, ordinal, _offset, flags = struct.unpack("<IHHI", payload)
                 sizes[ordinal] = flags >> 18

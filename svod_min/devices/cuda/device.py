@@ -13,22 +13,28 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from ..spec import DeviceSpec
-from ...dtypes import DTypeLike, dtype as to_dtype
+from ...dtypes import DTypeLike
+from ...dtypes import dtype as to_dtype
 from ...error import CudaError, ExecutionError, LaunchConfigError, PtxError, ReleasedError
 from ...ordering import buffers_overlap
 from .. import common
 from ..base import CUBIN, CUDA_C, PTX, RELEASE_EPOCH, ProgramSource, form_not_loaded
+from ..spec import DeviceSpec
+from .cubin import check_cubin_params
 from .driver import FORK_EPOCH, HANDLE, finalize, thread_state
 from .enums import CU_STREAM_NON_BLOCKING, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-from .cubin import check_cubin_params
 from .graph import CudaGraphSlot, GraphCopy
 from .launch import check_block, check_grid
 from .memory import CudaBuffer, CudaEvent, CudaStorage, PinnedBlock, StagingPool, check_same_size, chunks
 from .nvrtc import compile_cuda
 from .program import CudaModule, CudaProgram
 from .ptx import (
-    check_entry_params, check_ptx_version, format_version, ptx_required_block, rewrite_ptx_version, validate_ptx,
+    check_entry_params,
+    check_ptx_version,
+    format_version,
+    ptx_required_block,
+    rewrite_ptx_version,
+    validate_ptx,
 )
 
 if TYPE_CHECKING:  # annotation only: concurrent.futures costs milliseconds at every registry probe
@@ -98,14 +104,19 @@ class CudaDevice:
         """
         if self.closed:
             self.check_open()
-        if force or getattr(thread_state, "device", None) is not self or getattr(thread_state, "epoch", -1) != FORK_EPOCH[0]:
+        if (
+            force
+            or getattr(thread_state, "device", None) is not self
+            or getattr(thread_state, "epoch", -1) != FORK_EPOCH[0]
+        ):
             self._make_current()
 
     def check_open(self) -> None:
         """Raise :class:`ReleasedError` after :meth:`close`, :class:`ForkedChildError` in a forked child."""
         if self.closed:
-            raise ReleasedError("%s was closed (CudaDevice.close()); get a new one with driver.device(%d)"
-                                % (self.spec, self.ordinal))  # fmt: skip
+            raise ReleasedError(
+                "%s was closed (CudaDevice.close()); get a new one with driver.device(%d)" % (self.spec, self.ordinal)
+            )
         self.driver.check_process()
 
     def _make_current(self) -> None:
@@ -215,7 +226,9 @@ class CudaDevice:
             raise ExecutionError("copy %s is %s, not a CUDA buffer" % (what, type(buf).__name__))
         buf.storage.check_live("copy %s" % what)
         if buf.device is not self:
-            raise ExecutionError("copy %s lives on %s, not on %s (use copy_from_peer)" % (what, buf.device.spec, self.spec))
+            raise ExecutionError(
+                "copy %s lives on %s, not on %s (use copy_from_peer)" % (what, buf.device.spec, self.spec)
+            )
 
     def _staged_copy(self, dst: CudaBuffer, src: CudaBuffer) -> None:
         """Overlapping views of one allocation: cuMemcpy is undefined there, so go through a temporary."""
@@ -306,9 +319,10 @@ class CudaDevice:
         after = validate_ptx(loaded).version
         if before == after:
             return exc
-        hint = ("PTX ISA %s was lowered to %s, the most this driver (CUDA %s) accepts, and the driver's JIT "
-                "refused it: compile with an NVRTC no newer than CUDA %s, or update the driver") % (
-            format_version(before), format_version(after), self.driver.version_string, self.driver.version_string)
+        hint = (
+            "PTX ISA %s was lowered to %s, the most this driver (CUDA %s) accepts, and the driver's JIT "
+            "refused it: compile with an NVRTC no newer than CUDA %s, or update the driver"
+        ) % (format_version(before), format_version(after), self.driver.version_string, self.driver.version_string)
         err = exc.with_log(exc.log)
         err.args = ("%s\n%s" % (hint, exc.args[0]),)
         return err
@@ -338,27 +352,46 @@ class CudaDevice:
         required = ptx_required_block(text, entry)
         block = check_block(local_size, self.limits, name or entry)
         if required is not None and block is not None and block != required:
-            raise LaunchConfigError("%s: local_size %s, but the PTX requires block %s (.reqntid)"
-                                    % (name or entry, list(block), list(required)))  # fmt: skip
+            raise LaunchConfigError(
+                "%s: local_size %s, but the PTX requires block %s (.reqntid)"
+                % (name or entry, list(block), list(required))
+            )
         try:
             mod = self.module(text, name=name or entry)
         except CudaError as exc:
             raise self._explain_lowering(exc, ptx, text) from None
         program = CudaProgram(
-            mod, entry, buf_count=buf_count, var_names=var_names, local_size=local_size or required, grid=grid,
-            shared_bytes=shared_bytes, name=name,
-        )  # fmt: skip
+            mod,
+            entry,
+            buf_count=buf_count,
+            var_names=var_names,
+            local_size=local_size or required,
+            grid=grid,
+            shared_bytes=shared_bytes,
+            name=name,
+        )
         program.required_block = required  # its default block too, when the caller gave none
         return program
 
-    def load_cubin(self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any) -> CudaProgram:
+    def load_cubin(
+        self, cubin: bytes, entry: str, buf_count: int, var_names: Sequence[str] = (), **kwargs: Any
+    ) -> CudaProgram:
         """Wrap ``entry`` of a CUBIN image: its parameter sizes are checked where the CUBIN records them
         (``.nv.info``; types are not recorded, see :mod:`.cubin`); the driver validates the rest."""
         check_cubin_params(bytes(cubin), entry, buf_count, len(var_names))
         mod = self.module(bytes(cubin), name=kwargs.pop("name", None) or entry)
         return CudaProgram(mod, entry, buf_count=buf_count, var_names=var_names, **kwargs)
 
-    def compile_cuda(self, source: str, entry: str, buf_count: int, var_names: Sequence[str] = (), *, options: Sequence[str] = (), **kwargs: Any) -> CudaProgram:
+    def compile_cuda(
+        self,
+        source: str,
+        entry: str,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        *,
+        options: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> CudaProgram:
         """CUDA C -> PTX via NVRTC (for this GPU's arch) -> :meth:`load_ptx` (``.version`` lowered if needed)."""
         ptx = compile_cuda(source, self.arch, options=options, name=entry + ".cu")
         return self.load_ptx(ptx, entry, buf_count, var_names, lower_version=True, **kwargs)
@@ -383,10 +416,19 @@ class CudaDevice:
     def load_signature(self, sig: Any, ptx: str) -> CudaProgram:
         """Load ``ptx`` for a library signature (a :class:`svod_min.kernels.CudaKernelSig`: entry, buffers,
         variables, grid and block) and wrap its entry; ``bind`` then checks buffer dtypes and sizes against it."""
-        return self.load_program(ProgramSource(
-            PTX, ptx, sig.entry, len(sig.buffers), sig.var_names, name="%s%s" % (sig.name, dict(sig.params)),
-            block=sig.block, grid=sig.grid, signature=sig,
-        ))  # fmt: skip
+        return self.load_program(
+            ProgramSource(
+                PTX,
+                ptx,
+                sig.entry,
+                len(sig.buffers),
+                sig.var_names,
+                name="%s%s" % (sig.name, dict(sig.params)),
+                block=sig.block,
+                grid=sig.grid,
+                signature=sig,
+            )
+        )
 
     # --- timing ---
 
@@ -434,5 +476,3 @@ class CudaDevice:
         self._ctx_finalizer()
         if getattr(thread_state, "device", None) is self:
             thread_state.device = None
-
-

@@ -55,28 +55,50 @@ class CUDA_KERNEL_NODE_PARAMS(ctypes.Structure):
 
     _fields_ = [
         ("func", _vp),
-        ("gridDimX", _uint), ("gridDimY", _uint), ("gridDimZ", _uint),
-        ("blockDimX", _uint), ("blockDimY", _uint), ("blockDimZ", _uint),
+        ("gridDimX", _uint),
+        ("gridDimY", _uint),
+        ("gridDimZ", _uint),
+        ("blockDimX", _uint),
+        ("blockDimY", _uint),
+        ("blockDimZ", _uint),
         ("sharedMemBytes", _uint),
         ("kernelParams", _P(_vp)),
         ("extra", _P(_vp)),
         ("kern", _vp),
         ("ctx", _vp),
-    ]  # fmt: skip
+    ]
 
 
 class CUDA_MEMCPY3D(ctypes.Structure):
     """``CUDA_MEMCPY3D`` (cuda.h): a graph memcpy node's parameters; svod_min fills only 1-D D2D copies."""
 
     _fields_ = [
-        ("srcXInBytes", _size), ("srcY", _size), ("srcZ", _size), ("srcLOD", _size),
-        ("srcMemoryType", _int), ("srcHost", _vp), ("srcDevice", CUdeviceptr), ("srcArray", _vp),
-        ("reserved0", _vp), ("srcPitch", _size), ("srcHeight", _size),
-        ("dstXInBytes", _size), ("dstY", _size), ("dstZ", _size), ("dstLOD", _size),
-        ("dstMemoryType", _int), ("dstHost", _vp), ("dstDevice", CUdeviceptr), ("dstArray", _vp),
-        ("reserved1", _vp), ("dstPitch", _size), ("dstHeight", _size),
-        ("WidthInBytes", _size), ("Height", _size), ("Depth", _size),
-    ]  # fmt: skip
+        ("srcXInBytes", _size),
+        ("srcY", _size),
+        ("srcZ", _size),
+        ("srcLOD", _size),
+        ("srcMemoryType", _int),
+        ("srcHost", _vp),
+        ("srcDevice", CUdeviceptr),
+        ("srcArray", _vp),
+        ("reserved0", _vp),
+        ("srcPitch", _size),
+        ("srcHeight", _size),
+        ("dstXInBytes", _size),
+        ("dstY", _size),
+        ("dstZ", _size),
+        ("dstLOD", _size),
+        ("dstMemoryType", _int),
+        ("dstHost", _vp),
+        ("dstDevice", CUdeviceptr),
+        ("dstArray", _vp),
+        ("reserved1", _vp),
+        ("dstPitch", _size),
+        ("dstHeight", _size),
+        ("WidthInBytes", _size),
+        ("Height", _size),
+        ("Depth", _size),
+    ]
 
 
 #: The most rows a graph copy node is split into; a copy that needs more stays an eager copy.
@@ -174,8 +196,9 @@ DRIVER_API: Tuple[Prototype, ...] = (
     _api("cuEventRecord", (HANDLE, HANDLE)),
     _api("cuEventQuery", (HANDLE,)),
     _api("cuEventSynchronize", (HANDLE,)),
-    _api("cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE),
-         "cuEventElapsedTime_v2", "cuEventElapsedTime"),  # the v2 is what cuda.h calls since 12.8; v1 for older drivers
+    _api(
+        "cuEventElapsedTime", (_P(ctypes.c_float), HANDLE, HANDLE), "cuEventElapsedTime_v2", "cuEventElapsedTime"
+    ),  # the v2 is what cuda.h calls since 12.8; v1 for older drivers
     _api("cuEventDestroy", (HANDLE,), "cuEventDestroy_v2"),
     # modules and launches
     _api("cuModuleLoadDataEx", (_P(HANDLE), _vp, _uint, _P(_int), _P(_vp))),
@@ -188,13 +211,21 @@ DRIVER_API: Tuple[Prototype, ...] = (
     _api("cuStreamBeginCapture", (HANDLE, _int), "cuStreamBeginCapture_v2"),
     _api("cuStreamEndCapture", (HANDLE, _P(HANDLE))),
     _api("cuGraphCreate", (_P(HANDLE), _uint)),
-    _api("cuGraphAddKernelNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS)),
-         "cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"),  # v1 for pre-12 drivers (the struct's v1 prefix)
+    _api(
+        "cuGraphAddKernelNode",
+        (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_KERNEL_NODE_PARAMS)),
+        "cuGraphAddKernelNode_v2",
+        "cuGraphAddKernelNode",
+    ),  # v1 for pre-12 drivers (the struct's v1 prefix)
     _api("cuGraphAddMemcpyNode", (_P(HANDLE), HANDLE, _P(HANDLE), _size, _P(CUDA_MEMCPY3D), HANDLE)),
     _api("cuGraphInstantiateWithFlags", (_P(HANDLE), HANDLE, _u64)),
     _api("cuGraphLaunch", (HANDLE, HANDLE)),
-    _api("cuGraphExecKernelNodeSetParams", (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS)),
-         "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"),
+    _api(
+        "cuGraphExecKernelNodeSetParams",
+        (HANDLE, HANDLE, _P(CUDA_KERNEL_NODE_PARAMS)),
+        "cuGraphExecKernelNodeSetParams_v2",
+        "cuGraphExecKernelNodeSetParams",
+    ),
     _api("cuGraphExecDestroy", (HANDLE,)),
     _api("cuGraphDestroy", (HANDLE,)),
 )
@@ -202,7 +233,6 @@ DRIVER_API: Tuple[Prototype, ...] = (
 #: ``(exported symbol, argtypes)`` for every symbol the binding may bind (tests/devices/cuda/test_cuda_abi.py checks each
 #: against cuda.h's declaration).
 PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = tuple((sym, p.argtypes) for p in DRIVER_API for sym in p.symbols)
-
 
 
 def _lookup_table() -> Dict[str, Prototype]:

@@ -28,8 +28,10 @@ class GraphCopy:
         check_same_size(src.nbytes, dst.nbytes, "copy")
         self.device, self.dst, self.src = device, dst, src  # the buffers stay alive with the graph
         if copy_rows(src.nbytes, device.info.max_pitch) is None:
-            raise ExecutionError("a %d-byte copy has no rows within the pitch limit %d; copy it eagerly"
-                                 % (src.nbytes, device.info.max_pitch))  # fmt: skip
+            raise ExecutionError(
+                "a %d-byte copy has no rows within the pitch limit %d; copy it eagerly"
+                % (src.nbytes, device.info.max_pitch)
+            )
 
     def __repr__(self) -> str:
         return "<GraphCopy %d B on %s>" % (self.src.nbytes, self.device.spec)
@@ -94,12 +96,20 @@ class CudaGraph:
             node, dep_array = HANDLE(), handle_array([nodes[d] for d in deps])
             if isinstance(bound, GraphCopy):
                 params = bound.memcpy_params()
-                self.device.lib.call("cuGraphAddMemcpyNode", ctypes.byref(node), self.graph, dep_array, len(deps),
-                                     ctypes.byref(params), self.device.context)  # fmt: skip
+                self.device.lib.call(
+                    "cuGraphAddMemcpyNode",
+                    ctypes.byref(node),
+                    self.graph,
+                    dep_array,
+                    len(deps),
+                    ctypes.byref(params),
+                    self.device.context,
+                )
             else:
                 params = bound.node_params()
-                self.device.lib.call("cuGraphAddKernelNode", ctypes.byref(node), self.graph, dep_array, len(deps),
-                                     ctypes.byref(params))  # fmt: skip
+                self.device.lib.call(
+                    "cuGraphAddKernelNode", ctypes.byref(node), self.graph, dep_array, len(deps), ctypes.byref(params)
+                )
             nodes.append(node)
         return nodes
 
@@ -125,8 +135,9 @@ class CudaGraph:
             params = bound.node_params()
             try:
                 for i in self._where[id(bound)]:
-                    self.device.lib.call("cuGraphExecKernelNodeSetParams", self.exec, self.nodes[i],
-                                         ctypes.byref(params))  # fmt: skip
+                    self.device.lib.call(
+                        "cuGraphExecKernelNodeSetParams", self.exec, self.nodes[i], ctypes.byref(params)
+                    )
                     self.patched += 1
             except BaseException:
                 self.dirty.add(bound)  # still stale: the next launch tries again
@@ -153,7 +164,9 @@ def graph_dependencies(dependencies: Any, count: int) -> List[List[int]]:
         return [[i - 1] if i else [] for i in range(count)]
     lists = as_sequence(dependencies, "dependencies", "CudaGraph")
     if len(lists) != count:
-        raise ExecutionError("CudaGraph: dependencies has %d entries for %d nodes (one list per node)" % (len(lists), count))
+        raise ExecutionError(
+            "CudaGraph: dependencies has %d entries for %d nodes (one list per node)" % (len(lists), count)
+        )
     out = []
     for i, deps in enumerate(lists):
         deps = as_sequence(deps, "dependencies[%d]" % i, "CudaGraph")
@@ -183,7 +196,11 @@ class CudaGraphSlot:
         fits no rows within the device's pitch limit (:func:`~.driver.copy_rows`).
         """
         device = self.device
-        if not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer)) or dst.device is not device or src.device is not device:
+        if (
+            not (isinstance(dst, CudaBuffer) and isinstance(src, CudaBuffer))
+            or dst.device is not device
+            or src.device is not device
+        ):
             return None
         if buffers_overlap(dst, src) or copy_rows(src.nbytes, device.info.max_pitch) is None:
             return None  # the eager copy (cuMemcpyDtoDAsync) has no pitch limit

@@ -53,7 +53,9 @@ def as_sequence(value: Any, what: str, owner: str) -> List[Any]:
     try:
         return list(value)
     except TypeError:  # e.g. a 0-d numpy array
-        raise ExecutionError("%s: %s must be a sequence, got %s %r" % (owner, what, type(value).__name__, value)) from None
+        raise ExecutionError(
+            "%s: %s must be a sequence, got %s %r" % (owner, what, type(value).__name__, value)
+        ) from None
 
 
 # --- kernel arguments -----------------------------------------------------------------------------
@@ -91,9 +93,12 @@ class ArgBlob:
         base = ctypes.addressof(self.buffer)
         self._size_t = ctypes.c_size_t(self.size)
         self.extra = (ctypes.c_void_p * 5)(
-            CU_LAUNCH_PARAM_BUFFER_POINTER, base, CU_LAUNCH_PARAM_BUFFER_SIZE,
-            ctypes.addressof(self._size_t), CU_LAUNCH_PARAM_END,
-        )  # fmt: skip
+            CU_LAUNCH_PARAM_BUFFER_POINTER,
+            base,
+            CU_LAUNCH_PARAM_BUFFER_SIZE,
+            ctypes.addressof(self._size_t),
+            CU_LAUNCH_PARAM_END,
+        )
         self.kernel_params = (ctypes.c_void_p * max(1, len(self.layout)))(*[base + s.offset for s in self.layout])
         for i, value in enumerate(pointers):
             self.set_ptr(i, value)
@@ -197,7 +202,9 @@ def _dims3(value: Any, what: str) -> Dims3:
         except ArgumentRangeError as exc:
             raise LaunchConfigError(str(exc)) from None
         if number < 1:
-            raise LaunchConfigError("%s[%d]=%d: every launch dimension must be a positive integer" % (what, axis, number))
+            raise LaunchConfigError(
+                "%s[%d]=%d: every launch dimension must be a positive integer" % (what, axis, number)
+            )
         dims.append(number)
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
@@ -252,8 +259,10 @@ def check_shared_bytes(shared_bytes: Any, limits: Optional[LaunchLimits] = None,
     number = as_int(shared_bytes, "shared_bytes")
     room = lim.shared_ceiling - static_bytes
     if not 0 <= number <= room:
-        raise LaunchConfigError("shared_bytes=%d is outside [0, %d] (%d bytes per block, %d of them static in the kernel)"
-                                % (number, room, lim.shared_ceiling, static_bytes))  # fmt: skip
+        raise LaunchConfigError(
+            "shared_bytes=%d is outside [0, %d] (%d bytes per block, %d of them static in the kernel)"
+            % (number, room, lim.shared_ceiling, static_bytes)
+        )
     return number
 
 
@@ -279,7 +288,9 @@ def check_grid(grid: Any, var_names: Sequence[str], owner: str) -> Optional[Tupl
         except ArgumentRangeError as exc:
             raise LaunchConfigError("%s: %s (an int or a size expression)" % (owner, exc)) from None
         if number < 1:
-            raise LaunchConfigError("%s: grid[%d]=%d: every launch dimension must be a positive integer" % (owner, axis, number))
+            raise LaunchConfigError(
+                "%s: grid[%d]=%d: every launch dimension must be a positive integer" % (owner, axis, number)
+            )
         out.append(number)
     return tuple(out)
 

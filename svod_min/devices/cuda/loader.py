@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..spec import DeviceSpec
 from ...error import CudaError, ForkedChildError, InvalidDeviceError, NotSupportedError, UnsupportedDeviceError
+from ..spec import DeviceSpec
 from . import enums
 from .device import CudaDevice
-from .driver import CUdevice, CudaLibrary
+from .driver import CudaLibrary, CUdevice
 from .launch import LaunchLimits
 from .nvrtc import find_nvrtc, load_nvrtc
 from .ptx import driver_version_tuple, format_version, select_ptx_version
@@ -103,7 +103,9 @@ class CudaDriver:
         capability = (attr(enums.ATTR_COMPUTE_CAPABILITY_MAJOR), attr(enums.ATTR_COMPUTE_CAPABILITY_MINOR))
         text = name.value.decode("utf-8", "replace")
         pitch = self._optional_attribute(handle, enums.ATTR_MAX_PITCH) or 2**31 - 1
-        return CudaDeviceInfo(ordinal, text, capability, memory.value, attr(enums.ATTR_MULTIPROCESSOR_COUNT), limits, pitch)
+        return CudaDeviceInfo(
+            ordinal, text, capability, memory.value, attr(enums.ATTR_MULTIPROCESSOR_COUNT), limits, pitch
+        )
 
     def device_handle(self, ordinal: int) -> int:
         handle = CUdevice()
@@ -226,7 +228,10 @@ def register_cuda(registry: Any, path: Optional[str] = None) -> bool:
             return False
         if driver.device_count < 1:
             with _drivers_lock:
-                _reasons[_library_path(path)] = "%s loaded (driver %s) but reports no CUDA device" % (driver.path, driver.version_string)
+                _reasons[_library_path(path)] = "%s loaded (driver %s) but reports no CUDA device" % (
+                    driver.path,
+                    driver.version_string,
+                )
             return False
         registry.register_factory("CUDA", partial(_cuda_factory, driver))
         return True
@@ -262,7 +267,9 @@ def _nvrtc_line(driver_path: Optional[str]) -> str:
     driver = load_driver(driver_path)
     if driver is not None and version > driver_version_tuple(driver.version):
         line += " (newer than the driver, CUDA %s: its PTX is lowered to ISA %s on load)" % (
-            driver.version_string, driver.max_ptx_version)
+            driver.version_string,
+            driver.max_ptx_version,
+        )
     return line
 
 
@@ -270,10 +277,14 @@ def _driver_lines(path: Optional[str]) -> List[str]:
     driver = load_driver(path)
     if driver is None:
         return ["cuda: not available (%s)" % (driver_unavailable_reason(path) or NO_DRIVER_REASON)]
-    lines = ["cuda: driver %s via %s, PTX ISA up to %s, %d device(s)" % (
-        driver.version_string, driver.path, driver.max_ptx_version, driver.device_count)]
+    lines = [
+        "cuda: driver %s via %s, PTX ISA up to %s, %d device(s)"
+        % (driver.version_string, driver.path, driver.max_ptx_version, driver.device_count)
+    ]
     for ordinal in range(driver.device_count):
         info = driver.device_info(ordinal)
-        lines.append("cuda: CUDA:%d %s, %s, %.1f GiB, %d SMs" % (
-            ordinal, info.name, info.arch, info.total_memory / 2**30, info.multiprocessors))
+        lines.append(
+            "cuda: CUDA:%d %s, %s, %.1f GiB, %d SMs"
+            % (ordinal, info.name, info.arch, info.total_memory / 2**30, info.multiprocessors)
+        )
     return lines

@@ -14,7 +14,8 @@ import os
 import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
-from ...dtypes import DType, DTypeLike, dtype as to_dtype, pack_values, unpack_values
+from ...dtypes import DType, DTypeLike, pack_values, unpack_values
+from ...dtypes import dtype as to_dtype
 from ...error import BufferAllocationError, CudaError, FreedBufferError, InvalidDeviceError, NotSupportedError
 from .. import common
 from ..base import RELEASE_EPOCH
@@ -39,7 +40,12 @@ class CudaStorage:
         self._finalizer = device_finalize(self, device, "cuMemFree", self.address)
 
     def __repr__(self) -> str:
-        return "<CudaStorage %s 0x%x+%d%s>" % (self.device.spec, self.address, self.capacity, " freed" if self.freed else "")
+        return "<CudaStorage %s 0x%x+%d%s>" % (
+            self.device.spec,
+            self.address,
+            self.capacity,
+            " freed" if self.freed else "",
+        )
 
     def free(self) -> None:
         """Free now; buffers over this storage are refused afterwards (:class:`FreedBufferError`)."""
@@ -54,8 +60,10 @@ class CudaStorage:
     def check_live(self, what: str = "buffer") -> None:
         """Raise :class:`FreedBufferError` (or :class:`ReleasedError` for a closed device) instead of using freed memory."""
         if self.freed:
-            raise FreedBufferError("%s at 0x%x on %s was freed (CudaStorage.free()); it cannot be used any more"
-                                   % (what, self.address, self.device.spec))  # fmt: skip
+            raise FreedBufferError(
+                "%s at 0x%x on %s was freed (CudaStorage.free()); it cannot be used any more"
+                % (what, self.address, self.device.spec)
+            )
         self.device.check_open()
 
 
@@ -75,7 +83,13 @@ class CudaBuffer:
         return self.nbytes // self.dtype.itemsize
 
     def __repr__(self) -> str:
-        return "<CudaBuffer %s %s%s %d B @0x%x>" % (self.device.spec, self.dtype.name, list(self.shape), self.nbytes, self.address)
+        return "<CudaBuffer %s %s%s %d B @0x%x>" % (
+            self.device.spec,
+            self.dtype.name,
+            list(self.shape),
+            self.nbytes,
+            self.address,
+        )
 
     @property
     def size(self) -> int:
@@ -85,7 +99,9 @@ class CudaBuffer:
         """``(start, end)`` byte offsets inside :attr:`storage`, for hazard checks."""
         return self.offset, self.offset + self.nbytes
 
-    def view(self, byte_offset: int, nbytes: int, dtype: Optional[DTypeLike] = None, shape: Optional[Sequence[int]] = None) -> "CudaBuffer":
+    def view(
+        self, byte_offset: int, nbytes: int, dtype: Optional[DTypeLike] = None, shape: Optional[Sequence[int]] = None
+    ) -> "CudaBuffer":
         """A buffer sharing this storage, ``nbytes`` long at ``byte_offset`` into this one."""
         self.storage.check_live()
         dt = self.dtype if dtype is None else to_dtype(dtype)
@@ -135,7 +151,9 @@ class CudaBuffer:
         if np is None:
             raise NotSupportedError("numpy is not installed; use copyout() or tolist()")
         if self.dtype.numpy_name is None:
-            raise NotSupportedError("%s has no numpy dtype; use view(..., dtype='uint16') for its raw bits" % self.dtype.name)
+            raise NotSupportedError(
+                "%s has no numpy dtype; use view(..., dtype='uint16') for its raw bits" % self.dtype.name
+            )
         out = np.empty(self.shape, dtype=self.dtype.numpy_name)
         return self.copyout_into(out)
 
@@ -297,8 +315,9 @@ class StagingPool:
     can be slower than the GPU's DMA (ctypes.memmove releases the GIL).
     """
 
-    def __init__(self, device: Any, chunk: int = 8 << 20, direct_max: int = 256 << 10,
-                 threads: Optional[int] = None) -> None:  # fmt: skip
+    def __init__(
+        self, device: Any, chunk: int = 8 << 20, direct_max: int = 256 << 10, threads: Optional[int] = None
+    ) -> None:
         self.device, self.chunk, self.direct_max = device, chunk, direct_max
         self.threads = _copy_threads() if threads is None else max(1, int(threads))
         self._blocks: List[PinnedBlock] = []

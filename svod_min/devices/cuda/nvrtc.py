@@ -103,19 +103,28 @@ class Nvrtc:
     def check(self, what: str, code: int) -> None:
         if code != NVRTC_SUCCESS:
             text = self._dll.nvrtcGetErrorString(code) or b"unknown"
-            raise CompilationError("%s failed: %s (%d)" % (what, text.decode("utf-8", "replace"), code), compiler="nvrtc")
+            raise CompilationError(
+                "%s failed: %s (%d)" % (what, text.decode("utf-8", "replace"), code), compiler="nvrtc"
+            )
 
     def compile(self, source: str, options: Sequence[str], name: str) -> str:
         """CUDA C -> PTX text; CompilationError carries NVRTC's log."""
         prog = ctypes.c_void_p()
         lib = self._dll
-        self.check("nvrtcCreateProgram", lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None))
+        self.check(
+            "nvrtcCreateProgram",
+            lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+        )
         try:
             opts = (ctypes.c_char_p * max(1, len(options)))(*[o.encode() for o in options])
             code = lib.nvrtcCompileProgram(prog, len(options), opts)
             log = self._log(prog)
             if code != NVRTC_SUCCESS:
-                raise CompilationError("NVRTC could not compile %s (%d)" % (name, code), diagnostics=log, compiler="nvrtc %d.%d" % self.version)
+                raise CompilationError(
+                    "NVRTC could not compile %s (%d)" % (name, code),
+                    diagnostics=log,
+                    compiler="nvrtc %d.%d" % self.version,
+                )
             size = ctypes.c_size_t()
             self.check("nvrtcGetPTXSize", lib.nvrtcGetPTXSize(prog, ctypes.byref(size)))
             buf = ctypes.create_string_buffer(size.value)

@@ -19,17 +19,38 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ... import expr as size_expr
 from ...dtypes import dtype as to_dtype
 from ...error import (
-    BufferAllocationError, CudaError, CudaSymbolError, ExecutionError, KernelVariableError, LaunchConfigError,
-    ReleasedError, SvodError,
+    BufferAllocationError,
+    CudaError,
+    CudaSymbolError,
+    ExecutionError,
+    KernelVariableError,
+    LaunchConfigError,
+    ReleasedError,
+    SvodError,
 )
 from ..base import RELEASE_EPOCH
 from .driver import CUDA_KERNEL_NODE_PARAMS, HANDLE, device_finalize
 from .enums import (
-    CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-    CU_JIT_LOG_VERBOSE, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, FUNC_ATTR_MAX_THREADS_PER_BLOCK, FUNC_ATTR_SHARED_SIZE_BYTES,
+    CU_JIT_ERROR_LOG_BUFFER,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    CU_JIT_INFO_LOG_BUFFER,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    CU_JIT_LOG_VERBOSE,
+    FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    FUNC_ATTR_MAX_THREADS_PER_BLOCK,
+    FUNC_ATTR_SHARED_SIZE_BYTES,
 )
 from .launch import (
-    ArgBlob, Dims3, as_int, as_sequence, check_block, check_grid, check_shared_bytes, grid_dim, int32_arg, launch_dims,
+    ArgBlob,
+    Dims3,
+    as_int,
+    as_sequence,
+    check_block,
+    check_grid,
+    check_shared_bytes,
+    grid_dim,
+    int32_arg,
+    launch_dims,
 )
 from .memory import CudaBuffer
 from .ptx import ptx_entries
@@ -42,7 +63,9 @@ class CudaModule:
 
     def __init__(self, device: Any, image: bytes, *, name: str = "module") -> None:
         self.device, self.name = device, name
-        self.kind = "cubin" if image.startswith(b"\x7fELF") else "fatbin" if image.startswith(b"\x50\xed\x55\xba") else "ptx"
+        self.kind = (
+            "cubin" if image.startswith(b"\x7fELF") else "fatbin" if image.startswith(b"\x50\xed\x55\xba") else "ptx"
+        )
         self.info_log = ""
         self.text = image.decode("utf-8", "replace") if self.kind == "ptx" else ""
         self.handle = self._load(image + (b"\0" if self.kind == "ptx" else b""))
@@ -58,9 +81,12 @@ class CudaModule:
     def _load(self, image: bytes) -> HANDLE:
         errors, infos = ctypes.create_string_buffer(_LOG_BYTES), ctypes.create_string_buffer(_LOG_BYTES)
         options = (ctypes.c_int * 5)(
-            CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-            CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE,
-        )  # fmt: skip
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_LOG_VERBOSE,
+        )
         values = (ctypes.c_void_p * 5)(ctypes.addressof(errors), _LOG_BYTES, ctypes.addressof(infos), _LOG_BYTES, 1)
         handle, data = HANDLE(), ctypes.create_string_buffer(image, len(image))
         self.device.activate()
@@ -69,7 +95,12 @@ class CudaModule:
         except CudaError as exc:
             log = "\n".join(t for t in (_log_text(errors), _log_text(infos)) if t)
             what = "loading %s module %r on %s (%s, driver %s)" % (
-                self.kind.upper(), self.name, self.device.spec, self.device.arch, self.device.driver.version_string)
+                self.kind.upper(),
+                self.name,
+                self.device.spec,
+                self.device.arch,
+                self.device.driver.version_string,
+            )
             raise exc.with_log(log, what) from None
         self.info_log = _log_text(infos)
         return handle
@@ -85,15 +116,18 @@ class CudaModule:
                 self.device.lib.call("cuModuleGetFunction", ctypes.byref(fn), self.handle, entry.encode())
             except CudaError as exc:
                 entries = ", ".join(ptx_entries(self.text)) or "?"
-                raise exc.with_log("", "kernel %r not in module %r (entries: %s)" % (entry, self.name, entries)) from None
+                raise exc.with_log(
+                    "", "kernel %r not in module %r (entries: %s)" % (entry, self.name, entries)
+                ) from None
             self._functions[entry] = fn
         return fn
 
     def check_loaded(self) -> None:
         """Raise :class:`ReleasedError` after :meth:`unload` (or the device's close())."""
         if self.unloaded:
-            raise ReleasedError("module %r on %s was unloaded (CudaModule.unload()); load it again"
-                                % (self.name, self.device.spec))  # fmt: skip
+            raise ReleasedError(
+                "module %r on %s was unloaded (CudaModule.unload()); load it again" % (self.name, self.device.spec)
+            )
         self.device.check_open()
 
     def allow_dynamic_shared(self, entry: str, function: HANDLE, number: int, default: int) -> None:
@@ -146,9 +180,18 @@ class CudaProgram:
     #: No C entry for the native (CPU) runner: GPU launches go through the driver.
     native_address: Optional[int] = None
 
-    def __init__(self, module: CudaModule, entry_point: str, *, buf_count: int, var_names: Sequence[str] = (),
-                 local_size: Optional[Sequence[int]] = None, grid: Optional[Sequence[Any]] = None, shared_bytes: int = 0,
-                 name: Optional[str] = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        module: CudaModule,
+        entry_point: str,
+        *,
+        buf_count: int,
+        var_names: Sequence[str] = (),
+        local_size: Optional[Sequence[int]] = None,
+        grid: Optional[Sequence[Any]] = None,
+        shared_bytes: int = 0,
+        name: Optional[str] = None,
+    ) -> None:
         if not isinstance(buf_count, int) or buf_count < 0:
             raise ExecutionError("buf_count must be a non-negative int, got %r" % (buf_count,))
         self.module, self.device = module, module.device
@@ -165,7 +208,12 @@ class CudaProgram:
         self.shared_bytes = self._shared(shared_bytes)
 
     def __repr__(self) -> str:
-        return "<CudaProgram %s on %s bufs=%d vars=%s>" % (self.name, self.device.spec, self.buf_count, list(self.var_names))
+        return "<CudaProgram %s on %s bufs=%d vars=%s>" % (
+            self.name,
+            self.device.spec,
+            self.buf_count,
+            list(self.var_names),
+        )
 
     def _shared(self, shared_bytes: Any) -> int:
         """Validated dynamic shared bytes; above the default 48 KiB block the kernel's function opts in."""
@@ -196,11 +244,16 @@ class CudaProgram:
         if isinstance(buf, CudaBuffer):
             buf.storage.check_live("%s: buffer %d" % (self.name, index))
             if buf.device is not self.device:
-                raise ExecutionError("%s: buffer %d lives on %s, the kernel on %s" % (self.name, index, buf.device.spec, self.device.spec))
+                raise ExecutionError(
+                    "%s: buffer %d lives on %s, the kernel on %s"
+                    % (self.name, index, buf.device.spec, self.device.spec)
+                )
             _check_aligned(self.name, index, buf, buf.dtype.itemsize)
             return buf.address
         where = getattr(getattr(buf, "device", None), "spec", None) or type(buf).__name__
-        raise ExecutionError("%s: buffer %d is not a CUDA buffer (%s); copy it to %s first" % (self.name, index, where, self.device.spec))
+        raise ExecutionError(
+            "%s: buffer %d is not a CUDA buffer (%s); copy it to %s first" % (self.name, index, where, self.device.spec)
+        )
 
     def _check_against_signature(self, buffers: Sequence[Any], vals: Sequence[Any]) -> None:
         """A library kernel never runs on a buffer of the wrong dtype or too few elements (raw pointers: unchecked)."""
@@ -208,25 +261,32 @@ class CudaProgram:
         env = {name: as_int(v, "variable") for name, v in zip(self.var_names, vals)}
         for var in sig.vars:
             if env[var.name] < var.min:
-                raise KernelVariableError("%s: %s=%d is below its minimum %d" % (self.name, var.name, env[var.name], var.min))
+                raise KernelVariableError(
+                    "%s: %s=%d is below its minimum %d" % (self.name, var.name, env[var.name], var.min)
+                )
         for arg, buf in zip(sig.buffers, buffers):
             if not isinstance(buf, CudaBuffer):
                 continue
             if buf.dtype.name != arg.dtype and buf.dtype.name != "uint8":  # uint8: raw bytes, size checked below
-                raise ExecutionError("%s: buffer %r is %s, the kernel takes %s" % (self.name, arg.name, buf.dtype.name, arg.dtype))
+                raise ExecutionError(
+                    "%s: buffer %r is %s, the kernel takes %s" % (self.name, arg.name, buf.dtype.name, arg.dtype)
+                )
             if to_dtype(arg.dtype).itemsize > buf.dtype.itemsize:  # raw bytes: _pointer checked only 1-byte alignment
                 _check_aligned(self.name, arg.name, buf, to_dtype(arg.dtype).itemsize)
             count = size_expr.evaluate(arg.count, env) if arg.count is not None else 0
             need = count * to_dtype(arg.dtype).itemsize
             if buf.nbytes < need:
-                raise BufferAllocationError("%s: buffer %r holds %d bytes, it needs %s = %d elements (%d bytes): refusing to launch"
-                                            % (self.name, arg.name, buf.nbytes, arg.count, count, need))  # fmt: skip
+                raise BufferAllocationError(
+                    "%s: buffer %r holds %d bytes, it needs %s = %d elements (%d bytes): refusing to launch"
+                    % (self.name, arg.name, buf.nbytes, arg.count, count, need)
+                )
 
     def _check_vals(self, vals: Sequence[Any]) -> List[Any]:
         vals = as_sequence(vals, "vals (the variables %s)" % list(self.var_names), self.name)
         if len(vals) != len(self.var_names):
             raise ExecutionError(
-                "%s takes %d variables %s, got %d values" % (self.name, len(self.var_names), list(self.var_names), len(vals))
+                "%s takes %d variables %s, got %d values"
+                % (self.name, len(self.var_names), list(self.var_names), len(vals))
             )
         return vals
 
@@ -237,8 +297,9 @@ class CudaProgram:
     def check_usable(self) -> None:
         """Raise :class:`ReleasedError` once the program was closed, its module unloaded or the device closed."""
         if self._closed:
-            raise ReleasedError("program %s on %s was closed (CudaProgram.close()); load it again"
-                                % (self.name, self.device.spec))  # fmt: skip
+            raise ReleasedError(
+                "program %s on %s was closed (CudaProgram.close()); load it again" % (self.name, self.device.spec)
+            )
         self.module.check_loaded()
 
     @property
@@ -266,8 +327,9 @@ class CudaProgram:
         except (ArithmeticError, TypeError, ValueError, SvodError) as exc:
             raise LaunchConfigError("%s: grid[%d]=%r with %s: %s" % (self.name, axis, dim, env, exc)) from None
         if value <= 0:  # no library kernel does this at valid sizes (their grids say max(1, ...) themselves)
-            raise LaunchConfigError("%s: grid[%d]=%r is %d blocks with %s; a launch needs at least 1"
-                                    % (self.name, axis, dim, value, env))  # fmt: skip
+            raise LaunchConfigError(
+                "%s: grid[%d]=%r is %d blocks with %s; a launch needs at least 1" % (self.name, axis, dim, value, env)
+            )
         return value
 
     def dims(self, vals: Sequence[Any], global_size: Any = None, local_size: Any = None) -> Tuple[Dims3, Dims3]:
@@ -290,17 +352,29 @@ class CudaProgram:
         if self.signature is not None:
             want = tuple(self.signature.block) + (1,) * (3 - len(self.signature.block))
             if tuple(block) != want:
-                raise LaunchConfigError("library kernel %s is written for block %s; got block %s"
-                                        % (self.signature.name, list(want), list(block)))  # fmt: skip
+                raise LaunchConfigError(
+                    "library kernel %s is written for block %s; got block %s"
+                    % (self.signature.name, list(want), list(block))
+                )
         elif self.required_block is not None and tuple(block) != self.required_block:
-            raise LaunchConfigError("kernel %s requires block %s (.reqntid in its PTX); got block %s"
-                                    % (self.name, list(self.required_block), list(block)))  # fmt: skip
+            raise LaunchConfigError(
+                "kernel %s requires block %s (.reqntid in its PTX); got block %s"
+                % (self.name, list(self.required_block), list(block))
+            )
 
     # --- dispatch ---
 
-    def bind(self, buffers: Sequence[Any], vals: Sequence[Any] = (), global_size: Any = None, local_size: Any = None,
-             core_id_index: Optional[int] = None, threads: Optional[int] = None, *,
-             shared_bytes: Optional[int] = None) -> "BoundLaunch":  # fmt: skip
+    def bind(
+        self,
+        buffers: Sequence[Any],
+        vals: Sequence[Any] = (),
+        global_size: Any = None,
+        local_size: Any = None,
+        core_id_index: Optional[int] = None,
+        threads: Optional[int] = None,
+        *,
+        shared_bytes: Optional[int] = None,
+    ) -> "BoundLaunch":
         """Validate and pack once; the returned callable launches (patch it for replay).
 
         ``core_id_index`` and ``threads`` are the CPU's (devices/base.py ``Program.bind``): ignored here.
@@ -314,7 +388,9 @@ class CudaProgram:
         blob = ArgBlob(pointers, ints)
         grid, block = self.dims(ints, global_size, local_size)
         shared = self.shared_bytes if shared_bytes is None else self._shared(shared_bytes)
-        return BoundLaunch(self, blob, grid, block, shared, buffers, auto_grid=global_size is None and self.grid is not None)
+        return BoundLaunch(
+            self, blob, grid, block, shared, buffers, auto_grid=global_size is None and self.grid is not None
+        )
 
     def execute(self, buffers: Sequence[Any], vals: Sequence[Any] = (), **kwargs: Any) -> None:
         """Launch once on the device's stream (asynchronous: copyout / synchronize wait)."""
@@ -337,8 +413,17 @@ class BoundLaunch:
     #: Every bound launch can be a CUDA graph node (:class:`~.graph.CudaGraph`).
     graphable = True
 
-    def __init__(self, program: CudaProgram, blob: ArgBlob, grid: Dims3, block: Dims3, shared: int, keep: List[Any],
-                 *, auto_grid: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        program: CudaProgram,
+        blob: ArgBlob,
+        grid: Dims3,
+        block: Dims3,
+        shared: int,
+        keep: List[Any],
+        *,
+        auto_grid: bool = False,
+    ) -> None:
         self.program, self.blob, self.shared = program, blob, shared
         self.device = program.device
         self._keep = keep  # buffers stay alive while the launch may run
@@ -381,10 +466,18 @@ class BoundLaunch:
         u = ctypes.c_uint
         self._launch = self.device.lib.untyped("cuLaunchKernel")
         self._cargs = (
-            self.program.function, u(self.grid[0]), u(self.grid[1]), u(self.grid[2]),
-            u(self.block[0]), u(self.block[1]), u(self.block[2]), u(self.shared),
-            self.device.stream, None, self.blob.extra,
-        )  # fmt: skip
+            self.program.function,
+            u(self.grid[0]),
+            u(self.grid[1]),
+            u(self.grid[2]),
+            u(self.block[0]),
+            u(self.block[1]),
+            u(self.block[2]),
+            u(self.shared),
+            self.device.stream,
+            None,
+            self.blob.extra,
+        )
         self._dims_version += 1
         self._touch()
 
@@ -408,8 +501,10 @@ class BoundLaunch:
     def _index(self, index: Any, count: int, what: str) -> int:
         number = as_int(index, "%s index" % what) if type(index) is not int else index
         if not 0 <= number < count:
-            raise ExecutionError("%s: %s index %d is out of range: the kernel takes %d %ss"
-                                 % (self.program.name, what, number, count, what))  # fmt: skip
+            raise ExecutionError(
+                "%s: %s index %d is out of range: the kernel takes %d %ss"
+                % (self.program.name, what, number, count, what)
+            )
         return number
 
     def set_vals(self, vals: Sequence[Any]) -> None:

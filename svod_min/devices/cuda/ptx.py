@@ -30,23 +30,65 @@ _PTXAS_ENV = "SVOD_CUDA_PTXAS"  # "0": never run ptxas
 # (13.0 -> 9.0, 13.1 -> 9.1, 13.4 -> 9.4), which _max_ptx extrapolates.
 
 PTX_FOR_CUDA: Tuple[Tuple[Tuple[int, int], Tuple[int, int]], ...] = (
-    ((9, 0), (6, 0)), ((9, 1), (6, 1)), ((9, 2), (6, 2)),
-    ((10, 0), (6, 3)), ((10, 1), (6, 4)), ((10, 2), (6, 5)),
-    ((11, 0), (7, 0)), ((11, 1), (7, 1)), ((11, 2), (7, 2)), ((11, 3), (7, 3)), ((11, 4), (7, 4)),
-    ((11, 5), (7, 5)), ((11, 6), (7, 6)), ((11, 7), (7, 7)), ((11, 8), (7, 8)),
-    ((12, 0), (8, 0)), ((12, 1), (8, 1)), ((12, 2), (8, 2)), ((12, 3), (8, 3)), ((12, 4), (8, 4)),
-    ((12, 5), (8, 5)), ((12, 6), (8, 5)), ((12, 7), (8, 6)), ((12, 8), (8, 7)), ((12, 9), (8, 8)),
-    ((13, 0), (9, 0)), ((13, 1), (9, 1)),
-)  # fmt: skip
+    ((9, 0), (6, 0)),
+    ((9, 1), (6, 1)),
+    ((9, 2), (6, 2)),
+    ((10, 0), (6, 3)),
+    ((10, 1), (6, 4)),
+    ((10, 2), (6, 5)),
+    ((11, 0), (7, 0)),
+    ((11, 1), (7, 1)),
+    ((11, 2), (7, 2)),
+    ((11, 3), (7, 3)),
+    ((11, 4), (7, 4)),
+    ((11, 5), (7, 5)),
+    ((11, 6), (7, 6)),
+    ((11, 7), (7, 7)),
+    ((11, 8), (7, 8)),
+    ((12, 0), (8, 0)),
+    ((12, 1), (8, 1)),
+    ((12, 2), (8, 2)),
+    ((12, 3), (8, 3)),
+    ((12, 4), (8, 4)),
+    ((12, 5), (8, 5)),
+    ((12, 6), (8, 5)),
+    ((12, 7), (8, 6)),
+    ((12, 8), (8, 7)),
+    ((12, 9), (8, 8)),
+    ((13, 0), (9, 0)),
+    ((13, 1), (9, 1)),
+)
 
 # The lowest PTX ISA each target accepts (PTX ISA manual, "Target ISA notes").
 PTX_MIN_FOR_TARGET: Dict[str, Tuple[int, int]] = {
-    "sm_50": (4, 0), "sm_52": (4, 1), "sm_53": (4, 2), "sm_60": (5, 0), "sm_61": (5, 0), "sm_62": (5, 0),
-    "sm_70": (6, 0), "sm_72": (6, 1), "sm_75": (6, 3), "sm_80": (7, 0), "sm_86": (7, 1), "sm_87": (7, 4),
-    "sm_89": (7, 8), "sm_90": (7, 8), "sm_90a": (8, 0), "sm_100": (8, 6), "sm_100a": (8, 6),
-    "sm_101": (8, 6), "sm_101a": (8, 6), "sm_103": (8, 8), "sm_103a": (8, 8), "sm_110": (9, 0),
-    "sm_110a": (9, 0), "sm_120": (8, 7), "sm_120a": (8, 7), "sm_121": (8, 8), "sm_121a": (8, 8),
-}  # fmt: skip
+    "sm_50": (4, 0),
+    "sm_52": (4, 1),
+    "sm_53": (4, 2),
+    "sm_60": (5, 0),
+    "sm_61": (5, 0),
+    "sm_62": (5, 0),
+    "sm_70": (6, 0),
+    "sm_72": (6, 1),
+    "sm_75": (6, 3),
+    "sm_80": (7, 0),
+    "sm_86": (7, 1),
+    "sm_87": (7, 4),
+    "sm_89": (7, 8),
+    "sm_90": (7, 8),
+    "sm_90a": (8, 0),
+    "sm_100": (8, 6),
+    "sm_100a": (8, 6),
+    "sm_101": (8, 6),
+    "sm_101a": (8, 6),
+    "sm_103": (8, 8),
+    "sm_103a": (8, 8),
+    "sm_110": (9, 0),
+    "sm_110a": (9, 0),
+    "sm_120": (8, 7),
+    "sm_120a": (8, 7),
+    "sm_121": (8, 8),
+    "sm_121a": (8, 8),
+}
 
 Version = Tuple[int, int]
 
@@ -277,7 +319,9 @@ def rewrite_ptx_version(text: str, version: Union[str, Version]) -> str:
         name = target.group(1).split(",")[0].strip()
         floor = PTX_MIN_FOR_TARGET.get(name)
         if floor is not None and want < floor:
-            raise PtxError(".target %s needs PTX >= %s; cannot lower to %s" % (name, format_version(floor), format_version(want)))
+            raise PtxError(
+                ".target %s needs PTX >= %s; cannot lower to %s" % (name, format_version(floor), format_version(want))
+            )
     start, end = match.span(1)[0], match.span(2)[1]
     return text[:start] + "%d.%d" % want + text[end:]
 
@@ -289,7 +333,10 @@ def ptx_entry_param_types(text: str, entry: str) -> List[str]:
     match = re.search(r"\.entry\s+%s\s*\(([^)]*)\)" % re.escape(entry), code)
     if not match:
         raise PtxError("entry %r not found in the PTX module" % entry)
-    return [".%s%s%s" % (kind, bits, "[%s]" % count if count else "") for kind, bits, count in _PARAM_RE.findall(match.group(1))]
+    return [
+        ".%s%s%s" % (kind, bits, "[%s]" % count if count else "")
+        for kind, bits, count in _PARAM_RE.findall(match.group(1))
+    ]
 
 
 def ptx_required_block(text: str, entry: str) -> Optional[Tuple[int, int, int]]:
@@ -333,8 +380,10 @@ def check_entry_params(text: str, entry: str, buf_count: int, var_count: int) ->
     for index, param_type in enumerate(types):
         allowed, what = (_POINTER_TYPES, "a 64-bit buffer address") if index < buf_count else (_INT32_TYPES, "an int32")
         if param_type not in allowed:
-            raise PtxError("kernel %s parameter %d is %s; svod passes %s there (%s)"
-                           % (entry, index, param_type, what, "/".join(allowed)))  # fmt: skip
+            raise PtxError(
+                "kernel %s parameter %d is %s; svod passes %s there (%s)"
+                % (entry, index, param_type, what, "/".join(allowed))
+            )
 
 
 # --- ptxas (offline validation) -------------------------------------------------------------------

@@ -18,9 +18,9 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from ..activations import ACTIVATIONS
 from ..geometry import LANES, blocked_shape
 from .ir import Graph, Node, Value
-from ..activations import ACTIVATIONS
 from .passes import AFFINE, channel_vector
 
 TO_BLOCKED = "svod.ToBlocked"
@@ -49,8 +49,16 @@ def block_channels(graph: Graph) -> Graph:
 
 def logical(node: Node) -> Node:
     """The node as it reads and writes plain tensors (for geometry from the logical shapes)."""
-    return Node(node.op, node.name, node.index, list(node.attrs["_plain_inputs"]), list(node.attrs["_plain_outputs"]),
-                node.attrs, node.domain, node.fused)  # fmt: skip
+    return Node(
+        node.op,
+        node.name,
+        node.index,
+        list(node.attrs["_plain_inputs"]),
+        list(node.attrs["_plain_outputs"]),
+        node.attrs,
+        node.domain,
+        node.fused,
+    )
 
 
 class _Rewrite:
@@ -176,9 +184,14 @@ class _Rewrite:
     def _same_shapes(self, node: Node) -> bool:
         shape = self.graph.values[node.outputs[0]].shape
         tensors = self._tensors(node)
-        return len(node.outputs) == 1 and all(self.graph.values[n].shape == shape for n in tensors) and (
-            len(tensors) == len([n for n in node.inputs if n]) or node.op in ACTIVATIONS)
+        return (
+            len(node.outputs) == 1
+            and all(self.graph.values[n].shape == shape for n in tensors)
+            and (len(tensors) == len([n for n in node.inputs if n]) or node.op in ACTIVATIONS)
+        )
 
     def _whole_blocks(self, node: Node) -> bool:
         inputs = [n for n in node.inputs if n]
-        return len(self._tensors(node)) == len(inputs) and all(self.graph.values[n].shape[1] % LANES == 0 for n in inputs)
+        return len(self._tensors(node)) == len(inputs) and all(
+            self.graph.values[n].shape[1] % LANES == 0 for n in inputs
+        )

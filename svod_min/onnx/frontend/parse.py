@@ -21,8 +21,17 @@ from .ir import Graph, Node, Value
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
 FOLD_LIMIT = 1 << 26
 #: Ops never folded: their result depends on more than their inputs, or they are control flow.
-NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-              "If", "Loop", "Scan", "Bernoulli"}  # fmt: skip
+NEVER_FOLD = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "If",
+    "Loop",
+    "Scan",
+    "Bernoulli",
+}
 
 
 def load_model(path: str) -> onnx.ModelProto:
@@ -32,14 +41,19 @@ def load_model(path: str) -> onnx.ModelProto:
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends: the file is not (all) a model
-        raise ModelFileError("%s: not an ONNX model, or truncated/corrupt (%s)" % (path, str(exc)[:200] or type(exc).__name__)) from None
+        raise ModelFileError(
+            "%s: not an ONNX model, or truncated/corrupt (%s)" % (path, str(exc)[:200] or type(exc).__name__)
+        ) from None
     if not model.graph.node and not model.graph.output:
         raise ModelFileError("%s: not an ONNX model (no graph): truncated, corrupt or another format" % path)
     _load_external_data(model, os.path.dirname(os.path.abspath(path)), path)
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
-        raise ModelFileError("%s: the ONNX checker refuses the model (truncated or corrupt?): %s" % (path, str(exc).splitlines()[0][:300])) from None
+        raise ModelFileError(
+            "%s: the ONNX checker refuses the model (truncated or corrupt?): %s"
+            % (path, str(exc).splitlines()[0][:300])
+        ) from None
     return model
 
 
@@ -52,7 +66,10 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str, path: str) -> Non
         info = {e.key: e.value for e in tensor.external_data}
         where = os.path.join(base_dir, info.get("location", ""))
         if not info.get("location") or not os.path.isfile(where):
-            raise ModelFileError("%s: initializer %r keeps its data in %r, which is missing" % (path, tensor.name, info.get("location", "")))
+            raise ModelFileError(
+                "%s: initializer %r keeps its data in %r, which is missing"
+                % (path, tensor.name, info.get("location", ""))
+            )
     try:
         load_external_data_for_model(model, base_dir)
     except Exception as exc:
@@ -92,13 +109,17 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
     tt = inp.type.tensor_type
     if not inp.type.HasField("tensor_type") or not tt.HasField("shape"):
         if shape is None:
-            raise ModelFileError("input %r has no shape in the model: give it with --shape %s=D0,D1,..." % (inp.name, inp.name))
+            raise ModelFileError(
+                "input %r has no shape in the model: give it with --shape %s=D0,D1,..." % (inp.name, inp.name)
+            )
         tt.shape.Clear()
         for _ in shape:
             tt.shape.dim.add()
     declared = list(tt.shape.dim)
     if shape is not None and len(shape) != len(declared):
-        raise ModelFileError("--shape %s=%s: the model's input has rank %d" % (inp.name, ",".join(map(str, shape)), len(declared)))
+        raise ModelFileError(
+            "--shape %s=%s: the model's input has rank %d" % (inp.name, ",".join(map(str, shape)), len(declared))
+        )
     for axis, dim in enumerate(declared):
         fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
         symbol = dim.dim_param if dim.HasField("dim_param") and dim.dim_param else None
@@ -110,8 +131,10 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
             raise ModelFileError("input %r dim %d is %d in the model, not %d as given" % (inp.name, axis, fixed, want))
         value = fixed if fixed is not None else want
         if value is None:
-            raise ModelFileError("input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..." % (
-                inp.name, axis, symbol or "?", symbol or "NAME", inp.name))
+            raise ModelFileError(
+                "input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..."
+                % (inp.name, axis, symbol or "?", symbol or "NAME", inp.name)
+            )
         if value < 1:
             raise ModelFileError("input %r dim %d: %d is not a positive size" % (inp.name, axis, value))
         dim.Clear()
@@ -122,7 +145,10 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
-        raise ModelFileError("shape inference fails on the model (an input shape that contradicts it?): %s" % str(exc).splitlines()[0][:400]) from None
+        raise ModelFileError(
+            "shape inference fails on the model (an input shape that contradicts it?): %s"
+            % str(exc).splitlines()[0][:400]
+        ) from None
 
 
 def fold_constants(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -180,7 +206,9 @@ def value_shape(vi: Any) -> Optional[Tuple[int, ...]]:
     return tuple(dims)
 
 
-def _try_fold(node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[int, ...]], opset: int) -> Optional[List[np.ndarray]]:
+def _try_fold(
+    node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[int, ...]], opset: int
+) -> Optional[List[np.ndarray]]:
     if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
         return None
     if node.op_type in ("Shape", "Size") and node.input[0] in shapes and node.input[0] not in consts:
@@ -192,7 +220,9 @@ def _try_fold(node: Any, consts: Dict[str, np.ndarray], shapes: Dict[str, Tuple[
     try:
         from onnx.reference import ReferenceEvaluator
 
-        results = ReferenceEvaluator(_one_node_model(node, consts, opset)).run(None, {n: consts[n] for n in node.input if n})
+        results = ReferenceEvaluator(_one_node_model(node, consts, opset)).run(
+            None, {n: consts[n] for n in node.input if n}
+        )
     except Exception:  # not foldable here: the lowering sees the node and names what it lacks
         return None
     if any(np.asarray(r).size > FOLD_LIMIT for r in results):
@@ -253,7 +283,10 @@ def _check_static(graph: Graph, opset: int) -> None:
         node.outputs = [n if n in graph.values or n in used else "" for n in node.outputs]
         for name in list(node.inputs) + list(node.outputs):
             if name and name not in graph.values:
-                raise UnsupportedModelError("%s, opset %d: tensor %r has no static shape after shape inference (bind the inputs' dims with --dim/--shape)" % (node.label(), opset, name))
+                raise UnsupportedModelError(
+                    "%s, opset %d: tensor %r has no static shape after shape inference (bind the inputs' dims with --dim/--shape)"
+                    % (node.label(), opset, name)
+                )
 
 
 def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> Graph:
@@ -268,9 +301,11 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
 def _one_node_model(node: Any, consts: Dict[str, np.ndarray], opset: int) -> onnx.ModelProto:
     """``node`` alone in a model importing ``opset``: the reference evaluator given a bare node takes each op's
     newest version whatever opset it is told (opset 9's Unsqueeze with its ``axes`` attribute failed to fold)."""
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(consts[n].dtype), consts[n].shape)
-              for n in dict.fromkeys(node.input) if n]  # fmt: skip
+    inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(consts[n].dtype), consts[n].shape)
+        for n in dict.fromkeys(node.input)
+        if n
+    ]
     outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n]
     graph = helper.make_graph([node], "fold", inputs, outputs)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-

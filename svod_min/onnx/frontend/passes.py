@@ -30,7 +30,15 @@ ACTIVATION_HOSTS = ("Conv", "Gemm", AFFINE, "Add", "Sub", "Mul", "Div", "Sum", "
 
 
 def run_passes(graph: Graph) -> Graph:
-    for step in (drop_inference_noops, normalize_gemm, to_affine, merge_affines, fold_affine, fuse_residual_adds, fuse_activations):
+    for step in (
+        drop_inference_noops,
+        normalize_gemm,
+        to_affine,
+        merge_affines,
+        fold_affine,
+        fuse_residual_adds,
+        fuse_activations,
+    ):
         graph = step(graph)
     return graph
 
@@ -53,7 +61,11 @@ def _replace_output(graph: Graph, node_out: str, new: str) -> None:
 def drop_inference_noops(graph: Graph) -> Graph:
     keep: List[Node] = []
     for node in graph.nodes:
-        if node.op in ("Identity", "Dropout") and graph.values[node.inputs[0]].const is None and node.inputs[0] not in graph.inputs:
+        if (
+            node.op in ("Identity", "Dropout")
+            and graph.values[node.inputs[0]].const is None
+            and node.inputs[0] not in graph.inputs
+        ):
             _replace_output(graph, node.outputs[0], node.inputs[0])
             continue
         keep.append(node)
@@ -81,7 +93,11 @@ def to_affine(graph: Graph) -> Graph:
             continue
         x, scale, shift = scale_shift
         node.op, node.attrs = AFFINE, {}
-        node.inputs = [x, graph.add_const(node.outputs[0] + "~scale", scale), graph.add_const(node.outputs[0] + "~shift", shift)]
+        node.inputs = [
+            x,
+            graph.add_const(node.outputs[0] + "~scale", scale),
+            graph.add_const(node.outputs[0] + "~shift", shift),
+        ]
     return graph
 
 
@@ -150,8 +166,11 @@ def merge_affines(graph: Graph) -> Graph:
         while nxt is not None and nxt.op == AFFINE and nxt.inputs[0] == node.outputs[0]:
             s1, t1 = graph.const(node.inputs[1]), graph.const(node.inputs[2])
             s2, t2 = graph.const(nxt.inputs[1]), graph.const(nxt.inputs[2])
-            nxt.inputs = [node.inputs[0], graph.add_const(nxt.outputs[0] + "~scale", s1 * s2),
-                          graph.add_const(nxt.outputs[0] + "~shift", t1 * s2 + t2)]  # fmt: skip
+            nxt.inputs = [
+                node.inputs[0],
+                graph.add_const(nxt.outputs[0] + "~scale", s1 * s2),
+                graph.add_const(nxt.outputs[0] + "~shift", t1 * s2 + t2),
+            ]
             dropped.add(id(node))
             node, nxt = nxt, None
             readers = graph.consumers()
@@ -243,8 +262,13 @@ def _residual_host(graph: Graph, add: Node, readers: Dict[str, List[Node]]) -> O
         return None
     for name in reversed(add.inputs):
         conv = _producer(graph, name)
-        if (conv is not None and conv.op == "Conv" and not conv.fused and len(shape) == 4
-                and _single_reader(graph, name, readers) is add):  # fmt: skip
+        if (
+            conv is not None
+            and conv.op == "Conv"
+            and not conv.fused
+            and len(shape) == 4
+            and _single_reader(graph, name, readers) is add
+        ):
             return conv
     return None
 

@@ -54,8 +54,13 @@ class OpSpec:
 OPS: Dict[str, OpSpec] = {}
 
 
-def register(ops: Iterable[str], note: str = "", check: Optional[Callable[[Graph, Node], Optional[str]]] = None,
-             dtypes: Tuple[str, ...] = ("float32",), **attrs: Rule) -> Callable[[Callable[..., None]], Callable[..., None]]:  # fmt: skip
+def register(
+    ops: Iterable[str],
+    note: str = "",
+    check: Optional[Callable[[Graph, Node], Optional[str]]] = None,
+    dtypes: Tuple[str, ...] = ("float32",),
+    **attrs: Rule,
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     def deco(fn: Callable[..., None]) -> Callable[..., None]:
         for op in ops:
             OPS[op] = OpSpec(op, dict(attrs), fn, note, dtypes, check)
@@ -93,7 +98,9 @@ def check_node(graph: Graph, node: Node) -> None:
             continue
         v = graph.values[name]
         if v.const is None and v.dtype not in spec.dtypes:
-            raise refuse(node, opset, "tensor %r is %s; this op runs on %s only" % (name, v.dtype, ", ".join(spec.dtypes)))
+            raise refuse(
+                node, opset, "tensor %r is %s; this op runs on %s only" % (name, v.dtype, ", ".join(spec.dtypes))
+            )
     if spec.check is not None:
         why = spec.check(graph, node)
         if why is not None:
@@ -107,7 +114,11 @@ def markdown_table() -> str:
         if op.startswith("svod."):
             continue
         spec = OPS[op]
-        attrs = ", ".join(name if rule is ANY else "%s (%s)" % (name, getattr(rule, "doc", "limited")) for name, rule in sorted(spec.attrs.items()) if not name.startswith("_"))
+        attrs = ", ".join(
+            name if rule is ANY else "%s (%s)" % (name, getattr(rule, "doc", "limited"))
+            for name, rule in sorted(spec.attrs.items())
+            if not name.startswith("_")
+        )
         lines.append("| %s | %s | %s |" % (op, attrs or "-", spec.note or "-"))
     return "\n".join(lines)
 

@@ -12,7 +12,15 @@ import numpy as np
 
 from ..activations import activation
 from ..frontend.ir import Node
-from ..frontend.layout import BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL, FROM_BLOCKED, TO_BLOCKED, logical
+from ..frontend.layout import (
+    BLOCKED_AFFINE,
+    BLOCKED_CONV,
+    BLOCKED_GLOBAL_POOL,
+    BLOCKED_POOL,
+    FROM_BLOCKED,
+    TO_BLOCKED,
+    logical,
+)
 from ..frontend.table import register
 from ..geometry import LANES, pad_channels
 from ..kernels import blocked, blocked_pool
@@ -66,7 +74,11 @@ def lower_blocked_pool(L: Lowering, node: Node) -> None:
 
 @register([BLOCKED_GLOBAL_POOL], "GlobalAveragePool / GlobalMaxPool of a blocked tensor, written plain")
 def lower_blocked_global_pool(L: Lowering, node: Node) -> None:
-    pool = blocked_pool.blocked_global_avgpool if node.attrs["_op"] == "GlobalAveragePool" else blocked_pool.blocked_global_maxpool
+    pool = (
+        blocked_pool.blocked_global_avgpool
+        if node.attrs["_op"] == "GlobalAveragePool"
+        else blocked_pool.blocked_global_maxpool
+    )
     L.source(pool(*_plain_shape(L, node)), [node.outputs[0], node.inputs[0]])
 
 
@@ -76,7 +88,9 @@ def lower_blocked_affine(L: Lowering, node: Node) -> None:
     shape = L.value(x).shape
     channel = (1, shape[1], 1, 1, LANES)
     c = _plain_shape(L, node)[1]
-    consts = [L.const(pad_channels(L.graph.const(name), c).reshape(channel), name + "~nchwc") for name in (scale, shift)]
+    consts = [
+        L.const(pad_channels(L.graph.const(name), c).reshape(channel), name + "~nchwc") for name in (scale, shift)
+    ]
     kind, params = activation_of(node)
     expr = activation(kind, params, "(x0 * x1 + x2)")
     L.source(elementwise(shape, [shape, channel, channel], expr, tag="baffine"), [node.outputs[0], x] + consts)

@@ -8,17 +8,17 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from ...kernels.conv_pack import pack_conv_weights
+from ..activations import activation, library_epilogue
 from ..frontend.ir import Node
 from ..frontend.table import ANY, register
 from ..geometry import ConvGeom
-from .lowering import F32, Lowering
-from ...kernels.conv_pack import pack_conv_weights
 from ..kernels import conv as conv_kernels
 from ..kernels.elementwise import elementwise
-from ..activations import activation, library_epilogue
 from .elementwise import activation_of, apply_activation
+from .lowering import F32, Lowering
 from .matmul import epilogue
-from .window import PAD_MODES, window_check, geometry
+from .window import PAD_MODES, geometry, window_check
 
 #: Grouped convolutions of at most this many groups run as one library conv2d per group (N = 1).
 LIBRARY_GROUPS = 8
@@ -26,8 +26,17 @@ LIBRARY_GROUPS = 8
 IM2COL_BYTES = 64 << 20
 
 
-@register(["Conv"], "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), else library conv2d_gemm (any groups, any N; depthwise: generated C); bias, BatchNormalization, the activations and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
-          check=window_check, auto_pad=PAD_MODES, dilations=ANY, group=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
+@register(
+    ["Conv"],
+    "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), else library conv2d_gemm (any groups, any N; depthwise: generated C); bias, BatchNormalization, the activations and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
+    check=window_check,
+    auto_pad=PAD_MODES,
+    dilations=ANY,
+    group=ANY,
+    kernel_shape=ANY,
+    pads=ANY,
+    strides=ANY,
+)
 def lower_conv(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
@@ -77,8 +86,21 @@ def _conv_library(L: Lowering, g: ConvGeom, x: str, w: str, bias: str, out: str)
             bw = L.subview(w, 4 * k * ocg * cg * g.kh * g.kw, (ocg, cg, g.kh, g.kw))
             bb = L.subview(bias, 4 * k * ocg, (ocg,)) if bias else ""
             bo = L.subview(out, 4 * k * ocg * g.oh * g.ow, (1, ocg, g.oh, g.ow))
-        variables = {"N": g.n, "C": cg, "H": g.h, "W": g.w, "OC": ocg, "KH": g.kh, "KW": g.kw, "sh": g.sh, "sw": g.sw,
-                     "ph": g.pt, "pw": g.pl, "dh": g.dh, "dw": g.dw}  # fmt: skip
+        variables = {
+            "N": g.n,
+            "C": cg,
+            "H": g.h,
+            "W": g.w,
+            "OC": ocg,
+            "KH": g.kh,
+            "KW": g.kw,
+            "sh": g.sh,
+            "sw": g.sw,
+            "ph": g.pt,
+            "pw": g.pl,
+            "dh": g.dh,
+            "dw": g.dw,
+        }
         L.library("conv2d", params, [bo, bx, bw] + ([bb] if bias else []), variables)
 
 
@@ -149,8 +171,20 @@ def lower_conv_library(L: Lowering, node: Node, g: ConvGeom, bias: str) -> None:
     variables: Dict[str, Any] = {"N": g.n, "C": g.c, "H": g.h, "W": g.w}
     if not depthwise:
         variables["OC"] = g.oc
-    variables.update({"KH": g.kh, "KW": g.kw, "sh": g.sh, "sw": g.sw, "pt": g.pt, "pl": g.pl, "pb": g.pb,
-                      "pr": g.pr, "dh": g.dh, "dw": g.dw})  # fmt: skip
+    variables.update(
+        {
+            "KH": g.kh,
+            "KW": g.kw,
+            "sh": g.sh,
+            "sw": g.sw,
+            "pt": g.pt,
+            "pl": g.pl,
+            "pb": g.pb,
+            "pr": g.pr,
+            "dh": g.dh,
+            "dw": g.dw,
+        }
+    )
     if not depthwise:
         variables["groups"] = g.groups
     variables.update(act_vars)

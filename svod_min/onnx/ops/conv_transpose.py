@@ -29,8 +29,15 @@ def _convt_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-def begin_pads(node: Node, in_sizes: Sequence[int], out_sizes: Sequence[int], kernel: Sequence[int],
-               strides: Sequence[int], dil: Sequence[int], out_pad: Sequence[int]) -> List[int]:  # fmt: skip
+def begin_pads(
+    node: Node,
+    in_sizes: Sequence[int],
+    out_sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    out_pad: Sequence[int],
+) -> List[int]:
     """The leading pad of each spatial axis: given, or derived from output_shape / auto_pad (SAME_UPPER puts
     the smaller half first, everything else the larger half, as the spec's formula says)."""
     rank = len(in_sizes)
@@ -48,19 +55,36 @@ def begin_pads(node: Node, in_sizes: Sequence[int], out_sizes: Sequence[int], ke
 COL_BYTES_MAX = 256 << 20
 
 
-
-
-def end_pads(in_sizes: Sequence[int], out_sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
-             dil: Sequence[int], out_pad: Sequence[int], begin: Sequence[int]) -> List[int]:  # fmt: skip
+def end_pads(
+    in_sizes: Sequence[int],
+    out_sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    out_pad: Sequence[int],
+    begin: Sequence[int],
+) -> List[int]:
     """The trailing pad of each spatial axis: what the spec's output size leaves after the leading pad."""
-    return [strides[i] * (in_sizes[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - begin[i] - out_sizes[i]
-            for i in range(len(in_sizes))]  # fmt: skip
+    return [
+        strides[i] * (in_sizes[i] - 1) + out_pad[i] + (kernel[i] - 1) * dil[i] + 1 - begin[i] - out_sizes[i]
+        for i in range(len(in_sizes))
+    ]
 
 
-@register(["ConvTranspose"], "library matmul + generated col2im for constant float32 weights, else generated C; "
-          "1-D and 2-D, any groups/strides/dilations/pads", check=_convt_check,
-          auto_pad=one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"), dilations=ANY, group=ANY, kernel_shape=ANY,
-          output_padding=ANY, output_shape=ANY, pads=ANY, strides=ANY)  # fmt: skip
+@register(
+    ["ConvTranspose"],
+    "library matmul + generated col2im for constant float32 weights, else generated C; "
+    "1-D and 2-D, any groups/strides/dilations/pads",
+    check=_convt_check,
+    auto_pad=one_of("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"),
+    dilations=ANY,
+    group=ANY,
+    kernel_shape=ANY,
+    output_padding=ANY,
+    output_shape=ANY,
+    pads=ANY,
+    strides=ANY,
+)
 def lower_conv_transpose(L: Lowering, node: Node) -> None:
     x, w = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
@@ -75,15 +99,40 @@ def lower_conv_transpose(L: Lowering, node: Node) -> None:
     pads = begin_pads(node, xs[2:], ys[2:], kernel, strides, dil, out_pad)
     ends = end_pads(xs[2:], ys[2:], kernel, strides, dil, out_pad, pads)
     if rank == 1:  # a 1-D transposed convolution is the 2-D one with H = 1
-        xs, ys, kernel, strides, dil = (xs[0], xs[1], 1, xs[2]), (ys[0], ys[1], 1, ys[2]), [1] + kernel, [1] + strides, [1] + dil
+        xs, ys, kernel, strides, dil = (
+            (xs[0], xs[1], 1, xs[2]),
+            (ys[0], ys[1], 1, ys[2]),
+            [1] + kernel,
+            [1] + strides,
+            [1] + dil,
+        )
         pads, ends = [0] + pads, [0] + ends
-    g = ConvGeom(xs[0], xs[1], xs[2], xs[3], ys[1], ys[2], ys[3], kernel[0], kernel[1], strides[0], strides[1],
-                 pads[0], pads[1], ends[0], ends[1], dil[0], dil[1], groups)  # fmt: skip
+    g = ConvGeom(
+        xs[0],
+        xs[1],
+        xs[2],
+        xs[3],
+        ys[1],
+        ys[2],
+        ys[3],
+        kernel[0],
+        kernel[1],
+        strides[0],
+        strides[1],
+        pads[0],
+        pads[1],
+        ends[0],
+        ends[1],
+        dil[0],
+        dil[1],
+        groups,
+    )
     if gemm_applies(L, w, g):
         lower_gemm(L, g, out, x, w, bias)
         return
-    k = conv_transpose(g.n, g.c, g.h, g.w, g.oc, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
-                                 g.groups, bool(bias))  # fmt: skip
+    k = conv_transpose(
+        g.n, g.c, g.h, g.w, g.oc, g.oh, g.ow, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.groups, bool(bias)
+    )
     L.source(k, [out, x, w] + ([bias] if bias else []))
 
 
@@ -107,5 +156,3 @@ def lower_gemm(L: Lowering, g: ConvGeom, out: str, x: str, w: str, bias: str) ->
             vc = L.subview(col, 4 * (n * g.groups + grp) * rows * pixels, (rows, pixels))
             L.library("matmul", F32, [vc, va, vx], {"M": rows, "N": pixels, "K": cg})
     L.source(col2im(g, bool(bias)), [out, col] + ([bias] if bias else []))
-
-

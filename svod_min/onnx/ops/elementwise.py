@@ -8,9 +8,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..activations import activation
+from ..activations import ACTIVATIONS, activation
 from ..frontend.ir import Graph, Node
-from ..activations import ACTIVATIONS
 from ..frontend.passes import AFFINE, activation_params_of
 from ..frontend.table import ANY, one_of, register
 from ..kernels.ckernel import C_TYPES, flt
@@ -44,17 +43,28 @@ UNARY: Dict[str, Unary] = {
     "Softplus": Unary("({x} > 20.0f ? {x} : logf(1.0f + expf({x})))"),
     "Round": Unary("nearbyintf({x})"),
     "Elu": Unary("({x} < 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x})", (("alpha", 1.0),)),
-    "Selu": Unary("({gamma} * ({x} <= 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x}))",
-                  (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875))),
+    "Selu": Unary(
+        "({gamma} * ({x} <= 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x}))",
+        (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+    ),
     "ThresholdedRelu": Unary("({x} > {alpha} ? {x} : 0.0f)", (("alpha", 1.0),)),
     "Celu": Unary("({x} > 0.0f ? {x} : {alpha} * (expf({x} / {alpha}) - 1.0f))", (("alpha", 1.0),)),
 }
 #: Unary ops the library runs alone (same shape, nothing fused): the activations it has, and UNARY's.
-LIBRARY_UNARY = dict({"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}, **{op: u.library for op, u in UNARY.items() if u.library})
+LIBRARY_UNARY = dict(
+    {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh"}, **{op: u.library for op, u in UNARY.items() if u.library}
+)
 
 LIB_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min", "Sum": "add"}
-C_BINARY = {"Add": "(x0 + x1)", "Sub": "(x0 - x1)", "Mul": "(x0 * x1)", "Div": "(x0 / x1)", "Pow": "powf(x0, x1)",
-            "Max": "((x0 > x1 || x0 != x0) ? x0 : x1)", "Min": "((x0 < x1 || x0 != x0) ? x0 : x1)"}  # fmt: skip
+C_BINARY = {
+    "Add": "(x0 + x1)",
+    "Sub": "(x0 - x1)",
+    "Mul": "(x0 * x1)",
+    "Div": "(x0 / x1)",
+    "Pow": "powf(x0, x1)",
+    "Max": "((x0 > x1 || x0 != x0) ? x0 : x1)",
+    "Min": "((x0 < x1 || x0 != x0) ? x0 : x1)",
+}
 
 
 def activation_of(node: Node) -> Tuple[Optional[str], Dict[str, float]]:
@@ -119,27 +129,45 @@ def _register_unary() -> None:
 _register_unary()
 
 
-@register(["PRelu"], "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv")
+@register(
+    ["PRelu"],
+    "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv",
+)
 def lower_prelu(L: Lowering, node: Node) -> None:
     x, slope = node.inputs
     out = node.outputs[0]
-    kernel = elementwise(L.value(out).shape, [L.value(x).shape, L.value(slope).shape], "(x0 < 0.0f ? x0 * x1 : x0)", tag="prelu")
+    kernel = elementwise(
+        L.value(out).shape, [L.value(x).shape, L.value(slope).shape], "(x0 < 0.0f ? x0 * x1 : x0)", tag="prelu"
+    )
     L.source(kernel, [out, x, slope])
 
 
 def _broadcast_check(graph: Graph, node: Node) -> Optional[str]:
     if node.op in ("Add", "Sub", "Mul", "Div") and node.attrs.get("broadcast", 1) == 1 and "axis" in node.attrs:
         shapes = [graph.values[n].shape for n in node.inputs]
-        if len(shapes[1]) and len(shapes[1]) != len(shapes[0]) and node.attrs["axis"] != len(shapes[0]) - len(shapes[1]):
+        if (
+            len(shapes[1])
+            and len(shapes[1]) != len(shapes[0])
+            and node.attrs["axis"] != len(shapes[0]) - len(shapes[1])
+        ):
             return "legacy broadcast with axis=%d (only trailing alignment)" % node.attrs["axis"]
     return None
 
 
-@register(["Add", "Sub", "Mul", "Div"], "library kernel for equal shapes, generated C for broadcasting (+ fused activation)",
-          check=_broadcast_check, broadcast=ANY, axis=ANY, consumed_inputs=ANY)
+@register(
+    ["Add", "Sub", "Mul", "Div"],
+    "library kernel for equal shapes, generated C for broadcasting (+ fused activation)",
+    check=_broadcast_check,
+    broadcast=ANY,
+    axis=ANY,
+    consumed_inputs=ANY,
+)
 @register(["Pow"], "generated C (broadcasting)")
-@register(["Sum", "Max", "Min", "Mean"], "variadic, broadcasting; library add/max/min for two equal shapes",
-          consumed_inputs=ANY)
+@register(
+    ["Sum", "Max", "Min", "Mean"],
+    "variadic, broadcasting; library add/max/min for two equal shapes",
+    consumed_inputs=ANY,
+)
 def lower_nary(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     v = L.value(out)
@@ -158,7 +186,9 @@ def lower_nary(L: Lowering, node: Node) -> None:
     if node.op == "Mean":
         expr = "(%s) / %s" % (expr, flt(float(len(ins))))
     kind, params = activation_of(node)
-    L.source(elementwise(v.shape, [L.value(n).shape for n in ins], activation(kind, params, expr), tag="ew"), [out] + ins)
+    L.source(
+        elementwise(v.shape, [L.value(n).shape for n in ins], activation(kind, params, expr), tag="ew"), [out] + ins
+    )
 
 
 @register([AFFINE], "x * scale[c] + shift[c] (from BatchNormalization and per-channel Mul/Add)")
@@ -187,18 +217,30 @@ def lower_where(L: Lowering, node: Node) -> None:
     if L.graph.is_const(c):
         cond = L.const(L.graph.const(c).astype(bool), c)
     shapes = [L.value(n).shape for n in (cond, a, b)]
-    kernel = elementwise(L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where",
-                              in_types=["unsigned char", "float", "float"])  # fmt: skip
+    kernel = elementwise(
+        L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where", in_types=["unsigned char", "float", "float"]
+    )
     L.source(kernel, [out, cond, a, b])
 
 
-COMPARE = {"Equal": "(x0 == x1)", "Less": "(x0 < x1)", "Greater": "(x0 > x1)", "LessOrEqual": "(x0 <= x1)",
-           "GreaterOrEqual": "(x0 >= x1)", "And": "(x0 != 0.0f && x1 != 0.0f)", "Or": "(x0 != 0.0f || x1 != 0.0f)",
-           "Xor": "((x0 != 0.0f) != (x1 != 0.0f))", "Not": "(x0 == 0.0f)"}  # fmt: skip
+COMPARE = {
+    "Equal": "(x0 == x1)",
+    "Less": "(x0 < x1)",
+    "Greater": "(x0 > x1)",
+    "LessOrEqual": "(x0 <= x1)",
+    "GreaterOrEqual": "(x0 >= x1)",
+    "And": "(x0 != 0.0f && x1 != 0.0f)",
+    "Or": "(x0 != 0.0f || x1 != 0.0f)",
+    "Xor": "((x0 != 0.0f) != (x1 != 0.0f))",
+    "Not": "(x0 == 0.0f)",
+}
 
 
-@register(["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"],
-          "generated C (broadcasting); bool result", dtypes=("float32", "bool"))
+@register(
+    ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"],
+    "generated C (broadcasting); bool result",
+    dtypes=("float32", "bool"),
+)
 def lower_compare(L: Lowering, node: Node) -> None:
     ins = []
     for name in node.inputs:
@@ -208,6 +250,12 @@ def lower_compare(L: Lowering, node: Node) -> None:
         ins.append(name)
     out = node.outputs[0]
     types = [C_TYPES[L.value(n).dtype] for n in ins]
-    kernel = elementwise(L.value(out).shape, [L.value(n).shape for n in ins], COMPARE[node.op], tag=node.op.lower(),
-                              in_types=types, out_type="unsigned char")  # fmt: skip
+    kernel = elementwise(
+        L.value(out).shape,
+        [L.value(n).shape for n in ins],
+        COMPARE[node.op],
+        tag=node.op.lower(),
+        in_types=types,
+        out_type="unsigned char",
+    )
     L.source(kernel, [out] + ins)

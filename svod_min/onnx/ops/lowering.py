@@ -80,8 +80,13 @@ class Lowering:
     def is_free(self, name: str) -> bool:
         """A value the lowering may place anywhere: computed at run time, not a graph input/output, not aliased."""
         g = self.graph
-        return (g.values[name].const is None and name not in g.inputs and name not in g.outputs
-                and name not in self.alias and self.root(name)[0] == name)  # fmt: skip
+        return (
+            g.values[name].const is None
+            and name not in g.inputs
+            and name not in g.outputs
+            and name not in self.alias
+            and self.root(name)[0] == name
+        )
 
     def subview(self, base: str, byte_offset: int, shape: Sequence[int], dtype: str = "float32") -> str:
         name = self.temp(shape, dtype, "v")
@@ -113,9 +118,17 @@ class Lowering:
     def source(self, kernel: CKernel, buffers: Sequence[str], outputs: Sequence[int] = (0,)) -> None:
         """Run generated ``kernel`` on ``buffers``; ``outputs``: the positions it writes (a recurrence writes several)."""
         assert len(buffers) == kernel.buffers, (kernel.name, buffers)
-        self.kernels.setdefault(kernel.name, {
-            "source": kernel.source, "buffers": kernel.buffers, "outputs": list(outputs), "vars": ["core_id"],
-            "global_size": [kernel.chunks, 1, 1], "extents": {str(i): e for i, e in enumerate(kernel.extents)}})  # fmt: skip
+        self.kernels.setdefault(
+            kernel.name,
+            {
+                "source": kernel.source,
+                "buffers": kernel.buffers,
+                "outputs": list(outputs),
+                "vars": ["core_id"],
+                "global_size": [kernel.chunks, 1, 1],
+                "extents": {str(i): e for i, e in enumerate(kernel.extents)},
+            },
+        )
         if kernel.flags:
             self.kernels[kernel.name]["flags"] = list(kernel.flags)
         if kernel.flops:
@@ -139,7 +152,9 @@ class Lowering:
         files: Dict[str, bytes] = {}
         buffers: Dict[str, Any] = {}
         examples = self._declare_roots(roots, buffers, files, seed)
-        weight_bytes = sum(self.graph.values[r].nbytes for r, _ in set(roots.values()) if self.graph.values[r].const is not None)
+        weight_bytes = sum(
+            self.graph.values[r].nbytes for r, _ in set(roots.values()) if self.graph.values[r].const is not None
+        )
         if arena:
             buffers[ARENA] = {"dtype": "int8", "shape": [arena]}
         for name, (root, off) in roots.items():
@@ -191,8 +206,9 @@ class Lowering:
             top = max(top, at + size)
         return offsets, top
 
-    def _declare_roots(self, roots: Dict[str, Tuple[str, int]], buffers: Dict[str, Any], files: Dict[str, bytes],
-                       seed: int) -> Dict[str, np.ndarray]:  # fmt: skip
+    def _declare_roots(
+        self, roots: Dict[str, Tuple[str, int]], buffers: Dict[str, Any], files: Dict[str, bytes], seed: int
+    ) -> Dict[str, np.ndarray]:
         g = self.graph
         rng = np.random.default_rng(seed)
         examples: Dict[str, np.ndarray] = {}
@@ -201,7 +217,12 @@ class Lowering:
             data = _example(rng, v)
             examples[name] = data
             files["data/input%d.npy" % i] = npy_bytes(data)
-            buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "init": {"npy": "data/input%d.npy" % i}, "input": True}
+            buffers[name] = {
+                "dtype": v.dtype,
+                "shape": list(v.shape),
+                "init": {"npy": "data/input%d.npy" % i},
+                "input": True,
+            }
         for name in g.outputs:
             v = g.values[name]
             buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "output": True}

@@ -7,17 +7,26 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..activations import activation
 from ..frontend.ir import Graph, Node
 from ..frontend.table import ANY, register
-from .lowering import F32, Lowering
-from ..activations import activation
 from ..geometry import broadcast_strides
 from ..kernels.ckernel import flt
 from ..kernels.elementwise import elementwise
 from .elementwise import activation_of, apply_activation
+from .lowering import F32, Lowering
 
-def epilogue(L: Lowering, node: Node, out: str, shape: Tuple[int, ...], bias: str, bias_shape: Tuple[int, ...],
-              alpha: float = 1.0, beta: float = 1.0) -> None:  # fmt: skip
+
+def epilogue(
+    L: Lowering,
+    node: Node,
+    out: str,
+    shape: Tuple[int, ...],
+    bias: str,
+    bias_shape: Tuple[int, ...],
+    alpha: float = 1.0,
+    beta: float = 1.0,
+) -> None:
     """out = act(alpha * out + beta * bias) in place; nothing when there is nothing to do."""
     kind, params = activation_of(node)
     if not bias and alpha == 1.0:
@@ -27,7 +36,10 @@ def epilogue(L: Lowering, node: Node, out: str, shape: Tuple[int, ...], bias: st
     if bias:
         expr = "(%s + %s)" % (expr, "x1" if beta == 1.0 else "%s * x1" % flt(beta))
     ins = [shape] + ([bias_shape] if bias else [])
-    L.source(elementwise(shape, ins, activation(kind, params, expr), inplace=True, tag="bias"), [out] + ([bias] if bias else []))
+    L.source(
+        elementwise(shape, ins, activation(kind, params, expr), inplace=True, tag="bias"),
+        [out] + ([bias] if bias else []),
+    )
 
 
 def _transposed(L: Lowering, name: str) -> str:
@@ -37,8 +49,16 @@ def _transposed(L: Lowering, name: str) -> str:
     return t
 
 
-@register(["Gemm"], "library matmul; constant B pre-transposed and scaled at build time; bias and activation in one epilogue",
-          alpha=ANY, beta=ANY, transA=ANY, transB=ANY, broadcast=ANY, _normal=ANY)
+@register(
+    ["Gemm"],
+    "library matmul; constant B pre-transposed and scaled at build time; bias and activation in one epilogue",
+    alpha=ANY,
+    beta=ANY,
+    transA=ANY,
+    transB=ANY,
+    broadcast=ANY,
+    _normal=ANY,
+)
 def lower_gemm(L: Lowering, node: Node) -> None:
     a, b = node.inputs[0], node.inputs[1]
     c = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
@@ -65,7 +85,11 @@ def _matmul_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["MatMul"], "library matmul; batched operands as one matmul per batch (numpy broadcasting of batch dims)", check=_matmul_check)
+@register(
+    ["MatMul"],
+    "library matmul; batched operands as one matmul per batch (numpy broadcasting of batch dims)",
+    check=_matmul_check,
+)
 def lower_matmul(L: Lowering, node: Node) -> None:
     a, b = node.inputs
     out = node.outputs[0]
@@ -81,8 +105,18 @@ def lower_matmul(L: Lowering, node: Node) -> None:
     apply_activation(L, out, node)
 
 
-def _batched_matmul(L: Lowering, out: str, a: str, b: str, a2: Sequence[int], b2: Sequence[int], batch: Tuple[int, ...],
-                    m: int, k: int, n: int) -> None:  # fmt: skip
+def _batched_matmul(
+    L: Lowering,
+    out: str,
+    a: str,
+    b: str,
+    a2: Sequence[int],
+    b2: Sequence[int],
+    batch: Tuple[int, ...],
+    m: int,
+    k: int,
+    n: int,
+) -> None:
     sa = broadcast_strides(a2[:-2], batch)
     sb = broadcast_strides(b2[:-2], batch)
     for i, idx in enumerate(np.ndindex(*batch)):

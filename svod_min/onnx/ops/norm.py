@@ -9,14 +9,23 @@ import numpy as np
 
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
-from .lowering import F32, Lowering
 from ..kernels import norm as norm_kernels
+from .lowering import F32, Lowering
+
 
 @register(["LRN"], "generated C", alpha=ANY, beta=ANY, bias=ANY, size=ANY)
 def lower_lrn(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape
     a = node.attrs
-    kernel = norm_kernels.lrn(xs[0], xs[1], int(np.prod(xs[2:])), int(a["size"]), float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)), float(a.get("bias", 1.0)))
+    kernel = norm_kernels.lrn(
+        xs[0],
+        xs[1],
+        int(np.prod(xs[2:])),
+        int(a["size"]),
+        float(a.get("alpha", 1e-4)),
+        float(a.get("beta", 0.75)),
+        float(a.get("bias", 1.0)),
+    )
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
@@ -30,13 +39,26 @@ def _bn_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["BatchNormalization"], "inference; folded into the Conv/Gemm before it, else one per-channel scale+shift kernel",
-          check=_bn_check, epsilon=ANY, momentum=ANY, spatial=one_of(1), is_test=ANY, training_mode=one_of(0), consumed_inputs=ANY)
+@register(
+    ["BatchNormalization"],
+    "inference; folded into the Conv/Gemm before it, else one per-channel scale+shift kernel",
+    check=_bn_check,
+    epsilon=ANY,
+    momentum=ANY,
+    spatial=one_of(1),
+    is_test=ANY,
+    training_mode=one_of(0),
+    consumed_inputs=ANY,
+)
 def lower_batchnorm(L: Lowering, node: Node) -> None:
     raise AssertionError("BatchNormalization with constant statistics is an svod.Affine after the passes")
 
 
-@register(["Softmax", "LogSoftmax"], "generated C: rows of the last axis (opset < 13: the flattened trailing axes) or blocks of 64 inner positions, vector exp", axis=ANY)
+@register(
+    ["Softmax", "LogSoftmax"],
+    "generated C: rows of the last axis (opset < 13: the flattened trailing axes) or blocks of 64 inner positions, vector exp",
+    axis=ANY,
+)
 def lower_softmax(L: Lowering, node: Node) -> None:
     shape = L.value(node.inputs[0]).shape
     rank = max(1, len(shape))
@@ -45,7 +67,7 @@ def lower_softmax(L: Lowering, node: Node) -> None:
     if opset < 13:
         outer, red, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis:])), 1
     else:
-        outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))
+        outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
     L.source(norm_kernels.softmax_axis(outer, red, inner, node.op == "LogSoftmax"), [node.outputs[0], node.inputs[0]])
 
 
@@ -61,15 +83,31 @@ def _layernorm_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["LayerNormalization"], "library layernorm over the trailing axes", check=_layernorm_check, axis=ANY, epsilon=ANY, stash_type=one_of(1))
+@register(
+    ["LayerNormalization"],
+    "library layernorm over the trailing axes",
+    check=_layernorm_check,
+    axis=ANY,
+    epsilon=ANY,
+    stash_type=one_of(1),
+)
 def lower_layernorm(L: Lowering, node: Node) -> None:
     x = node.inputs[0]
     shape = L.value(x).shape
     axis = normalize_axis(int(node.attrs.get("axis", -1)), len(shape))
     rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
     scale = node.inputs[1]
-    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else L.const(np.zeros(cols, np.float32), node.outputs[0] + "~zero_bias")
-    L.library("layernorm", F32, [node.outputs[0], x, scale, bias], {"rows": rows, "cols": cols, "eps": float(node.attrs.get("epsilon", 1e-5))})
+    bias = (
+        node.inputs[2]
+        if len(node.inputs) > 2 and node.inputs[2]
+        else L.const(np.zeros(cols, np.float32), node.outputs[0] + "~zero_bias")
+    )
+    L.library(
+        "layernorm",
+        F32,
+        [node.outputs[0], x, scale, bias],
+        {"rows": rows, "cols": cols, "eps": float(node.attrs.get("epsilon", 1e-5))},
+    )
 
 
 @register(["InstanceNormalization"], "generated C; statistics per (N, C) plane", epsilon=ANY)

@@ -3,21 +3,41 @@ generated C otherwise (two passes over the window's rows then columns, or one pe
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..frontend.ir import Node
 from ..frontend.table import ANY, one_of, register
 from ..geometry import ConvGeom
-from .lowering import F32, Lowering
 from ..kernels import pool as pool_kernels
 from . import conv
-from .window import PAD_MODES, window_check, geometry
+from .lowering import F32, Lowering
+from .window import PAD_MODES, geometry, window_check
 
-@register(["MaxPool"], "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; NaN propagates; the Indices output is not supported", check=window_check,
-          auto_pad=PAD_MODES, ceil_mode=ANY, dilations=ANY, kernel_shape=ANY, pads=ANY, storage_order=ANY, strides=ANY)
-@register(["AveragePool"], "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; count_include_pad 0/1, ceil_mode", check=window_check,
-          auto_pad=PAD_MODES, ceil_mode=ANY, count_include_pad=one_of(0, 1), dilations=ANY, kernel_shape=ANY, pads=ANY, strides=ANY)
+
+@register(
+    ["MaxPool"],
+    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; NaN propagates; the Indices output is not supported",
+    check=window_check,
+    auto_pad=PAD_MODES,
+    ceil_mode=ANY,
+    dilations=ANY,
+    kernel_shape=ANY,
+    pads=ANY,
+    storage_order=ANY,
+    strides=ANY,
+)
+@register(
+    ["AveragePool"],
+    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; count_include_pad 0/1, ceil_mode",
+    check=window_check,
+    auto_pad=PAD_MODES,
+    ceil_mode=ANY,
+    count_include_pad=one_of(0, 1),
+    dilations=ANY,
+    kernel_shape=ANY,
+    pads=ANY,
+    strides=ANY,
+)
 def lower_pool(L: Lowering, node: Node) -> None:
     xs = L.value(node.inputs[0]).shape
     g = geometry(L, node, node.attrs["kernel_shape"], xs[1])
@@ -28,14 +48,22 @@ def lower_pool(L: Lowering, node: Node) -> None:
     L.source(kernel, [node.outputs[0], node.inputs[0]])
 
 
-@register(["GlobalAveragePool", "GlobalMaxPool"], "library global_avgpool (4-D float32), else reduce_mean; reduce_max over the spatial dims")
+@register(
+    ["GlobalAveragePool", "GlobalMaxPool"],
+    "library global_avgpool (4-D float32), else reduce_mean; reduce_max over the spatial dims",
+)
 def lower_global_pool(L: Lowering, node: Node) -> None:
     if node.op == "GlobalAveragePool" and lower_global_avgpool_library(L, node):
         return
     xs = L.value(node.inputs[0]).shape
     outer, red = xs[0] * xs[1], int(np.prod(xs[2:]))
     kernel = "reduce_mean" if node.op == "GlobalAveragePool" else "reduce_max"
-    L.library(kernel, F32, [node.outputs[0], node.inputs[0]], {"outer": outer, "red": red, "inner": 1, "so": red, "sr": 1, "si": 1})
+    L.library(
+        kernel,
+        F32,
+        [node.outputs[0], node.inputs[0]],
+        {"outer": outer, "red": red, "inner": 1, "so": red, "sr": 1, "si": 1},
+    )
 
 
 def lower_pool_library(L: Lowering, node: Node, g: ConvGeom) -> bool:
@@ -47,8 +75,20 @@ def lower_pool_library(L: Lowering, node: Node, g: ConvGeom) -> bool:
         return False
     if not _windows_start_inside(g):
         return False
-    base = {"N": g.n, "C": g.c, "H": g.h, "W": g.w, "OH": g.oh, "OW": g.ow, "KH": g.kh, "KW": g.kw,
-            "sh": g.sh, "sw": g.sw, "pt": g.pt, "pl": g.pl}  # fmt: skip
+    base = {
+        "N": g.n,
+        "C": g.c,
+        "H": g.h,
+        "W": g.w,
+        "OH": g.oh,
+        "OW": g.ow,
+        "KH": g.kh,
+        "KW": g.kw,
+        "sh": g.sh,
+        "sw": g.sw,
+        "pt": g.pt,
+        "pl": g.pl,
+    }
     if node.op == "MaxPool":
         L.library("maxpool2d", {"dtype": "float32"}, [out, x], dict(base, dh=g.dh, dw=g.dw))
         return True

@@ -9,8 +9,9 @@ import numpy as np
 
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
-from .lowering import F32, Lowering
 from ..kernels.reduce import arg_reduce, reduce_axis
+from .lowering import F32, Lowering
+
 
 def reduce_axes(graph: Graph, node: Node) -> Optional[List[int]]:
     shape = graph.values[node.inputs[0]].shape
@@ -38,11 +39,24 @@ def _reduce_check(graph: Graph, node: Node) -> Optional[str]:
 REDUCE_LIB = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max"}
 
 
-REDUCE_C = {"ReduceMin": "min", "ReduceProd": "prod", "ReduceSumSquare": "sumsquare", "ReduceL1": "l1", "ReduceL2": "l2", "ReduceLogSum": "logsum"}
+REDUCE_C = {
+    "ReduceMin": "min",
+    "ReduceProd": "prod",
+    "ReduceSumSquare": "sumsquare",
+    "ReduceL1": "l1",
+    "ReduceL2": "l2",
+    "ReduceLogSum": "logsum",
+}
 
 
-@register(sorted(REDUCE_LIB) + sorted(REDUCE_C), "library reduce_mean/sum/max, generated C for the others; axes one contiguous block",
-          check=_reduce_check, axes=ANY, keepdims=ANY, noop_with_empty_axes=ANY)
+@register(
+    sorted(REDUCE_LIB) + sorted(REDUCE_C),
+    "library reduce_mean/sum/max, generated C for the others; axes one contiguous block",
+    check=_reduce_check,
+    axes=ANY,
+    keepdims=ANY,
+    noop_with_empty_axes=ANY,
+)
 def lower_reduce(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     shape = L.value(x).shape
@@ -50,19 +64,34 @@ def lower_reduce(L: Lowering, node: Node) -> None:
     if not axes:
         L.view(out, x)
         return
-    outer, red, inner = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:axes[-1] + 1])), int(np.prod(shape[axes[-1] + 1:]))
+    outer, red, inner = (
+        int(np.prod(shape[: axes[0]])),
+        int(np.prod(shape[axes[0] : axes[-1] + 1])),
+        int(np.prod(shape[axes[-1] + 1 :])),
+    )
     if node.op in REDUCE_LIB:
-        L.library(REDUCE_LIB[node.op], F32, [out, x], {"outer": outer, "red": red, "inner": inner, "so": red * inner, "sr": inner, "si": 1})
+        L.library(
+            REDUCE_LIB[node.op],
+            F32,
+            [out, x],
+            {"outer": outer, "red": red, "inner": inner, "so": red * inner, "sr": inner, "si": 1},
+        )
     else:
         L.source(reduce_axis(outer, red, inner, REDUCE_C[node.op]), [out, x])
 
 
-@register(["ArgMax", "ArgMin"], "generated C; int64 result", dtypes=("float32", "int64"),
-          axis=ANY, keepdims=ANY, select_last_index=one_of(0, 1))
+@register(
+    ["ArgMax", "ArgMin"],
+    "generated C; int64 result",
+    dtypes=("float32", "int64"),
+    axis=ANY,
+    keepdims=ANY,
+    select_last_index=one_of(0, 1),
+)
 def lower_arg(L: Lowering, node: Node) -> None:
     x = node.inputs[0]
     shape = L.value(x).shape
     axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
-    outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))
+    outer, red, inner = int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1 :]))
     kernel = arg_reduce(outer, red, inner, node.op == "ArgMax", bool(node.attrs.get("select_last_index", 0)))
     L.source(kernel, [node.outputs[0], x])

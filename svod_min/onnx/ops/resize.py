@@ -16,8 +16,15 @@ from ..frontend.table import ANY, one_of, register
 from ..kernels.resize import nearest_2d, taps
 from .lowering import Lowering
 
-TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel_symmetric",
-              "tf_crop_and_resize")
+TRANSFORMS = (
+    "half_pixel",
+    "asymmetric",
+    "align_corners",
+    "pytorch_half_pixel",
+    "tf_half_pixel_for_nn",
+    "half_pixel_symmetric",
+    "tf_crop_and_resize",
+)
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -54,8 +61,9 @@ def _scales(graph: Graph, node: Node, in_shape: Sequence[int], out_shape: Sequen
     return full
 
 
-def source_coordinate(transform: str, j: np.ndarray, scale: np.float32, n_in: int, n_out: int,
-                      roi: Tuple[float, float] = (0.0, 1.0)) -> np.ndarray:  # fmt: skip
+def source_coordinate(
+    transform: str, j: np.ndarray, scale: np.float32, n_in: int, n_out: int, roi: Tuple[float, float] = (0.0, 1.0)
+) -> np.ndarray:
     """Output positions ``j`` -> float32 positions in the input, per coordinate_transformation_mode."""
     j = j.astype(np.float32)
     if transform == "tf_crop_and_resize":
@@ -117,8 +125,9 @@ class Sampling:
     extrapolation: float = 0.0
 
 
-def axis_taps(how: Sampling, scale: float, n_in: int, n_out: int, roi: Tuple[float, float] = (0.0, 1.0)
-              ) -> Tuple[List[int], List[float], int, Optional[List[float]]]:  # fmt: skip
+def axis_taps(
+    how: Sampling, scale: float, n_in: int, n_out: int, roi: Tuple[float, float] = (0.0, 1.0)
+) -> Tuple[List[int], List[float], int, Optional[List[float]]]:
     """(indices, weights, taps per output, constant per output or None) of one resized axis; tf_crop_and_resize
     positions outside the input read nothing and hold the extrapolation value."""
     x = source_coordinate(how.transform, np.arange(n_out), np.float32(scale), n_in, n_out, roi)
@@ -133,7 +142,11 @@ def axis_taps(how: Sampling, scale: float, n_in: int, n_out: int, roi: Tuple[flo
         hi = np.minimum(lo + 1, n_in - 1)
         w_hi = (xc - lo.astype(np.float32)).astype(np.float32)
         w_lo = (np.float32(1) - w_hi).astype(np.float32)
-        index, weight, per_out = np.stack([lo, hi], 1).reshape(-1).tolist(), np.stack([w_lo, w_hi], 1).reshape(-1).tolist(), 2
+        index, weight, per_out = (
+            np.stack([lo, hi], 1).reshape(-1).tolist(),
+            np.stack([w_lo, w_hi], 1).reshape(-1).tolist(),
+            2,
+        )
     if how.transform != "tf_crop_and_resize":
         return index, weight, per_out, None
     outside = (x < 0) | (x > np.float32(n_in - 1))
@@ -159,16 +172,37 @@ def _sampling(graph: Graph, node: Node) -> Sampling:
     mode = a.get("mode", "nearest")
     if node.op == "Upsample" or graph.opset < 11:
         return Sampling(mode, "asymmetric", "simple")
-    return Sampling(mode, a.get("coordinate_transformation_mode", "half_pixel"), a.get("nearest_mode", "round_prefer_floor"),
-                    float(a.get("cubic_coeff_a", -0.75)), bool(a.get("exclude_outside", 0)), float(a.get("extrapolation_value", 0.0)))
+    return Sampling(
+        mode,
+        a.get("coordinate_transformation_mode", "half_pixel"),
+        a.get("nearest_mode", "round_prefer_floor"),
+        float(a.get("cubic_coeff_a", -0.75)),
+        bool(a.get("exclude_outside", 0)),
+        float(a.get("extrapolation_value", 0.0)),
+    )
 
 
-@register(["Resize"], "separable generated C passes (one per resized axis; nearest over the last two axes in one); nearest, linear, cubic; scales/sizes constant",
-          check=_resize_check, mode=one_of("nearest", "linear", "cubic"), nearest_mode=one_of(*NEAREST_MODES),
-          coordinate_transformation_mode=one_of(*TRANSFORMS), cubic_coeff_a=ANY, exclude_outside=ANY,
-          extrapolation_value=ANY, antialias=one_of(0), axes=ANY,
-          keep_aspect_ratio_policy=one_of("stretch", "not_larger", "not_smaller"))  # fmt: skip
-@register(["Upsample"], "as Resize (asymmetric coordinates)", check=_resize_check, mode=one_of("nearest", "linear"), scales=ANY)
+@register(
+    ["Resize"],
+    "separable generated C passes (one per resized axis; nearest over the last two axes in one); nearest, linear, cubic; scales/sizes constant",
+    check=_resize_check,
+    mode=one_of("nearest", "linear", "cubic"),
+    nearest_mode=one_of(*NEAREST_MODES),
+    coordinate_transformation_mode=one_of(*TRANSFORMS),
+    cubic_coeff_a=ANY,
+    exclude_outside=ANY,
+    extrapolation_value=ANY,
+    antialias=one_of(0),
+    axes=ANY,
+    keep_aspect_ratio_policy=one_of("stretch", "not_larger", "not_smaller"),
+)
+@register(
+    ["Upsample"],
+    "as Resize (asymmetric coordinates)",
+    check=_resize_check,
+    mode=one_of("nearest", "linear"),
+    scales=ANY,
+)
 def lower_resize(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
@@ -183,7 +217,7 @@ def lower_resize(L: Lowering, node: Node) -> None:
     if how.mode == "nearest" and how.transform != "tf_crop_and_resize" and axes == [rank - 2, rank - 1]:
         rows_at = axis_taps(how, scales[rank - 2], in_shape[rank - 2], out_shape[rank - 2])[0]
         cols_at = axis_taps(how, scales[rank - 1], in_shape[rank - 1], out_shape[rank - 1])[0]
-        outer = int(np.prod(in_shape[:rank - 2]))
+        outer = int(np.prod(in_shape[: rank - 2]))
         L.source(nearest_2d(outer, in_shape[rank - 2], in_shape[rank - 1], rows_at, cols_at), [out, x])
         return
     current, shape = x, list(in_shape)
@@ -191,6 +225,6 @@ def lower_resize(L: Lowering, node: Node) -> None:
         index, weight, per_out, fill = axis_taps(how, scales[a], in_shape[a], out_shape[a], roi[a])
         shape[a] = out_shape[a]
         target = out if k == len(axes) - 1 else L.temp(shape, hint="resize")
-        outer, inner = int(np.prod(shape[:a])), int(np.prod(shape[a + 1:]))
+        outer, inner = int(np.prod(shape[:a])), int(np.prod(shape[a + 1 :]))
         L.source(taps(outer, in_shape[a], out_shape[a], inner, index, weight, per_out, fill), [target, current])
         current = target

@@ -48,30 +48,34 @@ def _rnn_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+RNN_ATTRS = dict(
+    activation_alpha=ANY,
+    activation_beta=ANY,
+    clip=ANY,
+    direction=one_of("forward", "reverse", "bidirectional"),
+    hidden_size=ANY,
+    layout=one_of(0, 1),
+)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-RNN_ATTRS = dict(activation_alpha=ANY, activation_beta=ANY, clip=ANY, direction=one_of("forward", "reverse", "bidirectional"),
-                 hidden_size=ANY, layout=one_of(0, 1))  # fmt: skip
-
-
-@register(["LSTM"], "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h, Y_c",
-          check=_rnn_check, dtypes=("float32", "int32"), activations=default_activations("LSTM"), input_forget=ANY, **RNN_ATTRS)
-@register(["GRU"], "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h",
-          check=_rnn_check, dtypes=("float32", "int32"), activations=default_activations("GRU"), linear_before_reset=ANY, **RNN_ATTRS)
+@register(
+    ["LSTM"],
+    "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h, Y_c",
+    check=_rnn_check,
+    dtypes=("float32", "int32"),
+    activations=default_activations("LSTM"),
+    input_forget=ANY,
+    **RNN_ATTRS,
+)
+@register(
+    ["GRU"],
+    "generated C: one kernel looping over time, one call per (direction, batch row); Y, Y_h",
+    check=_rnn_check,
+    dtypes=("float32", "int32"),
+    activations=default_activations("GRU"),
+    linear_before_reset=ANY,
+    **RNN_ATTRS,
+)
 def lower_rnn(L: Lowering, node: Node) -> None:
     op = node.op
     x, w, r = node.inputs[:3]
@@ -81,10 +85,23 @@ def lower_rnn(L: Lowering, node: Node) -> None:
     dirs, gates = ws[0], ws[1]
     hidden = gates // GATES[op]
     outs = list(node.outputs) + [""] * (3 - len(node.outputs))
-    k = {"T": seq, "B": batch, "I": xs[2], "H": hidden, "D": dirs, "G": gates, "G2": 2 * gates, "layout": layout,
-         "reverse": node.attrs.get("direction", "forward") == "reverse", "y": bool(outs[0]), "bias": bool(_optional(node, 3)),
-         "lens": bool(_optional(node, 4)), "h0": bool(_optional(node, 5)), "c0": op == "LSTM" and bool(_optional(node, 6)),
-         "peephole": op == "LSTM" and bool(_optional(node, 7))}  # fmt: skip
+    k = {
+        "T": seq,
+        "B": batch,
+        "I": xs[2],
+        "H": hidden,
+        "D": dirs,
+        "G": gates,
+        "G2": 2 * gates,
+        "layout": layout,
+        "reverse": node.attrs.get("direction", "forward") == "reverse",
+        "y": bool(outs[0]),
+        "bias": bool(_optional(node, 3)),
+        "lens": bool(_optional(node, 4)),
+        "h0": bool(_optional(node, 5)),
+        "c0": op == "LSTM" and bool(_optional(node, 6)),
+        "peephole": op == "LSTM" and bool(_optional(node, 7)),
+    }
     state_shape = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
     yh = outs[1] or L.temp(state_shape, hint="h")
     buffers: List[str] = ([outs[0]] if outs[0] else []) + [yh]

@@ -13,24 +13,45 @@ from ..kernels.copy import gather, gather_copy, pad, pad_index, slice_copy
 from .lowering import F32, Lowering
 
 
-@register(["Reshape", "Flatten", "Squeeze", "Unsqueeze"], "a view (no copy); shapes from shape inference",
-          axis=ANY, axes=ANY, allowzero=ANY, shape=ANY)
+@register(
+    ["Reshape", "Flatten", "Squeeze", "Unsqueeze"],
+    "a view (no copy); shapes from shape inference",
+    axis=ANY,
+    axes=ANY,
+    allowzero=ANY,
+    shape=ANY,
+)
 @register(["Identity"], "a view")
-@register(["Dropout"], "inference: a view; the mask output is not supported", ratio=ANY, seed=ANY, is_test=ANY,
-          check=lambda g, n: "the mask output" if len(n.outputs) > 1 and n.outputs[1] else
-          ("training_mode must be a constant false" if len(n.inputs) > 2 and n.inputs[2] and not (g.is_const(n.inputs[2]) and not g.const(n.inputs[2]).any()) else None))
+@register(
+    ["Dropout"],
+    "inference: a view; the mask output is not supported",
+    ratio=ANY,
+    seed=ANY,
+    is_test=ANY,
+    check=lambda g, n: (
+        "the mask output"
+        if len(n.outputs) > 1 and n.outputs[1]
+        else (
+            "training_mode must be a constant false"
+            if len(n.inputs) > 2 and n.inputs[2] and not (g.is_const(n.inputs[2]) and not g.const(n.inputs[2]).any())
+            else None
+        )
+    ),
+)
 @register(["Cast"], "float32 to float32 only (other casts of run-time tensors are refused)", to=one_of(1), saturate=ANY)
 def lower_view(L: Lowering, node: Node) -> None:
     L.view(node.outputs[0], node.inputs[0])
 
 
-@register(["Concat"], "inputs written in place into the output where the slices are contiguous; a copy otherwise", axis=ANY)
+@register(
+    ["Concat"], "inputs written in place into the output where the slices are contiguous; a copy otherwise", axis=ANY
+)
 def lower_concat(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     shape = L.value(out).shape
     axis = int(node.attrs["axis"]) % len(shape)
     outer = int(np.prod(shape[:axis]))
-    inner = int(np.prod(shape[axis + 1:]))
+    inner = int(np.prod(shape[axis + 1 :]))
     at = 0
     for name in node.inputs:
         if not name:
@@ -44,7 +65,9 @@ def lower_concat(L: Lowering, node: Node) -> None:
         at += part
 
 
-def permuted(L: Lowering, out: str, x: str, out_shape: Sequence[int], src_strides: Sequence[int], offset: int, tag: str) -> None:
+def permuted(
+    L: Lowering, out: str, x: str, out_shape: Sequence[int], src_strides: Sequence[int], offset: int, tag: str
+) -> None:
     """out = x read with ``src_strides`` from ``offset``: library permute up to 4 collapsed dims, C beyond."""
     shape, strides = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
     src = strides[1]
@@ -52,7 +75,12 @@ def permuted(L: Lowering, out: str, x: str, out_shape: Sequence[int], src_stride
         pad = 4 - len(shape)
         e = [1] * pad + list(shape)
         t = [0] * pad + list(src)
-        L.library("permute", F32, [out, x], dict([("e%d" % i, e[i]) for i in range(4)] + [("t%d" % i, t[i]) for i in range(4)]))
+        L.library(
+            "permute",
+            F32,
+            [out, x],
+            dict([("e%d" % i, e[i]) for i in range(4)] + [("t%d" % i, t[i]) for i in range(4)]),
+        )
         return
     L.source(gather_copy(out_shape, src_strides, offset, L.value(x).size, tag), [out, x])
 
@@ -75,7 +103,11 @@ def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
     else:
         if not all(graph.is_const(n) for n in node.inputs[1:] if n):
             return None
-        get = lambda i, default: [int(v) for v in graph.const(node.inputs[i]).reshape(-1)] if len(node.inputs) > i and node.inputs[i] else default  # noqa: E731
+        get = lambda i, default: (
+            [int(v) for v in graph.const(node.inputs[i]).reshape(-1)]
+            if len(node.inputs) > i and node.inputs[i]
+            else default
+        )  # noqa: E731
         starts, ends = get(1, []), get(2, [])
         axes = get(3, list(range(len(starts))))
         steps = get(4, [1] * len(starts))
@@ -90,9 +122,14 @@ def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
     return begin, step
 
 
-@register(["Slice"], "a strided copy (library permute where it fits); starts/ends/axes/steps constant",
-          check=lambda g, n: None if _slice_params(g, n) is not None else "starts/ends/axes/steps must be constants",
-          starts=ANY, ends=ANY, axes=ANY)
+@register(
+    ["Slice"],
+    "a strided copy (library permute where it fits); starts/ends/axes/steps constant",
+    check=lambda g, n: None if _slice_params(g, n) is not None else "starts/ends/axes/steps must be constants",
+    starts=ANY,
+    ends=ANY,
+    axes=ANY,
+)
 def lower_slice(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     begin, step = _slice_params(L.graph, node)  # type: ignore[misc]
@@ -101,9 +138,16 @@ def lower_slice(L: Lowering, node: Node) -> None:
     permuted(L, out, x, L.value(out).shape, [s * k for s, k in zip(strides, step)], offset, "slice")
 
 
-@register(["Split"], "views where the parts are contiguous, strided copies otherwise; split sizes constant",
-          check=lambda g, n: None if len(n.inputs) < 2 or not n.inputs[1] or g.is_const(n.inputs[1]) else "split sizes must be constants",
-          axis=ANY, split=ANY, num_outputs=ANY)
+@register(
+    ["Split"],
+    "views where the parts are contiguous, strided copies otherwise; split sizes constant",
+    check=lambda g, n: (
+        None if len(n.inputs) < 2 or not n.inputs[1] or g.is_const(n.inputs[1]) else "split sizes must be constants"
+    ),
+    axis=ANY,
+    split=ANY,
+    num_outputs=ANY,
+)
 def lower_split(L: Lowering, node: Node) -> None:
     x = node.inputs[0]
     shape = L.value(x).shape
@@ -120,8 +164,11 @@ def lower_split(L: Lowering, node: Node) -> None:
         at += part
 
 
-@register(["Expand"], "a broadcasting copy (library permute with zero strides where it fits)",
-          check=lambda g, n: None if g.is_const(n.inputs[1]) else "the shape must be a constant")
+@register(
+    ["Expand"],
+    "a broadcasting copy (library permute with zero strides where it fits)",
+    check=lambda g, n: None if g.is_const(n.inputs[1]) else "the shape must be a constant",
+)
 def lower_expand(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     out_shape = L.value(out).shape
@@ -134,8 +181,15 @@ def _pad_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["Pad"], "constant, reflect, edge and wrap modes; generated C; pads constant", check=_pad_check,
-          mode=one_of("constant", "reflect", "edge", "wrap"), pads=ANY, paddings=ANY, value=ANY)
+@register(
+    ["Pad"],
+    "constant, reflect, edge and wrap modes; generated C; pads constant",
+    check=_pad_check,
+    mode=one_of("constant", "reflect", "edge", "wrap"),
+    pads=ANY,
+    paddings=ANY,
+    value=ANY,
+)
 def lower_pad(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
@@ -146,7 +200,11 @@ def lower_pad(L: Lowering, node: Node) -> None:
     else:
         raw = [int(v) for v in L.graph.const(node.inputs[1]).reshape(-1)]
         value = float(L.graph.const(node.inputs[2]).reshape(-1)[0]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
-        axes = [int(a) % rank for a in L.graph.const(node.inputs[3]).reshape(-1)] if len(node.inputs) > 3 and node.inputs[3] else list(range(rank))
+        axes = (
+            [int(a) % rank for a in L.graph.const(node.inputs[3]).reshape(-1)]
+            if len(node.inputs) > 3 and node.inputs[3]
+            else list(range(rank))
+        )
         pads = [0] * (2 * rank)
         for i, a in enumerate(axes):
             pads[a], pads[a + rank] = raw[i], raw[i + len(axes)]
@@ -166,8 +224,13 @@ def _gather_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
-@register(["Gather"], "generated C; int64/int32 indices, constant or run-time; negative indices count from the end",
-          check=_gather_check, dtypes=("float32", "int64", "int32"), axis=ANY)
+@register(
+    ["Gather"],
+    "generated C; int64/int32 indices, constant or run-time; negative indices count from the end",
+    check=_gather_check,
+    dtypes=("float32", "int64", "int32"),
+    axis=ANY,
+)
 def lower_gather(L: Lowering, node: Node) -> None:
     data, indices = node.inputs[0], node.inputs[1]
     shape = L.value(data).shape
@@ -175,7 +238,7 @@ def lower_gather(L: Lowering, node: Node) -> None:
     if L.graph.is_const(indices):
         raw = L.graph.const(indices).astype(np.int64)
         indices = L.const(np.where(raw < 0, raw + shape[axis], raw).reshape(-1), indices)
-    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
     index_type = "int" if L.value(indices).dtype == "int32" else "long long"
     kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type)
     L.source(kernel, [node.outputs[0], data, indices])

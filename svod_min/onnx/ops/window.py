@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-
 from ..frontend.ir import Graph, Node
 from ..frontend.table import one_of
 from ..geometry import ConvGeom
@@ -24,7 +23,9 @@ def window_check(graph: Graph, node: Node) -> Optional[str]:
         return "%d-D windows are not supported (1-D and 2-D)" % rank
     if node.op == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
         return "the Indices output is not supported"
-    if node.op == "Conv" and graph.values[node.inputs[1]].shape[2:] != tuple(node.attrs.get("kernel_shape", graph.values[node.inputs[1]].shape[2:])):
+    if node.op == "Conv" and graph.values[node.inputs[1]].shape[2:] != tuple(
+        node.attrs.get("kernel_shape", graph.values[node.inputs[1]].shape[2:])
+    ):
         return "kernel_shape does not match the weight"
     if node.op in ("MaxPool", "AveragePool") and node.attrs.get("ceil_mode", 0):
         return ceil_window_check(graph, node)
@@ -42,13 +43,17 @@ def ceil_window_check(graph: Graph, node: Node) -> Optional[str]:
     pads = _pads(node, in_hw, kernel, strides, dil)
     for axis, (size, out, stride, begin) in enumerate(zip(in_hw, out_hw, strides, pads)):
         if isinstance(out, int) and (out - 1) * stride >= size + begin:
-            return ("ceil_mode: the last window of spatial axis %d starts in the end padding (output %d, stride %d, "
-                    "input %d, leading pad %d); onnx shape inference keeps it, onnxruntime drops it"
-                    % (axis, out, stride, size, begin))  # fmt: skip
+            return (
+                "ceil_mode: the last window of spatial axis %d starts in the end padding (output %d, stride %d, "
+                "input %d, leading pad %d); onnx shape inference keeps it, onnxruntime drops it"
+                % (axis, out, stride, size, begin)
+            )
     return None
 
 
-def _pads(node: Node, in_hw: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int]) -> List[int]:
+def _pads(
+    node: Node, in_hw: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int]
+) -> List[int]:
     """[top, left, bottom, right] (2-D) from pads or auto_pad."""
     rank = len(in_hw)
     mode = node.attrs.get("auto_pad", "NOTSET")
@@ -77,5 +82,23 @@ def geometry(L: Lowering, node: Node, kernel: Sequence[int], oc: int, groups: in
     if rank == 1:
         in_hw, out_hw, kernel, strides, dil = [1] + in_hw, [1] + out_hw, [1] + list(kernel), [1] + strides, [1] + dil
         pads = [0, pads[0], 0, pads[1]]
-    return ConvGeom(xs[0], xs[1], in_hw[0], in_hw[1], oc, out_hw[0], out_hw[1], kernel[0], kernel[1], strides[0],
-                         strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1], groups)  # fmt: skip
+    return ConvGeom(
+        xs[0],
+        xs[1],
+        in_hw[0],
+        in_hw[1],
+        oc,
+        out_hw[0],
+        out_hw[1],
+        kernel[0],
+        kernel[1],
+        strides[0],
+        strides[1],
+        pads[0],
+        pads[1],
+        pads[2],
+        pads[3],
+        dil[0],
+        dil[1],
+        groups,
+    )

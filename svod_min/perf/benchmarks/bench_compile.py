@@ -34,9 +34,8 @@ import textwrap
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-
-from svod_min.compiler import clang
 from svod_min.cache import kernel_cache
+from svod_min.compiler import clang
 from svod_min.perf.bench_suite import bench_compilers
 
 GOAL_MS = 5.0
@@ -116,7 +115,12 @@ def tinygrad_peer(n: int) -> Tuple[str, Optional[float]]:
         try:
             out = subprocess.run(
                 [sys.executable, "-c", _TINYGRAD_CHILD, str(n)],
-                env=env, cwd=tmp, capture_output=True, text=True, timeout=600, check=True,
+                env=env,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
             ).stdout.split()
             elapsed, kernels = float(out[-2]), int(out[-1])
         except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
@@ -150,7 +154,14 @@ def _compiler_rows(cc: str, n: int, repeat: int, single: int, tg: Tuple[str, Opt
     whole = per_kernel_ms(one_file(cc), n, repeat)
     return [
         row("compile ms/kernel, compile_c per kernel (%s)" % cc, solo, tg[0], tg[1], "info", None),
-        row("compile ms/kernel, compile_many_c 1 run (%s)" % cc, many, "%s: one C file, one object" % cc, whole, goal, many <= GOAL_MS),
+        row(
+            "compile ms/kernel, compile_many_c 1 run (%s)" % cc,
+            many,
+            "%s: one C file, one object" % cc,
+            whole,
+            goal,
+            many <= GOAL_MS,
+        ),
         row("compile ms/kernel, compile_many_c jobs=2 (%s)" % cc, many2, tg[0], tg[1], goal, many2 <= GOAL_MS),
     ]
 
@@ -171,7 +182,14 @@ def _cached_rows(n: int, repeat: int, tg: Tuple[str, Optional[float]]) -> List[d
     cc = clang.find_compiler().family
     ours, hit = statistics.median(cold), statistics.median(hits)
     return [
-        row("cold plan ms/kernel, compile_many_cached (%s, jobs=%d)" % (cc, clang.default_jobs()), ours, tg[0], tg[1], "<= %g" % GOAL_MS, ours <= GOAL_MS),
+        row(
+            "cold plan ms/kernel, compile_many_cached (%s, jobs=%d)" % (cc, clang.default_jobs()),
+            ours,
+            tg[0],
+            tg[1],
+            "<= %g" % GOAL_MS,
+            ours <= GOAL_MS,
+        ),
         row("warm plan ms/kernel, compile_many_cached disk hits", hit, "-", None, "info", None),
     ]
 
@@ -219,7 +237,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         print(json.dumps(table, indent=1))
     else:
-        print("%d kernels per batch, %d CPUs; ms per kernel, median of %d" % (args.kernels, os.cpu_count() or 1, args.repeat))
+        print(
+            "%d kernels per batch, %d CPUs; ms per kernel, median of %d"
+            % (args.kernels, os.cpu_count() or 1, args.repeat)
+        )
         print_table(table)
     return 0
 

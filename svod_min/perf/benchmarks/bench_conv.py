@@ -38,7 +38,10 @@ class ConvShape(NamedTuple):
 
     @property
     def out_hw(self) -> Tuple[int, int]:
-        return ((self.h + 2 * self.pad - self.k) // self.stride + 1, (self.w + 2 * self.pad - self.k) // self.stride + 1)
+        return (
+            (self.h + 2 * self.pad - self.k) // self.stride + 1,
+            (self.w + 2 * self.pad - self.k) // self.stride + 1,
+        )
 
     @property
     def flops(self) -> float:
@@ -70,8 +73,22 @@ def svod_conv(shape: ConvShape, x: Any, w: Any, out: Any, threads: int) -> Calla
     from svod_min.kernels.conv_pack import pack_conv_weights
 
     p = shape.pad
-    common = dict(N=1, C=shape.c, H=shape.h, W=shape.w, KH=shape.k, KW=shape.k, sh=shape.stride, sw=shape.stride,
-                  pt=p, pl=p, pb=p, pr=p, dh=1, dw=1)  # fmt: skip
+    common = dict(
+        N=1,
+        C=shape.c,
+        H=shape.h,
+        W=shape.w,
+        KH=shape.k,
+        KW=shape.k,
+        sh=shape.stride,
+        sw=shape.stride,
+        pt=p,
+        pl=p,
+        pb=p,
+        pr=p,
+        dh=1,
+        dw=1,
+    )
     if shape.groups == shape.c == shape.oc:
         return kernels.get("depthwise_conv2d", dtype="float32").bind([out, x, w], threads=threads, **common)
     packed, bias = pack_conv_weights(w, shape.groups), np.zeros(shape.oc, np.float32)
@@ -85,13 +102,22 @@ def ort_conv(shape: ConvShape, w: Any, threads: int) -> Any:
     from onnx import TensorProto, helper, numpy_helper
 
     oh, ow = shape.out_hw
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[shape.k, shape.k],
-                            strides=[shape.stride] * 2, pads=[shape.pad] * 4, group=shape.groups)  # fmt: skip
+    node = helper.make_node(
+        "Conv",
+        ["x", "w"],
+        ["y"],
+        kernel_shape=[shape.k, shape.k],
+        strides=[shape.stride] * 2,
+        pads=[shape.pad] * 4,
+        group=shape.groups,
+    )
     graph = helper.make_graph(
-        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, shape.c, shape.h, shape.w])],
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, shape.c, shape.h, shape.w])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, shape.oc, oh, ow])],
         [numpy_helper.from_array(w, "w")],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     opts = ort.SessionOptions()
@@ -159,13 +185,17 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), only: str = "") -
             peer = shape.flops / got["ort"] / 1e9 if got["ort"] else None
             ratio = ours / peer if peer else None
             goal = ">= %gx peer" % GOAL if t == 1 else "info"
-            out.append({
-                "measure": "conv %s f32, %d thread%s [GFLOP/s]" % (shape.label, t, "s" if t > 1 else ""),
-                "svod_min": round(ours, 2), "peer": "%s, %d thread%s" % (peer_name, t, "s" if t > 1 else "")
-                if peer else peer_name, "peer_value": None if peer is None else round(peer, 2),
-                "ratio": None if ratio is None else round(ratio, 2), "goal": goal,
-                "met": None if ratio is None or t != 1 else bool(ratio >= GOAL),
-            })  # fmt: skip
+            out.append(
+                {
+                    "measure": "conv %s f32, %d thread%s [GFLOP/s]" % (shape.label, t, "s" if t > 1 else ""),
+                    "svod_min": round(ours, 2),
+                    "peer": "%s, %d thread%s" % (peer_name, t, "s" if t > 1 else "") if peer else peer_name,
+                    "peer_value": None if peer is None else round(peer, 2),
+                    "ratio": None if ratio is None else round(ratio, 2),
+                    "goal": goal,
+                    "met": None if ratio is None or t != 1 else bool(ratio >= GOAL),
+                }
+            )
     return out
 
 

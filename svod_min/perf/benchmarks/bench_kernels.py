@@ -37,8 +37,13 @@ N_ADD = 1 << 24
 N_GELU = 1 << 22
 N_MM = 1024
 # (M, N, K): the goal's square, smaller and larger squares, and an MLP layer (batch 64, 784 -> 512).
-MM_SHAPES: Tuple[Tuple[int, int, int], ...] = ((1024, 1024, 1024), (256, 256, 256), (512, 512, 512),
-                                               (2048, 2048, 2048), (64, 512, 784))
+MM_SHAPES: Tuple[Tuple[int, int, int], ...] = (
+    (1024, 1024, 1024),
+    (256, 256, 256),
+    (512, 512, 512),
+    (2048, 2048, 2048),
+    (64, 512, 784),
+)
 MM_GOAL = 0.9  # of numpy's BLAS at 1024^2, at 1 and at 2 threads
 
 
@@ -144,7 +149,7 @@ def _shape_key(shape: Tuple[int, int, int]) -> str:
 
 def _reps_for(shape: Tuple[int, int, int], reps: int) -> int:
     """Fewer runs of the big shapes (a 2048^2 float32 matmul is ~0.3 s on one core)."""
-    return max(3, reps * (N_MM ** 3) // max(N_MM ** 3, shape[0] * shape[1] * shape[2]))
+    return max(3, reps * (N_MM**3) // max(N_MM**3, shape[0] * shape[1] * shape[2]))
 
 
 def work_speedup(reps: int) -> Dict[str, float]:
@@ -183,8 +188,10 @@ def work_bandwidth(reps: int) -> Dict[str, float]:
     half = src.nbytes // 2
 
     def memcpy2() -> None:  # two threads, ctypes.memmove drops the GIL
-        ts = [threading.Thread(target=ctypes.memmove, args=(dst.ctypes.data + i * half, src.ctypes.data + i * half,
-                                                              half)) for i in range(2)]  # fmt: skip
+        ts = [
+            threading.Thread(target=ctypes.memmove, args=(dst.ctypes.data + i * half, src.ctypes.data + i * half, half))
+            for i in range(2)
+        ]
         for t in ts:
             t.start()
         for t in ts:
@@ -196,9 +203,12 @@ def work_bandwidth(reps: int) -> Dict[str, float]:
 
 
 WORKERS: Dict[str, Callable[..., Dict[str, Any]]] = {
-    "elementwise": work_elementwise, "svod_matmul": work_svod_matmul, "blas_matmul": work_blas_matmul,
-    "speedup": work_speedup, "bandwidth": work_bandwidth,
-}  # fmt: skip
+    "elementwise": work_elementwise,
+    "svod_matmul": work_svod_matmul,
+    "blas_matmul": work_blas_matmul,
+    "speedup": work_speedup,
+    "bandwidth": work_bandwidth,
+}
 
 
 def run_worker(name: str, threads: int, reps: int) -> Dict[str, Any]:
@@ -208,8 +218,17 @@ def run_worker(name: str, threads: int, reps: int) -> Dict[str, Any]:
         env[var] = str(blas_threads)
     env["SVOD_THREADS"] = str(threads)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "svod_min.perf.benchmarks.bench_kernels", "--worker", name, "--threads", str(threads),
-           "--reps", str(reps)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "svod_min.perf.benchmarks.bench_kernels",
+        "--worker",
+        name,
+        "--threads",
+        str(threads),
+        "--reps",
+        str(reps),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise SystemExit("bench worker %s failed:\n%s" % (name, proc.stderr))
@@ -221,8 +240,15 @@ def run_worker(name: str, threads: int, reps: int) -> Dict[str, Any]:
 
 def _row(measure: str, svod: float, peer: str, peer_value: float, goal: float) -> Dict[str, Any]:
     ratio = svod / peer_value if peer_value else float("nan")
-    return {"measure": measure, "svod_min": round(svod, 2), "peer": peer, "peer_value": round(peer_value, 2),
-            "ratio": round(ratio, 3), "goal": goal, "met": bool(ratio >= goal)}  # fmt: skip
+    return {
+        "measure": measure,
+        "svod_min": round(svod, 2),
+        "peer": peer,
+        "peer_value": round(peer_value, 2),
+        "ratio": round(ratio, 3),
+        "goal": goal,
+        "met": bool(ratio >= goal),
+    }
 
 
 def _loadavg() -> str:
@@ -243,21 +269,51 @@ def collect(reps: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     gb = lambda nbytes, s: nbytes / s / 1e9  # noqa: E731
     lib = blas[1]["blas"]
     rows = [
-        _row("add f32 2^24, 1 thread [GB/s]", gb(12 * N_ADD, ew["add"]), "numpy.add(out=)",
-             gb(12 * N_ADD, ew["np_add"]), 1.25),
-        _row("add f32 2^24, 1 thread, fraction of memcpy bandwidth [GB/s]", gb(12 * N_ADD, ew["add"]),
-             "memcpy (memmove) 64 MiB, 1 thread", gb(8 * N_ADD, ew["memcpy1"]), 0.8),
-        _row("relu(a*b+c) f32 2^24, 1 thread, %s [GB/s]" % ew["fused_how"], gb(16 * N_ADD, ew["fused"]),
-             "numpy np.maximum(a*b+c, 0)", gb(16 * N_ADD, ew["np_fused"]), 2.0),
+        _row(
+            "add f32 2^24, 1 thread [GB/s]",
+            gb(12 * N_ADD, ew["add"]),
+            "numpy.add(out=)",
+            gb(12 * N_ADD, ew["np_add"]),
+            1.25,
+        ),
+        _row(
+            "add f32 2^24, 1 thread, fraction of memcpy bandwidth [GB/s]",
+            gb(12 * N_ADD, ew["add"]),
+            "memcpy (memmove) 64 MiB, 1 thread",
+            gb(8 * N_ADD, ew["memcpy1"]),
+            0.8,
+        ),
+        _row(
+            "relu(a*b+c) f32 2^24, 1 thread, %s [GB/s]" % ew["fused_how"],
+            gb(16 * N_ADD, ew["fused"]),
+            "numpy np.maximum(a*b+c, 0)",
+            gb(16 * N_ADD, ew["np_fused"]),
+            2.0,
+        ),
         *_matmul_rows(mm, blas, lib),
         _row("matmul core_id speed-up, 2 cores vs 1 [x]", sp["mm1"] / sp["mm2"], "svod_min on 1 core", 1.0, 1.8),
-        _row("gelu f32 2^22 core_id speed-up, 2 cores vs 1 [x]", sp["gelu1"] / sp["gelu2"], "svod_min on 1 core",
-             1.0, 1.8),
-        _row("add f32 2^24, 2 threads [GB/s]", gb(12 * N_ADD, bw["add2"]), "memcpy (memmove), 2 threads",
-             gb(2 * bw["memcpy_bytes"], bw["memcpy2"]), 0.8),
-    ]  # fmt: skip
-    info = {"numpy": blas[1]["numpy"], "blas": lib, "variant": mm[1]["variant"], "reps": reps,
-            "load": "%s before, %s after" % (load, _loadavg())}  # fmt: skip
+        _row(
+            "gelu f32 2^22 core_id speed-up, 2 cores vs 1 [x]",
+            sp["gelu1"] / sp["gelu2"],
+            "svod_min on 1 core",
+            1.0,
+            1.8,
+        ),
+        _row(
+            "add f32 2^24, 2 threads [GB/s]",
+            gb(12 * N_ADD, bw["add2"]),
+            "memcpy (memmove), 2 threads",
+            gb(2 * bw["memcpy_bytes"], bw["memcpy2"]),
+            0.8,
+        ),
+    ]
+    info = {
+        "numpy": blas[1]["numpy"],
+        "blas": lib,
+        "variant": mm[1]["variant"],
+        "reps": reps,
+        "load": "%s before, %s after" % (load, _loadavg()),
+    }
     return rows, info
 
 
@@ -269,9 +325,13 @@ def _matmul_rows(mm: Dict[int, Dict[str, Any]], blas: Dict[int, Dict[str, Any]],
         name = "%d^2" % shape[0] if shape[0] == shape[1] == shape[2] else "%dx%dx%d (M,N,K)" % shape
         for t in (1, 2):
             tile = ", tile %s" % mm[t]["tile"] if t == 1 and shape[0] == N_MM else ""
-            row = _row("matmul f32 %s, %d thread%s%s [GFLOP/s]" % (name, t, "s" if t > 1 else "", tile),
-                       flops / mm[t][key] / 1e9, "numpy %s, %d thread%s" % (lib, t, "s" if t > 1 else ""),
-                       flops / blas[t][key] / 1e9, MM_GOAL)  # fmt: skip
+            row = _row(
+                "matmul f32 %s, %d thread%s%s [GFLOP/s]" % (name, t, "s" if t > 1 else "", tile),
+                flops / mm[t][key] / 1e9,
+                "numpy %s, %d thread%s" % (lib, t, "s" if t > 1 else ""),
+                flops / blas[t][key] / 1e9,
+                MM_GOAL,
+            )
             if shape[0] != N_MM:
                 row["goal"], row["met"] = 0.0, None  # reported, no goal
             out.append(row)
@@ -286,15 +346,27 @@ def rows(quick: bool = False) -> List[Dict[str, Any]]:
 
 def print_table(rows: List[Dict[str, Any]], info: Dict[str, Any]) -> None:
     cols = ["measure", "svod_min", "peer", "peer_value", "ratio", "goal", "met"]
-    cells = [[str(r[c]) if c != "goal" else (">= %g" % r[c] if r["met"] is not None else "info") for c in cols]
-             for r in rows]  # fmt: skip
+    cells = [
+        [str(r[c]) if c != "goal" else (">= %g" % r[c] if r["met"] is not None else "info") for c in cols] for r in rows
+    ]
     width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    print("svod_min kernel library benchmark | %s, %d CPUs | Python %s | numpy %s (%s) | prebuilt %s | median of %d"
-          % (platform.machine(), os.cpu_count() or 0, platform.python_version(), info["numpy"], info["blas"],
-             info["variant"], info["reps"]))  # fmt: skip
+    print(
+        "svod_min kernel library benchmark | %s, %d CPUs | Python %s | numpy %s (%s) | prebuilt %s | median of %d"
+        % (
+            platform.machine(),
+            os.cpu_count() or 0,
+            platform.python_version(),
+            info["numpy"],
+            info["blas"],
+            info["variant"],
+            info["reps"],
+        )
+    )
     print("load average: %s (anything else running skews the rows)" % info["load"])
-    print("threads: each row names its own; BLAS/OpenMP thread variables are set to the same count before numpy "
-          "is imported, svod_min gets SVOD_THREADS=that count and threads= per dispatch")  # fmt: skip
+    print(
+        "threads: each row names its own; BLAS/OpenMP thread variables are set to the same count before numpy "
+        "is imported, svod_min gets SVOD_THREADS=that count and threads= per dispatch"
+    )
     print(" | ".join(c.ljust(w) for c, w in zip(cols, width)))
     print("-+-".join("-" * w for w in width))
     for row in cells:

@@ -23,7 +23,6 @@ import tempfile
 import time
 from typing import Callable, List, Optional, Sequence
 
-
 from svod_min.compiler import clang
 from svod_min.jit_loader import load_object
 from svod_min.perf.bench_suite import PACKAGE_PARENT, bench_compilers, format_table, make_row
@@ -84,7 +83,9 @@ def tinygrad_load(obj: bytes) -> Optional[Callable[[], None]]:
     libm = ctypes.CDLL("libm.so.6")
 
     def run() -> None:
-        mem = mmap.mmap(-1, len(obj), mmap.MAP_ANON | mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        mem = mmap.mmap(
+            -1, len(obj), mmap.MAP_ANON | mmap.MAP_PRIVATE, mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+        )
         addr = ctypes.addressof(ctypes.c_char.from_buffer(mem))
         mem.write(jit_loader(obj, base=addr, link_libs=[libm]))
         mem.close()
@@ -153,9 +154,13 @@ def rows(repeat: int = 200, quick: bool = False) -> List[dict]:
         tg_us, cold = medians_us([tg, lambda: cold_load(fresh)], repeat)
     # the goal is tinygrad's own time where it runs (it validates nothing and maps one RWX page)
     goal, met = ("<= peer", cold <= tg_us) if tg_us is not None else ("<= 250", cold <= 250)
-    out.append(row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", goal, met))
+    out.append(
+        row("cold load µs (parse+relocate+map+protect)", cold, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", goal, met)
+    )
     warm = median_us(lambda: warm_load(obj), repeat)
-    out.append(row("warm load µs (layout cached)", warm, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 50", warm <= 50))
+    out.append(
+        row("warm load µs (layout cached)", warm, tg_us, "tinygrad 0.14 jit_loader+RWX mmap", "<= 50", warm <= 50)
+    )
     hit, imp = cache_hit_new_process(KERNEL, TINYGRAD_FLAGS, max(5, repeat // 20))
     out.append(row("disk-cache hit + load in a new process µs", hit, None, "-", "<= 1000", hit <= 1000))
     out.append(row("import svod_min (cache, clang, loader) µs", imp, None, "-", "info", None))
@@ -164,7 +169,16 @@ def rows(repeat: int = 200, quick: bool = False) -> List[dict]:
         for cc in bench_compilers():  # SVOD_CC=gcc: a gcc-only run
             ours = median_us(lambda: load_object(clang.compile_c(KERNEL, compiler=cc)).close(), n)
             peer = median_us(lambda: shared_cdll(KERNEL, cc, tmp), n)
-            out.append(row("compile+load µs, %s" % cc, ours, peer, "%s -shared + ctypes.CDLL" % cc, "faster than peer", ours < peer))
+            out.append(
+                row(
+                    "compile+load µs, %s" % cc,
+                    ours,
+                    peer,
+                    "%s -shared + ctypes.CDLL" % cc,
+                    "faster than peer",
+                    ours < peer,
+                )
+            )
     return out
 
 

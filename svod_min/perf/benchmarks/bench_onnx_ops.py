@@ -62,7 +62,9 @@ CASES: Tuple[OpCase, ...] = (
     OpCase("LogSoftmax axis 1 of 1x21x64x64", "LogSoftmax", (1, 21, 64, 64), {"axis": 1}),
     OpCase("LRN 5 over 1x64x56x56 (GoogLeNet)", "LRN", (1, 64, 56, 56), dict(size=5, alpha=1e-4, beta=0.75, bias=1.0)),
     OpCase("LRN 5 over 1x96x55x55 (AlexNet)", "LRN", (1, 96, 55, 55), dict(size=5, alpha=1e-4, beta=0.75, bias=1.0)),
-    OpCase("LRN 5 over 1x192x56x56 (GoogLeNet)", "LRN", (1, 192, 56, 56), dict(size=5, alpha=1e-4, beta=0.75, bias=1.0)),
+    OpCase(
+        "LRN 5 over 1x192x56x56 (GoogLeNet)", "LRN", (1, 192, 56, 56), dict(size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    ),
     _resize("Resize nearest x2 1x64x56x56", (1, 64, 56, 56), 2.0, "nearest", "asymmetric", nearest_mode="floor"),
     _resize("Resize nearest x2 1x256x13x13", (1, 256, 13, 13), 2.0, "nearest", "asymmetric", nearest_mode="floor"),
     _resize("Resize linear asymmetric x2 1x64x56x56", (1, 64, 56, 56), 2.0, "linear", "asymmetric"),
@@ -84,8 +86,13 @@ def make_model(case: OpCase) -> Any:
         inputs += ["", "scales"]  # no roi
         inits.append(numpy_helper.from_array(np.array(case.scales, np.float32), "scales"))
     node = helper.make_node(case.op, inputs, ["y"], **case.attrs)
-    graph = helper.make_graph([node], "one_op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(case.shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "one_op",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(case.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -138,9 +145,13 @@ def measure(case: OpCase, onnx_path: str, threads: int, reps: int) -> Dict[str, 
     got = model.run(feed)["y"].reshape(want.shape)
     err = float(np.max(np.abs(got.astype(np.float64) - want))) / max(float(np.max(np.abs(want))), 1e-30)
     if not err <= AGREE:
-        raise ExecutionError("%s: svod_min's output differs from onnxruntime's (max error %.3g of the largest value)" % (case.label, err))
+        raise ExecutionError(
+            "%s: svod_min's output differs from onnxruntime's (max error %.3g of the largest value)" % (case.label, err)
+        )
     plan = model.loaded.plan
-    return paired_median_s({"svod": lambda: model.run(feed), "plan": plan.execute, "ort": lambda: session.run(None, feed)}, reps)
+    return paired_median_s(
+        {"svod": lambda: model.run(feed), "plan": plan.execute, "ort": lambda: session.run(None, feed)}, reps
+    )
 
 
 def case_rows(case: OpCase, threads: int, times: Dict[str, float], peer: str) -> List[Dict[str, Any]]:
@@ -157,9 +168,17 @@ def case_rows(case: OpCase, threads: int, times: Dict[str, float], peer: str) ->
         goal, met = ("info (tiny tensor)", None) if tiny else (">= %gx peer" % GOAL, bool(ratio >= GOAL))
         if key == "plan":
             goal, met = "info", None
-        out.append({"measure": "onnx op %s, %s: %s" % (case.label, label, what), "svod_min": _sig(times[key] * 1e3),
-                    "peer": "%s, %s" % (peer, label), "peer_value": _sig(times["ort"] * 1e3), "ratio": round(ratio, 2),
-                    "goal": goal, "met": met})  # fmt: skip
+        out.append(
+            {
+                "measure": "onnx op %s, %s: %s" % (case.label, label, what),
+                "svod_min": _sig(times[key] * 1e3),
+                "peer": "%s, %s" % (peer, label),
+                "peer_value": _sig(times["ort"] * 1e3),
+                "ratio": round(ratio, 2),
+                "goal": goal,
+                "met": met,
+            }
+        )
     return out
 
 
@@ -187,14 +206,26 @@ def quick_cases(cases: Sequence[OpCase]) -> Tuple[OpCase, ...]:
     return tuple(picked)
 
 
-def rows(quick: bool = False, threads: Sequence[int] = (1, 2), cases: Optional[Sequence[OpCase]] = None) -> List[Dict[str, Any]]:
+def rows(
+    quick: bool = False, threads: Sequence[int] = (1, 2), cases: Optional[Sequence[OpCase]] = None
+) -> List[Dict[str, Any]]:
     """A row per case and thread count; a case that fails to build or agree becomes a failed row."""
     chosen = tuple(CASES if cases is None else cases)
     chosen = quick_cases(chosen) if quick and cases is None else chosen
     why = missing_dependency()
     if why:
-        return [{"measure": "onnx op %s" % c.label, "svod_min": None, "peer": why, "peer_value": None, "ratio": None,
-                 "goal": None, "met": None} for c in chosen]  # fmt: skip
+        return [
+            {
+                "measure": "onnx op %s" % c.label,
+                "svod_min": None,
+                "peer": why,
+                "peer_value": None,
+                "ratio": None,
+                "goal": None,
+                "met": None,
+            }
+            for c in chosen
+        ]
     import onnxruntime
 
     peer = "onnxruntime %s" % onnxruntime.__version__
@@ -206,8 +237,18 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), cases: Optional[S
                 for t in threads:
                     out += case_rows(case, t, measure(case, path, t, 5 if quick else 21), peer)
             except Exception as exc:  # one case failing must not hide the others
-                out.append({"measure": "onnx op %s: failed: %s" % (case.label, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__),
-                            "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": None, "met": False})  # fmt: skip
+                out.append(
+                    {
+                        "measure": "onnx op %s: failed: %s"
+                        % (case.label, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__),
+                        "svod_min": None,
+                        "peer": None,
+                        "peer_value": None,
+                        "ratio": None,
+                        "goal": None,
+                        "met": False,
+                    }
+                )
     return out + [load_row()]
 
 
@@ -217,14 +258,23 @@ def load_row() -> Dict[str, Any]:
         load = " ".join("%.2f" % v for v in os.getloadavg())
     except (AttributeError, OSError):  # not on every platform
         load = "unknown"
-    return {"measure": "onnx op: load average (1, 5, 15 min) at the end: %s; %d CPUs" % (load, os.cpu_count() or 0),
-            "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": "info", "met": None}  # fmt: skip
+    return {
+        "measure": "onnx op: load average (1, 5, 15 min) at the end: %s; %d CPUs" % (load, os.cpu_count() or 0),
+        "svod_min": None,
+        "peer": None,
+        "peer_value": None,
+        "ratio": None,
+        "goal": "info",
+        "met": None,
+    }
 
 
 def markdown(table: List[Dict[str, Any]]) -> str:
     """The rows as docs/performance.md shows them: one line per case and thread count."""
-    lines = ["| case | threads | svod_min run ms | plan alone ms | onnxruntime ms | ratio (run) | ratio (plan alone) |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| case | threads | svod_min run ms | plan alone ms | onnxruntime ms | ratio (run) | ratio (plan alone) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     runs: Dict[str, Dict[str, Any]] = {}
     for row in table:
         measure = str(row.get("measure") or "")
@@ -235,10 +285,20 @@ def markdown(table: List[Dict[str, Any]]) -> str:
             runs[head] = row
         elif head in runs:
             run = runs.pop(head)
-            label, _, threads = head[len("onnx op "):].rpartition(", ")
-            lines.append("| %s | %s | %.3g | %.3g | %.3g | %.2f%s | %.2f |" % (
-                label, threads.split()[0], run["svod_min"], row["svod_min"], run["peer_value"], run["ratio"],
-                "" if run["met"] is not False else " (below %g)" % GOAL, row["ratio"]))
+            label, _, threads = head[len("onnx op ") :].rpartition(", ")
+            lines.append(
+                "| %s | %s | %.3g | %.3g | %.3g | %.2f%s | %.2f |"
+                % (
+                    label,
+                    threads.split()[0],
+                    run["svod_min"],
+                    row["svod_min"],
+                    run["peer_value"],
+                    run["ratio"],
+                    "" if run["met"] is not False else " (below %g)" % GOAL,
+                    row["ratio"],
+                )
+            )
     return "\n".join(lines)
 
 
@@ -251,7 +311,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--only", default="", help="cases whose label holds one of these comma-separated words")
     args = p.parse_args(argv)
     cases = select(args.only)
-    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), quick_cases(cases) if args.quick else cases)
+    table = rows(
+        args.quick, tuple(int(t) for t in args.threads.split(",")), quick_cases(cases) if args.quick else cases
+    )
     if args.json:
         print(json.dumps(table, indent=1))
     elif args.markdown:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -63,8 +62,13 @@ def plan_doc(k: int, chain: bool, source: str) -> Dict[str, Any]:
         kernels["add_%d" % j] = {"source": source, "buffers": 2}
         src = "o%d" % (j - 1) if chain and j > 0 else "x"
         ops.append({"kernel": "add_%d" % j, "buffers": ["o%d" % j, src]})
-    return {"svod_plan": 1, "description": "%d tiny kernels (%s)" % (k, "chain" if chain else "independent"),
-            "buffers": buffers, "kernels": kernels, "ops": ops}
+    return {
+        "svod_plan": 1,
+        "description": "%d tiny kernels (%s)" % (k, "chain" if chain else "independent"),
+        "buffers": buffers,
+        "kernels": kernels,
+        "ops": ops,
+    }
 
 
 def expected(k: int, chain: bool) -> Dict[str, List[float]]:
@@ -120,7 +124,9 @@ def ctypes_floor(loaded: Any, repeat: int) -> float:
     """The plan's kernels called directly: prebuilt c_void_p args, no plan machinery."""
     plan = loaded.plan
     bufs = plan.buffers()
-    calls = [op.kernel.program.bind([bufs[i] for i in op.buffer_indices], list(op.vals)) for op in plan.prepared_kernels()]
+    calls = [
+        op.kernel.program.bind([bufs[i] for i in op.buffer_indices], list(op.vals)) for op in plan.prepared_kernels()
+    ]
 
     def run() -> None:
         for c in calls:
@@ -214,8 +220,8 @@ def native_available() -> bool:
 
 def rows(quick: bool = False, repeat: Optional[int] = None, kernels: int = 100, peer: bool = True) -> List[dict]:
     """The benchmark table as a list of row dicts (measure, svod_min, peer, peer_value, ratio, goal, met)."""
-    from svod_min.devices.registry import DEVICE_FACTORIES
     from svod_min.devices.cpu.device import CpuDevice
+    from svod_min.devices.registry import DEVICE_FACTORIES
 
     k = kernels
     repeat = repeat or (9 if quick else 30)
@@ -235,16 +241,41 @@ def rows(quick: bool = False, repeat: Optional[int] = None, kernels: int = 100, 
     for label, native in paths:
         per, fix, loaded = svod_replay(k, False, serial, repeat, native)
         floor_plan = floor_plan or loaded
-        out.append(row("%s: per kernel µs, %d independent x+c_j, 1 thread" % (label, k), per,
-                       peer_of("independent", "per_kernel"), tg, goal, per <= GOAL_US))
+        out.append(
+            row(
+                "%s: per kernel µs, %d independent x+c_j, 1 thread" % (label, k),
+                per,
+                peer_of("independent", "per_kernel"),
+                tg,
+                goal,
+                per <= GOAL_US,
+            )
+        )
         fixed.append(("%s: fixed µs per replay, independent, 1 thread" % label, fix, "independent"))
         if pooled.threads > 1:
             per, fix, _ = svod_replay(k, False, pooled, repeat, native)
-            out.append(row("%s: per kernel µs, %d independent x+c_j, %d threads" % (label, k, pooled.threads), per,
-                           peer_of("independent", "per_kernel"), tg, "<= %g" % POOLED_GOAL_US, per <= POOLED_GOAL_US))
+            out.append(
+                row(
+                    "%s: per kernel µs, %d independent x+c_j, %d threads" % (label, k, pooled.threads),
+                    per,
+                    peer_of("independent", "per_kernel"),
+                    tg,
+                    "<= %g" % POOLED_GOAL_US,
+                    per <= POOLED_GOAL_US,
+                )
+            )
             # no fixed-cost row: T_1 (one op) never touches the pool, so T_1 - per kernel is meaningless
         per, fix, _ = svod_replay(k, True, pooled, repeat, native)
-        out.append(row("%s: per kernel µs, chain of %d" % (label, k), per, peer_of("chain", "per_kernel"), tg, goal, per <= GOAL_US))
+        out.append(
+            row(
+                "%s: per kernel µs, chain of %d" % (label, k),
+                per,
+                peer_of("chain", "per_kernel"),
+                tg,
+                goal,
+                per <= GOAL_US,
+            )
+        )
         fixed.append(("%s: fixed µs per replay, chain" % label, fix, "chain"))
     for measure, value, shape in fixed:
         out.append(row(measure, value, peer_of(shape, "fixed"), tg, "info", None))

@@ -38,12 +38,21 @@ def dev() -> CpuDevice:
 @pytest.mark.parametrize(
     "name, itemsize, fmt",
     [
-        ("float16", 2, "e"), ("bfloat16", 2, "H"), ("float32", 4, "f"), ("float64", 8, "d"),
-        ("int8", 1, "b"), ("int16", 2, "h"), ("int32", 4, "i"), ("int64", 8, "q"),
-        ("uint8", 1, "B"), ("uint16", 2, "H"), ("uint32", 4, "I"), ("uint64", 8, "Q"),
+        ("float16", 2, "e"),
+        ("bfloat16", 2, "H"),
+        ("float32", 4, "f"),
+        ("float64", 8, "d"),
+        ("int8", 1, "b"),
+        ("int16", 2, "h"),
+        ("int32", 4, "i"),
+        ("int64", 8, "q"),
+        ("uint8", 1, "B"),
+        ("uint16", 2, "H"),
+        ("uint32", 4, "I"),
+        ("uint64", 8, "Q"),
         ("bool", 1, "?"),
     ],
-)  # fmt: skip
+)
 def test_dtype_table(name: str, itemsize: int, fmt: str) -> None:
     dt = dtypes.dtype(name)
     assert (dt.name, dt.itemsize, dt.fmt) == (name, itemsize, fmt)
@@ -54,9 +63,18 @@ def test_dtype_table(name: str, itemsize: int, fmt: str) -> None:
 
 @pytest.mark.parametrize(
     "alias, name",
-    [("f32", "float32"), ("float", "float32"), ("F64", "float64"), ("double", "float64"),
-     ("i32", "int32"), ("int", "int32"), ("bf16", "bfloat16"), ("half", "float16"), ("u8", "uint8")],
-)  # fmt: skip
+    [
+        ("f32", "float32"),
+        ("float", "float32"),
+        ("F64", "float64"),
+        ("double", "float64"),
+        ("i32", "int32"),
+        ("int", "int32"),
+        ("bf16", "bfloat16"),
+        ("half", "float16"),
+        ("u8", "uint8"),
+    ],
+)
 def test_dtype_aliases(alias: str, name: str) -> None:
     assert dtypes.dtype(alias).name == name
     assert dtypes.dtype(dtypes.dtype(alias)) is dtypes.dtype(name)
@@ -251,12 +269,15 @@ def test_buffer_memory_outlives_its_first_owner(dev: CpuDevice) -> None:
 # --- copyin from typed memory (array.array, ctypes, memoryviews of arrays) ------------------------
 
 
-@pytest.mark.parametrize("dtype, source, message", [
-    ("int32", lambda: array.array("f", [1.0, 2.0]), "memory of format 'f' does not hold int32 elements"),
-    ("uint32", lambda: (ctypes.c_int32 * 2)(1, 2), "memory of format '<i' does not hold uint32 elements"),
-    ("float16", lambda: array.array("H", [1, 2]), "memory of format 'H' does not hold float16 elements"),
-    ("int64", lambda: array.array("d", [1.0, 2.0]), "memory of format 'd' does not hold int64 elements"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype, source, message",
+    [
+        ("int32", lambda: array.array("f", [1.0, 2.0]), "memory of format 'f' does not hold int32 elements"),
+        ("uint32", lambda: (ctypes.c_int32 * 2)(1, 2), "memory of format '<i' does not hold uint32 elements"),
+        ("float16", lambda: array.array("H", [1, 2]), "memory of format 'H' does not hold float16 elements"),
+        ("int64", lambda: array.array("d", [1.0, 2.0]), "memory of format 'd' does not hold int64 elements"),
+    ],
+)
 def test_copyin_refuses_typed_memory_of_other_numbers(dev: CpuDevice, dtype: str, source: Any, message: str) -> None:
     buf = dev.allocate([2], dtype).copyin([7, 7])
     with pytest.raises(BufferAllocationError, match=message):
@@ -266,7 +287,9 @@ def test_copyin_refuses_typed_memory_of_other_numbers(dev: CpuDevice, dtype: str
 
 def test_copyin_takes_typed_memory_of_the_same_numbers_and_raw_bytes(dev: CpuDevice) -> None:
     assert dev.allocate([2], "float32").copyin(array.array("f", [1.5, 2.5])).tolist() == [1.5, 2.5]
-    assert dev.allocate([2], "int64").copyin(array.array("l" if ctypes.sizeof(ctypes.c_long) == 8 else "q", [3, -4])).tolist() == [3, -4]
+    assert dev.allocate([2], "int64").copyin(
+        array.array("l" if ctypes.sizeof(ctypes.c_long) == 8 else "q", [3, -4])
+    ).tolist() == [3, -4]
     assert dev.allocate([2], "int32").copyin((ctypes.c_int32 * 2)(5, 6)).tolist() == [5, 6]
     assert dev.allocate([1], "bfloat16").copyin(array.array("H", [0x3F80])).tolist() == [1.0]  # raw bits
     assert dev.allocate([2], "bool").copyin(array.array("B", [1, 0])).tolist() == [True, False]
@@ -277,8 +300,12 @@ def test_copyin_takes_typed_memory_of_the_same_numbers_and_raw_bytes(dev: CpuDev
 # --- lists of values: bfloat16 and bool take numbers only ------------------------------------------
 
 
-@pytest.mark.parametrize("dtype, values", [("bfloat16", ["1.5"]), ("bfloat16", [b"2"]), ("bool", ["no"]), ("bool", [None])])
-def test_copyin_lists_of_text_are_refused_for_types_struct_does_not_check(dev: CpuDevice, dtype: str, values: Any) -> None:
+@pytest.mark.parametrize(
+    "dtype, values", [("bfloat16", ["1.5"]), ("bfloat16", [b"2"]), ("bool", ["no"]), ("bool", [None])]
+)
+def test_copyin_lists_of_text_are_refused_for_types_struct_does_not_check(
+    dev: CpuDevice, dtype: str, values: Any
+) -> None:
     buf = dev.allocate([1], dtype)
     with pytest.raises(BufferAllocationError, match="cannot pack values as %s: .* is not a number" % dtype):
         buf.copyin(values)  # float("1.5") and struct "?" ("no" is True) took them silently
@@ -289,15 +316,24 @@ def test_copyin_lists_of_text_are_refused_for_types_struct_does_not_check(dev: C
 # --- hand-built buffers and storages ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda st: CpuBuffer(None, 0, 4, float32, (1,)), "CpuBuffer takes a CpuStorage and a DType, got NoneType and DType"),
-    (lambda st: CpuBuffer(st, 0, 4, "float32", (1,)), "CpuBuffer takes a CpuStorage and a DType, got CpuStorage and str"),
-    (lambda st: CpuBuffer(st, 0, 4, float32, 1), "buffer shape must be a sequence of ints, got 1"),
-    (lambda st: CpuBuffer(st, 0, 4, float32, (-1, -1)), "buffer dimension must be >= 0, got -1"),
-    (lambda st: CpuBuffer(st, 0, 4, float32, (1.0,)), "buffer dimension must be an integer, got 1.0"),
-    (lambda st: CpuStorage(-1), "storage size must be >= 0, got -1"),
-    (lambda st: CpuStorage("8"), "storage size must be an integer, got '8'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda st: CpuBuffer(None, 0, 4, float32, (1,)),
+            "CpuBuffer takes a CpuStorage and a DType, got NoneType and DType",
+        ),
+        (
+            lambda st: CpuBuffer(st, 0, 4, "float32", (1,)),
+            "CpuBuffer takes a CpuStorage and a DType, got CpuStorage and str",
+        ),
+        (lambda st: CpuBuffer(st, 0, 4, float32, 1), "buffer shape must be a sequence of ints, got 1"),
+        (lambda st: CpuBuffer(st, 0, 4, float32, (-1, -1)), "buffer dimension must be >= 0, got -1"),
+        (lambda st: CpuBuffer(st, 0, 4, float32, (1.0,)), "buffer dimension must be an integer, got 1.0"),
+        (lambda st: CpuStorage(-1), "storage size must be >= 0, got -1"),
+        (lambda st: CpuStorage("8"), "storage size must be an integer, got '8'"),
+    ],
+)
 def test_hand_built_buffers_and_storages_are_checked(make: Any, message: str) -> None:
     with pytest.raises(BufferAllocationError, match=message):
         make(CpuStorage(16))  # [-1, -1] spanned 4 bytes (product 1); the rest were raw exceptions
@@ -312,13 +348,30 @@ def test_hand_built_buffer_shapes_become_int_tuples() -> None:
 
 
 @needs_numpy
-@pytest.mark.parametrize("dtype, array, message", [
-    ("int32", lambda: np.array([1, 2], dtype=">i4"), r"array dtype >i4 \(not native byte order\) does not match buffer dtype int32"),
-    ("int32", lambda: np.array([1.0, 2.0], dtype=np.float32), "array dtype float32 does not match buffer dtype int32"),
-    ("bfloat16", lambda: np.array([1.0], dtype=np.float16), "array dtype float16 does not match buffer dtype bfloat16"),
-    ("int64", lambda: np.array([1, 2], dtype=object), "does not match buffer dtype int64"),
-])  # fmt: skip
-def test_copyin_refuses_arrays_whose_elements_are_other_numbers(dev: CpuDevice, dtype: str, array: Any, message: str) -> None:
+@pytest.mark.parametrize(
+    "dtype, array, message",
+    [
+        (
+            "int32",
+            lambda: np.array([1, 2], dtype=">i4"),
+            r"array dtype >i4 \(not native byte order\) does not match buffer dtype int32",
+        ),
+        (
+            "int32",
+            lambda: np.array([1.0, 2.0], dtype=np.float32),
+            "array dtype float32 does not match buffer dtype int32",
+        ),
+        (
+            "bfloat16",
+            lambda: np.array([1.0], dtype=np.float16),
+            "array dtype float16 does not match buffer dtype bfloat16",
+        ),
+        ("int64", lambda: np.array([1, 2], dtype=object), "does not match buffer dtype int64"),
+    ],
+)
+def test_copyin_refuses_arrays_whose_elements_are_other_numbers(
+    dev: CpuDevice, dtype: str, array: Any, message: str
+) -> None:
     array = array()
     buf = dev.allocate([len(array)], dtype).copyin([7] * len(array))
     with pytest.raises(BufferAllocationError, match=message):
@@ -367,8 +420,10 @@ def _vm_flags(address: int) -> List[str]:
     return flags
 
 
-@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage") or not hasattr(mmap, "MADV_HUGEPAGE"),
-                    reason="no transparent huge pages on this host")  # fmt: skip
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/mm/transparent_hugepage") or not hasattr(mmap, "MADV_HUGEPAGE"),
+    reason="no transparent huge pages on this host",
+)
 def test_large_storage_asks_for_huge_pages_and_small_does_not() -> None:
     large = CpuStorage(HUGE_PAGE_MIN)
     small = CpuStorage(HUGE_PAGE_MIN // 2)

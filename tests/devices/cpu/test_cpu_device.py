@@ -11,7 +11,6 @@ from svod_min.devices.cpu import device as cpu
 from svod_min.devices.cpu.device import CpuDevice, create_cpu_device
 from svod_min.error import ExecutionError
 
-
 # --- device ------------------------------------------------------------------------
 
 

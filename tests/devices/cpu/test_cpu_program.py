@@ -15,6 +15,7 @@ from support.dispatch import WAIT_ENTRY, WAIT_SRC, all_ids_ran
 from svod_min.devices.cpu.device import CpuBuffer, CpuDevice, CpuProgram
 from svod_min.error import ExecutionError, VariableBoundsError
 
+
 @pytest.fixture
 def dev() -> CpuDevice:
     return CpuDevice(threads=4)
@@ -228,7 +229,6 @@ _SRC = "void closeme(int* o, int core_id) { o[core_id] += 1; }"
 
 def _program(dev: CpuDevice) -> CpuProgram:
     return dev.compile(_SRC, "closeme", buf_count=1, var_names=["core_id"])
-
 
 
 @needs_cc

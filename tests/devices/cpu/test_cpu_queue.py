@@ -7,8 +7,8 @@ import threading
 from typing import List
 
 import pytest
-
 from conftest import needs_cc
+
 from svod_min.devices.cpu.device import CpuDevice, CpuProgram
 from svod_min.devices.cpu.queue import CpuQueue
 from svod_min.error import ExecutionError

@@ -38,8 +38,16 @@ import pytest
 from support.cuda_emu import find_cc
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import CUDA_KERNEL_NODE_PARAMS, CUDA_MEMCPY3D, DRIVER_API, NVRTC_PROTOTYPES, NVRTC_RESTYPES, PROTOTYPES
-from svod_min.devices.cuda import enums, nvrtc
+from svod_min.devices.cuda import (
+    CUDA_KERNEL_NODE_PARAMS,
+    CUDA_MEMCPY3D,
+    DRIVER_API,
+    NVRTC_PROTOTYPES,
+    NVRTC_RESTYPES,
+    PROTOTYPES,
+    enums,
+    nvrtc,
+)
 
 # v1 entry points the table keeps on purpose, beside their current version, for drivers that lack it.
 LEGACY_FALLBACKS = frozenset(symbol for proto in DRIVER_API for symbol in proto.symbols[1:])
@@ -457,10 +465,15 @@ def collect_calls(header: Header) -> Tuple[List[Call], List[str]]:
         for decl in header.declarations(symbol):
             texts = split_params(decl.params)
             if len(texts) != len(argtypes):
-                problems.append("%s: %s declares %d parameters (%s), %s has %d"
-                                % (symbol, api.header, len(texts), decl.params, api.table, len(argtypes)))  # fmt: skip
-            unnamed = ["%s: cannot probe the unnamed parameter %d (%s)" % (symbol, index, text)
-                       for index, text in enumerate(texts) if param_name(text) is None]  # fmt: skip
+                problems.append(
+                    "%s: %s declares %d parameters (%s), %s has %d"
+                    % (symbol, api.header, len(texts), decl.params, api.table, len(argtypes))
+                )
+            unnamed = [
+                "%s: cannot probe the unnamed parameter %d (%s)" % (symbol, index, text)
+                for index, text in enumerate(texts)
+                if param_name(text) is None
+            ]
             if unnamed:
                 problems += unnamed
                 continue
@@ -579,8 +592,10 @@ def layout_problems(ours: Any, c_name: str, c: Layout, fields: Sequence[str]) ->
     for field in fields:
         mine = (getattr(ours, field).offset, getattr(ours, field).size)
         if c[(c_name, field)] != mine:
-            problems.append("%s.%s: cuda.h has offset %d size %d, ctypes %s offset %d size %d"
-                            % (c_name, field, *c[(c_name, field)], ours.__name__, *mine))  # fmt: skip
+            problems.append(
+                "%s.%s: cuda.h has offset %d size %d, ctypes %s offset %d size %d"
+                % (c_name, field, *c[(c_name, field)], ours.__name__, *mine)
+            )
     return problems
 
 
@@ -599,8 +614,10 @@ def test_struct_layouts_match_cuda_h(cuda_toolchain: Toolchain, tmp_path: Path) 
     for ours, c_name in STRUCTS:
         mine = (ctypes.sizeof(ours), ctypes.alignment(ours))
         if c[(c_name, ".")] != mine:
-            problems.append("sizeof/alignof(%s) is %d/%d in cuda.h, ctypes %s has %d/%d"
-                            % (c_name, *c[(c_name, ".")], ours.__name__, *mine))  # fmt: skip
+            problems.append(
+                "sizeof/alignof(%s) is %d/%d in cuda.h, ctypes %s has %d/%d"
+                % (c_name, *c[(c_name, ".")], ours.__name__, *mine)
+            )
         problems += layout_problems(ours, c_name, c, field_names(ours))
     assert not problems, "\n".join(problems)
 
@@ -614,8 +631,9 @@ def test_legacy_structs_lead_ours(cuda_toolchain: Toolchain, tmp_path: Path) -> 
         fields[c_name] = [f for f in field_names(ours) if field_end(ours, f) <= size]
         end = max([field_end(ours, f) for f in fields[c_name]] or [0])
         if -(-end // align) * align != size:
-            problems.append("%s (%d bytes) is more than the leading fields %s of %s"
-                            % (c_name, size, fields[c_name], ours.__name__))  # fmt: skip
+            problems.append(
+                "%s (%d bytes) is more than the leading fields %s of %s" % (c_name, size, fields[c_name], ours.__name__)
+            )
     c = c_layout(cuda_toolchain, tmp_path, "prefix", fields)
     for ours, c_name in PREFIX_STRUCTS:
         problems += layout_problems(ours, c_name, c, fields[c_name])
@@ -627,13 +645,15 @@ def test_legacy_structs_lead_ours(cuda_toolchain: Toolchain, tmp_path: Path) -> 
 
 def our_constants(api: Api) -> Dict[str, int]:
     """Every constant of the header the module defines, found by name so a new one is checked too."""
-    return {k: v for k, v in sorted(vars(api.constants).items()) if type(v) is int and k.startswith(api.constant_prefixes)}
+    return {
+        k: v for k, v in sorted(vars(api.constants).items()) if type(v) is int and k.startswith(api.constant_prefixes)
+    }
 
 
 def c_constant_name(name: str, api: Api) -> str:
     for ours, theirs in api.constant_renames:
         if name.startswith(ours):
-            return theirs + name[len(ours):]
+            return theirs + name[len(ours) :]
     return name
 
 
@@ -654,7 +674,9 @@ def test_constants_match_the_header(api: Api, header: Header, toolchain: Toolcha
     ours = our_constants(api)
     if not ours:
         names = ", ".join(prefix + "*" for prefix in api.constant_prefixes)
-        pytest.skip("%s defines no %s constants (module-level ints named %s)" % (api.constants.__name__, api.header, names))
+        pytest.skip(
+            "%s defines no %s constants (module-level ints named %s)" % (api.constants.__name__, api.header, names)
+        )
     known = {n for n in ours if header.has_constant(c_constant_name(n, api))}
     problems = ["%s: %s has no %s" % (n, header, c_constant_name(n, api)) for n in ours if n not in known]
     body = ['    SVOD_VALUE("%s", %s);' % (n, c_constant_name(n, api)) for n in sorted(known)]

@@ -16,14 +16,21 @@ from typing import Any, Callable, List
 
 import pytest
 from support.cuda import (  # noqa: F401  (fixtures)
-    FAKE_PTX, Fake, device_counter, fake, fake_so, gpu, gpu_test, in_forked_child, int_values,
+    FAKE_PTX,
+    Fake,
+    device_counter,
+    fake,
+    fake_so,
+    gpu,
+    gpu_test,
+    in_forked_child,
+    int_values,
 )
+from support.paths import REPO as REPO_PATH
 
-from svod_min.devices import cuda
-from svod_min.devices import base
+from svod_min.devices import base, cuda
 from svod_min.devices.cuda import ForkedChildError, GraphCopy
 from svod_min.error import ReleasedError
-from support.paths import REPO as REPO_PATH
 
 
 def test_fake_context_made_current_once_per_thread(fake: Callable[..., Fake]) -> None:
@@ -58,7 +65,9 @@ def test_fake_forked_child_is_refused(fake: Callable[..., Fake]) -> None:
             return str(exc)
 
     message = in_forked_child(copy_out)
-    assert message == "CUDA was initialised in process %d; it cannot be used in a forked child (use spawn)" % os.getpid()
+    assert (
+        message == "CUDA was initialised in process %d; it cannot be used in a forked child (use spawn)" % os.getpid()
+    )
     assert buf.copyout() == bytes(16)  # the parent is unaffected
 
 
@@ -145,7 +154,9 @@ def test_the_cuda_path_needs_no_pyelftools(fake_so: str) -> None:
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_PATH))
     example = str(REPO_PATH / "examples" / "saxpy_vars.json")
-    proc = subprocess.run([sys.executable, "-c", script, fake_so, example], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, fake_so, example], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
@@ -211,8 +222,14 @@ def test_fake_cuda_objects_fill_every_slot_of_the_device_interface(fake: Callabl
     buf = dev.allocate([4], "int32")
     prog = dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"])
     bound = prog.bind([buf], [4])
-    pairs = ((base.Device, dev), (base.Buffer, buf), (base.Program, prog), (base.Launch, bound),
-             (base.Event, dev.new_event()), (base.GraphRuntime, dev.graph))  # fmt: skip
+    pairs = (
+        (base.Device, dev),
+        (base.Buffer, buf),
+        (base.Program, prog),
+        (base.Launch, bound),
+        (base.Event, dev.new_event()),
+        (base.GraphRuntime, dev.graph),
+    )
     for protocol, obj in pairs:
         assert len(_members(protocol)) >= 2  # the helper reads the Protocol at all
         assert [m for m in _members(protocol) if not hasattr(obj, m)] == [], protocol.__name__

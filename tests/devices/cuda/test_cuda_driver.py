@@ -11,9 +11,9 @@ from typing import Any, Callable, Set
 import pytest
 from support.cuda import Fake, fake, fake_so, gpu_test, without_driver  # noqa: F401  (fixtures)
 
-from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cuda import DRIVER_API, PROTOTYPES, CudaError, CudaLibrary, CudaSymbolError, LaunchLimits
+from svod_min.devices.registry import DEVICE_FACTORIES, DeviceRegistry
 from svod_min.error import DeviceError, InvalidDeviceError, UnsupportedDeviceError
 
 
@@ -137,7 +137,11 @@ def test_fake_checked_call_turns_cuResult_into_CudaError(fake: Callable[..., Fak
         lib.call("cuDeviceGet", ctypes.byref(handle), 0)  # before cuInit
     err = info.value
     assert (err.function, err.code, err.name, err.description) == (
-        "cuDeviceGet", 3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error")
+        "cuDeviceGet",
+        3,
+        "CUDA_ERROR_NOT_INITIALIZED",
+        "initialization error",
+    )
     assert str(err) == "cuDeviceGet failed: CUDA_ERROR_NOT_INITIALIZED (3): initialization error"
     assert isinstance(err, DeviceError)
     lib.call("cuInit", 0)
@@ -189,7 +193,12 @@ def test_fake_devices_are_registered(fake: Callable[..., Fake]) -> None:
 def test_fake_discovery_and_info_lines(fake: Callable[..., Fake]) -> None:
     f = fake(count=2, version=12080)
     info = f.driver().device_info(1)
-    assert (info.name, info.compute_capability, info.arch, info.total_memory) == ("Fake GPU 1", (9, 0), "sm_90", 16 << 30)
+    assert (info.name, info.compute_capability, info.arch, info.total_memory) == (
+        "Fake GPU 1",
+        (9, 0),
+        "sm_90",
+        16 << 30,
+    )
     assert info.limits == LaunchLimits(1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 49152, 232448)
     lines = cuda.info_lines(f.path)
     assert lines[0] == "cuda: driver 12.8 via %s, PTX ISA up to 8.7, 2 device(s)" % f.path

@@ -25,16 +25,26 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
-from support.cuda_emu import build_emulator, cuda_sources, entries, find_cxx
 from support.cuda import (  # noqa: F401  (fixtures)
-    FAKE_GENERATIONS, GPU_REASON, HAVE_GPU, REAL_DRIVER, Fake, check_library_kernel, check_plan_equals_cpu, cuda_sigs, fake, fake_so,
-    library_env, sig_id,
+    FAKE_GENERATIONS,
+    GPU_REASON,
+    HAVE_GPU,
+    REAL_DRIVER,
+    Fake,
+    check_library_kernel,
+    check_plan_equals_cpu,
+    cuda_sigs,
+    fake,
+    fake_so,
+    library_env,
+    sig_id,
 )
+from support.cuda_emu import build_emulator, cuda_sources, entries, find_cxx
+from support.paths import REPO as REPO_PATH
 
-from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaError, CudaGraph
-from support.paths import REPO as REPO_PATH
+from svod_min.kernels import cuda_library_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -80,7 +90,13 @@ def test_library_families_on_each_gpu_generation(fake: Callable[..., Fake], emul
     f.load_emulator(emulator_so)
     dev = f.device()
     for sig in SIGS:
-        if dict(sig.params).get("dtype") == "float32" and sig.name in ("add", "reduce_sum", "softmax", "transpose", "matmul"):
+        if dict(sig.params).get("dtype") == "float32" and sig.name in (
+            "add",
+            "reduce_sum",
+            "softmax",
+            "transpose",
+            "matmul",
+        ):
             check_library_kernel(dev, sig, library_env(sig))
     assert f.guard_breaches() == 0
 
@@ -122,14 +138,22 @@ def test_shared_memory_kernels_in_reverse_thread_order(emu_reversed: Fake, sig: 
 # Sizes at the edges of each kernel's blocking: one element, a block +- 1, tiles that do not divide.
 EDGE_SIZES: Dict[str, List[Dict[str, int]]] = {
     "elementwise": [{"n": 1}, {"n": 255}, {"n": 256}, {"n": 257}],
-    "reduce": [{"outer": 1, "red": 1, "inner": 1}, {"outer": 2, "red": 257, "inner": 1},
-               {"outer": 1, "red": 1000, "inner": 1}, {"outer": 5, "red": 3, "inner": 7},
-               {"outer": 4, "red": 5, "inner": 3, "so": 3, "sr": 12, "si": 1}],  # x laid out (red, outer, inner)
+    "reduce": [
+        {"outer": 1, "red": 1, "inner": 1},
+        {"outer": 2, "red": 257, "inner": 1},
+        {"outer": 1, "red": 1000, "inner": 1},
+        {"outer": 5, "red": 3, "inner": 7},
+        {"outer": 4, "red": 5, "inner": 3, "so": 3, "sr": 12, "si": 1},
+    ],  # x laid out (red, outer, inner)
     "softmax": [{"rows": 1, "cols": 1}, {"rows": 3, "cols": 257}, {"rows": 2, "cols": 1000}],
     "transpose": [{"rows": 1, "cols": 1}, {"rows": 32, "cols": 32}, {"rows": 33, "cols": 65}, {"rows": 1, "cols": 100}],
-    "matmul": [{"M": 1, "N": 1, "K": 1}, {"M": 16, "N": 32, "K": 16}, {"M": 17, "N": 15, "K": 33},
-               {"M": 2, "N": 70, "K": 3}],
-}  # fmt: skip
+    "matmul": [
+        {"M": 1, "N": 1, "K": 1},
+        {"M": 16, "N": 32, "K": 16},
+        {"M": 17, "N": 15, "K": 33},
+        {"M": 2, "N": 70, "K": 3},
+    ],
+}
 
 
 def _edge_cases() -> List[Tuple[Any, Dict[str, int]]]:
@@ -146,7 +170,9 @@ def test_library_kernel_edge_sizes(device: cuda.CudaDevice, sig: Any, sizes: Dic
 
 
 @pytest.mark.parametrize("sig, sizes", [c for c in _edge_cases() if c[0].module in SHARED_MODULES], ids=_case_id)
-def test_shared_memory_kernels_at_edge_sizes_in_reverse_thread_order(emu_reversed: Fake, sig: Any, sizes: Dict[str, int]) -> None:
+def test_shared_memory_kernels_at_edge_sizes_in_reverse_thread_order(
+    emu_reversed: Fake, sig: Any, sizes: Dict[str, int]
+) -> None:
     check_library_kernel(emu_reversed.device(), sig, library_env(sig, **sizes))
 
 
@@ -171,7 +197,10 @@ def test_plan_on_emulated_cuda_equals_cpu(emu: Fake) -> None:
 def test_graph_replay_equals_eager(device: cuda.CudaDevice) -> None:
     dev = device
     n = 1000
-    softmax, reduce_sum = cuda_library_kernel(dev, "softmax", dtype="float32"), cuda_library_kernel(dev, "reduce_sum", dtype="float32")
+    softmax, reduce_sum = (
+        cuda_library_kernel(dev, "softmax", dtype="float32"),
+        cuda_library_kernel(dev, "reduce_sum", dtype="float32"),
+    )
     x, probs, sums, eager = (dev.allocate([size], "float32") for size in (n, n, 10, 10))
     x.copyin(np.random.default_rng(4).standard_normal(n).astype(np.float32))
     launches = [softmax.bind([probs, x], [10, 100]), reduce_sum.bind([sums, probs], [10, 100, 1, 100, 1, 1])]
@@ -198,11 +227,23 @@ def test_cli_runs_the_default_plan_on_emulated_cuda(fake_so: str, emulator_so: s
     import svod_min
 
     here = str(Path(svod_min.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]), SVOD_CUDA_LIBRARY=fake_so,
-               FAKE_CUDA_DEVICES="1", FAKE_CUDA_EMULATOR=emulator_so, SVOD_CUDA="1")  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
+        SVOD_CUDA_LIBRARY=fake_so,
+        FAKE_CUDA_DEVICES="1",
+        FAKE_CUDA_EMULATOR=emulator_so,
+        SVOD_CUDA="1",
+    )
     for extra in ([], ["--var", "rows=3"], ["--repeat", "3"]):
-        proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA"] + extra,
-                              capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "svod_min", "run", "--device", "CUDA"] + extra,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=str(tmp_path),
+        )
         assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -246,7 +287,9 @@ def test_emulator_fails_a_launch_whose_threads_skip_a_barrier(fake: Callable[...
     dev = driver.device()
     prog = dev.load_ptx(BAD_PTX, "bad_barrier", 1, ["n"], local_size=(32, 1, 1), grid=(1, 1, 1))
     prog.execute([dev.allocate([32], "float32")], [32])  # queued: like a GPU, the fault shows at the next wait
-    with pytest.raises(CudaError, match="cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED.*restart the process") as info:
+    with pytest.raises(
+        CudaError, match="cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED.*restart the process"
+    ) as info:
         dev.synchronize()
     assert info.value.sticky
     with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):  # and stays: the context is lost
@@ -277,7 +320,9 @@ def test_reduce_rows_and_columns_of_one_matrix(device: cuda.CudaDevice) -> None:
     by_row, by_col = dev.allocate([rows], "float32"), dev.allocate([cols], "float32")
     prog.execute([by_row, x], [rows, cols, 1, cols, 1, 1])
     prog.execute([by_col, x], [cols, rows, 1, 1, cols, 1])
-    assert np.frombuffer(by_row.copyout(), np.float32).tolist() == [sum(values[r * cols:(r + 1) * cols]) for r in range(rows)]
+    assert np.frombuffer(by_row.copyout(), np.float32).tolist() == [
+        sum(values[r * cols : (r + 1) * cols]) for r in range(rows)
+    ]
     assert np.frombuffer(by_col.copyout(), np.float32).tolist() == [sum(values[c::cols]) for c in range(cols)]
 
 
@@ -288,14 +333,24 @@ def test_gpu_session_smoke_step_dry_run(fake_so: str, emulator_so: str, tmp_path
     root = REPO_PATH
     env = dict(os.environ, SVOD_CUDA_LIBRARY=fake_so, FAKE_CUDA_DEVICES="1", FAKE_CUDA_EMULATOR=emulator_so)
     out = tmp_path / "ok"
-    proc = subprocess.run(["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "match numpy" in (out / "smoke.txt").read_text()
     assert (out / "summary.txt").read_text().splitlines()[-1] == "gpu-session smoke: PASSED; outputs in %s" % out
     del env["FAKE_CUDA_EMULATOR"]
     out = tmp_path / "broken"
-    proc = subprocess.run(["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)], env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(root / ".ci" / "gpu-session"), "smoke", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "smoke: FAILED" in (out / "summary.txt").read_text()
     assert "AssertionError" in (out / "smoke.txt").read_text()  # numpy's comparison, not a crash

@@ -15,14 +15,13 @@ import time
 from typing import Any, Callable, Dict, Tuple
 
 import pytest
+from support.cuda import FAKE_PTX, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
 
-from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cpu.device import create_cpu_device
+from svod_min.devices.registry import DeviceRegistry
 from svod_min.error import BufferAllocationError, ExecutionError
 from svod_min.executor.unified import DeviceContext, UnifiedExecutor
-
-from support.cuda import FAKE_PTX, REAL_DRIVER, Fake, fake, fake_so, gpu_test  # noqa: F401
 
 LONG = 10.0  # generous: only reached when something is broken
 COUNTERS = ("stream_syncs", "event_records", "event_queries", "event_syncs", "live_events")

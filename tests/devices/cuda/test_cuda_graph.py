@@ -1,5 +1,4 @@
-"""svod_min.devices.cuda.graph: CUDA graphs, their edges and in-place patching on replay.
-"""
+"""svod_min.devices.cuda.graph: CUDA graphs, their edges and in-place patching on replay."""
 
 from __future__ import annotations
 
@@ -8,10 +7,10 @@ from typing import Any, Callable
 import pytest
 from support.cuda import FAKE_PTX, Fake, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
-from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaGraph
 from svod_min.error import ExecutionError
+from svod_min.kernels import cuda_library_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -109,7 +108,7 @@ def test_gpu_graph_replay_equals_eager(gpu: cuda.CudaDevice) -> None:
     graph()
     assert graph.patched == 2
     host_t1 = np.frombuffer(t1.copyout(), np.float32)
-    assert not host_t1[n // 2:].any() and host_t1[: n // 2].any()
+    assert not host_t1[n // 2 :].any() and host_t1[: n // 2].any()
 
 
 def test_fake_graph_copies_keep_rows_within_the_pitch_limit(fake: Callable[..., Fake]) -> None:

@@ -1,5 +1,4 @@
-"""svod_min.devices.cuda.launch: argument blobs, launch dimensions and plan launch sizes (pure, no driver).
-"""
+"""svod_min.devices.cuda.launch: argument blobs, launch dimensions and plan launch sizes (pure, no driver)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,14 @@ from typing import Any, Tuple
 import pytest
 
 from svod_min.devices import cuda
-from svod_min.devices.cuda import ArgumentRangeError, LaunchConfigError, LaunchLimits, PtxError, launch_dims, pack_kernel_args
+from svod_min.devices.cuda import (
+    ArgumentRangeError,
+    LaunchConfigError,
+    LaunchLimits,
+    PtxError,
+    launch_dims,
+    pack_kernel_args,
+)
 from svod_min.error import DeviceError, VariableBoundsError
 
 np = pytest.importorskip("numpy")
@@ -20,9 +26,13 @@ def test_arg_blob_layout_pointers_then_int32() -> None:
     buffer, size, layout = pack_kernel_args([0x1000, 0x2000, 0x3000], [7, -1, 2**31 - 1])
     assert size == 3 * 8 + 3 * 4 == 36  # no tail padding: the driver wants the exact size
     assert [(s.kind, s.index, s.offset, s.size) for s in layout] == [
-        ("ptr", 0, 0, 8), ("ptr", 1, 8, 8), ("ptr", 2, 16, 8),
-        ("i32", 0, 24, 4), ("i32", 1, 28, 4), ("i32", 2, 32, 4),
-    ]  # fmt: skip
+        ("ptr", 0, 0, 8),
+        ("ptr", 1, 8, 8),
+        ("ptr", 2, 16, 8),
+        ("i32", 0, 24, 4),
+        ("i32", 1, 28, 4),
+        ("i32", 2, 32, 4),
+    ]
     assert ctypes.addressof(buffer) % 8 == 0 and ctypes.sizeof(buffer) >= size
     raw = ctypes.string_at(ctypes.addressof(buffer), size)
     assert struct.unpack("<QQQiii", raw) == (0x1000, 0x2000, 0x3000, 7, -1, 2**31 - 1)

@@ -30,7 +30,9 @@ def test_fake_cuda_lists_gpu_forms_and_loads_ptx(fake: Callable[..., Fake]) -> N
 
 def test_fake_cuda_refuses_a_form_it_does_not_list(fake: Callable[..., Fake]) -> None:
     dev = fake().device()
-    with pytest.raises(NotSupportedError, match=r"CUDA:0 does not load 'llvm_ir' programs \(it loads: ptx, cubin, cuda_c\)"):
+    with pytest.raises(
+        NotSupportedError, match=r"CUDA:0 does not load 'llvm_ir' programs \(it loads: ptx, cubin, cuda_c\)"
+    ):
         dev.load_program(ProgramSource(LLVM_IR, "", "k", 1))
 
 

@@ -1,5 +1,4 @@
-"""svod_min.devices.cuda.memory: buffers, views, host and device copies, the pinned staging pool, peers.
-"""
+"""svod_min.devices.cuda.memory: buffers, views, host and device copies, the pinned staging pool, peers."""
 
 from __future__ import annotations
 
@@ -9,11 +8,11 @@ import struct
 from typing import Callable, List
 
 import pytest
-from support.cuda import Fake, HAVE_GPU, REAL_DRIVER, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
+from support.cuda import HAVE_GPU, REAL_DRIVER, Fake, fake, fake_so, gpu, gpu_test, int_values  # noqa: F401  (fixtures)
 
-from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
 from svod_min.devices.cuda import CudaError, StagingPool, memory
+from svod_min.devices.registry import DeviceRegistry
 from svod_min.error import BufferAllocationError, InvalidDeviceError, NotSupportedError
 
 np = pytest.importorskip("numpy")
@@ -93,7 +92,9 @@ def test_fake_large_copies_go_through_the_pinned_pool(fake: Callable[..., Fake])
     assert f.counter("live_host") == 0
 
 
-def test_fake_staged_copies_split_across_host_threads(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_staged_copies_split_across_host_threads(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = fake()
     dev = f.device()
     dev.staging = StagingPool(dev, chunk=5 << 20, direct_max=1024, threads=3)

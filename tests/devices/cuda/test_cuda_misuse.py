@@ -16,11 +16,25 @@ from typing import Any, Callable, List, Tuple
 import pytest
 from support.cuda import FAKE_PTX, Fake, fake, fake_so, in_forked_child  # noqa: F401  (fixtures)
 
-from svod_min.kernels import cuda_library_kernel
-from svod_min.devices.registry import DeviceRegistry
 from svod_min.devices import cuda
-from svod_min.devices.cuda import ArgumentRangeError, CudaGraph, ForkedChildError, FreedBufferError, LaunchConfigError, ReleasedError
-from svod_min.error import BufferAllocationError, DeviceError, ExecutionError, SvodError, UnsupportedDeviceError, VariableBoundsError
+from svod_min.devices.cuda import (
+    ArgumentRangeError,
+    CudaGraph,
+    ForkedChildError,
+    FreedBufferError,
+    LaunchConfigError,
+    ReleasedError,
+)
+from svod_min.devices.registry import DeviceRegistry
+from svod_min.error import (
+    BufferAllocationError,
+    DeviceError,
+    ExecutionError,
+    SvodError,
+    UnsupportedDeviceError,
+    VariableBoundsError,
+)
+from svod_min.kernels import cuda_library_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -146,10 +160,17 @@ def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None
     buf.storage.free()
     assert f.counter("live_dev") == live - 1
     uses: List[Callable[[], Any]] = [
-        lambda: buf.copyin(_floats(64)), buf.copyout, buf.numpy, lambda: buf.view(0, 16),
-        lambda: a.copyin(buf), lambda: buf.copyin(a), lambda: add.execute([buf, a, a], [64]),
-        bound, graph.launch, lambda: dev.copy(a, buf),
-    ]  # fmt: skip
+        lambda: buf.copyin(_floats(64)),
+        buf.copyout,
+        buf.numpy,
+        lambda: buf.view(0, 16),
+        lambda: a.copyin(buf),
+        lambda: buf.copyin(a),
+        lambda: add.execute([buf, a, a], [64]),
+        bound,
+        graph.launch,
+        lambda: dev.copy(a, buf),
+    ]
     for use in uses:
         with pytest.raises(FreedBufferError, match="was freed"):
             use()
@@ -203,9 +224,15 @@ def test_closed_devices_are_refused_and_replaced(fake: Callable[..., Fake]) -> N
     event = cuda.CudaEvent(dev)
     live = f.counter("live_dev")
     dev.close()
-    for use in (lambda: dev.allocate([16], "float32"), lambda: buf.copyin(_floats(16)), buf.copyout,
-                dev.synchronize, lambda: iota.execute([buf], [4]), event.record,
-                lambda: dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"])):  # fmt: skip
+    for use in (
+        lambda: dev.allocate([16], "float32"),
+        lambda: buf.copyin(_floats(16)),
+        buf.copyout,
+        dev.synchronize,
+        lambda: iota.execute([buf], [4]),
+        event.record,
+        lambda: dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"]),
+    ):
         with pytest.raises(ReleasedError, match="CUDA:0 was closed"):
             use()
     fresh = driver.device(0)
@@ -235,8 +262,9 @@ def _spy_dtod(monkeypatch: pytest.MonkeyPatch) -> List[Tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("dst_off,src_off", [(16, 0), (0, 16)])
-def test_overlapping_copies_have_memmove_semantics(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch,
-                                                   dst_off: int, src_off: int) -> None:  # fmt: skip
+def test_overlapping_copies_have_memmove_semantics(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch, dst_off: int, src_off: int
+) -> None:
     dev = fake().device()
     arena = dev.allocate([16], "float32")
     arena.copyin(_floats(16))
@@ -244,7 +272,7 @@ def test_overlapping_copies_have_memmove_semantics(fake: Callable[..., Fake], mo
     calls = _spy_dtod(monkeypatch)
     dst.copyin(src)
     want = _floats(16)
-    want[dst_off // 4:dst_off // 4 + 8] = _floats(16)[src_off // 4:src_off // 4 + 8].copy()
+    want[dst_off // 4 : dst_off // 4 + 8] = _floats(16)[src_off // 4 : src_off // 4 + 8].copy()
     assert np.array_equal(arena.numpy(), want)
     assert calls and all(not (d < s + n and s < d + n) for d, s, n in calls)  # no overlapping driver copy
 
@@ -330,12 +358,17 @@ def test_load_ptx_checks_local_size_and_grid_at_load(fake: Callable[..., Fake]) 
         with pytest.raises(LaunchConfigError, match=message):
             dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], local_size=local_size)
     bad_grids = [
-        (("n//0", 1, 1), "division by zero"), (("ceildiv(n)",), r"ceildiv\(\) takes 2 arguments"),
-        (("abs(n)",), r"call to abs\(\) is not allowed"), (("max(n)",), r"max\(\) takes 2 or more arguments"),
-        (("ceildiv(n,0)",), "division by zero"), (("n//(1-1)",), "division by zero"), (("m*2",), "unknown variable 'm'"),
+        (("n//0", 1, 1), "division by zero"),
+        (("ceildiv(n)",), r"ceildiv\(\) takes 2 arguments"),
+        (("abs(n)",), r"call to abs\(\) is not allowed"),
+        (("max(n)",), r"max\(\) takes 2 or more arguments"),
+        (("ceildiv(n,0)",), "division by zero"),
+        (("n//(1-1)",), "division by zero"),
+        (("m*2",), "unknown variable 'm'"),
         (("n +",), "grid\\[0\\]"),
-        ((0,), "positive"), ((1.5,), "not an integer"),
-    ]  # fmt: skip
+        ((0,), "positive"),
+        ((1.5,), "not an integer"),
+    ]
     for grid, message in bad_grids:
         with pytest.raises(LaunchConfigError, match=message):
             dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"], grid=grid)

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from support.cuda_emu import build_emulator, cuda_sources, entries, find_cxx
 from support.cuda import Fake, fake, fake_so  # noqa: F401  (fixtures)
+from support.cuda_emu import build_emulator, cuda_sources, entries, find_cxx
+from support.paths import REPO as REPO_PATH
 
 from svod_min.devices import cuda
 from svod_min.devices.cuda import load_nvrtc
 from svod_min.error import CompilationError
-from support.paths import REPO as REPO_PATH
 
 np = pytest.importorskip("numpy")
 
@@ -44,7 +44,9 @@ def test_info_says_when_nvrtc_is_newer_than_the_driver(fake: Callable[..., Fake]
     nvrtc = load_nvrtc()
     old = fake(version=12000)  # CUDA 12.0: PTX ISA up to 8.0
     assert nvrtc.version > (12, 0)
-    assert cuda.info_lines(old.path)[-1].endswith("(newer than the driver, CUDA 12.0: its PTX is lowered to ISA 8.0 on load)")
+    assert cuda.info_lines(old.path)[-1].endswith(
+        "(newer than the driver, CUDA 12.0: its PTX is lowered to ISA 8.0 on load)"
+    )
     new = fake(version=(nvrtc.version[0] + 1) * 1000)
     assert cuda.info_lines(new.path)[-1] == "nvrtc: %s, CUDA %d.%d" % ((cuda.find_nvrtc(),) + nvrtc.version)
 
@@ -66,7 +68,9 @@ def test_library_sources_compile_through_nvrtc(source: str, arch: str) -> None:
 
 def test_compile_error_carries_nvrtcs_log() -> None:
     with pytest.raises(CompilationError, match="NVRTC could not compile broken.cu") as info:
-        cuda.compile_cuda('extern "C" __global__ void k(float *x) { x[0] = undefined_thing; }', "sm_80", name="broken.cu")
+        cuda.compile_cuda(
+            'extern "C" __global__ void k(float *x) { x[0] = undefined_thing; }', "sm_80", name="broken.cu"
+        )
     assert "undefined_thing" in info.value.diagnostics and "broken.cu(1)" in info.value.diagnostics
 
 
@@ -78,7 +82,9 @@ def test_options_reach_nvrtc() -> None:
     assert ".entry k(" in cuda.compile_cuda(source, "sm_80", options=["-DSCALE=3.0f"])
 
 
-def test_run_time_cuda_c_loads_on_an_older_driver_and_runs_its_own_code(fake: Callable[..., Fake], tmp_path: Path) -> None:
+def test_run_time_cuda_c_loads_on_an_older_driver_and_runs_its_own_code(
+    fake: Callable[..., Fake], tmp_path: Path
+) -> None:
     """NVRTC 13 writes PTX ISA 9.x; a CUDA 12.4 driver takes at most 8.4: the device lowers it, then launches."""
     cxx = find_cxx()
     if cxx is None:
@@ -88,7 +94,9 @@ def test_run_time_cuda_c_loads_on_an_older_driver_and_runs_its_own_code(fake: Ca
     driver.load_emulator(build_emulator(str(tmp_path), cxx, sources=[str(source)]))
     dev = driver.device()
     assert cuda.validate_ptx(cuda.compile_cuda(source.read_text(), dev.arch)).version > (8, 4)
-    prog = dev.compile_cuda(source.read_text(), "saxpy", 2, ["n"], local_size=(128, 1, 1), grid=("ceildiv(n,128)", 1, 1))
+    prog = dev.compile_cuda(
+        source.read_text(), "saxpy", 2, ["n"], local_size=(128, 1, 1), grid=("ceildiv(n,128)", 1, 1)
+    )
     n = 1000
     rng = np.random.default_rng(5)
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
@@ -106,12 +114,16 @@ def test_plan_with_a_cuda_c_form_compiles_at_load_time(fake: Callable[..., Fake]
 
     from svod_min.planfile.load import load_plan
 
-    source = ('extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
-              "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n")  # fmt: skip
-    loaded = load_plan(_axpb_doc({"source": source, "grid": ["ceildiv(n,32)", 1, 1], "block": [32, 1, 1]}), device=fake().device())
+    source = (
+        'extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n"
+    )
+    loaded = load_plan(
+        _axpb_doc({"source": source, "grid": ["ceildiv(n,32)", 1, 1], "block": [32, 1, 1]}), device=fake().device()
+    )
     loaded.plan.execute()
     assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
     broken = _axpb_doc({"source": source.replace("in[i]", "in[j]"), "grid": [1, 1, 1], "block": [32, 1, 1]})
     with pytest.raises(CompilationError, match="fake_axpb") as info:
         load_plan(broken, device=fake().device())
-    assert "identifier \"j\" is undefined" in info.value.diagnostics
+    assert 'identifier "j" is undefined' in info.value.diagnostics

@@ -17,18 +17,27 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 from support.cuda import (  # noqa: F401  (fixtures)
-    FAKE_PTX, HAVE_GPU, REAL_DRIVER, Fake, add_inputs, check_plan_equals_cpu, cuda_plan, fake, fake_so, gpu,
-    gpu_test, no_nvrtc,
+    FAKE_PTX,
+    HAVE_GPU,
+    REAL_DRIVER,
+    Fake,
+    add_inputs,
+    check_plan_equals_cpu,
+    cuda_plan,
+    fake,
+    fake_so,
+    gpu,
+    gpu_test,
+    no_nvrtc,
 )
-
-from svod_min.kernels import cuda_library_kernel
-from svod_min.planfile.default_plan import BATCH, D_OUT, default_plan_document, reference_output
-from svod_min.devices import cuda
-from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
-from svod_min.plan.execution_plan import register_custom_function
-from svod_min.planfile.load import PlanFileError, load_plan
 from support.paths import REPO as REPO_PATH
 
+from svod_min.devices import cuda
+from svod_min.error import NotSupportedError, PlanError, VariableBoundsError
+from svod_min.kernels import cuda_library_kernel
+from svod_min.plan.execution_plan import register_custom_function
+from svod_min.planfile.default_plan import BATCH, D_OUT, default_plan_document, reference_output
+from svod_min.planfile.load import PlanFileError, load_plan
 
 np = pytest.importorskip("numpy")
 
@@ -54,8 +63,12 @@ def test_fake_default_plan_runs_on_cuda_and_verifies(fake: Callable[..., Fake]) 
     plan = loaded.plan
     assert str(plan.device.spec) == "CUDA:0"
     assert [k.entry_point for k in plan.kernels()] == [
-        "svod_cuda_matmul_f32_t16", "svod_cuda_add_relu_f32", "svod_cuda_matmul_f32_t16",
-        "svod_cuda_add_relu_f32", "svod_cuda_softmax_f32"]  # fmt: skip
+        "svod_cuda_matmul_f32_t16",
+        "svod_cuda_add_relu_f32",
+        "svod_cuda_matmul_f32_t16",
+        "svod_cuda_add_relu_f32",
+        "svod_cuda_softmax_f32",
+    ]
     assert plan.graph_replay and not plan.native_replay
     plan.execute()
     assert all(ok for _, ok, _ in loaded.verify()), loaded.verify()
@@ -107,7 +120,9 @@ def _graphs_built(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
     real = cuda.CudaGraph.__init__
 
     def spy(self: Any, launches: Any, dependencies: Any = None) -> None:
-        built.append(("".join("c" if isinstance(n, cuda.GraphCopy) else "k" for n in launches), [list(d) for d in dependencies]))
+        built.append(
+            ("".join("c" if isinstance(n, cuda.GraphCopy) else "k" for n in launches), [list(d) for d in dependencies])
+        )
         real(self, launches, dependencies)
 
     monkeypatch.setattr(cuda.CudaGraph, "__init__", spy)
@@ -118,16 +133,26 @@ def _copy_plan_doc(custom: bool = False) -> Dict[str, Any]:
     f32 = {"dtype": "float32", "shape": [64]}
     doc = {
         "svod_plan": 1,
-        "buffers": {"x": dict(f32, init="arange"), "b": dict(f32, init="ones"), "t1": f32, "t2": f32, "y": f32,
-                    "z": f32, "w": f32, "v": dict(f32, output=True)},
+        "buffers": {
+            "x": dict(f32, init="arange"),
+            "b": dict(f32, init="ones"),
+            "t1": f32,
+            "t2": f32,
+            "y": f32,
+            "z": f32,
+            "w": f32,
+            "v": dict(f32, output=True),
+        },
         "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
-        "ops": [{"kernel": "add", "buffers": ["t1", "x", "b"], "vars": {"n": 64}},
-                {"kernel": "add", "buffers": ["t2", "x", "b"], "vars": {"n": 64}},
-                {"kernel": "add", "buffers": ["y", "t1", "t2"], "vars": {"n": 64}, "deps": [0, 1]},
-                {"copy": {"dst": "z", "src": "y"}, "deps": [2]},
-                {"kernel": "add", "buffers": ["w", "z", "b"], "vars": {"n": 64}, "deps": [3]},
-                {"kernel": "add", "buffers": ["v", "w", "b"], "vars": {"n": 64}, "deps": [4]}],
-    }  # fmt: skip
+        "ops": [
+            {"kernel": "add", "buffers": ["t1", "x", "b"], "vars": {"n": 64}},
+            {"kernel": "add", "buffers": ["t2", "x", "b"], "vars": {"n": 64}},
+            {"kernel": "add", "buffers": ["y", "t1", "t2"], "vars": {"n": 64}, "deps": [0, 1]},
+            {"copy": {"dst": "z", "src": "y"}, "deps": [2]},
+            {"kernel": "add", "buffers": ["w", "z", "b"], "vars": {"n": 64}, "deps": [3]},
+            {"kernel": "add", "buffers": ["v", "w", "b"], "vars": {"n": 64}, "deps": [4]},
+        ],
+    }
     if custom:
         register_custom_function("test_cuda_identity", lambda views, _vars, _attrs: None)
         doc["ops"].insert(4, {"custom": "test_cuda_identity", "buffers": ["z"], "deps": [3]})
@@ -135,7 +160,9 @@ def _copy_plan_doc(custom: bool = False) -> Dict[str, Any]:
     return doc
 
 
-def test_fake_plan_copies_are_graph_nodes_in_the_plan_order(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_plan_copies_are_graph_nodes_in_the_plan_order(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = fake()
     built = _graphs_built(monkeypatch)
     plan = load_plan(_copy_plan_doc(), device=f.device()).plan
@@ -150,8 +177,9 @@ def test_fake_plan_copies_are_graph_nodes_in_the_plan_order(fake: Callable[..., 
     assert eager.output_buffer().tolist() == plan.output_buffer().tolist()
 
 
-def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(fake: Callable[..., Fake],
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = fake()
     built = _graphs_built(monkeypatch)
     plan = load_plan(_copy_plan_doc(custom=True), device=f.device()).plan
@@ -203,7 +231,7 @@ def test_fake_replicate_and_output_region(fake: Callable[..., Fake]) -> None:
 
     host = DEVICE_FACTORIES.device("CPU").allocate([D_OUT], "float32")
     plan.copy_output_region_to_buffer(0, host, 0, 4 * D_OUT, 4 * D_OUT)  # row 1 of y, device -> host
-    assert np.array_equal(np.asarray(host.tolist(), np.float32), first[D_OUT: 2 * D_OUT])
+    assert np.array_equal(np.asarray(host.tolist(), np.float32), first[D_OUT : 2 * D_OUT])
 
 
 def test_fake_library_kernels_check_buffers_before_launch(fake: Callable[..., Fake]) -> None:
@@ -229,12 +257,14 @@ def test_fake_library_kernels_in_a_plan_get_the_library_checks_on_cuda(fake: Cal
     f = fake()
     doc = {
         "svod_plan": 1,
-        "buffers": {"out": {"dtype": "float32", "shape": [8], "output": True},
-                    "a": {"dtype": "float32", "shape": [8], "init": "arange"},
-                    "b": {"dtype": "float32", "shape": [8], "init": "ones"}},
+        "buffers": {
+            "out": {"dtype": "float32", "shape": [8], "output": True},
+            "a": {"dtype": "float32", "shape": [8], "init": "arange"},
+            "b": {"dtype": "float32", "shape": [8], "init": "ones"},
+        },
         "kernels": {"add": {"library": "add", "params": {"dtype": "float32"}}},
         "ops": [{"kernel": "add", "buffers": ["out", "a", "b"], "vars": {"n": 8}}],
-    }  # fmt: skip
+    }
     bad = copy.deepcopy(doc)
     bad["buffers"]["out"]["dtype"] = "uint8"  # 8 bytes "hold" 8 elements by the extent alone
     with pytest.raises(PlanFileError, match=r"^ops\[0\]: add: buffer out must be float32, got uint8$"):
@@ -273,14 +303,18 @@ def _axpb_doc(cuda_form: Any = None, with_c: bool = True) -> Dict[str, Any]:
     return {
         "svod_plan": 1,
         "vars": {"n": {"min": 1, "max": 64, "default": 64}},
-        "buffers": {"x": {"dtype": "int32", "shape": [64], "init": "arange"},
-                    "t": {"dtype": "int32", "shape": [64]},
-                    "y": {"dtype": "int32", "shape": [64], "output": True}},
+        "buffers": {
+            "x": {"dtype": "int32", "shape": [64], "init": "arange"},
+            "t": {"dtype": "int32", "shape": [64]},
+            "y": {"dtype": "int32", "shape": [64], "output": True},
+        },
         "kernels": {"fake_axpb": kernel},
-        "ops": [{"kernel": "fake_axpb", "buffers": ["t", "x"], "vars": {"k": 3, "c": 1}},
-                {"kernel": "fake_axpb", "buffers": ["y", "t"], "vars": {"k": 2, "c": -5}}],
+        "ops": [
+            {"kernel": "fake_axpb", "buffers": ["t", "x"], "vars": {"k": 3, "c": 1}},
+            {"kernel": "fake_axpb", "buffers": ["y", "t"], "vars": {"k": 2, "c": -5}},
+        ],
         "expect": {"y": {"values": [(3 * i + 1) * 2 - 5 for i in range(64)], "rtol": 0, "atol": 0}},
-    }  # fmt: skip
+    }
 
 
 PTX_FORM = {"ptx": FAKE_PTX, "grid": ["ceildiv(n,128)", 1, 1], "block": [128, 1, 1]}
@@ -301,7 +335,9 @@ def test_fake_plan_file_cuda_form_runs_and_equals_the_c_form(fake: Callable[...,
     assert got[:40] == [(3 * i + 1) * 2 - 5 for i in range(40)]
 
 
-def test_fake_cuda_form_grid_and_block_reach_the_launch(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_cuda_form_grid_and_block_reach_the_launch(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SVOD_CUDA_GRAPHS", "0")
     f = fake()
     loaded = load_plan(_axpb_doc(PTX_FORM), device=f.device())
@@ -317,7 +353,8 @@ def test_fake_portable_plan_binds_cpu_only_variables(fake: Callable[..., Fake]) 
     doc["kernels"]["fake_axpb"]["vars"] = ["n", "k", "c", "core_id_count", "core_id"]
     doc["kernels"]["fake_axpb"]["source"] = (
         "void fake_axpb(int *out, const int *in, int n, int k, int c, int core_id_count, int core_id) {"
-        " for (int i = core_id; i < n; i += core_id_count) out[i] = in[i] * k + c; }")
+        " for (int i = core_id; i < n; i += core_id_count) out[i] = in[i] * k + c; }"
+    )
     for op in doc["ops"]:
         op["vars"]["core_id_count"] = 2
         op["global_size"] = [2, 1, 1]
@@ -331,20 +368,37 @@ def test_fake_portable_plan_binds_cpu_only_variables(fake: Callable[..., Fake]) 
     "mutate, where, message",
     [
         (lambda d: d["kernels"]["fake_axpb"].pop("cuda"), "kernels.fake_axpb", "has no CUDA form"),
-        (lambda d: d["kernels"]["fake_axpb"]["cuda"].pop("grid"), "kernels.fake_axpb.cuda", "needs \"grid\""),
-        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(grid=["m", 1, 1]), "kernels.fake_axpb.cuda.grid[0]", "not kernel variables"),
-        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(block=[2048, 1, 1]), "kernels.fake_axpb.cuda.block[0]", "<= 1024"),
-        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(vars=["n", "core_id"]), "kernels.fake_axpb.cuda.vars", "CPU dispatch"),
+        (lambda d: d["kernels"]["fake_axpb"]["cuda"].pop("grid"), "kernels.fake_axpb.cuda", 'needs "grid"'),
+        (
+            lambda d: d["kernels"]["fake_axpb"]["cuda"].update(grid=["m", 1, 1]),
+            "kernels.fake_axpb.cuda.grid[0]",
+            "not kernel variables",
+        ),
+        (
+            lambda d: d["kernels"]["fake_axpb"]["cuda"].update(block=[2048, 1, 1]),
+            "kernels.fake_axpb.cuda.block[0]",
+            "<= 1024",
+        ),
+        (
+            lambda d: d["kernels"]["fake_axpb"]["cuda"].update(vars=["n", "core_id"]),
+            "kernels.fake_axpb.cuda.vars",
+            "CPU dispatch",
+        ),
         (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(cu="x"), "kernels.fake_axpb.cuda", "unknown key"),
         (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(source="x"), "kernels.fake_axpb.cuda", "exactly one of"),
-        (lambda d: d["kernels"]["fake_axpb"]["cuda"].update(ptx_file="missing.ptx"), "kernels.fake_axpb.cuda", "exactly one of"),
+        (
+            lambda d: d["kernels"]["fake_axpb"]["cuda"].update(ptx_file="missing.ptx"),
+            "kernels.fake_axpb.cuda",
+            "exactly one of",
+        ),
         (lambda d: d["kernels"].update(k2={"library": "conv2d"}), "kernels.k2", "has no CUDA form"),
         (lambda d: d["kernels"].update(k2={"library": "add", "params": {"dtype": "int32"}}), "kernels.k2", "available"),
         (lambda d: d["kernels"].update(k2={"library": "add", "cuda": PTX_FORM}), "kernels.k2.cuda", "brings its own"),
     ],
 )
-def test_fake_cuda_form_errors_name_their_path(fake: Callable[..., Fake], mutate: Callable[[Dict[str, Any]], Any],
-                                               where: str, message: str) -> None:
+def test_fake_cuda_form_errors_name_their_path(
+    fake: Callable[..., Fake], mutate: Callable[[Dict[str, Any]], Any], where: str, message: str
+) -> None:
     doc = copy.deepcopy(_axpb_doc(PTX_FORM))
     mutate(doc)
     with pytest.raises(PlanFileError) as info:
@@ -370,7 +424,7 @@ def test_cuda_only_kernel_on_cpu_and_bad_cuda_form_are_refused_on_cpu() -> None:
 
 
 def test_fake_cuda_c_without_nvrtc_names_the_kernel(fake: Callable[..., Fake], no_nvrtc: None) -> None:
-    doc = _axpb_doc({"source": "extern \"C\" __global__ void fake_axpb() {}", "grid": [1, 1, 1], "block": [32, 1, 1]})
+    doc = _axpb_doc({"source": 'extern "C" __global__ void fake_axpb() {}', "grid": [1, 1, 1], "block": [32, 1, 1]})
     with pytest.raises(NotSupportedError, match=r"kernels.fake_axpb.cuda: NVRTC"):
         load_plan(doc, device=fake().device())
 
@@ -400,15 +454,32 @@ def test_fake_cli_runs_the_default_plan_on_cuda(fake_so: str, tmp_path: Path) ->
     import svod_min
 
     here = str(Path(svod_min.__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
-               SVOD_CUDA_LIBRARY=fake_so, FAKE_CUDA_DEVICES="1", SVOD_CUDA="1")  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([here] + [p for p in sys.path if p]),
+        SVOD_CUDA_LIBRARY=fake_so,
+        FAKE_CUDA_DEVICES="1",
+        SVOD_CUDA="1",
+    )
     for extra in ([], ["--var", "rows=3", "--json"]):
-        proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA"] + extra,
-                              capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "svod_min", "run", "--device", "CUDA"] + extra,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=str(tmp_path),
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "CUDA:0" in proc.stdout and ("verify y: ok" in proc.stdout or '"ok": true' in proc.stdout)
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA:1"],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=str(tmp_path))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", "--device", "CUDA:1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 3 and "CUDA:1 does not exist" in proc.stderr, proc.stderr  # a device failure
 
 
@@ -445,11 +516,19 @@ def test_gpu_default_plan_equals_cpu_eager_and_graphed() -> None:
 
 @gpu_test
 def test_gpu_cli_run_on_cuda() -> None:
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", "--device", "CUDA", "--repeat", "20"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", "--device", "CUDA", "--repeat", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", str(EXAMPLES / "saxpy_vars.json"), "--device", "CUDA"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", str(EXAMPLES / "saxpy_vars.json"), "--device", "CUDA"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "verify y: ok" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -528,8 +607,10 @@ def test_gpu_plan_with_a_cuda_c_form_compiled_by_nvrtc() -> None:
     if cuda.find_nvrtc() is None:
         pytest.skip("NVRTC (libnvrtc) not found")
     assert REAL_DRIVER is not None
-    source = ('extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
-              "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n")  # fmt: skip
+    source = (
+        'extern "C" __global__ void fake_axpb(int *out, const int *in, int n, int k, int c) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = in[i] * k + c; }\n"
+    )
     doc = _axpb_doc({"source": source, "grid": ["ceildiv(n,32)", 1, 1], "block": [32, 1, 1]})
     loaded = load_plan(doc, device=REAL_DRIVER.device(0))
     loaded.plan.execute()
@@ -562,7 +643,9 @@ def test_fake_execution_plan_runs_cuda_programs(fake: Callable[..., Fake]) -> No
     assert np.array_equal(plan.output_buffer().numpy(), x * 5)
 
 
-def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fake_plan_copies_and_custom_functions_use_the_device_path(
+    fake: Callable[..., Fake], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plan's copy of CUDA buffers is a device copy, and a host function's writes reach the GPU buffer.
 
     Eager path (graphs off): with graphs the copy becomes a memcpy node (tests/devices/cuda/test_cuda_plans.py).
@@ -584,8 +667,10 @@ def test_fake_plan_copies_and_custom_functions_use_the_device_path(fake: Callabl
 
     register_custom_function("test_negate_cuda", negate)
     plan = cuda_plan(dev, [(add, [0, 1, 2], [n])], bufs)
-    builder_ops = [PreparedCopy(id=1, buffer_indices=[3, 0], dependencies=[0]),
-                   PreparedCustomFunction(id=2, kind="test_negate_cuda", buffer_indices=[3], dependencies=[1])]  # fmt: skip
+    builder_ops = [
+        PreparedCopy(id=1, buffer_indices=[3, 0], dependencies=[0]),
+        PreparedCustomFunction(id=2, kind="test_negate_cuda", buffer_indices=[3], dependencies=[1]),
+    ]
     from svod_min.plan.execution_plan import ExecutionPlanBuilder
 
     builder = ExecutionPlanBuilder(dev)

@@ -1,5 +1,4 @@
-"""svod_min.devices.cuda.program: loading modules, programs, bound launches, JIT errors, library kernels.
-"""
+"""svod_min.devices.cuda.program: loading modules, programs, bound launches, JIT errors, library kernels."""
 
 from __future__ import annotations
 
@@ -10,14 +9,27 @@ from typing import Any, Callable
 
 import pytest
 from support.cuda import (  # noqa: F401  (fixtures)
-    FAKE_PTX, Fake, GOOD_PTX, REAL_DRIVER, check_library_kernel, cuda_sigs, fake, fake_so, gpu, HAVE_GPU, no_nvrtc,
-    gpu_test, int_values, library_env, sig_id,
+    FAKE_PTX,
+    GOOD_PTX,
+    HAVE_GPU,
+    REAL_DRIVER,
+    Fake,
+    check_library_kernel,
+    cuda_sigs,
+    fake,
+    fake_so,
+    gpu,
+    gpu_test,
+    int_values,
+    library_env,
+    no_nvrtc,
+    sig_id,
 )
 
-from svod_min.kernels import cuda_library_kernel
 from svod_min.devices import cuda
 from svod_min.devices.cuda import ArgumentRangeError, CudaError, LaunchConfigError, LaunchLimits, PtxError
 from svod_min.error import ExecutionError, NotSupportedError
+from svod_min.kernels import cuda_library_kernel
 
 np = pytest.importorskip("numpy")
 
@@ -147,7 +159,9 @@ def test_fake_jit_error_carries_the_log(fake: Callable[..., Fake]) -> None:
     assert err.code == 218 and err.name == "CUDA_ERROR_INVALID_PTX"
     assert "Unknown symbol 'FAKE_JIT_ERROR'" in err.log
     message = str(err)
-    assert message.startswith("loading PTX module 'fake_iota' on CUDA:0 (sm_90, driver 13.0): cuModuleLoadDataEx failed")
+    assert message.startswith(
+        "loading PTX module 'fake_iota' on CUDA:0 (sm_90, driver 13.0): cuModuleLoadDataEx failed"
+    )
     assert "JIT log:\nptxas application ptx input, line 7" in message
 
 
@@ -289,8 +303,10 @@ def test_compile_cuda_without_nvrtc_is_a_clear_error(no_nvrtc: None) -> None:
 @gpu_test
 @pytest.mark.skipif(HAVE_GPU and cuda.find_nvrtc() is None, reason="libnvrtc not found")
 def test_gpu_nvrtc_compile_and_run(gpu: cuda.CudaDevice) -> None:
-    source = 'extern "C" __global__ void twice(float* out, const float* x, int n) {\n' \
-             "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = 2.0f * x[i]; }\n"
+    source = (
+        'extern "C" __global__ void twice(float* out, const float* x, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = 2.0f * x[i]; }\n"
+    )
     prog = gpu.compile_cuda(source, "twice", 2, ["n"], local_size=(128,), grid=("ceildiv(n,128)", 1, 1))
     n = 1000
     out, x = gpu.allocate([n], "float32"), gpu.allocate([n], "float32")
@@ -315,14 +331,18 @@ def test_fake_driver_refuses_a_library_entry_under_another_block(fake: Callable[
     assert raw.max_threads == 256 and raw.required_block == raw.local_size == (256, 1, 1)  # from the PTX
     out, x = dev.allocate([4], "float32"), dev.allocate([4 * 300], "float32")
     vals = [4, 300, 1, 300, 1, 1]
-    with pytest.raises(LaunchConfigError, match=r"requires block \[256, 1, 1\] \(.reqntid in its PTX\); got block \[128, 1, 1\]"):
+    with pytest.raises(
+        LaunchConfigError, match=r"requires block \[256, 1, 1\] \(.reqntid in its PTX\); got block \[128, 1, 1\]"
+    ):
         raw.execute([out, x], vals, global_size=(4,), local_size=(128,))  # would sum only half of each row
     with pytest.raises(LaunchConfigError, match=r"local_size \[128, 1, 1\], but the PTX requires block \[256, 1, 1\]"):
         dev.load_ptx(text, sig.entry, len(sig.buffers), sig.var_names, local_size=(128,))
     blob = cuda.pack_kernel_args([out.address, x.address], vals)
     u = ctypes.c_uint
     with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
-        dev.lib.call("cuLaunchKernel", raw.function, u(4), u(1), u(1), u(128), u(1), u(1), u(0), dev.stream, None, blob.extra)
+        dev.lib.call(
+            "cuLaunchKernel", raw.function, u(4), u(1), u(1), u(128), u(1), u(1), u(0), dev.stream, None, blob.extra
+        )
     raw.execute([out, x], vals, global_size=(4,))
     assert f.counter("launches") == 1
 
@@ -356,7 +376,9 @@ def test_cubin_parameter_sizes_are_read_and_checked(fake: Callable[..., Fake]) -
     assert cuda.cubin_entry_params(b"\x50\xed\x55\xba fatbin", "fake_iota") is None
     f = fake()
     dev = f.device()
-    with pytest.raises(PtxError, match=r"CUBIN kernel fake_axpb declares parameters of \[8, 8, 4, 4, 4\] bytes; svod passes 1"):
+    with pytest.raises(
+        PtxError, match=r"CUBIN kernel fake_axpb declares parameters of \[8, 8, 4, 4, 4\] bytes; svod passes 1"
+    ):
         dev.load_cubin(cubin, "fake_axpb", 1, ["n", "k", "c"])
     assert f.counter("live_modules") == 0
     with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND"):  # past the check; the stand-in cannot run SASS

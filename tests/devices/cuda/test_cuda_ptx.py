@@ -18,7 +18,6 @@ from svod_min.devices.cuda import PtxError, launch_dims, select_ptx_version, val
 from svod_min.error import CompilationError, DeviceError, NotSupportedError
 from svod_min.kernels import GEN_DIR
 
-
 PTX_FILES = sorted(glob.glob(os.path.join(GEN_DIR, "cuda", "*.ptx")))
 
 
@@ -31,7 +30,9 @@ PTXAS = cuda.find_ptxas()
 def _ptxas_resources(path: str, arch: str) -> Dict[str, Tuple[int, int]]:
     """{entry: (registers per thread, static shared bytes)} from ``ptxas -v``."""
     assert PTXAS is not None
-    proc = subprocess.run([PTXAS, "-v", "-arch=" + arch, "-o", os.devnull, path], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [PTXAS, "-v", "-arch=" + arch, "-o", os.devnull, path], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     found, entry = {}, None
     for line in proc.stderr.splitlines():
@@ -47,12 +48,22 @@ def _ptxas_resources(path: str, arch: str) -> Dict[str, Tuple[int, int]]:
 @pytest.mark.parametrize(
     "driver, ptx",
     [
-        (11000, "7.0"), (11080, "7.8"), (12000, "8.0"), (12010, "8.1"), (12040, "8.4"), (12050, "8.5"),
-        (12060, "8.5"), (12080, "8.7"), (12090, "8.8"), (13000, "9.0"), (13010, "9.1"),
-        (13040, "9.4"), (13050, "9.5"),  # 13.N -> 9.N, extrapolated past the table
+        (11000, "7.0"),
+        (11080, "7.8"),
+        (12000, "8.0"),
+        (12010, "8.1"),
+        (12040, "8.4"),
+        (12050, "8.5"),
+        (12060, "8.5"),
+        (12080, "8.7"),
+        (12090, "8.8"),
+        (13000, "9.0"),
+        (13010, "9.1"),
+        (13040, "9.4"),
+        (13050, "9.5"),  # 13.N -> 9.N, extrapolated past the table
         (14000, "9.1"),  # unknown major: the newest version known to load
     ],
-)  # fmt: skip
+)
 def test_select_ptx_version(driver: int, ptx: str) -> None:
     assert select_ptx_version(driver) == ptx
 
@@ -81,15 +92,46 @@ PTX_CASES = [
     ("good", GOOD_PTX, "sm_80", None, None),
     ("older target runs forward", GOOD_PTX, "sm_90", None, None),
     ("missing .version", GOOD_PTX.replace(".version 7.8\n", ""), "sm_80", None, "no .version directive"),
-    ("version only in a comment", GOOD_PTX.replace(".version 7.8\n", "// .version 7.8\n"), "sm_80", None, "no .version"),
-    ("wrong target", GOOD_PTX.replace("sm_80", "sm_90"), "sm_80", None, ".target sm_90 must run on the device architecture sm_80"),
+    (
+        "version only in a comment",
+        GOOD_PTX.replace(".version 7.8\n", "// .version 7.8\n"),
+        "sm_80",
+        None,
+        "no .version",
+    ),
+    (
+        "wrong target",
+        GOOD_PTX.replace("sm_80", "sm_90"),
+        "sm_80",
+        None,
+        ".target sm_90 must run on the device architecture sm_80",
+    ),
     ("missing target", GOOD_PTX.replace(".target sm_80\n", ""), "sm_80", None, "no .target"),
     ("target not an sm", GOOD_PTX.replace("sm_80", "gfx90a"), "sm_80", None, "not an sm_XX"),
-    ("no entry", GOOD_PTX.replace(".entry k(", ".func k("), "sm_80", None, "no kernel: expected at least one '.entry name('"),
+    (
+        "no entry",
+        GOOD_PTX.replace(".entry k(", ".func k("),
+        "sm_80",
+        None,
+        "no kernel: expected at least one '.entry name('",
+    ),
     ("entry not found", GOOD_PTX, "sm_80", "other", "entry 'other' not found (entries: k)"),
-    ("extern func", GOOD_PTX.replace(".address_size 64\n", ".address_size 64\n.extern .func (.param .b32 r) helper (.param .b32 a);\n"),
-     "sm_80", None, ".extern .func helper"),
-    ("32-bit addresses", GOOD_PTX.replace(".address_size 64", ".address_size 32"), "sm_80", None, ".address_size is 32"),
+    (
+        "extern func",
+        GOOD_PTX.replace(
+            ".address_size 64\n", ".address_size 64\n.extern .func (.param .b32 r) helper (.param .b32 a);\n"
+        ),
+        "sm_80",
+        None,
+        ".extern .func helper",
+    ),
+    (
+        "32-bit addresses",
+        GOOD_PTX.replace(".address_size 64", ".address_size 32"),
+        "sm_80",
+        None,
+        ".address_size is 32",
+    ),
     ("two versions", GOOD_PTX.replace(".target", ".version 8.0\n.target"), "sm_80", None, "2 .version directives"),
     ("arch-specific target on another chip", GOOD_PTX.replace("sm_80", "sm_90a"), "sm_100", None, "must run on"),
     ("arch-specific target on its chip", GOOD_PTX.replace("sm_80", "sm_90a"), "sm_90", None, None),
@@ -98,7 +140,7 @@ PTX_CASES = [
     ("target with options", GOOD_PTX.replace("sm_80", "sm_80, debug"), "sm_80", None, None),
     ("empty", "   \n", "sm_80", None, "empty"),
     ("binary", "\x7fELF\0\0", "sm_80", None, "NUL byte"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, text, arch, entry, error", PTX_CASES, ids=[c[0] for c in PTX_CASES])
@@ -223,16 +265,21 @@ def test_ptxas_absent(monkeypatch: pytest.MonkeyPatch) -> None:
         cuda.ptxas_check(GOOD_PTX, "sm_80")
 
 
-@pytest.mark.parametrize("params, buf_count, var_count, refused", [
-    (".param .u64 p, .param .u32 n", 1, 1, None),
-    (".param .s64 p, .param .s32 n", 1, 1, None),
-    (".param .b64 p, .param .b32 n", 1, 1, None),
-    (".param .u64 .ptr .global .align 4 p, .param .u32 n", 1, 1, None),
-    (".param .u64 p, .param .f32 eps", 1, 1, r"parameter 1 is \.f32; svod passes an int32 there"),
-    (".param .f64 p, .param .u32 n", 1, 1, r"parameter 0 is \.f64; svod passes a 64-bit buffer address"),
-    (".param .u64 p, .param .b8 n[4]", 1, 1, r"parameter 1 is \.b8\[4\]"),
-])  # fmt: skip
-def test_entry_param_types_must_receive_what_svod_packs(params: str, buf_count: int, var_count: int, refused: Any) -> None:
+@pytest.mark.parametrize(
+    "params, buf_count, var_count, refused",
+    [
+        (".param .u64 p, .param .u32 n", 1, 1, None),
+        (".param .s64 p, .param .s32 n", 1, 1, None),
+        (".param .b64 p, .param .b32 n", 1, 1, None),
+        (".param .u64 .ptr .global .align 4 p, .param .u32 n", 1, 1, None),
+        (".param .u64 p, .param .f32 eps", 1, 1, r"parameter 1 is \.f32; svod passes an int32 there"),
+        (".param .f64 p, .param .u32 n", 1, 1, r"parameter 0 is \.f64; svod passes a 64-bit buffer address"),
+        (".param .u64 p, .param .b8 n[4]", 1, 1, r"parameter 1 is \.b8\[4\]"),
+    ],
+)
+def test_entry_param_types_must_receive_what_svod_packs(
+    params: str, buf_count: int, var_count: int, refused: Any
+) -> None:
     """Sizes alone let a .f32 scalar through (it would get an int32's bits): the PTX types are checked too."""
     text = ".entry k(%s)" % params
     assert cuda.ptx_entry_params(text, "k") == [8, 4]
@@ -241,7 +288,10 @@ def test_entry_param_types_must_receive_what_svod_packs(params: str, buf_count: 
     else:
         with pytest.raises(PtxError, match=refused):
             cuda.check_entry_params(text, "k", buf_count, var_count)
-    assert cuda.ptx_entry_param_types(".entry s(.param .align 8 .b8 s_p0[16], .param .f64 s_p1)", "s") == [".b8[16]", ".f64"]
+    assert cuda.ptx_entry_param_types(".entry s(.param .align 8 .b8 s_p0[16], .param .f64 s_p1)", "s") == [
+        ".b8[16]",
+        ".f64",
+    ]
 
 
 @needs_ptx_files
@@ -260,7 +310,10 @@ def test_shipped_ptx_requires_each_signatures_block() -> None:
 
 def test_required_block_is_read_from_the_entry() -> None:
     def entry(directives: str) -> str:
-        return ".visible .entry k(\n.param .u64 p\n)\n%s\n{\n ret;\n}\n.visible .entry j()\n.reqntid 7\n{\n ret;\n}\n" % directives
+        return (
+            ".visible .entry k(\n.param .u64 p\n)\n%s\n{\n ret;\n}\n.visible .entry j()\n.reqntid 7\n{\n ret;\n}\n"
+            % directives
+        )
 
     assert cuda.ptx_required_block(entry(".reqntid 64, 2, 1"), "k") == (64, 2, 1)
     assert cuda.ptx_required_block(entry(".maxntid 256, 1, 1\n.reqntid 32"), "k") == (32, 1, 1)

@@ -11,7 +11,15 @@ from typing import Any, Callable, Tuple
 
 import pytest
 from support.cuda import (  # noqa: F401  (fixtures)
-    FAKE_GENERATIONS, FAKE_PTX, Fake, add_inputs, check_library_kernel, fake, fake_so, int_values, library_env,
+    FAKE_GENERATIONS,
+    FAKE_PTX,
+    Fake,
+    add_inputs,
+    check_library_kernel,
+    fake,
+    fake_so,
+    int_values,
+    library_env,
 )
 
 from svod_min.devices import cuda
@@ -38,7 +46,9 @@ def test_device_addresses_are_not_host_pointers(fake: Callable[..., Fake]) -> No
     host = ctypes.create_string_buffer(8)
     lib = dev.lib
     assert _code(lambda: lib.call("cuMemcpyDtoH", host, ctypes.addressof(host), 8)) == "CUDA_ERROR_INVALID_VALUE"
-    assert _code(lambda: lib.call("cuMemcpyDtoH", host, buf.address + 60, 8)) == "CUDA_ERROR_INVALID_VALUE"  # past its end
+    assert (
+        _code(lambda: lib.call("cuMemcpyDtoH", host, buf.address + 60, 8)) == "CUDA_ERROR_INVALID_VALUE"
+    )  # past its end
 
 
 def test_primary_contexts_are_counted_and_die_on_the_last_release(fake: Callable[..., Fake]) -> None:
@@ -57,7 +67,9 @@ def test_primary_contexts_are_counted_and_die_on_the_last_release(fake: Callable
     dev.lib.call("cuMemFree", address)  # the other holder may still use (and free) it
     dev.lib.call("cuDevicePrimaryCtxRelease", handle)
     assert f.cfg.fake_context_refs(0) == 0 and f.counter("ctx_deaths") == 1
-    assert _code(lambda: dev.lib.call("cuMemAlloc", ctypes.byref(cuda.CUdeviceptr()), 16)) == "CUDA_ERROR_INVALID_CONTEXT"
+    assert (
+        _code(lambda: dev.lib.call("cuMemAlloc", ctypes.byref(cuda.CUdeviceptr()), 16)) == "CUDA_ERROR_INVALID_CONTEXT"
+    )
 
 
 def test_objects_are_refused_under_another_context(fake: Callable[..., Fake]) -> None:
@@ -87,10 +99,17 @@ def test_kernel_attributes_come_from_the_ptx(fake: Callable[..., Fake]) -> None:
     assert dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"]).max_threads == 1024  # no directive: the device's limit
 
 
-@pytest.mark.parametrize("dims, shared", [
-    ((0, 1, 1, 32, 1, 1), 0), ((1, 1, 1, 0, 1, 1), 0), ((1, 65536, 1, 32, 1, 1), 0), ((1, 1, 1, 1, 1, 65), 0),
-    ((1, 1, 1, 1025, 1, 1), 0), ((1, 1, 1, 32, 1, 1), 48 * 1024 + 4),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "dims, shared",
+    [
+        ((0, 1, 1, 32, 1, 1), 0),
+        ((1, 1, 1, 0, 1, 1), 0),
+        ((1, 65536, 1, 32, 1, 1), 0),
+        ((1, 1, 1, 1, 1, 65), 0),
+        ((1, 1, 1, 1025, 1, 1), 0),
+        ((1, 1, 1, 32, 1, 1), 48 * 1024 + 4),
+    ],
+)
 def test_launches_the_driver_refuses(fake: Callable[..., Fake], dims: Tuple[int, ...], shared: int) -> None:
     f = fake()
     dev = f.device()
@@ -123,8 +142,10 @@ def test_events_are_not_ready_until_their_work_ran(fake: Callable[..., Fake]) ->
     while not event.query():  # each query lets the stream make one step of progress
         polls += 1
         assert polls < 100
-    assert _code(lambda: dev.lib.call("cuEventElapsedTime", ctypes.byref(ctypes.c_float()), event.handle,
-                                      event.handle)) == "CUDA_ERROR_INVALID_HANDLE"  # fmt: skip
+    assert (
+        _code(lambda: dev.lib.call("cuEventElapsedTime", ctypes.byref(ctypes.c_float()), event.handle, event.handle))
+        == "CUDA_ERROR_INVALID_HANDLE"
+    )
     never = dev.new_event()
     assert _code(lambda: never.elapsed_since(never)) == "CUDA_ERROR_INVALID_HANDLE"
     assert np.array_equal(bufs[0].numpy(), 3 * x)
@@ -147,8 +168,9 @@ def test_graph_updates_may_change_the_function_and_graphs_have_no_node_cap(fake:
 
 
 @pytest.mark.parametrize("generation", FAKE_GENERATIONS)
-def test_library_kernels_and_graphs_on_each_gpu_generation(fake: Callable[..., Fake], generation: Any,
-                                                           tmp_path: Path) -> None:  # fmt: skip
+def test_library_kernels_and_graphs_on_each_gpu_generation(
+    fake: Callable[..., Fake], generation: Any, tmp_path: Path
+) -> None:
     """The defaults (cc 9.0, driver 13000) and the older GPU and driver (cc 8.0, driver 12040): the shipped
     PTX (.version 7.0) loads on both, and a plan-sized chain of library kernels runs as one graph."""
     version, cc = generation

@@ -9,16 +9,17 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 import pytest
+from support.paths import EXAMPLES
 
 from svod_min import load_model
 from svod_min.planfile.bundle import MANIFEST, PLAN, open_bundle, sha256, write_bundle
 
-from support.paths import EXAMPLES
-
 MLP = str(EXAMPLES / "scale" / "mlp.svod")
 MLP_AARCH64 = str(EXAMPLES / "scale" / "mlp_aarch64.svod")
 ROWS = 3000
-x86_64_only = pytest.mark.skipif(platform.machine() != "x86_64", reason="the example bundle carries x86_64 objects only")
+x86_64_only = pytest.mark.skipif(
+    platform.machine() != "x86_64", reason="the example bundle carries x86_64 objects only"
+)
 
 
 def rows(n: int = ROWS, seed: int = 11) -> Any:
@@ -31,7 +32,7 @@ def direct_run(x: Any, bundle: str = MLP) -> Any:
     model = load_model(bundle)
     pieces = []
     for start in range(0, len(x), 32):
-        piece = x[start:start + 32]
+        piece = x[start : start + 32]
         padded = np.concatenate([piece, np.zeros((32 - len(piece), 16), np.float32)])
         pieces.append(model(x=padded)["probs"][: len(piece)])
     return np.concatenate(pieces)

@@ -8,15 +8,22 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from svod_min import load_model
-from svod_min.error import PlanError
-from svod_min.interop.batches import BatchLayout, Port, batch_layout, cached_digests, cached_runner, load_runner, plan_document
-from svod_min.planfile.bundle import bundle_digest
-
 from conftest import needs_cc
 from scale_support import MLP, direct_run, mlp_bytes, rows, x86_64_only
 from support.paths import EXAMPLES
+
+from svod_min import load_model
+from svod_min.error import PlanError
+from svod_min.interop.batches import (
+    BatchLayout,
+    Port,
+    batch_layout,
+    cached_digests,
+    cached_runner,
+    load_runner,
+    plan_document,
+)
+from svod_min.planfile.bundle import bundle_digest
 
 TINYGRAD_MLP = str(EXAMPLES / "tinygrad" / "mlp" / "plan.json")
 
@@ -55,8 +62,14 @@ def test_the_batch_variable_is_bound_to_each_pieces_rows(n: int) -> None:
     runner = load_runner(TINYGRAD_MLP)
     got = runner.run({"xs": x})["probs"]
     model = load_model(TINYGRAD_MLP)
-    alone = np.stack([model.run({"xs": np.concatenate([x[i:i + 1], np.zeros((15, 16), np.float32)])},
-                                {"batch": 1})["probs"][:10] for i in range(n)])  # fmt: skip
+    alone = np.stack(
+        [
+            model.run({"xs": np.concatenate([x[i : i + 1], np.zeros((15, 16), np.float32)])}, {"batch": 1})["probs"][
+                :10
+            ]
+            for i in range(n)
+        ]
+    )
     assert got.shape == (n, 10)
     np.testing.assert_allclose(got, alone, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)  # softmax rows
@@ -74,10 +87,16 @@ def test_bad_rows_are_refused_naming_the_input() -> None:
 
 
 def test_a_plan_without_a_row_dimension_is_refused() -> None:
-    doc = {"buffers": {"a": {"dtype": "float32", "shape": [4, 3], "input": True},
-                       "b": {"dtype": "float32", "shape": [2, 4], "input": True},
-                       "y": {"dtype": "float32", "shape": [3, 5], "output": True}}}  # fmt: skip
-    with pytest.raises(PlanError, match=r"input 'b': leading dimension 2; every input needs the same batch dimension \(4\)"):
+    doc = {
+        "buffers": {
+            "a": {"dtype": "float32", "shape": [4, 3], "input": True},
+            "b": {"dtype": "float32", "shape": [2, 4], "input": True},
+            "y": {"dtype": "float32", "shape": [3, 5], "output": True},
+        }
+    }
+    with pytest.raises(
+        PlanError, match=r"input 'b': leading dimension 2; every input needs the same batch dimension \(4\)"
+    ):
         batch_layout(doc)
     del doc["buffers"]["b"]
     with pytest.raises(PlanError, match=r"output 'y': shape \[3, 5\] has no row per input row \(batch 4\)"):

@@ -16,8 +16,20 @@ pytest.importorskip("distributed")
 
 import dask.array as da  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
+from scale_support import (
+    MLP,
+    ROWS,
+    broken_object_bundle,
+    direct_run,
+    marker_file,
+    mlp_bytes,
+    remove_first,
+    rows,
+    truncated_bundle,
+    wrong_arch_bundle,
+    x86_64_only,
+)  # noqa: E402
 
-from scale_support import MLP, ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, wrong_arch_bundle, x86_64_only  # noqa: E402
 from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
 from svod_min.interop.dask import predict_blocks, predict_partitions, ship, worker_threads  # noqa: E402
 from svod_min.planfile.bundle import bundle_digest  # noqa: E402

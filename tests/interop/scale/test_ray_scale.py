@@ -16,7 +16,19 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import scale_support  # noqa: E402
-from scale_support import ROWS, broken_object_bundle, direct_run, marker_file, mlp_bytes, remove_first, rows, truncated_bundle, wrong_arch_bundle, x86_64_only  # noqa: E402
+from scale_support import (
+    ROWS,
+    broken_object_bundle,
+    direct_run,
+    marker_file,
+    mlp_bytes,
+    remove_first,
+    rows,
+    truncated_bundle,
+    wrong_arch_bundle,
+    x86_64_only,
+)  # noqa: E402
+
 from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
 from svod_min.interop.ray import BundlePredictor, predict  # noqa: E402
 
@@ -88,9 +100,16 @@ def test_an_actor_killed_mid_job_loses_no_rows(cluster: None, tmp_path: Any) -> 
     ds, x = dataset()
     marker = marker_file(str(tmp_path))
     shipped = ray.put(mlp_bytes())  # the bytes, once, in the object store: the restarted actor gets them again
-    out = ds.map_batches(DyingPredictor, fn_constructor_kwargs={"bundle": shipped, "marker": marker}, batch_format="numpy",
-                         compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1, batch_size=300, max_restarts=2,
-                         max_task_retries=2).take_all()  # fmt: skip
+    out = ds.map_batches(
+        DyingPredictor,
+        fn_constructor_kwargs={"bundle": shipped, "marker": marker},
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=2),
+        num_cpus=1,
+        batch_size=300,
+        max_restarts=2,
+        max_task_retries=2,
+    ).take_all()
     assert not os.path.exists(marker), "no actor was killed"
     assert len(out) == ROWS
     np.testing.assert_array_equal(by_id(out), direct_run(x))

@@ -8,7 +8,6 @@ import sys
 from typing import Any, List
 
 import pytest
-
 from scale_support import x86_64_only
 from support.paths import REPO
 
