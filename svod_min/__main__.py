@@ -124,16 +124,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise PlanError("--repeat must be >= 1, got %d" % args.repeat)
+    if args.once and (args.repeat != 1 or args.profile or args.trace):
+        raise PlanError("--once stops after the first run: --repeat, --profile and --trace need further runs")
     loaded = _load(args, _parse_vars(args.var))
     plan = loaded.plan
     if args.save:
         _saved_outputs(loaded)  # refused before anything runs
     replaced = _replace_inputs(loaded, args.input)
-    plan.execute()  # the first run from the initial state is the one verified
+    first = _timed_runs(plan, 1)  # the first run from the initial state is the one verified
     checks = [] if replaced else loaded.verify()
     saved = _writing(args.save, "--save", lambda: _save_outputs(loaded, args.save)) if args.save else []
-    profiles = plan.execute_profiled()  # later runs are warm: they profile and time
-    times = _timed_runs(plan, args.repeat)
+    # later runs are warm: they profile and time (--once: none, the command ends at the first output)
+    profiles = [] if args.once else plan.execute_profiled()
+    times = first if args.once else _timed_runs(plan, args.repeat)
     if args.trace:
         _writing(args.trace, "--trace", lambda: write_chrome_trace(profiles, args.trace))
     report = {
@@ -153,7 +156,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=1, allow_nan=False))
     else:
-        _print_report(report, profile_table(profiles) if args.profile or args.plan is None else None)
+        _print_report(report, profile_table(profiles) if profiles and (args.profile or args.plan is None) else None)
     failed = [c["buffer"] for c in report["verify"] if not c["ok"]]
     if failed:
         print("verification failed: %s" % ", ".join(failed), file=sys.stderr)
@@ -450,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                      help="replace a plan input before the run (repeatable; shape and dtype must match)")
     run.add_argument("--json", action="store_true", help="machine-readable output")
+    run.add_argument("--once", action="store_true",
+                     help="stop after the first run: load, replace inputs, run once (verified when the inputs are the "
+                          "examples), --save; no profiled or timed runs, so the command's time is a cold start")  # fmt: skip
     run.set_defaults(func=_cmd_run)
     check = sub.add_parser("selfcheck", help="compile and verify the built-in kernels "
                                              "(no compiler here: verify the prebuilt library kernels)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,8 @@ CLI_BAD = [
     (["run", "--var", "nosuch=1"], "unknown variable"),
     (["run", "--var", "rows=1.5"], "is not an integer"),
     (["run", "--repeat", "-3"], "--repeat must be >= 1"),
+    (["run", "--once", "--repeat", "2"], "--once stops after the first run"),
+    (["run", "--once", "--profile"], "--once stops after the first run"),
 ]
 
 
@@ -138,3 +141,25 @@ def test_cli_output_path_under_a_regular_file(option: str, tmp_path, capsys) -> 
     line = one_line_error(err)
     assert "internal error" not in line and str(blocker) in line
     assert code == EXIT_BAD_INPUT
+
+
+@needs_cc
+def test_run_once_stops_at_the_first_output(tmp_path, monkeypatch, capsys) -> None:
+    """`run --once` runs the plan once (verified, saved) and nothing after: the ONNX bench times that command as a
+    cold start. Without it, `run` profiles and times further runs."""
+    from svod_min.plan.execution_plan import ExecutionPlan
+
+    calls: List[str] = []
+    for name in ("execute", "execute_profiled"):
+        real = getattr(ExecutionPlan, name)
+        monkeypatch.setattr(ExecutionPlan, name, lambda self, _real=real, _name=name: calls.append(_name) or _real(self))
+    code, out, err = _cli_in_process(["run", "--once", "--json", "--save", str(tmp_path)], capsys)
+    assert code == EXIT_OK, err
+    report = json.loads(out)
+    assert calls == ["execute"] and report["time_s"]["runs"] == 1 and report["profile"] == []
+    assert [c["ok"] for c in report["verify"]] == [True]  # the one run is the verified one
+    assert os.path.isfile(os.path.join(str(tmp_path), "y.npy"))
+    calls.clear()
+    code, out, err = _cli_in_process(["run", "--repeat", "2"], capsys)
+    assert code == EXIT_OK, err
+    assert calls == ["execute", "execute_profiled", "execute", "execute"] and "total:" in out
