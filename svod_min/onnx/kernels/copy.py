@@ -7,7 +7,8 @@ import math
 from typing import Sequence
 
 from ..geometry import collapse, contiguous_strides
-from .ckernel import CKernel, chunks_for, flt, make_kernel, range_head, render
+from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+
 
 def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
@@ -17,80 +18,52 @@ def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 
-def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset: int, src_count: int, tag: str) -> CKernel:
+def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset: int, src_count: int, tag: str,
+                dtype: str = "float32") -> CKernel:
     """``out[i...] = x[offset + sum(i_k * stride_k)]``: transposes beyond 4-D, slices, expands."""
     n_out = max(1, int(math.prod(out_shape)))
-    shape, strides = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
-    last = shape[-1]
-    outer = shape[:-1]
+    shape, (out_strides, strides) = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
+    outer = [int(n) for n in shape[:-1]]
     rows = int(math.prod(outer))
-    chunks = chunks_for(rows, last)
-    per = -(-rows // chunks)
-    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {",
-             "  long r0 = (long)core_id * %d, r1 = r0 + %d < %d ? r0 + %d : %d;" % (per, per, rows, per, rows),
-             "  for (long r = r0; r < r1; ++r) {", "    long q = r, o = 0, s = %d;" % src_offset]
-    for axis in reversed(range(len(outer))):
-        lines.append("    { long k = q %% %d; q /= %d; o += k * %d; s += k * %d; }" % (outer[axis], outer[axis], strides[0][axis], strides[1][axis]))
-    lines += ["    for (long j = 0; j < %d; ++j) out[o + j] = x[s + j * %d];" % (last, strides[1][-1]), "  }", "}", ""]
-    return make_kernel(tag, "\n".join(lines), [n_out, src_count], chunks)
+    chunks = chunks_for(rows, shape[-1])
+    body = render("copy.c.j2", T=C_TYPES[dtype], per=-(-rows // chunks), rows=rows, offset=int(src_offset),
+                  outer=outer, out_strides=[int(v) for v in out_strides[:-1]],
+                  src_strides=[int(v) for v in strides[:-1]], last=int(shape[-1]), step=int(strides[-1]))
+    return make_kernel(tag, body, [n_out, src_count], chunks)
 
 
-def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float) -> CKernel:
+def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float,
+        dtype: str = "float32") -> CKernel:
     """Constant padding (negative pads crop): out[i] = x[i - begin] inside x, ``value`` elsewhere."""
-    rank = len(out_shape)
-    n_out = max(1, int(math.prod(out_shape)))
-    in_strides = contiguous_strides(in_shape)
-    chunks = chunks_for(n_out, 1)
-    per = -(-n_out // chunks)
-    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {",
-             "  long i0 = (long)core_id * %d, i1 = i0 + %d < %d ? i0 + %d : %d;" % (per, per, n_out, per, n_out),
-             "  for (long i = i0; i < i1; ++i) {", "    long q = i, s = 0; int inside = 1;"]
-    for axis in reversed(range(rank)):
-        lines.append("    { long k = q %% %d - %d; q /= %d; inside &= k >= 0 && k < %d; s += k * %d; }" % (
-            out_shape[axis], begin[axis], out_shape[axis], in_shape[axis], in_strides[axis]))
-    lines += ["    out[i] = inside ? x[s] : %s;" % flt(value), "  }", "}", ""]
-    return make_kernel("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
+    return _pad(in_shape, out_shape, begin, "constant", value, dtype)
 
 
-def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str) -> CKernel:
+def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str,
+              dtype: str = "float32") -> CKernel:
     """Pad in reflect, edge or wrap mode: each output index maps to an input index along every axis."""
+    if mode not in ("reflect", "edge", "wrap"):
+        raise KeyError(mode)
+    return _pad(in_shape, out_shape, begin, mode, 0.0, dtype)
+
+
+def _pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, value: float,
+         dtype: str) -> CKernel:
+    """Either Pad kernel of ``templates/pad.c.j2``: ``mode`` "constant" (``value`` outside x), or how an index out of
+    x folds back in."""
     rank = len(out_shape)
     n_out = max(1, int(math.prod(out_shape)))
-    in_strides = contiguous_strides(in_shape)
     chunks = chunks_for(n_out, 1)
-    per = -(-n_out // chunks)
-    fold = {
-        "reflect": "if (k < 0) k = -k; if (k >= n) k = 2 * (n - 1) - k; if (k < 0) k = 0;",
-        "edge": "if (k < 0) k = 0; if (k >= n) k = n - 1;",
-        "wrap": "k %= n; if (k < 0) k += n;",
-    }[mode]
-    lines = ["void KNAME(float *restrict out, const float *restrict x, int core_id) {", range_head(per, n_out),
-             "  for (long i = i0; i < i1; ++i) {", "    long q = i, s = 0;"]
-    for axis in reversed(range(rank)):
-        lines.append("    { long n = %d, k = q %% %d - %d; q /= %d; %s s += k * %d; }" % (
-            in_shape[axis], out_shape[axis], begin[axis], out_shape[axis], fold, in_strides[axis]))
-    lines += ["    out[i] = x[s];", "  }", "}", ""]
-    return make_kernel("pad", "\n".join(lines), [n_out, max(1, int(math.prod(in_shape)))], chunks)
+    body = render("pad.c.j2", T=C_TYPES[dtype], mode=mode, value=value, per=-(-n_out // chunks), n_out=n_out,
+                  rank=rank, in_shape=[int(n) for n in in_shape], out_shape=[int(n) for n in out_shape],
+                  begin=[int(b) for b in begin], in_strides=contiguous_strides(in_shape))
+    return make_kernel("pad", body, [n_out, max(1, int(math.prod(in_shape)))], chunks)
 
 
-def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str) -> CKernel:
+def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str, dtype: str = "float32") -> CKernel:
     """``out[o, j, i] = x[o, idx[j], i]``; a negative index counts from the end, and an index out of range
     is clamped (ONNX calls it an error; a clamp keeps the read inside the buffer)."""
     rows = outer * count
     chunks = chunks_for(rows, inner)
-    per = -(-rows // chunks)
-    body = """void KNAME(float *restrict out, const float *restrict x, const %s *restrict idx, int core_id) {
-%s
-  for (long r = r0; r < r1; ++r) {
-    long o = r / %d, j = r %% %d;
-    long k = (long)idx[j];
-    if (k < 0) k += %d;
-    if (k < 0) k = 0;
-    if (k >= %d) k = %d;
-    const float *src = x + (o * %d + k) * %d;
-    float *dst = out + r * %d;
-    for (long i = 0; i < %d; ++i) dst[i] = src[i];
-  }
-}
-""" % (index_type, range_head(per, rows, "r"), count, count, axis_len, axis_len, axis_len - 1, axis_len, inner, inner, inner)
+    body = render("gather.c.j2", T=C_TYPES[dtype], index_type=index_type, per=-(-rows // chunks), rows=rows,
+                  count=count, axis_len=axis_len, inner=inner)
     return make_kernel("gather", body, [rows * inner, outer * axis_len * inner, count], chunks)
