@@ -1,73 +1,73 @@
 """ONNX models benchmark: the onnx wheel's nine light CNNs, built with ``svod_min build``, against onnxruntime.
 
     python -m svod_min bench --only onnx
-    python -m svod_min.perf.benchmarks.bench_onnx [--json] [--quick] [--models a,b] [--threads 1,2] [--profile]
+    python -m svod_min.perf.benchmarks.bench_onnx [--json] [--quick] [--models a,b] [--threads 1,2] [--runs N]
+                                                  [--spinning both|off|on] [--profile slow|all|none]
 
 Each model gets seeded random weights (:mod:`svod_min.perf.light_models`; the wheel's own weights
 are all 0.02), its initializers stay out of the graph inputs (so onnxruntime may fold them), and
-it is built for this host's target with ``python -m svod_min build --no-expect``. Then:
+it is built for this host's target with ``python -m svod_min build``, which records onnxruntime's
+outputs for the bundle's example inputs with a tolerance. Then:
 
-* speed, per thread count: the bundle loaded on a CPU device of that many threads and an
-  onnxruntime ``InferenceSession`` (``intra_op_num_threads`` the same, ``inter_op_num_threads`` 1,
-  no spinning between runs, so its threads take no core from svod_min's turn), same input, same
-  process, timed in turn (round-robin, medians); their outputs must agree first.
+* speed, per setting: the bundle loaded on a CPU device of that many threads and an onnxruntime
+  ``InferenceSession`` (``intra_op_num_threads`` the same, ``inter_op_num_threads`` 1), same input,
+  same process, timed in turn (pairs, svod_min first in even pairs and onnxruntime first in odd
+  ones; medians). Above one thread each engine's idle pool threads either both spin
+  (``session.intra_op.allow_spinning`` 1, ``SVOD_NATIVE_SPIN`` on) or both sleep (0 and off), and
+  both settings are timed. First the outputs must agree: as many as onnxruntime's, each of its
+  shape, each within the bundle's own recorded tolerance; else the model is a failed row.
   ratio = onnxruntime / svod_min (> 1: svod_min is faster). Goal: the geometric mean over the
-  models >= 1.0 at every thread count, and no model below 0.7.
+  models >= 1.0 in every setting with every model measured, and no model below 0.7.
 * peak resident memory of a fresh process that loads the model and runs it once (``ru_maxrss``
   of that child, from ``wait4``), both at 1 thread. Goal: svod_min <= 1.2x onnxruntime's.
-* cold start: wall time of a fresh ``python3`` with ``svod_min.pyz`` on its path that loads the
-  bundle, reads the input ``.npy`` and runs to the first output (what ``svod_min.pyz run`` does
-  before it verifies, profiles and times), against a fresh ``python3`` that imports onnxruntime,
-  creates the session, reads the same ``.npy`` and runs once. Medians; goal: svod_min <= peer.
+* cold start: wall time of ``python3 svod_min.pyz run MODEL.svod --input NAME=x.npy --once`` (load,
+  read the input, run once, exit), against a fresh ``python3`` that imports onnxruntime, creates
+  the session, reads the same ``.npy`` and runs once. Medians; goal: svod_min <= peer.
 
-For a model below 0.7 at 1 thread, a profile row names the op holding it back: its kernel, shape,
-share of the run and GFLOP/s, beside the best rate any op reached in the same run.
+``--runs N`` measures the whole table N times (the bundles stay on disk meanwhile) and reports each
+ratio's median over the runs, with its spread (lowest-highest) in the measure.
+For a model below 0.7 at the first setting, a profile row names the op holding it back: its kernel,
+shape, share of the run and GFLOP/s, beside the best rate any op reached in the same run.
 Without numpy, onnx or onnxruntime every row says which is missing and nothing is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from svod_min.perf.bench_suite import format_table
 
-#: Speed: geometric mean of onnxruntime / svod_min over the models, at every thread count.
+#: Speed: geometric mean of onnxruntime / svod_min over the models, in every setting.
 GOAL_GEOMEAN = 1.0
 #: Speed: no single model below this ratio.
 GOAL_FLOOR = 0.7
 #: Peak RSS: svod_min at most this many times onnxruntime's.
 GOAL_RSS = 1.2
-#: A model's timed pairs last about this long at least (a 10 ms model gets more than 7 pairs) ...
+#: A model's timed pairs last about this long at least (a 10 ms model gets more than 8 pairs) ...
 PAIR_SECONDS = 1.0
 #: ... up to this many pairs.
-MAX_REPS = 41
-#: Outputs of the two engines agree to this relative error before anything is timed.
-AGREE = 1e-2
+MAX_REPS = 42
+#: An output element's error is measured against max(|onnxruntime's value|, this x the output's largest
+#: |value|): an element near zero of logits in the hundreds carries the float32 rounding of sums that large.
+NEAR_ZERO = 1e-3
+#: The switch of svod_min's native runner that says whether its idle workers poll during a run.
+SPIN_ENV = "SVOD_NATIVE_SPIN"
 
 #: A model to measure: its name and a function making its ModelProto (made when its turn comes).
 ModelSource = Tuple[str, Callable[[], Any]]
-
-SVOD_CHILD = """
-import sys
-sys.path.insert(0, sys.argv[1])
-from svod_min.npy import read_npy
-from svod_min.planfile.load import load_plan
-loaded = load_plan(sys.argv[2])
-dtype, shape, payload = read_npy(sys.argv[4])
-loaded.set_input(sys.argv[3], dtype.name, tuple(shape), payload)
-loaded.plan.execute()
-outputs = [buf.copyout() for buf in loaded.plan.output_buffers()]
-"""
+Row = Dict[str, Any]
 
 #: Runs its arguments as a child and prints "exit-code seconds ru_maxrss": the launcher is a small
 #: process, so the child's peak RSS is its own (a child forked from the benchmark process would
@@ -104,23 +104,56 @@ class Prepared(NamedTuple):
     npy_path: str
 
 
-class Settings(NamedTuple):
-    """How one run of the benchmark measures: thread counts, repetitions, the peer's name, where files go."""
+class Setting(NamedTuple):
+    """One way the two engines are timed: the thread count and, above one thread, whether idle pool
+    threads spin (None at one thread: neither engine has a pool then)."""
 
-    threads: Tuple[int, ...]
+    threads: int
+    spin: Optional[bool]
+
+    @property
+    def label(self) -> str:
+        if self.spin is None:
+            return _threads(self.threads)
+        return "%s, %s" % (_threads(self.threads), "spinning" if self.spin else "no spinning")
+
+    def peer(self, version: str) -> str:
+        spinning = "" if self.spin is None else ", allow_spinning=%d" % self.spin
+        return "onnxruntime %s, %s%s" % (version, _threads(self.threads), spinning)
+
+
+class Settings(NamedTuple):
+    """How one benchmark measures: the speed settings, repetitions, runs, the peer's version, where files go."""
+
+    timing: Tuple[Setting, ...]
     reps: int
     pair_seconds: float
     fresh_reps: int
-    peer: str
+    runs: int
+    version: str
     directory: str
     pyz: str
     profile: str
-    ort_spinning: bool
 
 
 class ChildRun(NamedTuple):
     seconds: float
     max_rss_bytes: int
+
+
+class Sample(NamedTuple):
+    """One run's figures of one model: per setting label the median seconds per engine, and the fresh processes."""
+
+    speed: Dict[str, Dict[str, float]]
+    fresh: Dict[str, List[ChildRun]]
+
+
+class Measured(NamedTuple):
+    """Every run's samples of the models measured in all of them, the others' first failure, the profile rows."""
+
+    samples: Dict[str, List[Sample]]
+    failures: Dict[str, str]
+    profiles: Dict[str, Row]
 
 
 def missing_dependency() -> Optional[str]:
@@ -152,7 +185,7 @@ def constant_initializers(model: Any) -> Any:
 
 
 def child_env(threads: int) -> Dict[str, str]:
-    """The environment of every child: this svod_min importable, its thread count fixed."""
+    """The environment of a build: this svod_min importable, its thread count fixed."""
     import svod_min
 
     parent = os.path.dirname(os.path.dirname(os.path.abspath(svod_min.__file__)))
@@ -161,13 +194,15 @@ def child_env(threads: int) -> Dict[str, str]:
     return env
 
 
-def build_bundle(onnx_path: str, svod_path: str) -> None:
-    """``python -m svod_min build`` for this host's target, no expectations (onnxruntime is the peer here)."""
+def build_bundle(onnx_path: str, svod_path: str, expect: bool = False) -> None:
+    """``python -m svod_min build`` for this host's target; ``expect``: record onnxruntime's outputs with their
+    tolerance in the bundle (this benchmark's agreement gate reads that tolerance)."""
     from svod_min.compiler.targets import host_target
     from svod_min.error import BundleError
 
-    cmd = [sys.executable, "-m", "svod_min", "build", onnx_path, "-o", svod_path, "--target", host_target(), "--no-expect"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(1), timeout=1800)
+    cmd = [sys.executable, "-m", "svod_min", "build", onnx_path, "-o", svod_path, "--target", host_target()]
+    proc = subprocess.run(cmd + ([] if expect else ["--no-expect"]), capture_output=True, text=True, env=child_env(1),
+                          timeout=1800)  # fmt: skip
     if proc.returncode != 0:
         raise BundleError("svod_min build %s failed: %s" % (os.path.basename(onnx_path), _tail(proc.stderr)))
 
@@ -186,14 +221,13 @@ def prepare(name: str, make: Callable[[], Any], directory: str) -> Prepared:
     npy_path = os.path.join(directory, name + ".input.npy")
     np.save(npy_path, array)
     svod_path = os.path.join(directory, name + ".svod")
-    build_bundle(onnx_path, svod_path)
+    build_bundle(onnx_path, svod_path, expect=True)
     return Prepared(name, onnx_path, svod_path, input_name, array, npy_path)
 
 
 def ort_session(path: str, threads: int, spinning: bool = False) -> Any:
-    """An onnxruntime session at ``threads`` intra-op threads, one inter-op; its threads spin while they wait
-    for work only with ``spinning`` (its own default, off here: its spinning outlasts a run and would take the
-    other CPU from the svod_min run timed next on a machine of two; svod_min's workers poll only during a run)."""
+    """An onnxruntime session at ``threads`` intra-op threads, one inter-op; with ``spinning`` (its own default)
+    its idle intra-op threads spin for a while before they block, else they block at once."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -204,119 +238,219 @@ def ort_session(path: str, threads: int, spinning: bool = False) -> Any:
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def relative_error(got: Any, want: Any) -> float:
-    """max |got - want| / max(|want|, 1e-3 max |want|), in float64."""
+@contextlib.contextmanager
+def svod_spinning(spin: Optional[bool]) -> Iterator[None]:
+    """``SVOD_NATIVE_SPIN`` set to ``spin`` meanwhile (None: left as it is); a plan binds it when it is built."""
+    old = os.environ.get(SPIN_ENV)
+    if spin is not None:
+        os.environ[SPIN_ENV] = "1" if spin else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(SPIN_ENV, None)
+        else:
+            os.environ[SPIN_ENV] = old
+
+
+def tolerances(model: Any) -> Dict[str, Tuple[float, float]]:
+    """The bundle's own (rtol, atol) per output: its ``expect`` entries, as ``svod_min build`` recorded them."""
+    return {e.buffer: (e.rtol, e.atol) for e in model.loaded.expectations}
+
+
+def excess(got: Any, want: Any, rtol: float, atol: float) -> Tuple[float, int]:
+    """The worst element's error over what the tolerance allows (<= 1: within it; NaN counts as infinite),
+    and its flat index: |got - want| <= atol + rtol * max(|want|, NEAR_ZERO * max |want|)."""
     import numpy as np
 
-    want = np.asarray(want, np.float64)
-    floor = max(1e-3 * float(np.max(np.abs(want))), 1e-12) if want.size else 1.0
-    return float(np.max(np.abs(np.asarray(got, np.float64) - want) / np.maximum(np.abs(want), floor))) if want.size else 0.0
+    want = np.asarray(want, np.float64).ravel()
+    if not want.size:
+        return 0.0, 0
+    err = np.abs(np.asarray(got, np.float64).ravel() - want)
+    allowed = atol + rtol * np.maximum(np.abs(want), NEAR_ZERO * float(np.max(np.abs(want))))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero allowance: any error is infinitely over it
+        ratio = np.where(err == 0, 0.0, err / allowed)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    worst = int(np.argmax(ratio))
+    return float(ratio[worst]), worst
 
 
-def check_agreement(model: Any, session: Any, prepared: Prepared) -> None:
-    """Both engines' outputs, by position, within :data:`AGREE`; a wrong answer is never timed."""
+def disagreement(got: Mapping[str, Any], want: Sequence[Tuple[str, Any]],
+                 tols: Mapping[str, Tuple[float, float]]) -> Optional[str]:  # fmt: skip
+    """What differs between svod_min's outputs (``got``, by name) and onnxruntime's (``want``: (name, array) in
+    order), or None: the number of outputs, then each output's presence, recorded tolerance, shape and values."""
+    if len(got) != len(want):
+        return "svod_min gives %d outputs (%s), onnxruntime %d (%s)" % (
+            len(got), ", ".join(got), len(want), ", ".join(n for n, _ in want))
+    for name, value in want:
+        if name not in got:
+            return "output %s is missing (svod_min gives %s)" % (name, ", ".join(got))
+        if name not in tols:
+            return "the bundle records no tolerance for output %s" % name
+        if tuple(got[name].shape) != tuple(value.shape):
+            return "output %s has shape %s, onnxruntime's %s" % (name, tuple(got[name].shape), tuple(value.shape))
+        rtol, atol = tols[name]
+        worst, at = excess(got[name], value, rtol, atol)
+        if not worst <= 1.0:
+            return "output %s element %d is %r, onnxruntime's %r: %.3g times the bundle's tolerance (rtol %g, atol %g)" % (
+                name, at, float(got[name].ravel()[at]), float(value.ravel()[at]), worst, rtol, atol)
+    return None
+
+
+def check_agreement(model: Any, session: Any, prepared: Prepared, label: str) -> None:
+    """Both engines' outputs agree (:func:`disagreement`) before anything is timed; ExecutionError naming the
+    setting and what differs otherwise."""
     from svod_min.error import ExecutionError
 
-    got = model.run({prepared.input_name: prepared.input_array})
-    want = session.run(None, {prepared.input_name: prepared.input_array})
-    for name, value in zip(model.output_names, want):
-        err = relative_error(got[name].reshape(value.shape), value)
-        if not err <= AGREE:
-            raise ExecutionError("%s: output %s differs from onnxruntime's (max relative error %.3g)" % (prepared.name, name, err))
+    feed = {prepared.input_name: prepared.input_array}
+    got = model.run(feed)
+    want = list(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    why = disagreement(got, want, tolerances(model))
+    if why is not None:
+        raise ExecutionError("%s: %s" % (label, why))
 
 
-def speed(prepared: Prepared, threads: int, reps: int, pair_seconds: float = PAIR_SECONDS,
-          ort_spinning: bool = False) -> Dict[str, float]:  # fmt: skip
-    """Median seconds per run of svod_min and onnxruntime, timed in turn in this process."""
+def speed(prepared: Prepared, setting: Setting, reps: int, pair_seconds: float = PAIR_SECONDS) -> Dict[str, float]:
+    """Median seconds per run of svod_min and onnxruntime in ``setting``, timed in turn in this process."""
     from svod_min import load_model
     from svod_min.devices.cpu.device import CpuDevice
-    from svod_min.perf.bench_suite import paired_median_s
 
-    model = load_model(prepared.svod_path, device=CpuDevice(threads=threads))
-    session = ort_session(prepared.onnx_path, threads, ort_spinning)
-    check_agreement(model, session, prepared)
-    svod_feed = {prepared.input_name: prepared.input_array}
-    ort_feed = {prepared.input_name: prepared.input_array}
-    fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(svod_feed), "ort": lambda: session.run(None, ort_feed)}
-    times = paired_median_s(fns, reps_for(fns, reps, pair_seconds), warmup=0)
-    del model, session
-    gc.collect()  # the next thread count's copies of the weights should not sit beside these
+    with svod_spinning(setting.spin):
+        model = load_model(prepared.svod_path, device=CpuDevice(threads=setting.threads))
+        session = ort_session(prepared.onnx_path, setting.threads, bool(setting.spin))
+        check_agreement(model, session, prepared, setting.label)
+        svod_feed = {prepared.input_name: prepared.input_array}
+        ort_feed = {prepared.input_name: prepared.input_array}
+        fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(svod_feed), "ort": lambda: session.run(None, ort_feed)}
+        times = alternating_medians(fns, reps_for(fns, reps, pair_seconds))
+    del model, session, fns
+    gc.collect()  # the next setting's copies of the weights should not sit beside these
     return times
+
+
+def alternating_medians(fns: Dict[str, Callable[[], Any]], reps: int) -> Dict[str, float]:
+    """Median seconds of each callable over ``reps`` pairs, the order reversed in every odd pair: neither
+    engine always runs right after the other (whose threads may still spin, or whose caches it inherits)."""
+    keys = list(fns)
+    samples: Dict[str, List[int]] = {k: [] for k in keys}
+    for i in range(reps):
+        for key in keys if i % 2 == 0 else keys[::-1]:
+            t0 = time.perf_counter_ns()
+            fns[key]()
+            samples[key].append(time.perf_counter_ns() - t0)
+    return {k: statistics.median(v) / 1e9 for k, v in samples.items()}
 
 
 def reps_for(fns: Dict[str, Callable[[], Any]], reps: int, pair_seconds: float) -> int:
     """``reps``, or more for a fast model: enough pairs for ``pair_seconds`` of timing, at most
-    :data:`MAX_REPS` (one run of each, timed here, doubles as the warm-up)."""
+    :data:`MAX_REPS`, rounded up to even so both orders count alike (one run of each, timed here,
+    doubles as the warm-up)."""
     start = time.perf_counter()
     for fn in fns.values():
         fn()
     pair = time.perf_counter() - start
-    return max(reps, min(MAX_REPS, int(pair_seconds / max(pair, 1e-6))))
+    wanted = max(reps, min(MAX_REPS, int(pair_seconds / max(pair, 1e-6))))
+    return wanted + wanted % 2
 
 
-def run_child(cmd: List[str], env: Dict[str, str]) -> ChildRun:
+def run_child(cmd: List[str], env: Dict[str, str], who: str) -> ChildRun:
     """Wall time and peak RSS of one child process, through :data:`LAUNCHER`; a failing child raises with its stderr."""
     from svod_min.error import ExecutionError
 
     proc = subprocess.run([sys.executable, "-c", LAUNCHER] + cmd, capture_output=True, text=True, env=env, timeout=1800)
     fields = proc.stdout.split()
     if proc.returncode != 0 or len(fields) != 3 or fields[0] != "0":
-        raise ExecutionError("a fresh %s process failed (%s): %s" % ("svod_min" if SVOD_CHILD in cmd else "onnxruntime",
-                             fields[0] if fields else proc.returncode, _tail(proc.stderr)))  # fmt: skip
+        raise ExecutionError("a fresh %s process failed (%s): %s" % (who, fields[0] if fields else proc.returncode,
+                                                                      _tail(proc.stderr)))  # fmt: skip
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
     return ChildRun(float(fields[1]), int(fields[2]) * scale)
 
 
+def fresh_commands(prepared: Prepared, pyz: str) -> Dict[str, List[str]]:
+    """The two fresh processes: the one-file runtime's own command line, and a script doing onnxruntime's
+    equivalent (import, session, read the .npy, run once)."""
+    feed = "%s=%s" % (prepared.input_name, prepared.npy_path)
+    return {"svod": [sys.executable, pyz, "run", prepared.svod_path, "--input", feed, "--once"],
+            "ort": [sys.executable, "-c", ORT_CHILD, prepared.onnx_path, prepared.input_name, prepared.npy_path]}  # fmt: skip
+
+
 def fresh_processes(prepared: Prepared, pyz: str, reps: int, warm: bool) -> Dict[str, List[ChildRun]]:
-    """``reps`` fresh processes of each engine, alternating, after one untimed run each when ``warm`` (the
-    file cache then holds both models); the .pyz is built at the first call."""
+    """``reps`` fresh processes of each engine, the order reversed in every odd pair, after one untimed run each
+    when ``warm`` (the file cache then holds both models); the .pyz is built at the first call."""
     if not os.path.exists(pyz):
         from svod_min.planfile.pyz import build_pyz
 
         build_pyz(pyz)
-    env = child_env(1)
-    cmds = {
-        "svod": [sys.executable, "-c", SVOD_CHILD, pyz, prepared.svod_path, prepared.input_name, prepared.npy_path],
-        "ort": [sys.executable, "-c", ORT_CHILD, prepared.onnx_path, prepared.input_name, prepared.npy_path],
-    }
-    for cmd in cmds.values() if warm else ():
-        run_child(cmd, env)
+    env = dict(os.environ, SVOD_THREADS="1")
+    cmds = fresh_commands(prepared, pyz)
+    names = {"svod": "svod_min", "ort": "onnxruntime"}
+    for key in cmds if warm else ():
+        run_child(cmds[key], env, names[key])
     runs: Dict[str, List[ChildRun]] = {k: [] for k in cmds}
-    for _ in range(reps):
-        for key, cmd in cmds.items():
-            runs[key].append(run_child(cmd, env))
+    for i in range(reps):
+        for key in ("svod", "ort") if i % 2 == 0 else ("ort", "svod"):
+            runs[key].append(run_child(cmds[key], env, names[key]))
     return runs
 
 
-def speed_row(name: str, threads: int, times: Dict[str, float], peer: str) -> Dict[str, Any]:
-    ratio = times["ort"] / times["svod"]
-    return {"measure": "onnx %s, %s: median run [ms]" % (name, _threads(threads)), "svod_min": _sig(times["svod"] * 1e3),
-            "peer": "%s, %s" % (peer, _threads(threads)), "peer_value": _sig(times["ort"] * 1e3), "ratio": round(ratio, 2),
+# --- rows: each figure is the median over the runs, its ratio with the runs' spread ----------------
+
+
+def spread(ratios: Sequence[float]) -> str:
+    """The measure's suffix for ratios over several runs ("; 3 runs, ratio 0.81-0.95"); "" for one run."""
+    if len(ratios) < 2:
+        return ""
+    return "; %d runs, ratio %.2f-%.2f" % (len(ratios), min(ratios), max(ratios))
+
+
+def speed_row(name: str, setting: Setting, runs: Sequence[Dict[str, float]], version: str) -> Row:
+    """One model in one setting: per-engine medians over the runs, the median of the runs' ratios."""
+    ratios = [r["ort"] / r["svod"] for r in runs]
+    ratio = statistics.median(ratios)
+    return {"measure": "onnx %s, %s: median run [ms]%s" % (name, setting.label, spread(ratios)),
+            "svod_min": _sig(statistics.median(r["svod"] for r in runs) * 1e3), "peer": setting.peer(version),
+            "peer_value": _sig(statistics.median(r["ort"] for r in runs) * 1e3), "ratio": round(ratio, 2),
             "goal": ">= %gx peer" % GOAL_FLOOR, "met": bool(ratio >= GOAL_FLOOR)}  # fmt: skip
 
 
-def geomean_row(threads: int, ratios: List[float], peer: str) -> Dict[str, Any]:
-    mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-    return {"measure": "onnx: geometric mean of %d models' speed ratios, %s" % (len(ratios), _threads(threads)),
-            "svod_min": None, "peer": "%s, %s" % (peer, _threads(threads)), "peer_value": None, "ratio": round(mean, 2),
-            "goal": ">= %g" % GOAL_GEOMEAN, "met": bool(mean >= GOAL_GEOMEAN)}  # fmt: skip
+def geomean(ratios: Sequence[float]) -> float:
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
-def process_rows(name: str, runs: Dict[str, List[ChildRun]], peer: str) -> List[Dict[str, Any]]:
-    """Peak RSS and cold start rows from the fresh processes' medians."""
-    rss = {k: statistics.median(r.max_rss_bytes for r in v) / 2**20 for k, v in runs.items()}
-    cold = {k: statistics.median(r.seconds for r in v) * 1e3 for k, v in runs.items()}
-    return [
-        {"measure": "onnx %s: peak RSS, fresh process, load + 1 run, 1 thread [MiB]" % name, "svod_min": _sig(rss["svod"]),
-         "peer": peer, "peer_value": _sig(rss["ort"]), "ratio": round(rss["ort"] / rss["svod"], 2),
-         "goal": "<= %gx peer" % GOAL_RSS, "met": bool(rss["svod"] <= GOAL_RSS * rss["ort"])},
-        {"measure": "onnx %s: cold start, fresh process to first output, 1 thread [ms]" % name,
-         "svod_min": _sig(cold["svod"]), "peer": peer, "peer_value": _sig(cold["ort"]),
-         "ratio": round(cold["ort"] / cold["svod"], 2), "goal": "<= peer", "met": bool(cold["svod"] <= cold["ort"])},
-    ]  # fmt: skip
+def geomean_row(setting: Setting, run_ratios: Sequence[Sequence[float]], failed: Sequence[str], version: str) -> Row:
+    """The geometric mean of the measured models' ratios, per run, then its median over the runs. Met only when
+    every model was measured: one that failed is missing from the mean, and its absence could lift it."""
+    means = [geomean(r) for r in run_ratios if r]
+    measured = len(run_ratios[0]) if run_ratios else 0
+    models = "%d models'" % measured if not failed else "%d of %d models'" % (measured, measured + len(failed))
+    why = " (failed: %s)" % ", ".join(failed) if failed else ""
+    mean = statistics.median(means) if means else None
+    return {"measure": "onnx: geometric mean of %s speed ratios, %s%s%s" % (models, setting.label, why, spread(means)),
+            "svod_min": None, "peer": setting.peer(version), "peer_value": None,
+            "ratio": None if mean is None else round(mean, 2), "goal": ">= %g, every model measured" % GOAL_GEOMEAN,
+            "met": bool(not failed and mean is not None and mean >= GOAL_GEOMEAN)}  # fmt: skip
 
 
-def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, ...]]) -> Dict[str, Any]:
+def process_rows(name: str, runs: Sequence[Dict[str, List[ChildRun]]], version: str) -> List[Row]:
+    """Peak RSS and cold start rows: each run's medians of its fresh processes, then their medians over the runs."""
+    rss = [{k: statistics.median(c.max_rss_bytes for c in v) / 2**20 for k, v in r.items()} for r in runs]
+    cold = [{k: statistics.median(c.seconds for c in v) * 1e3 for k, v in r.items()} for r in runs]
+    return [_process_row("onnx %s: peak RSS, fresh process, load + 1 run, 1 thread [MiB]" % name, rss, version,
+                         "<= %gx peer" % GOAL_RSS, lambda s, o: s <= GOAL_RSS * o),
+            _process_row("onnx %s: cold start, fresh process to first output, 1 thread [ms]" % name, cold, version,
+                         "<= peer", lambda s, o: s <= o)]  # fmt: skip
+
+
+def _process_row(measure: str, runs: Sequence[Dict[str, float]], version: str, goal: str,
+                 met: Callable[[float, float], bool]) -> Row:  # fmt: skip
+    ratios = [r["ort"] / r["svod"] for r in runs]
+    svod, ort = statistics.median(r["svod"] for r in runs), statistics.median(r["ort"] for r in runs)
+    return {"measure": measure + spread(ratios), "svod_min": _sig(svod), "peer": "onnxruntime %s" % version,
+            "peer_value": _sig(ort), "ratio": round(statistics.median(ratios), 2), "goal": goal,
+            "met": bool(met(svod, ort))}  # fmt: skip
+
+
+def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, ...]]) -> Row:
     """The machine's load average (1, 5, 15 min) when the run began and ended: how shared the cores were."""
     def text(load: Optional[Tuple[float, ...]]) -> str:
         return "unknown" if load is None else " ".join("%.2f" % v for v in load)
@@ -327,21 +461,55 @@ def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, .
             "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": "info", "met": None}  # fmt: skip
 
 
-def failed_row(name: str, exc: BaseException) -> Dict[str, Any]:
-    return {"measure": "onnx %s: failed: %s" % (name, str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__),
-            "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": None, "met": False}  # fmt: skip
+def failed_row(name: str, why: str) -> Row:
+    return {"measure": "onnx %s: failed: %s" % (name, why), "svod_min": None, "peer": None, "peer_value": None,
+            "ratio": None, "goal": None, "met": False}  # fmt: skip
 
 
-def skip_rows(names: Sequence[str], why: str) -> List[Dict[str, Any]]:
+def skip_rows(names: Sequence[str], why: str) -> List[Row]:
     return [{"measure": "onnx %s" % name, "svod_min": None, "peer": why, "peer_value": None, "ratio": None,
              "goal": None, "met": None} for name in names]  # fmt: skip
 
 
+def table_rows(names: Sequence[str], measured: Measured, settings: Settings) -> List[Row]:
+    """The geometric means first (one per setting), then each model's rows in order, or its failed row."""
+    failed = [n for n in names if n in measured.failures]
+    ok = [n for n in names if n not in measured.failures]
+    out = []
+    for s in settings.timing:
+        per_run = [[_ratio(measured.samples[n][r].speed[s.label]) for n in ok] for r in range(settings.runs)] if ok else []
+        out.append(geomean_row(s, per_run, failed, settings.version))
+    for name in names:
+        out += model_rows(name, measured, settings)
+    return out
+
+
+def model_rows(name: str, measured: Measured, settings: Settings) -> List[Row]:
+    if name in measured.failures:
+        return [failed_row(name, measured.failures[name])]
+    samples = measured.samples[name]
+    out = [speed_row(name, s, [x.speed[s.label] for x in samples], settings.version) for s in settings.timing]
+    out += process_rows(name, [x.fresh for x in samples], settings.version)
+    return out + ([measured.profiles[name]] if name in measured.profiles else [])
+
+
+def _ratio(times: Dict[str, float]) -> float:
+    return times["ort"] / times["svod"]
+
+
+# --- measuring: every model in every run, each model's files kept until its last run --------------
+
+
 def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[Sequence[ModelSource]] = None,
-         profile: str = "slow", pyz: Optional[str] = None, ort_spinning: bool = False) -> List[Dict[str, Any]]:  # fmt: skip
-    """Speed rows per model and thread count, a geometric mean per thread count, peak RSS and cold start
-    rows per model; ``profile``: "slow" (models below 0.7 at the first thread count), "all" or "none";
-    ``pyz``: the svod_min.pyz of the cold starts (default: one built from this svod_min into a temporary folder)."""
+         profile: str = "slow", pyz: Optional[str] = None, spinning: str = "both", runs: int = 1) -> List[Row]:  # fmt: skip
+    """Speed rows per model and setting, a geometric mean per setting, peak RSS and cold start rows per model;
+    ``spinning`` above one thread: "both", "off" or "on"; ``runs``: how often the whole table is measured;
+    ``profile``: "slow" (models below 0.7 at the first setting), "all" or "none"; ``pyz``: the svod_min.pyz of
+    the cold starts (default: one built from this svod_min into a temporary folder)."""
+    from svod_min.error import ConfigError
+
+    if runs < 1:
+        raise ConfigError("runs must be at least 1, got %d" % runs)
     sources = light_sources() if models is None else list(models)
     why = missing_dependency()
     if why:
@@ -349,38 +517,67 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
     import onnxruntime
 
     load_before = _load_average()
-    model_rows: List[Dict[str, Any]] = []
-    ratios: Dict[int, List[float]] = {t: [] for t in threads}
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
-        settings = Settings(tuple(threads), 3 if quick else 7, 0.0 if quick else PAIR_SECONDS, 1 if quick else 3,
-                            "onnxruntime %s%s" % (onnxruntime.__version__, ", spinning" if ort_spinning else ""), directory,
-                            pyz or os.path.join(directory, "svod_min.pyz"), profile, ort_spinning)  # fmt: skip
+        settings = Settings(timing_settings(threads, spinning), 4 if quick else 8, 0.0 if quick else PAIR_SECONDS,
+                            1 if quick else 3, runs, onnxruntime.__version__, directory,
+                            pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
+        measured = measure_all(sources, settings)
+    return table_rows([name for name, _ in sources], measured, settings) + [load_row(load_before, _load_average())]
+
+
+def timing_settings(threads: Sequence[int], spinning: str) -> Tuple[Setting, ...]:
+    """One setting per thread count, two above one thread with ``spinning`` "both" (no spinning first)."""
+    spins = {"both": (False, True), "off": (False,), "on": (True,)}[spinning]
+    return tuple(Setting(t, s) for t in threads for s in ((None,) if t == 1 else spins))
+
+
+def measure_all(sources: Sequence[ModelSource], settings: Settings) -> Measured:
+    """Every model in every run (a model that fails is not measured again); a model's files go after its last run."""
+    measured = Measured({name: [] for name, _ in sources}, {}, {})
+    prepared: Dict[str, Prepared] = {}
+    for run in range(settings.runs):
         for name, make in sources:
+            if name in measured.failures:
+                continue
             try:
-                model_rows += one_model(name, make, settings, ratios)
+                if name not in prepared:
+                    prepared[name] = prepare(name, make, settings.directory)
+                measured.samples[name].append(measure_model(prepared[name], settings))
+                if run == settings.runs - 1:
+                    profile_if_slow(prepared[name], measured, settings)
             except Exception as exc:  # one model failing must not hide the others
-                model_rows.append(failed_row(name, exc))
-    means = [geomean_row(t, ratios[t], settings.peer) for t in threads if ratios[t]]
-    return means + model_rows + [load_row(load_before, _load_average())]
+                measured.failures[name] = _one_line(exc)
+            if name in prepared and (run == settings.runs - 1 or name in measured.failures):
+                _remove(prepared.pop(name))  # vgg19's bundle alone is half a gigabyte
+    return measured
 
 
-def one_model(name: str, make: Callable[[], Any], settings: Settings, ratios: Dict[int, List[float]]) -> List[Dict[str, Any]]:
-    """Every row of one model; its speed ratios are appended to ``ratios`` for the geometric means."""
-    prepared = prepare(name, make, settings.directory)
-    out = []
-    for t in settings.threads:
-        row = speed_row(name, t, speed(prepared, t, settings.reps, settings.pair_seconds, settings.ort_spinning), settings.peer)
-        ratios[t].append(row["ratio"])
-        out.append(row)
-    runs = fresh_processes(prepared, settings.pyz, settings.fresh_reps, warm=settings.fresh_reps > 1)
-    out += process_rows(name, runs, settings.peer)
-    if settings.profile == "all" or settings.profile == "slow" and not out[0]["met"]:
+def measure_model(prepared: Prepared, settings: Settings) -> Sample:
+    """One run of one model: every speed setting, then the fresh processes."""
+    times = {s.label: speed(prepared, s, settings.reps, settings.pair_seconds) for s in settings.timing}
+    fresh = fresh_processes(prepared, settings.pyz, settings.fresh_reps, warm=settings.fresh_reps > 1)
+    return Sample(times, fresh)
+
+
+def profile_if_slow(prepared: Prepared, measured: Measured, settings: Settings) -> None:
+    """The profile row of a model below the goal at the first setting (over the runs), or of every model."""
+    first = settings.timing[0].label
+    ratio = statistics.median(_ratio(x.speed[first]) for x in measured.samples[prepared.name])
+    if settings.profile == "all" or settings.profile == "slow" and ratio < GOAL_FLOOR:
         from svod_min.perf.op_profile import profile_row
 
-        out.append(profile_row(name, prepared.svod_path, {prepared.input_name: prepared.input_array}, prepared.onnx_path))
+        feed = {prepared.input_name: prepared.input_array}
+        measured.profiles[prepared.name] = profile_row(prepared.name, prepared.svod_path, feed, prepared.onnx_path)
+
+
+def _remove(prepared: Prepared) -> None:
     for path in (prepared.svod_path, prepared.onnx_path):
-        os.unlink(path)  # vgg19's bundle alone is half a gigabyte
-    return out
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
 
 def _load_average() -> Optional[Tuple[float, ...]]:
@@ -406,37 +603,65 @@ def _tail(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-def markdown(table: List[Dict[str, Any]]) -> str:
-    """The rows as docs/performance.md shows them: one line per model, then the means, the profiles, the load."""
-    models: Dict[str, Dict[str, Any]] = {}
+# --- the table of docs/performance.md ------------------------------------------------------------
+
+_SPEED = re.compile(r"^onnx (\S+), (.+): median run \[ms\]")
+_PROCESS = re.compile(r"^onnx (\S+): (peak RSS|cold start)")
+_SPREAD = re.compile(r"; \d+ runs, ratio ([0-9.]+-[0-9.]+)$")
+_UNITS = {"peak RSS": "peak RSS MiB", "cold start": "cold start ms"}
+
+
+def markdown(table: List[Row]) -> str:
+    """The rows as docs/performance.md shows them: one line per model (a column per setting, then peak RSS and
+    cold start), then the means, the failures, the profiles, the load."""
+    models: Dict[str, Dict[str, Row]] = {}
+    columns: List[str] = []
     notes: List[str] = []
     for row in table:
-        measure = str(row.get("measure") or "")
-        name = measure[5:].split(",")[0].split(":")[0] if measure.startswith("onnx ") else ""
-        if str(row.get("peer") or "").startswith("skipped"):
-            notes.append("%s: %s" % (measure, row["peer"]))
+        kind, name = _kind(row)
+        if kind is None:
+            notes.append(_note(row))
             continue
-        if ": profile" in measure or "failed" in measure or "load average" in measure or "geometric mean" in measure or not name:
-            value = "" if row.get("svod_min") is None else ": %s (%s: %s)" % (row["svod_min"], row["peer"], row["peer_value"])
-            notes.append(measure + value)
-            if "geometric mean" in measure:
-                notes[-1] = "%s: **%s** (goal %s: %s)" % (measure, row["ratio"], row["goal"], _met(row["met"]))
-            continue
-        kind = ("1" if "1 thread: median" in measure else "2" if "2 threads: median" in measure
-                else "rss" if "peak RSS" in measure else "cold")  # fmt: skip
+        if kind not in columns:
+            columns.append(kind)
         models.setdefault(name, {})[kind] = row
-    head = ["model", "1 thread ms: svod_min / ort (ratio)", "2 threads ms: svod_min / ort (ratio)",
-            "peak RSS MiB: svod_min / ort (ratio)", "cold start ms: svod_min / ort (ratio)"]  # fmt: skip
+    columns.sort(key=lambda k: k in _UNITS)  # the speed settings first, in their order
+    head = ["model"] + ["%s: svod_min / ort (ratio)" % (_UNITS.get(k) or k + " ms") for k in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, kinds in models.items():
-        lines.append("| %s | %s |" % (name, " | ".join(_cell(kinds.get(k)) for k in ("1", "2", "rss", "cold"))))
+        lines.append("| %s | %s |" % (name, " | ".join(_cell(kinds.get(k)) for k in columns)))
     return "\n".join(lines + [""] + ["- " + n for n in notes])
 
 
-def _cell(row: Optional[Dict[str, Any]]) -> str:
+def _kind(row: Row) -> Tuple[Optional[str], str]:
+    """(column, model) of a model's speed, peak RSS or cold start row; (None, "") for any other row."""
+    measure = str(row.get("measure") or "")
+    if str(row.get("peer") or "").startswith("skipped"):
+        return None, ""
+    speed_match, process_match = _SPEED.match(measure), _PROCESS.match(measure)
+    if speed_match:
+        return speed_match.group(2), speed_match.group(1)
+    if process_match:
+        return process_match.group(2), process_match.group(1)
+    return None, ""
+
+
+def _note(row: Row) -> str:
+    measure = str(row.get("measure") or "")
+    if str(row.get("peer") or "").startswith("skipped"):
+        return "%s: %s" % (measure, row["peer"])
+    if "geometric mean" in measure:
+        return "%s: **%s** (goal %s: %s)" % (measure, row["ratio"], row["goal"], _met(row["met"]))
+    value = "" if row.get("svod_min") is None else ": %s (%s: %s)" % (row["svod_min"], row["peer"], row["peer_value"])
+    return measure + value
+
+
+def _cell(row: Optional[Row]) -> str:
     if row is None or row.get("ratio") is None:
         return "-"
-    return "%s / %s (%.2f%s)" % (_num(row["svod_min"]), _num(row["peer_value"]), row["ratio"], "" if row["met"] else ", **missed**")
+    found = _SPREAD.search(str(row.get("measure") or ""))
+    ratio = "%.2f" % row["ratio"] + (", runs %s" % found.group(1) if found else "")
+    return "%s / %s (%s%s)" % (_num(row["svod_min"]), _num(row["peer_value"]), ratio, "" if row["met"] else ", **missed**")
 
 
 def _num(value: Any) -> str:
@@ -444,7 +669,7 @@ def _num(value: Any) -> str:
 
 
 def _met(met: Any) -> str:
-    return "met" if met else "missed" if met is False else "-"
+    return "met" if met else "not met" if met is False else "-"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -456,17 +681,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer timed runs and fresh processes")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     p.add_argument("--models", default="", help="light model names, comma-separated (default: all nine)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="measure the whole table N times; each figure is the median over the runs, each ratio with its "
+                        "spread (default 1)")  # fmt: skip
+    p.add_argument("--spinning", choices=("both", "off", "on"), default="both",
+                   help="above one thread: time both engines with idle pool threads that block (off: onnxruntime "
+                        "allow_spinning=0, SVOD_NATIVE_SPIN=0), that spin (on: allow_spinning=1, svod_min's default), "
+                        "or both settings (default)")  # fmt: skip
     p.add_argument("--profile", choices=("slow", "all", "none"), default="slow",
-                   help="a per-op profile row for models below %g at the first thread count (slow), every model, or none"
+                   help="a per-op profile row for models below %g at the first setting (slow), every model, or none"
                    % GOAL_FLOOR)  # fmt: skip
-    p.add_argument("--ort-spinning", action="store_true",
-                   help="onnxruntime's intra-op threads spin while they wait for work, its own default (speed rows only)")
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as fh:
             table = [r for r in json.load(fh) if str(r.get("measure", "")).startswith("onnx")]
         print(markdown(table) if args.markdown else format_table(table))
         return 0
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
     sources = light_sources()
     if args.models:
         wanted = args.models.split(",")
@@ -475,7 +707,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             p.error("--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources)))
         sources = [s for s in sources if s[0] in wanted]
     table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), sources, args.profile,
-                 ort_spinning=args.ort_spinning)  # fmt: skip
+                 spinning=args.spinning, runs=args.runs)  # fmt: skip
     print(json.dumps(table, indent=1) if args.json else markdown(table) if args.markdown else format_table(table))
     return 0
 
