@@ -140,7 +140,7 @@ def _gate_case(np: Any, change: str) -> Any:
         got["z"][0, 2] *= 1 + 2e-3
     elif change == "within":
         got["z"][0, 2] *= 1 + 5e-4
-        got["y"][0, 1] += 4e-5  # 4 % of a value near zero, within rtol 1e-3 of 1e-3 x 50 (the largest |value|)
+        got["y"][0, 1] += 4e-5  # 4 % of a value near zero: within the atol the build records for y (5e-5)
     elif change == "missing":
         del got["z"]
         got["w"] = want[1][1]
@@ -162,7 +162,12 @@ GATE = [("same", None), ("within", None), ("beyond", "output z element 2 is "), 
 def test_the_gate_names_what_differs(change: str, why: Any) -> None:
     np = pytest.importorskip("numpy")
     got, want = _gate_case(np, change)
-    found = bench_onnx.disagreement(got, want, {"y": (1e-3, 1e-5), "z": (1e-3, 1e-5)})
+    pytest.importorskip("onnx")
+    from svod_min.onnx.build import RTOL, output_atol
+
+    tols = {name: (RTOL, output_atol(value)) for name, value in want}  # as the build records them
+    assert tols["y"][1] == pytest.approx(5e-5) and tols["z"][1] == 1e-5
+    found = bench_onnx.disagreement(got, want, tols)
     assert found is None if why is None else found is not None and found.startswith(why), found
     if change == "beyond":
         assert "times the bundle's tolerance (rtol 0.001, atol 1e-05)" in found
