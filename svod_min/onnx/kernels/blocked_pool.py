@@ -19,8 +19,9 @@ from dataclasses import asdict
 from typing import Any
 
 from ...error import NotSupportedError
+from ..ctext import C_TYPES
 from ..geometry import LANES, ConvGeom, blocks
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 #: Columns (of 16 floats each) of a pool's tile buffer, on the stack: 16 KiB.
 TILE_COLUMNS = 256

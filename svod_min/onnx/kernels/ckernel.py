@@ -89,8 +89,3 @@ def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
     """How many core_id calls share ``items`` independent items of ``work_per_item`` elements each (each call doing
     ``grain`` of that work at least)."""
     return max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
-
-
-def range_head(per: int, total: int, var: str = "i") -> str:
-    """The C line giving this core_id's items ``[var0, var1)`` of ``total``, ``per`` per call."""
-    return "  long %s0 = (long)core_id * %d, %s1 = %s0 + %d < %d ? %s0 + %d : %d;" % (var, per, var, var, per, total, var, per, total)

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 from ..activations import activation
+from ..ctext import C_TYPES
 from ..geometry import ConvGeom
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 
 def _window(g: ConvGeom) -> Dict[str, int]:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from ..ctext import C_TYPES
 from ..geometry import collapse, contiguous_strides
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 
-def slice_copy(outer: int, length: int, total: int, offset: int) -> CKernel:
+def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "float32") -> CKernel:
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
     chunks = chunks_for(outer, length)
     per = -(-outer // chunks)
-    body = render("concat.c.j2", per=per, outer=outer, length=length, total=total, offset=offset)
+    body = render("concat.c.j2", T=C_TYPES[dtype], per=per, outer=outer, length=length, total=total, offset=offset)
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from ..ctext import C_TYPES
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 #: Softmax over a middle axis runs this many inner positions side by side (one vector loop each step).
 SOFTMAX_BLOCK = 64

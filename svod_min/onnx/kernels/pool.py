@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Optional, Tuple
 
+from ..ctext import C_TYPES
 from ..geometry import ConvGeom
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 #: The widest padded row (elements, on the stack) the row kernel holds.
 POOL_ROW_MAX = 8192

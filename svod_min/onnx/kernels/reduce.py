@@ -3,7 +3,8 @@ rendered from ``templates/reduce.c.j2``."""
 
 from __future__ import annotations
 
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from ..ctext import C_TYPES
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 #: The reductions reduce_axis computes (the template's kinds).
 KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum")

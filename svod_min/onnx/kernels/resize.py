@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from .ckernel import C_TYPES, CKernel, chunks_for, make_kernel, render
+from ..ctext import C_TYPES
+from .ckernel import CKernel, chunks_for, make_kernel, render
 
 
 def taps(outer: int, n_in: int, n_out: int, inner: int, index: Sequence[int], weight: Sequence[float], per_out: int,

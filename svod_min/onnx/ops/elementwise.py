@@ -9,10 +9,10 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ..activations import ACTIVATIONS, activation
+from ..ctext import C_TYPES, flt
 from ..frontend.ir import Graph, Node
 from ..frontend.passes import AFFINE, activation_params_of
 from ..frontend.table import ANY, one_of, register
-from ..kernels.ckernel import C_TYPES, flt
 from ..kernels.elementwise import elementwise
 from .lowering import F32, Lowering
 
@@ -131,7 +131,8 @@ _register_unary()
 
 @register(
     ["PRelu"],
-    "generated C (broadcasting slope); a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv",
+    "generated C (broadcasting slope); "
+    "a constant scalar slope fuses as LeakyRelu, a constant per-channel one into a blocked Conv",
 )
 def lower_prelu(L: Lowering, node: Node) -> None:
     x, slope = node.inputs

@@ -8,10 +8,10 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from ..activations import activation
+from ..ctext import flt
 from ..frontend.ir import Graph, Node
 from ..frontend.table import ANY, register
 from ..geometry import broadcast_strides
-from ..kernels.ckernel import flt
 from ..kernels.elementwise import elementwise
 from .elementwise import activation_of, apply_activation
 from .lowering import F32, Lowering
