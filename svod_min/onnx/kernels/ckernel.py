@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence, Tuple
 
 from ..ctext import C_TYPES, flt  # noqa: F401 - C_TYPES: the kernel modules' element types
+from .libmath import library_math
 
 PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
               "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
@@ -55,11 +56,13 @@ class CKernel:
 
 
 def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0) -> CKernel:
-    """A CKernel named after the hash of its body and flags (equal ones share one compiled kernel)."""
-    digest = hashlib.sha256("\0".join([body, *flags]).encode("utf-8")).hexdigest()[:12]
+    """A CKernel named after the hash of its text and flags (equal ones share one compiled kernel); the library math
+    functions the body calls (:mod:`.libmath`) come before it."""
+    text = library_math(body) + body
+    digest = hashlib.sha256("\0".join([text, *flags]).encode("utf-8")).hexdigest()[:12]
     name = "svod_onnx_%s_%s" % (tag, digest)
-    return CKernel(name, PROTOTYPES + body.replace("KNAME", name), tuple(max(1, int(e)) for e in extents),
-                   max(1, int(chunks)), tuple(flags), int(flops))  # fmt: skip
+    sizes = tuple(max(1, int(e)) for e in extents)
+    return CKernel(name, PROTOTYPES + text.replace("KNAME", name), sizes, max(1, int(chunks)), tuple(flags), int(flops))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,69 @@
+"""The kernel library's math in generated kernels: one accuracy contract for exp, log, tanh, sigmoid and gelu.
+
+The library's elementwise kernels compute these with libm-free, branch-free float functions (``svod_expf``,
+``svod_logf``, ``svod_tanhf``, ``svod_sigmoidf``, ``svod_geluf``; NaN-propagating ``svod_maxf``/``svod_minf``)
+whose accuracy docs/kernels.md states and tests/kernels measures. A generated kernel that calls one gets the
+same definitions, taken from the library's rendered prelude (``kernels/_generated/c/prelude.h``, shipped with
+the package): the same results as the library's kernels where their semantics agree, and loops the compiler
+vectorises (a libm call stops that). Only the functions a kernel names are copied in, with what they call and
+the types they use; a kernel that names none is unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Dict, List, Set, Tuple
+
+from ...kernels.sources import prelude
+
+_NAME = re.compile(r"\bsvod_\w+\b")
+_TYPEDEF = re.compile(r"^typedef .*\b(svod_\w+);")
+_FUNCTION = re.compile(r"^static inline [^(]*\b(svod_\w+)\(")
+
+
+@functools.lru_cache(maxsize=None)
+def _definitions() -> Tuple[Tuple[str, str], ...]:
+    """The prelude's typedefs and functions in file order: (name, text with the comment before it)."""
+    out: List[Tuple[str, str]] = []
+    comment: List[str] = []
+    lines = prelude().splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        typedef, function = _TYPEDEF.match(line), _FUNCTION.match(line)
+        if typedef:
+            out.append((typedef.group(1), line))
+        elif function:
+            end = _function_end(lines, i)
+            out.append((function.group(1), "".join(comment + lines[i:end])))
+            i = end
+            comment = []
+            continue
+        comment = comment + [line] if line.startswith(("/*", "   ")) and not line.startswith("/* ----") else []
+        i += 1
+    return tuple(out)
+
+
+def _function_end(lines: List[str], start: int) -> int:
+    """The index after the line that closes the function starting at ``start`` (braces balance)."""
+    depth = 0
+    for i in range(start, len(lines)):
+        depth += lines[i].count("{") - lines[i].count("}")
+        if depth == 0 and "{" in "".join(lines[start : i + 1]):
+            return i + 1
+    raise ValueError("unbalanced braces in the library prelude")
+
+
+def library_math(body: str) -> str:
+    """The library definitions ``body`` calls (directly or through each other), in the prelude's order."""
+    defined: Dict[str, str] = dict(_definitions())
+    wanted: Set[str] = set()
+    todo = [n for n in _NAME.findall(body) if n in defined]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        todo.extend(n for n in _NAME.findall(defined[name]) if n in defined and n != name)
+    return "".join(text for name, text in _definitions() if name in wanted)
