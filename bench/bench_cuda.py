@@ -69,10 +69,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from svod_min.devices import cuda  # noqa: E402
-from svod_min.kernels import (
-    cuda_library_kernel,
-    ptx_path,  # noqa: E402
-)
+from svod_min.kernels import cuda_library_kernel, ptx_path  # noqa: E402
 from svod_min.perf.bench_suite import KEYS, format_table, make_row, paired_median_s  # noqa: E402
 
 N = 16  # floats per tiny kernel: one block, launch cost dominates

@@ -925,10 +925,11 @@ def fill_family() -> Family:
 # --- what goes into each prebuilt object --------------------------------------------------
 
 
-#: What of the convolution and pooling kernels the prebuilt objects hold (the rest compiles on demand, from the
-#: same source): float32, and the epilogues ONNX CNNs fuse most (none, relu, clip: relu6), with and without
-#: bias, and residual adds with a bias (a convolution with a folded batch norm has one). Every epilogue entry is a call into one shared core, but each costs ~300 bytes of code,
-#: symbol and relocation, and the objects ship in every wheel (tests/kernels/test_kernels_prebuilt.py's budget).
+#: What of the convolution and pooling kernels the prebuilt objects hold (the rest compiles on demand, from the same
+#: source): float32, and the epilogues ONNX CNNs fuse most (none, relu, clip: relu6), with and without bias, and
+#: residual adds with a bias (a convolution with a folded batch norm has one). Every epilogue entry is a call into one
+#: shared core, but each costs ~300 bytes of code, symbol and relocation, and the objects ship in every wheel
+#: (tests/kernels/test_kernels_prebuilt.py's budget).
 PREBUILT_SUBSET: Dict[str, Dict[str, Tuple[Any, ...]]] = {
     "conv2d_gemm": {"dtype": ("float32",), "act": ("none", "relu", "clip")},
     "depthwise_conv2d": {"dtype": ("float32",), "act": ("none", "relu", "clip")},

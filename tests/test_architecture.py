@@ -23,7 +23,11 @@ LONG_MODULES: Dict[str, str] = {}
 # Modules above the device interface: they talk to devices only through svod_min.devices.base.
 INTERFACE_USERS = ("plan", "executor", "planfile")
 
-LINT = "import sys\nfrom importlinter.cli import lint_imports\nsys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
+LINT = (
+    "import sys\n"
+    "from importlinter.cli import lint_imports\n"
+    "sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))\n"
+)
 
 
 def _lint(package_parent: Path, cwd: Path) -> subprocess.CompletedProcess:

@@ -66,7 +66,8 @@ def test_import_stays_cheap() -> None:
     """``import svod_min`` loads no plan, device, compiler or kernel module (they load on first use)."""
     code = (
         "import sys, svod_min\n"
-        "heavy = sorted(m for m in sys.modules if m.startswith('svod_min.') and m not in ('svod_min.error', 'svod_min.lazy'))\n"
+        "heavy = sorted(m for m in sys.modules "
+        "if m.startswith('svod_min.') and m not in ('svod_min.error', 'svod_min.lazy'))\n"
         "print(','.join(heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True, check=True)

@@ -3,9 +3,10 @@
     python examples/scale/make_bundle.py
 
 writes ``examples/scale/mlp.svod`` (objects for the x86_64 and x86_64-v3 targets) and ``mlp_aarch64.svod``
-(the same model with objects for aarch64 only: the tests' bundle of the wrong architecture). The model: 32 rows of 16 features -> Gemm 16x32 -> Tanh -> Gemm 32x8 -> Softmax, weights from a
-fixed seed, so every rebuild has the same weights. The bias + Tanh epilogues are generated C (not
-library kernels), so the bundle carries compiled objects and their architecture matters.
+(the same model with objects for aarch64 only: the tests' bundle of the wrong architecture). The model: 32
+rows of 16 features -> Gemm 16x32 -> Tanh -> Gemm 32x8 -> Softmax, weights from a fixed seed, so every
+rebuild has the same weights. The bias + Tanh epilogues are generated C (not library kernels), so the bundle
+carries compiled objects and their architecture matters.
 """
 
 from __future__ import annotations

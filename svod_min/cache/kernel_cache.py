@@ -33,8 +33,18 @@ from .disk_format import (
 from .memory import GLOBAL_KERNEL_CACHE, KernelCache, KernelCacheStats, get_or_compile_kernel
 from .spec import CachedKernel, CompiledSpec, Size3, SymSize
 
-if TYPE_CHECKING:
-    from .disk import ObjectCache
+if TYPE_CHECKING:  # at run time the module __getattr__ below provides these (kept in step with _DISK_NAMES)
+    from .disk import (
+        DEFAULT_BUDGET,
+        LOW_WATER,
+        OBJECTS_DIR,
+        STALE_TMP_S,
+        ObjectCache,
+        ObjectCacheEntry,
+        default_cache_dir,
+        object_cache,
+        parse_budget,
+    )
 
 #: The on-disk cache's names, re-exported on first use (PEP 562): plans import this module for
 #: :class:`CachedKernel`, and a load that compiles nothing never opens the disk cache.

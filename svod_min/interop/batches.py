@@ -153,7 +153,8 @@ class BatchRunner:
 
 
 def _as_rows(array: Any, port: Port) -> Any:
-    """``array`` as rows of ``port``: a row of the same size is reshaped, a same-kind dtype cast (float64 -> float32)."""
+    """``array`` as rows of ``port``: a row of the same size is reshaped,
+    a same-kind dtype cast (float64 -> float32)."""
     import numpy as np
 
     size = 1

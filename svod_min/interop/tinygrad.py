@@ -599,13 +599,16 @@ def _write_bundle(
 # tinygrad's Clang renderer uses two clang-only C extensions; svod_min falls back to gcc when
 # clang is missing, so the exported source carries a gcc spelling of each (same semantics).
 _VECTOR_TYPEDEF = re.compile(
-    r"^typedef (?P<elem>[\w ]+?) (?P<name>\w+) __attribute__\(\(aligned\((?P<align>\d+)\),ext_vector_type\((?P<n>\d+)\)\)\);$",
+    r"^typedef (?P<elem>[\w ]+?) (?P<name>\w+) "
+    r"__attribute__\(\(aligned\((?P<align>\d+)\),ext_vector_type\((?P<n>\d+)\)\)\);$",
     re.M,
 )
-_GCC_PRELUDE = """#if !defined(__clang__)
-#define __builtin_bit_cast(T, v) ({ __typeof__(v) svod_v_ = (v); T svod_t_; __builtin_memcpy(&svod_t_, &svod_v_, sizeof(svod_t_)); svod_t_; })
-#endif
-"""
+_GCC_PRELUDE = (
+    "#if !defined(__clang__)\n"
+    "#define __builtin_bit_cast(T, v) "
+    "({ __typeof__(v) svod_v_ = (v); T svod_t_; __builtin_memcpy(&svod_t_, &svod_v_, sizeof(svod_t_)); svod_t_; })\n"
+    "#endif\n"
+)
 
 
 def portable_source(source: str) -> str:

@@ -8,10 +8,11 @@
 No dlopen, no linker, no files. See docs/ARCHITECTURE.md for the pipeline.
 
 The parts: ``elf`` (parsing), ``arch`` with ``x86_64``, ``aarch64``,
-``riscv64``, ``ppc64le`` and ``loongarch64`` (relocation encoders, :func:`host_arch`), ``layout`` (placing and relocating),
-``memory`` (W^X mappings), ``symbols`` (external symbols) and ``loaded``
-(:func:`load_object`). The names below are imported on first use (PEP 562),
-so ``svod_min.jit_loader.arch`` costs no more than itself: the compiler driver
+``riscv64``, ``ppc64le`` and ``loongarch64`` (relocation encoders,
+:func:`host_arch`), ``layout`` (placing and relocating), ``memory`` (W^X
+mappings), ``symbols`` (external symbols) and ``loaded`` (:func:`load_object`).
+The names below are imported on first use (PEP 562), so
+``svod_min.jit_loader.arch`` costs no more than itself: the compiler driver
 reads :func:`host_arch` from it without loading the relocator.
 """
 

@@ -9,13 +9,13 @@ call sequences (PLT16_HA/HI/LO/LO_DS against a GOT slot; PLTSEQ and PLTCALL are 
 
 The layout puts the GOT at the end of the read-only segment and the TOC base
 (``.TOC.``) where the writable data begins, so small-model (16-bit) offsets
-reach the whole GOT and the first 32 KiB of ``.toc``/``.data``. A direct call enters the callee at its local entry point (from
-``st_other``), which skips the TOC set-up since caller and callee share a TOC.
-A call to an external goes through a 32-byte stub inside the image that saves
-r2 in the ABI's TOC save slot and jumps with r12 holding the target (the
-global entry expects it); the ``nop`` after the ``bl`` becomes
-``ld r2, 24(r1)``, restoring the TOC on return, and a call without that
-``nop`` is refused as linkers refuse it.
+reach the whole GOT and the first 32 KiB of ``.toc``/``.data``. A direct call
+enters the callee at its local entry point (from ``st_other``), which skips the
+TOC set-up since caller and callee share a TOC. A call to an external goes
+through a 32-byte stub inside the image that saves r2 in the ABI's TOC save slot
+and jumps with r12 holding the target (the global entry expects it); the ``nop``
+after the ``bl`` becomes ``ld r2, 24(r1)``, restoring the TOC on return, and a
+call without that ``nop`` is refused as linkers refuse it.
 """
 
 from __future__ import annotations

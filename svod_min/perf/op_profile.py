@@ -166,7 +166,8 @@ def ort_conv_seconds(nodes: List[OrtNode], key: Optional[Tuple[int, ...]]) -> Op
 
 
 def _same_conv(ours: Tuple[int, ...], theirs: Tuple[int, ...]) -> bool:
-    """The same convolution, onnxruntime's output and input channels maybe padded to a multiple of 16 (its blocked layout)."""
+    """The same convolution, onnxruntime's output and input channels
+    maybe padded to a multiple of 16 (its blocked layout)."""
 
     def padded(n: int, m: int) -> bool:
         return m == n or m == -(-n // 16) * 16

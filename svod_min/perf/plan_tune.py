@@ -1,14 +1,14 @@
 """``build --tune``: time the register tiles of a plan's library kernels on this machine, record the winners.
 
 For every distinct (library kernel, params, shape) among the plan's ops whose kernel has tuning params
-(conv2d_gemm, matmul: ``mr`` x ``nr``; a plan variable at its default), the autotuner (:func:`svod_min.perf.autotune.tune`) verifies and
-times the candidate tiles at the thread count asked for (default 1), round-robin, and the fastest wins;
-a tile other than this host's default must beat the default by :data:`MARGIN` (noise on a shared
-machine must not make a bundle carry objects for nothing). Ops are then regrouped by their choice:
-each plan kernel gains ``"tuned": {variant: {"mr": .., "nr": ..}}`` for this host's prebuilt variant,
-and ops that chose another tile than their kernel's default get a kernel of their own (key suffixed
-``~mr=4.nr=8``). The bundle build compiles the objects a choice needs that the variant's prebuilt
-object lacks (:mod:`svod_min.planfile.library_objects`), so a host without a compiler runs it.
+(conv2d_gemm, matmul: ``mr`` x ``nr``; a plan variable at its default), the autotuner
+(:func:`svod_min.perf.autotune.tune`) verifies and times the candidate tiles at the thread count asked for
+(default 1), round-robin, and the fastest wins; a tile other than this host's default must beat the default
+by :data:`MARGIN` (noise on a shared machine must not make a bundle carry objects for nothing). Ops are then
+regrouped by their choice: each plan kernel gains ``"tuned": {variant: {"mr": .., "nr": ..}}`` for this
+host's prebuilt variant, and ops that chose another tile than their kernel's default get a kernel of their
+own (key suffixed ``~mr=4.nr=8``). The bundle build compiles the objects a choice needs that the variant's
+prebuilt object lacks (:mod:`svod_min.planfile.library_objects`), so a host without a compiler runs it.
 """
 
 from __future__ import annotations

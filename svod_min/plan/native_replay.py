@@ -321,7 +321,7 @@ long svod_replay_spin(const u64* table, long nwords, int threads, int spin) {
 }
 
 long svod_replay(const u64* table, long nwords, int threads) { return svod_replay_spin(table, nwords, threads, 1); }
-""" % {"max_args": MAX_ARGS, "header": HEADER_WORDS}
+""" % {"max_args": MAX_ARGS, "header": HEADER_WORDS}  # noqa: E501 (C source, kept as written)
 
 #: The runner's entry points this svod_min calls: a prebuilt object without them is of an older svod_min.
 ENTRIES = ("svod_replay_spin", "svod_replay_polls")
@@ -378,7 +378,8 @@ def _entries() -> Tuple[Any, Any]:
 
 
 def runner() -> Any:
-    """The process-wide runner function ``(table, nwords, threads, spin)``; NotSupportedError when it cannot be built."""
+    """The process-wide runner function ``(table, nwords, threads, spin)``;
+    NotSupportedError when it cannot be built."""
     return _entries()[0]
 
 

@@ -37,9 +37,8 @@ BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 ZIP_MAGIC = b"PK\x03\x04"
-STORE_ABOVE = (
-    1 << 16
-)  # .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start
+#: .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start.
+STORE_ABOVE = 1 << 16
 #: A smaller .npy entry is stored too when deflate would save less than this share of it (random weights).
 MIN_DEFLATE_SAVING = 1 / 8
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the zip epoch: the same inputs give the same bytes

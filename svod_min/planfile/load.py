@@ -526,8 +526,8 @@ class _PlanReader:
             else:
                 raise PlanFileError(
                     "%s.%s" % (path, name),
-                    "bind kernel variable %r to an integer, a plan variable or an expression over plan variables (plan variables: %s)"
-                    % (name, sorted(self.variables)),
+                    "bind kernel variable %r to an integer, a plan variable "
+                    "or an expression over plan variables (plan variables: %s)" % (name, sorted(self.variables)),
                 )
         return vals, fixed, runtime, exprs
 

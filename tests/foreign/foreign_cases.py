@@ -41,7 +41,7 @@ typedef float (*f_pi)(const float *, int);
 #define SYM(type, name) ((type)svod_sym(name))
 static char src_buf[16384], dst_buf[16384];
 static void fill(void) { for (int i = 0; i < 16384; i++) src_buf[i] = (char)(i * 7 + 3); memset(dst_buf, 0, sizeof dst_buf); }
-"""
+"""  # noqa: E501 (C source, kept as written)
 
 CALLS = (
     _PRELUDE

@@ -53,7 +53,10 @@ def test_host_built_bundle_runs_here_as_on_the_host(entry: Dict[str, Any], tmp_p
 
 def _replays() -> List[Any]:
     if not REPLAY_BUNDLES:
-        reason = "SVOD_ONNX_REPLAY_BUNDLES is not set (.ci/foreign-arch-stage sets it to bundles for riscv64 and loongarch64)"
+        reason = (
+            "SVOD_ONNX_REPLAY_BUNDLES is not set "
+            "(.ci/foreign-arch-stage sets it to bundles for riscv64 and loongarch64)"
+        )
         skip = pytest.mark.skip(reason=reason)
         return [pytest.param(arch, None, marks=skip, id="%s-no-bundles" % arch) for arch in REPLAY_ARCHES]
     models = ob.load_manifest(REPLAY_BUNDLES)["models"]

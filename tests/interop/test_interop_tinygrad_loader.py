@@ -396,7 +396,10 @@ def _mdwe_child(tmp_path: Any, *launcher: str, mdwe: bool) -> subprocess.Complet
 
 
 def _skip_without_mdwe() -> None:
-    probe = "import ctypes; l = ctypes.CDLL(None, use_errno=True); r = l.prctl(65, 1, 0, 0, 0); print(ctypes.get_errno() if r else 0)"
+    probe = (
+        "import ctypes; l = ctypes.CDLL(None, use_errno=True); r = l.prctl(65, 1, 0, 0, 0); "
+        "print(ctypes.get_errno() if r else 0)"
+    )
     errno = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip()
     if errno != "0":
         pytest.skip("this kernel lacks PR_SET_MDWE (Linux >= 6.3): prctl errno %s" % errno)

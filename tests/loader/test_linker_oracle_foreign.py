@@ -1,17 +1,18 @@
 """A real linker as the oracle for the relocator on riscv64, ppc64le and loongarch64.
 
-Every object below (the loader's C cases of tests/support/loader_cases.py and the
-kernel library's C families, from two compilers per architecture, at
-svod's own flags (``-O2 -fPIC -fno-plt`` ...), and with ``SVOD_FOREIGN=1``
-also ``-O0``, ``-O2 -fPIC``, ``-O3 -fPIC`` and ``-O2``; plus assembly for the types compilers do not emit) is relocated by
-``relocate()`` at a fixed base and linked by ``ld.lld`` (16 for riscv64 and
-ppc64le, zig's for loongarch64, which Debian's lld 16 cannot link) with every
-input section at the address ``relocate()`` chose, every external at the same
-address, and relaxation off (also ppc64le's TOC optimisation). Then, field by
-field (oracle_foreign_support.py): directly reached fields must be identical
-bytes, GOT loads, external calls and TOC-relative fields must reach the same
-final address, every defined symbol must sit where ``relocate()`` put it, and
-no byte outside a relocated field may change.
+Every object below (the loader's C cases of tests/support/loader_cases.py and
+the kernel library's C families, from two compilers per architecture, at svod's
+own flags (``-O2 -fPIC -fno-plt`` ...), and with ``SVOD_FOREIGN=1`` also
+``-O0``, ``-O2 -fPIC``, ``-O3 -fPIC`` and ``-O2``; plus assembly for the types
+compilers do not emit) is relocated by ``relocate()`` at a fixed base and linked
+by ``ld.lld`` (16 for riscv64 and ppc64le, zig's for loongarch64, which Debian's
+lld 16 cannot link) with every input section at the address ``relocate()``
+chose, every external at the same address, and relaxation off (also ppc64le's
+TOC optimisation). Then, field by field (oracle_foreign_support.py): directly
+reached fields must be identical bytes, GOT loads, external calls and
+TOC-relative fields must reach the same final address, every defined symbol must
+sit where ``relocate()`` put it, and no byte outside a relocated field may
+change.
 
 A coverage test fails when a relocation type the loader supports is produced
 by no object here, unless the type is listed in ``NOT_PRODUCED`` with the

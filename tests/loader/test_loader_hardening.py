@@ -39,7 +39,10 @@ from svod_min.jit_loader import arch, load_object, memory, relocate
 
 
 def test_the_loader_does_not_import_the_compiler_driver() -> None:
-    code = "import sys, svod_min.jit_loader; print(sorted(m for m in sys.modules if m.startswith('svod_min.compiler.clang')))"
+    code = (
+        "import sys, svod_min.jit_loader; "
+        "print(sorted(m for m in sys.modules if m.startswith('svod_min.compiler.clang')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

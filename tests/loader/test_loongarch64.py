@@ -89,7 +89,8 @@ def test_absolute_fields_rebuild_the_address() -> None:
 
 SRC = (
     "static int tab[64]; extern int ext; float expf(float);\n"
-    "int *addr(int i) { return &tab[i & 63]; } int get_ext(void) { return ext; } float call(float x) { return expf(x); }\n"
+    "int *addr(int i) { return &tab[i & 63]; } int get_ext(void) { return ext; } "
+    "float call(float x) { return expf(x); }\n"
 )
 
 

@@ -20,8 +20,8 @@ def plan_doc(k: int) -> Dict[str, Any]:
     lines = []
     for j in range(k):
         lines.append(
-            "void add_%d(float* restrict o, const float* restrict a) { for (int i = 0; i < %d; i++) o[i] = a[i] + %.1ff; }"
-            % (j, N, j + 0.5)
+            "void add_%d(float* restrict o, const float* restrict a) "
+            "{ for (int i = 0; i < %d; i++) o[i] = a[i] + %.1ff; }" % (j, N, j + 0.5)
         )
     source = "\n".join(lines)
     buffers: Dict[str, Any] = {"x": {"dtype": "float32", "shape": [N], "init": "arange"}}

@@ -351,7 +351,8 @@ MALFORMED_WITH_PATH = [
         "kernel-var-without-plan-var",
         _delete("vars"),
         "ops[0].vars.n",
-        "bind kernel variable 'n' to an integer, a plan variable or an expression over plan variables (plan variables: [])",
+        "bind kernel variable 'n' to an integer, a plan variable "
+        "or an expression over plan variables (plan variables: [])",
     ),
     (
         "var-expression-syntax",

@@ -1,4 +1,5 @@
-"""Plan-file schema (svod_min.planfile.schema): reading the document (size, encoding, JSON, duplicate keys) and exact value types."""
+"""Plan-file schema (svod_min.planfile.schema): reading the document (size, encoding, JSON, duplicate keys) and exact
+value types."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The CUDA tests' shared pieces: the stand-in driver (``tests/support/fake_libcuda.c`` built with gcc, one private copy per
-test), the real-GPU switches (``gpu_test``, ``REAL_DRIVER``) and the kernel-library checks against numpy.
+"""The CUDA tests' shared pieces: the stand-in driver (``tests/support/fake_libcuda.c`` built with gcc, one private copy
+per test), the real-GPU switches (``gpu_test``, ``REAL_DRIVER``) and the kernel-library checks against numpy.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """ONNX helpers for tests/onnx_frontend (not tests/onnx: tests/ is on sys.path, and a folder named onnx there would
-shadow the onnx package where it is not installed): single-node models, the light CNNs with random weights, svod vs onnxruntime.
+shadow the onnx package where it is not installed): single-node models, the light CNNs with random weights, svod vs
+onnxruntime.
 
 The light models in the onnx wheel make every weight with ``ConstantOfShape(0.02)``: every output
 is then uniform and proves nothing, so ``randomized`` (from :mod:`svod_min.perf.light_models`, which the

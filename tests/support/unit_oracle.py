@@ -1,11 +1,11 @@
 """Machine-code oracle for batch units: a piece cut from a unit against compile_c's object (pyelftools).
 
-Two objects are equivalent when they define the same functions and data (name, binding, type,
-size) with the same bytes, and each relocation inside them sits at the same offset, has the same type
-and reaches the same thing. "The same thing" is a named symbol plus offset, or, for a reference into a
-section or to a local ``.L`` label (the unit puts each function and datum in a section of its own, compile_c puts them together),
-the named symbol covering the target, or the constant a constant-pool reference reads: pools are
-shared by the whole unit, so their offsets differ while the constants must not.
+Two objects are equivalent when they define the same functions and data (name, binding, type, size) with
+the same bytes, and each relocation inside them sits at the same offset, has the same type and reaches
+the same thing. "The same thing" is a named symbol plus offset, or, for a reference into a section or to
+a local ``.L`` label (the unit puts each function and datum in a section of its own, compile_c puts them
+together), the named symbol covering the target, or the constant a constant-pool reference reads: pools
+are shared by the whole unit, so their offsets differ while the constants must not.
 """
 
 from __future__ import annotations

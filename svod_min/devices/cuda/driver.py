@@ -230,8 +230,8 @@ DRIVER_API: Tuple[Prototype, ...] = (
     _api("cuGraphDestroy", (HANDLE,)),
 )
 
-#: ``(exported symbol, argtypes)`` for every symbol the binding may bind (tests/devices/cuda/test_cuda_abi.py checks each
-#: against cuda.h's declaration).
+#: ``(exported symbol, argtypes)`` for every symbol the binding may bind (tests/devices/cuda/test_cuda_abi.py checks
+#: each against cuda.h's declaration).
 PROTOTYPES: Tuple[Tuple[str, Tuple[Any, ...]], ...] = tuple((sym, p.argtypes) for p in DRIVER_API for sym in p.symbols)
 
 

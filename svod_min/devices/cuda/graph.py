@@ -114,7 +114,8 @@ class CudaGraph:
         return nodes
 
     def _check_members(self) -> None:
-        """Refuse members whose module was unloaded, device closed or buffers freed (checked again after any release)."""
+        """Refuse members whose module was unloaded, device closed or buffers freed
+        (checked again after any release)."""
         if self.closed:
             raise ReleasedError("this CUDA graph was closed (CudaGraph.close()); build a new one")
         for member in self.launches:

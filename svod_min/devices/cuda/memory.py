@@ -58,7 +58,8 @@ class CudaStorage:
         self._finalizer()
 
     def check_live(self, what: str = "buffer") -> None:
-        """Raise :class:`FreedBufferError` (or :class:`ReleasedError` for a closed device) instead of using freed memory."""
+        """Raise :class:`FreedBufferError` (or :class:`ReleasedError` for a closed device)
+        instead of using freed memory."""
         if self.freed:
             raise FreedBufferError(
                 "%s at 0x%x on %s was freed (CudaStorage.free()); it cannot be used any more"

@@ -284,8 +284,8 @@ def _check_static(graph: Graph, opset: int) -> None:
         for name in list(node.inputs) + list(node.outputs):
             if name and name not in graph.values:
                 raise UnsupportedModelError(
-                    "%s, opset %d: tensor %r has no static shape after shape inference (bind the inputs' dims with --dim/--shape)"
-                    % (node.label(), opset, name)
+                    "%s, opset %d: tensor %r has no static shape after shape inference "
+                    "(bind the inputs' dims with --dim/--shape)" % (node.label(), opset, name)
                 )
 
 

@@ -28,7 +28,10 @@ IM2COL_BYTES = 64 << 20
 
 @register(
     ["Conv"],
-    "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), else library conv2d_gemm (any groups, any N; depthwise: generated C); bias, BatchNormalization, the activations and a residual Add in the epilogue; 1-D: library matmul over im2col columns, conv2d, or generated C",
+    "2-D float32: the blocked layout's direct convolution (one group, >= 16 output channels), "
+    "else library conv2d_gemm (any groups, any N; depthwise: generated C); "
+    "bias, BatchNormalization, the activations and a residual Add in the epilogue; "
+    "1-D: library matmul over im2col columns, conv2d, or generated C",
     check=window_check,
     auto_pad=PAD_MODES,
     dilations=ANY,

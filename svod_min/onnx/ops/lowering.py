@@ -116,7 +116,8 @@ class Lowering:
         self._op({"kernel": key, "buffers": list(buffers), "vars": dict(variables)}, buffers)
 
     def source(self, kernel: CKernel, buffers: Sequence[str], outputs: Sequence[int] = (0,)) -> None:
-        """Run generated ``kernel`` on ``buffers``; ``outputs``: the positions it writes (a recurrence writes several)."""
+        """Run generated ``kernel`` on ``buffers``;
+        ``outputs``: the positions it writes (a recurrence writes several)."""
         assert len(buffers) == kernel.buffers, (kernel.name, buffers)
         self.kernels.setdefault(
             kernel.name,

@@ -56,7 +56,8 @@ def lower_batchnorm(L: Lowering, node: Node) -> None:
 
 @register(
     ["Softmax", "LogSoftmax"],
-    "generated C: rows of the last axis (opset < 13: the flattened trailing axes) or blocks of 64 inner positions, vector exp",
+    "generated C: rows of the last axis (opset < 13: the flattened trailing axes) "
+    "or blocks of 64 inner positions, vector exp",
     axis=ANY,
 )
 def lower_softmax(L: Lowering, node: Node) -> None:

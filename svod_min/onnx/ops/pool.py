@@ -16,7 +16,8 @@ from .window import PAD_MODES, geometry, window_check
 
 @register(
     ["MaxPool"],
-    "generated C in two passes (the window's rows, then its columns), 1-D and 2-D; NaN propagates; the Indices output is not supported",
+    "generated C in two passes (the window's rows, then its columns), "
+    "1-D and 2-D; NaN propagates; the Indices output is not supported",
     check=window_check,
     auto_pad=PAD_MODES,
     ceil_mode=ANY,

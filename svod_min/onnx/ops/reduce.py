@@ -1,5 +1,5 @@
-"""Reductions along contiguous axes: the library's reduce_mean / reduce_sum / reduce_max, generated C for the others and for
-ArgMax / ArgMin."""
+"""Reductions along contiguous axes: the library's reduce_mean / reduce_sum / reduce_max, generated C for the others and
+for ArgMax / ArgMin."""
 
 from __future__ import annotations
 

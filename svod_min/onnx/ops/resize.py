@@ -184,7 +184,8 @@ def _sampling(graph: Graph, node: Node) -> Sampling:
 
 @register(
     ["Resize"],
-    "separable generated C passes (one per resized axis; nearest over the last two axes in one); nearest, linear, cubic; scales/sizes constant",
+    "separable generated C passes (one per resized axis; nearest over the last two axes in one); "
+    "nearest, linear, cubic; scales/sizes constant",
     check=_resize_check,
     mode=one_of("nearest", "linear", "cubic"),
     nearest_mode=one_of(*NEAREST_MODES),

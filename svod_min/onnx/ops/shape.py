@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -103,11 +103,12 @@ def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
     else:
         if not all(graph.is_const(n) for n in node.inputs[1:] if n):
             return None
-        get = lambda i, default: (
-            [int(v) for v in graph.const(node.inputs[i]).reshape(-1)]
-            if len(node.inputs) > i and node.inputs[i]
-            else default
-        )  # noqa: E731
+
+        def get(i: int, default: List[int]) -> List[int]:
+            if len(node.inputs) > i and node.inputs[i]:
+                return [int(v) for v in graph.const(node.inputs[i]).reshape(-1)]
+            return default
+
         starts, ends = get(1, []), get(2, [])
         axes = get(3, list(range(len(starts))))
         steps = get(4, [1] * len(starts))

@@ -2,13 +2,15 @@
 
     python -m svod_min.perf.benchmarks.bench_conv [--json] [--quick] [--threads 1,2] [--only 7x7,14x14]
 
-Shapes are typical CNN layers (batch 1, float32): ResNet-50's 3x3 64->64 and 1x1 256->64 at
-56x56 and its 7x7 stride-2 stem 3->64 at 224, SqueezeNet's expand 3x3 16->64 at 55x55, and a
-MobileNet depthwise 3x3 over 32 channels at 112x112, and the layers where the light models trailed
-onnxruntime most (ResNet-50 at 7x7, 14x14, 28x28, Inception-v2's 3x3 64->192, SqueezeNet's 1x1 512->1000). Each shape runs on the
-library's conv2d_gemm with packed weights (the depthwise one on depthwise_conv2d) and on an onnxruntime session holding one Conv node
-built with onnx.helper, both in this process, timed in turn (round-robin, medians) at each thread count. ONNX bundles run these
-group-1 shapes on the blocked layout's generated convolution instead (docs/onnx.md); bench_onnx measures that, model by model.
+Shapes are typical CNN layers (batch 1, float32): ResNet-50's 3x3 64->64 and 1x1 256->64 at 56x56
+and its 7x7 stride-2 stem 3->64 at 224, SqueezeNet's expand 3x3 16->64 at 55x55, and a MobileNet
+depthwise 3x3 over 32 channels at 112x112, and the layers where the light models trailed onnxruntime
+most (ResNet-50 at 7x7, 14x14, 28x28, Inception-v2's 3x3 64->192, SqueezeNet's 1x1 512->1000). Each
+shape runs on the library's conv2d_gemm with packed weights (the depthwise one on depthwise_conv2d)
+and on an onnxruntime session holding one Conv node built with onnx.helper, both in this process,
+timed in turn (round-robin, medians) at each thread count. ONNX bundles run these group-1 shapes on
+the blocked layout's generated convolution instead (docs/onnx.md); bench_onnx measures that, model
+by model.
 onnxruntime's threads do not spin between runs, so they take no core from the svod_min timing.
 Rates are GFLOP/s (2 x multiply-adds), higher is better: ratio = svod_min / onnxruntime.
 Without onnxruntime the rows carry svod_min's figures and say so.

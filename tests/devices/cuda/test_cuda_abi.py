@@ -1,4 +1,5 @@
-"""The ctypes bindings of libcuda and libnvrtc (svod_min.devices.cuda.driver, .nvrtc, .enums) checked against ``cuda.h`` and ``nvrtc.h``.
+"""The ctypes bindings of libcuda and libnvrtc (svod_min.devices.cuda.driver, .nvrtc, .enums) checked against ``cuda.h``
+and ``nvrtc.h``.
 
 The bindings are written by hand: exported symbol names, argument and result
 types, two struct layouts and a block of integer constants. CI has no GPU, and

@@ -75,7 +75,10 @@ def test_compile_error_carries_nvrtcs_log() -> None:
 
 
 def test_options_reach_nvrtc() -> None:
-    source = '#ifndef SCALE\n#error SCALE is not defined\n#endif\nextern "C" __global__ void k(float *x) { x[0] *= SCALE; }\n'
+    source = (
+        "#ifndef SCALE\n#error SCALE is not defined\n#endif\n"
+        'extern "C" __global__ void k(float *x) { x[0] *= SCALE; }\n'
+    )
     with pytest.raises(CompilationError) as info:
         cuda.compile_cuda(source, "sm_80")
     assert "SCALE is not defined" in info.value.diagnostics

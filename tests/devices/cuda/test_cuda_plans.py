@@ -195,7 +195,8 @@ def test_fake_custom_functions_end_graph_runs_and_old_drivers_keep_copies_out(
 
 
 def test_fake_a_wrong_grid_is_visible(fake: Callable[..., Fake]) -> None:
-    """The stand-in's matmul covers only its grid's tiles, so a plan passing the wrong grid would fail the checks above."""
+    """The stand-in's matmul covers only its grid's tiles,
+    so a plan passing the wrong grid would fail the checks above."""
     dev = fake().device()
     prog = cuda_library_kernel(dev, "matmul", dtype="float32", tile=16)
     M, N, K = 40, 20, 8
@@ -291,7 +292,10 @@ def test_fake_selfcheck_on_cuda(fake: Callable[..., Fake]) -> None:
 
 # --- plan files with CUDA forms --------------------------------------------------------------------
 
-AXPB_C = "void fake_axpb(int *out, const int *in, int n, int k, int c) { for (int i = 0; i < n; ++i) out[i] = in[i] * k + c; }"
+AXPB_C = (
+    "void fake_axpb(int *out, const int *in, int n, int k, int c) "
+    "{ for (int i = 0; i < n; ++i) out[i] = in[i] * k + c; }"
+)
 
 
 def _axpb_doc(cuda_form: Any = None, with_c: bool = True) -> Dict[str, Any]:

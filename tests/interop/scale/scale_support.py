@@ -28,7 +28,8 @@ def rows(n: int = ROWS, seed: int = 11) -> Any:
 
 
 def direct_run(x: Any, bundle: str = MLP) -> Any:
-    """The bundle run directly, 32 rows at a time (its fixed batch), the last piece padded: the single-machine answer."""
+    """The bundle run directly, 32 rows at a time (its fixed batch),
+    the last piece padded: the single-machine answer."""
     model = load_model(bundle)
     pieces = []
     for start in range(0, len(x), 32):

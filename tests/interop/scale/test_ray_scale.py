@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import scale_support  # noqa: E402
-from scale_support import (
+from scale_support import (  # noqa: E402
     ROWS,
     broken_object_bundle,
     direct_run,
@@ -27,7 +27,7 @@ from scale_support import (
     truncated_bundle,
     wrong_arch_bundle,
     x86_64_only,
-)  # noqa: E402
+)
 
 from svod_min.error import BundleError, LoaderError, NoUsableTargetError  # noqa: E402
 from svod_min.interop.ray import BundlePredictor, predict  # noqa: E402
