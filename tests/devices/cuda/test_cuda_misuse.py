@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import weakref
 from typing import Any, Callable, List, Tuple
 
 import pytest
@@ -149,17 +150,12 @@ def test_explicit_grids_stay_explicit_after_set_vals(fake: Callable[..., Fake]) 
 # --- 3. use after free / unload / close -----------------------------------------------------------
 
 
-def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None:
-    f = fake()
-    dev = f.device()
-    add = cuda_library_kernel(dev, "add", dtype="float32")
-    buf, a = dev.allocate([64], "float32"), dev.allocate([64], "float32")
-    bound = add.bind([buf, a, a], [64])
-    graph = CudaGraph([bound])
-    live = f.counter("live_dev")
-    buf.storage.free()
-    assert f.counter("live_dev") == live - 1
-    uses: List[Callable[[], Any]] = [
+def _uses_of_freed(dev: Any, add: Any, buf: Any, a: Any, bound: Any, graph: CudaGraph) -> List[Callable[[], Any]]:
+    """Every way to touch the freed ``buf``.
+
+    Built here, not in the test: closures over a name the test later ``del``s read as undefined to ruff (F821).
+    """
+    return [
         lambda: buf.copyin(_floats(64)),
         buf.copyout,
         buf.numpy,
@@ -171,14 +167,29 @@ def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None
         graph.launch,
         lambda: dev.copy(a, buf),
     ]
+
+
+def test_freed_buffers_are_refused_everywhere(fake: Callable[..., Fake]) -> None:
+    f = fake()
+    dev = f.device()
+    add = cuda_library_kernel(dev, "add", dtype="float32")
+    buf, a = dev.allocate([64], "float32"), dev.allocate([64], "float32")
+    bound = add.bind([buf, a, a], [64])
+    graph = CudaGraph([bound])
+    live = f.counter("live_dev")
+    buf.storage.free()
+    assert f.counter("live_dev") == live - 1
+    uses = _uses_of_freed(dev, add, buf, a, bound, graph)
     for use in uses:
         with pytest.raises(FreedBufferError, match="was freed"):
             use()
     assert f.counter("launches") == 0 and f.counter("graph_launches") == 0
     assert isinstance(FreedBufferError("x"), ReleasedError) and isinstance(FreedBufferError("x"), DeviceError)
     buf.storage.free()  # twice: no second cuMemFree
-    del buf, bound, graph
+    released = weakref.ref(buf.storage)
+    del buf, bound, graph, uses, use  # the uses hold buf too
     gc.collect()
+    assert released() is None  # the storage went: its finalizer ran, and freed nothing a second time
     assert f.counter("live_dev") == live - 1
 
 
@@ -215,6 +226,19 @@ def test_closed_graphs_are_refused(fake: Callable[..., Fake]) -> None:
     graph.close()
 
 
+def _uses_of_closed(dev: Any, buf: Any, iota: Any, event: Any) -> List[Callable[[], Any]]:
+    """Every way to touch the closed ``dev`` (built here for the reason :func:`_uses_of_freed` gives)."""
+    return [
+        lambda: dev.allocate([16], "float32"),
+        lambda: buf.copyin(_floats(16)),
+        buf.copyout,
+        dev.synchronize,
+        lambda: iota.execute([buf], [4]),
+        event.record,
+        lambda: dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"]),
+    ]
+
+
 def test_closed_devices_are_refused_and_replaced(fake: Callable[..., Fake]) -> None:
     f = fake()
     driver = f.driver()
@@ -224,15 +248,7 @@ def test_closed_devices_are_refused_and_replaced(fake: Callable[..., Fake]) -> N
     event = cuda.CudaEvent(dev)
     live = f.counter("live_dev")
     dev.close()
-    for use in (
-        lambda: dev.allocate([16], "float32"),
-        lambda: buf.copyin(_floats(16)),
-        buf.copyout,
-        dev.synchronize,
-        lambda: iota.execute([buf], [4]),
-        event.record,
-        lambda: dev.load_ptx(FAKE_PTX, "fake_iota", 1, ["n"]),
-    ):
+    for use in _uses_of_closed(dev, buf, iota, event):
         with pytest.raises(ReleasedError, match="CUDA:0 was closed"):
             use()
     fresh = driver.device(0)
