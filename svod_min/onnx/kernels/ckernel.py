@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence, Tuple
 
-from ..ctext import C_TYPES, flt  # noqa: F401 - C_TYPES: the kernel modules' element types
+from ..ctext import flt
 from .libmath import library_math
 
 PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .ckernel import C_TYPES, CKernel, make_kernel, render
+from ..ctext import C_TYPES
+from .ckernel import CKernel, make_kernel, render
 
 
 def _present(op: str, k: Dict[str, Any]) -> List[bool]:
