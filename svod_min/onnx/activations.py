@@ -8,7 +8,8 @@ alone), the convolutions' epilogues and the generated kernels all read this tabl
 entry here and its test.
 
 Every expression keeps NaN where the ONNX reference does: clamps are comparisons (a NaN compares false and passes
-through), never ``fmaxf``/``fminf``, which return the other operand.
+through), never ``fmaxf``/``fminf``, which return the other operand. Sigmoid, Tanh and Gelu's tanh form are the
+kernel library's own functions (:mod:`.kernels.libmath`), with the accuracy docs/kernels.md states for them.
 """
 
 from __future__ import annotations
@@ -45,20 +46,18 @@ ACTIVATIONS: Dict[str, Activation] = {
     ),
     # The library's clip and relu epilogues take finite bounds or [0, inf): see library_epilogue.
     "Clip": Activation((("min", -math.inf), ("max", math.inf)), "({x} < {min} ? {min} : ({x} > {max} ? {max} : {x}))"),
-    "Sigmoid": Activation((), "(1.0f / (1.0f + expf(-{x})))", ("sigmoid", ())),
-    "Tanh": Activation((), "tanhf({x})", ("tanh", ())),
+    "Sigmoid": Activation((), "svod_sigmoidf({x})", ("sigmoid", ())),
+    "Tanh": Activation((), "svod_tanhf({x})", ("tanh", ())),
     "HardSigmoid": Activation(
         (("alpha", 0.2), ("beta", 0.5)),
-        "__builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {alpha} * {x} + {beta}))",
+        _CLAMP01.format(t="({alpha} * {x} + {beta})"),
         ("hardsigmoid", (("alpha", "alpha"), ("beta", "beta"))),
     ),
-    "HardSwish": Activation(
-        (), "({x} * __builtin_fmaxf(0.0f, __builtin_fminf(1.0f, {x} / 6.0f + 0.5f)))", ("hardswish", ())
-    ),
+    "HardSwish": Activation((), "({x} * " + _CLAMP01.format(t="({x} / 6.0f + 0.5f)") + ")", ("hardswish", ())),
     "Gelu": Activation(
         (),
         "(0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f)))",
-        c_tanh="(0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x}))))",
+        c_tanh="svod_geluf({x})",
     ),
 }
 

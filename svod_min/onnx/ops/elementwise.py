@@ -29,8 +29,8 @@ class Unary:
 
 #: The unary ops besides the activations. Adding one: an entry here (its attributes register with it) and its test.
 UNARY: Dict[str, Unary] = {
-    "Exp": Unary("expf({x})", library="exp"),
-    "Log": Unary("logf({x})", library="log"),
+    "Exp": Unary("svod_expf({x})", library="exp"),
+    "Log": Unary("svod_logf({x})", library="log"),
     "Sqrt": Unary("__builtin_sqrtf({x})", library="sqrt"),
     "Neg": Unary("(-{x})", library="neg"),
     "Abs": Unary("__builtin_fabsf({x})", library="abs"),
@@ -40,15 +40,15 @@ UNARY: Dict[str, Unary] = {
     "Erf": Unary("erff({x})"),
     "Sign": Unary("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : {x}))"),
     "Softsign": Unary("({x} / (1.0f + __builtin_fabsf({x})))"),
-    "Softplus": Unary("({x} > 20.0f ? {x} : logf(1.0f + expf({x})))"),
+    "Softplus": Unary("({x} > 20.0f ? {x} : svod_logf(1.0f + svod_expf({x})))"),
     "Round": Unary("nearbyintf({x})"),
-    "Elu": Unary("({x} < 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x})", (("alpha", 1.0),)),
+    "Elu": Unary("({x} < 0.0f ? {alpha} * (svod_expf({x}) - 1.0f) : {x})", (("alpha", 1.0),)),
     "Selu": Unary(
-        "({gamma} * ({x} <= 0.0f ? {alpha} * (expf({x}) - 1.0f) : {x}))",
+        "({gamma} * ({x} <= 0.0f ? {alpha} * (svod_expf({x}) - 1.0f) : {x}))",
         (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
     ),
     "ThresholdedRelu": Unary("({x} > {alpha} ? {x} : 0.0f)", (("alpha", 1.0),)),
-    "Celu": Unary("({x} > 0.0f ? {x} : {alpha} * (expf({x} / {alpha}) - 1.0f))", (("alpha", 1.0),)),
+    "Celu": Unary("({x} > 0.0f ? {x} : {alpha} * (svod_expf({x} / {alpha}) - 1.0f))", (("alpha", 1.0),)),
 }
 #: Unary ops the library runs alone (same shape, nothing fused): the activations it has, and UNARY's.
 LIBRARY_UNARY = dict(
@@ -62,8 +62,8 @@ C_BINARY = {
     "Mul": "(x0 * x1)",
     "Div": "(x0 / x1)",
     "Pow": "powf(x0, x1)",
-    "Max": "((x0 > x1 || x0 != x0) ? x0 : x1)",
-    "Min": "((x0 < x1 || x0 != x0) ? x0 : x1)",
+    "Max": "svod_maxf(x0, x1)",  # the library's NaN-propagating max and min
+    "Min": "svod_minf(x0, x1)",
 }
 
 
