@@ -147,7 +147,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "ops": len(plan.prepared_ops()),
         "memory": dict(loaded.memory),
         # null, not Infinity/NaN: strict JSON has no such numbers (a NaN output gives an infinite error)
-        "verify": [{"buffer": b, "ok": ok, "max_abs_error": err if math.isfinite(err) else None} for b, ok, err in checks],
+        "verify": [
+            {"buffer": b, "ok": ok, "max_abs_error": err if math.isfinite(err) else None} for b, ok, err in checks
+        ],
         "time_s": {"min": min(times), "median": statistics.median(times), "runs": len(times)},
         "profile": [p.to_dict() for p in profiles],
         "saved": saved,
@@ -175,11 +177,17 @@ def _print_report(report: Dict[str, Any], table: Optional[str]) -> None:
     print("total: min %.1f µs, median %.1f µs over %d run(s)" % (t["min"] * 1e6, t["median"] * 1e6, t["runs"]))
     for check in report["verify"]:
         err = check["max_abs_error"]
-        print("verify %s: %s (max |err| %s)" % (check["buffer"], "ok" if check["ok"] else "FAILED", "%.3g" % err if err is not None else "inf"))
+        print(
+            "verify %s: %s (max |err| %s)"
+            % (check["buffer"], "ok" if check["ok"] else "FAILED", "%.3g" % err if err is not None else "inf")
+        )
     if report["inputs_replaced"]:
-        print("verify: skipped: inputs replaced (%s); the recorded expectations describe the example inputs" % ", ".join(report["inputs_replaced"]))
+        print(
+            "verify: skipped: inputs replaced (%s); the recorded expectations describe the example inputs"
+            % ", ".join(report["inputs_replaced"])
+        )
     elif not report["verify"]:
-        print("verify: nothing to check (the plan has no \"expect\" section)")
+        print('verify: nothing to check (the plan has no "expect" section)')
     for path in report["saved"]:
         print("saved %s" % path)
 
@@ -240,8 +248,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.runs < 1 or args.warmup < 0:
         raise PlanError("--runs must be >= 1 and --warmup >= 0")
     config = BenchmarkConfig(warmup_runs=args.warmup, timing_runs=args.runs)
-    result = tune(args.kernel, dtype=args.dtype, shape=_parse_shape(args.shape), config=config,
-                  progress=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    result = tune(
+        args.kernel,
+        dtype=args.dtype,
+        shape=_parse_shape(args.shape),
+        config=config,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(json.dumps(result.to_dict(), indent=1) if args.json else format_table(result))
     return EXIT_OK
 
@@ -260,10 +273,10 @@ def _library_variant() -> str:
 
 def info_lines() -> List[str]:
     """What ``info`` prints: devices, compilers, W^X mode, cache."""
+    from .cache.kernel_cache import object_cache
     from .compiler import clang
     from .devices.registry import DEVICE_FACTORIES
     from .jit_loader import wx_mode
-    from .cache.kernel_cache import object_cache
 
     lines = ["devices: %s" % ", ".join(DEVICE_FACTORIES.available_kinds())]
     compilers = clang.available_compilers()
@@ -275,12 +288,16 @@ def info_lines() -> List[str]:
     lines.append("host arch: %s" % clang.host_arch())
     from .compiler.targets import host_target
 
-    lines.append("host target: %s (the objects a model bundle loads here)" % (host_target() or "none known for this arch"))
+    lines.append(
+        "host target: %s (the objects a model bundle loads here)" % (host_target() or "none known for this arch")
+    )
     lines.append("kernel library: %s" % _library_variant())
     lines.append("W^X mode: %s (executable memory is never writable)" % wx_mode())
     cache = object_cache()
     if cache.enabled:
-        lines.append("object cache: %s (%d entries, %d bytes)" % (cache.directory, len(cache.entries()), cache.size_bytes()))
+        lines.append(
+            "object cache: %s (%d entries, %d bytes)" % (cache.directory, len(cache.entries()), cache.size_bytes())
+        )
     else:
         lines.append("object cache: disabled")
     lines.append("threads: %s" % os.environ.get("SVOD_THREADS", "default (%d)" % (os.cpu_count() or 1)))
@@ -302,16 +319,30 @@ def _cmd_export_tinygrad(args: argparse.Namespace) -> int:
         if not sep or not name or not path:
             raise PlanError("--input %r: expected NAME=FILE.npy" % item)
         inputs[name] = _npy_to_numpy(read_npy(path))
-    result = export_tinygrad(load_target(args.target), args.out_dir, inputs=inputs, rtol=args.rtol, atol=args.atol,
-                             flags=args.flag, beam=args.beam)
-    print("wrote %s: %d kernels, %d ops, vars %s" % (result.plan_path, result.kernels, result.ops, result.variables or "-"))
+    result = export_tinygrad(
+        load_target(args.target),
+        args.out_dir,
+        inputs=inputs,
+        rtol=args.rtol,
+        atol=args.atol,
+        flags=args.flag,
+        beam=args.beam,
+    )
+    print(
+        "wrote %s: %d kernels, %d ops, vars %s"
+        % (result.plan_path, result.kernels, result.ops, result.variables or "-")
+    )
     search = "BEAM=%d search and compile" % result.beam if result.beam else "compile (no BEAM search)"
     print("tinygrad %s: %.1f s" % (search, result.compile_seconds))
     if args.bundle:
         from .planfile.bundle_build import build_bundle
 
-        report = build_bundle(result.plan_path, args.bundle, targets=args.bundle_targets or None,
-                              progress=lambda line: print(line, file=sys.stderr))  # fmt: skip
+        report = build_bundle(
+            result.plan_path,
+            args.bundle,
+            targets=args.bundle_targets or None,
+            progress=lambda line: print(line, file=sys.stderr),
+        )
         print("wrote %s: targets %s" % (report.path, ", ".join(report.built)))
     if args.no_verify:
         return EXIT_OK
@@ -346,11 +377,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.plan is not None and _is_onnx(args.plan):
         return _build_onnx(args)
     if args.dim or args.shape:
-        raise PlanError("--dim and --shape bind an ONNX model's dynamic dims; %s is a plan" % (args.plan or "the default plan"))
+        raise PlanError(
+            "--dim and --shape bind an ONNX model's dynamic dims; %s is a plan" % (args.plan or "the default plan")
+        )
     from .planfile.bundle_build import build_bundle
 
-    report = build_bundle(args.plan, args.output, targets=args.target or None, compiler=args.cc,
-                          progress=lambda line: print(line, file=sys.stderr), tune=_plan_tuner(args))  # fmt: skip
+    report = build_bundle(
+        args.plan,
+        args.output,
+        targets=args.target or None,
+        compiler=args.cc,
+        progress=lambda line: print(line, file=sys.stderr),
+        tune=_plan_tuner(args),
+    )
     _print_build(report)
     return EXIT_OK
 
@@ -375,9 +414,18 @@ def _plan_tuner(args: argparse.Namespace) -> Any:
 
 def _print_build(report: Any) -> None:
     library = "; %d library object(s) for variants whose prebuilt object lacks the instance" % report.library_objects
-    print("wrote %s: %d kernel(s) x %d target(s) = %d object(s)%s; targets %s%s" % (
-        report.path, report.kernels, len(report.built), report.objects, library if report.library_objects else "",
-        ", ".join(report.built) or "-", "; not built: %s" % ", ".join(report.skipped) if report.skipped else ""))
+    print(
+        "wrote %s: %d kernel(s) x %d target(s) = %d object(s)%s; targets %s%s"
+        % (
+            report.path,
+            report.kernels,
+            len(report.built),
+            report.objects,
+            library if report.library_objects else "",
+            ", ".join(report.built) or "-",
+            "; not built: %s" % ", ".join(report.skipped) if report.skipped else "",
+        )
+    )
 
 
 def _is_onnx(path: str) -> bool:
@@ -390,14 +438,24 @@ def _build_onnx(args: argparse.Namespace) -> int:
     try:
         import onnx  # noqa: F401
     except ImportError:
-        raise PlanError("%s is an ONNX model: building it needs the onnx package (pip install 'svod-min[onnx]')" % args.plan) from None
+        raise PlanError(
+            "%s is an ONNX model: building it needs the onnx package (pip install 'svod-min[onnx]')" % args.plan
+        ) from None
     from .onnx import build_onnx
 
     dims = _parse_dims(args.dim)
     shapes = _parse_input_shapes(args.shape)
-    result = build_onnx(args.plan, args.output, targets=args.target or None, compiler=args.cc, dims=dims, shapes=shapes,
-                        expect=not args.no_expect, progress=lambda line: print(line, file=sys.stderr),
-                        tune=_plan_tuner(args))  # fmt: skip
+    result = build_onnx(
+        args.plan,
+        args.output,
+        targets=args.target or None,
+        compiler=args.cc,
+        dims=dims,
+        shapes=shapes,
+        expect=not args.no_expect,
+        progress=lambda line: print(line, file=sys.stderr),
+        tune=_plan_tuner(args),
+    )
     _print_build(result.report)
     return EXIT_OK
 
@@ -450,15 +508,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true", help="print the per-op profile table")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of the profiled run")
     run.add_argument("--save", metavar="DIR", help="write output buffers as .npy files")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                     help="replace a plan input before the run (repeatable; shape and dtype must match)")
+    run.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="replace a plan input before the run (repeatable; shape and dtype must match)",
+    )
     run.add_argument("--json", action="store_true", help="machine-readable output")
-    run.add_argument("--once", action="store_true",
-                     help="stop after the first run: load, replace inputs, run once (verified when the inputs are the "
-                          "examples), --save; no profiled or timed runs, so the command's time is a cold start")  # fmt: skip
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="stop after the first run: load, replace inputs, run once (verified when the inputs are the "
+        "examples), --save; no profiled or timed runs, so the command's time is a cold start",
+    )
     run.set_defaults(func=_cmd_run)
-    check = sub.add_parser("selfcheck", help="compile and verify the built-in kernels "
-                                             "(no compiler here: verify the prebuilt library kernels)")
+    check = sub.add_parser(
+        "selfcheck",
+        help="compile and verify the built-in kernels (no compiler here: verify the prebuilt library kernels)",
+    )
     check.add_argument("--device", default="CPU")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_cmd_selfcheck)
@@ -471,49 +539,91 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="time a kernel's tuning params for one shape; get(shape=...) uses the best")
     tune.add_argument("kernel", help="library kernel name (matmul, transpose, ...)")
     tune.add_argument("--dtype", default="float32")
-    tune.add_argument("--shape", required=True, metavar="NAME=N,...",
-                      help="the kernel's variables: M=256,N=256,K=256")
+    tune.add_argument("--shape", required=True, metavar="NAME=N,...", help="the kernel's variables: M=256,N=256,K=256")
     tune.add_argument("--runs", type=int, default=5, help="round-robin timing rounds (default 5)")
     tune.add_argument("--warmup", type=int, default=1, help="warm-up runs per candidate (default 1)")
     tune.add_argument("--json", action="store_true", help="machine-readable output")
     tune.set_defaults(func=_cmd_tune)
-    export = sub.add_parser("export-tinygrad", help="export a tinygrad CPU computation as a plan bundle (needs tinygrad)")
-    export.add_argument("target", help="SCRIPT.py:FUNCTION or MODULE:FUNCTION; FUNCTION(**inputs) returns the output Tensor(s)")
+    export = sub.add_parser(
+        "export-tinygrad", help="export a tinygrad CPU computation as a plan bundle (needs tinygrad)"
+    )
+    export.add_argument(
+        "target", help="SCRIPT.py:FUNCTION or MODULE:FUNCTION; FUNCTION(**inputs) returns the output Tensor(s)"
+    )
     export.add_argument("out_dir", help="directory for plan.json, kernels/, data/, expect/")
-    export.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="a named input, passed as a keyword")
+    export.add_argument(
+        "--input", action="append", default=[], metavar="NAME=FILE.npy", help="a named input, passed as a keyword"
+    )
     export.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance written to expect (default 1e-4)")
     export.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance written to expect (default 1e-5)")
-    export.add_argument("--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel")
-    export.add_argument("--beam", type=int, default=0, metavar="N",
-                        help="run tinygrad's BEAM search of width N on every kernel at export (build time only; "
-                             "the search time is printed; default 0: no search)")  # fmt: skip
+    export.add_argument(
+        "--flag", action="append", default=[], metavar="FLAG", help="extra compiler flag for every kernel"
+    )
+    export.add_argument(
+        "--beam",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run tinygrad's BEAM search of width N on every kernel at export (build time only; "
+        "the search time is printed; default 0: no search)",
+    )
     export.add_argument("--no-verify", action="store_true", help="do not run the written plan with svod_min afterwards")
     export.set_defaults(func=_cmd_export_tinygrad)
     export.add_argument("--bundle", metavar="MODEL.svod", help="also build a model bundle of the written plan")
-    export.add_argument("--target", dest="bundle_targets", action="append", default=[], metavar="T",
-                        help="bundle target (repeatable; default: all)")
-    build = sub.add_parser("build", help="compile a plan's (or an ONNX model's) kernels for every target into one bundle (MODEL.svod)")
+    export.add_argument(
+        "--target",
+        dest="bundle_targets",
+        action="append",
+        default=[],
+        metavar="T",
+        help="bundle target (repeatable; default: all)",
+    )
+    build = sub.add_parser(
+        "build", help="compile a plan's (or an ONNX model's) kernels for every target into one bundle (MODEL.svod)"
+    )
     build.add_argument("plan", nargs="?", help="plan file or ONNX model (default: the embedded MLP plan)")
     build.add_argument("-o", "--output", required=True, metavar="MODEL.svod", help="the bundle to write")
-    build.add_argument("--target", action="append", default=[], metavar="T",
-                       help="x86_64, x86_64-v3, x86_64-v4, aarch64 (repeatable; default: all)")
+    build.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="T",
+        help="x86_64, x86_64-v3, x86_64-v4, aarch64 (repeatable; default: all)",
+    )
     build.add_argument("--cc", default=None, help="compiler to build with (default: SVOD_CC, clang, gcc)")
-    build.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="ONNX: bind a dynamic dim by name (repeatable)")
-    build.add_argument("--shape", action="append", default=[], metavar="INPUT=D0,D1,...",
-                       help="ONNX: the whole shape of one input (repeatable)")
-    build.add_argument("--no-expect", action="store_true", help="ONNX: do not record onnxruntime's outputs as expectations")
-    build.add_argument("--tune", action="store_true",
-                       help="time the register tiles of the library ops (conv2d_gemm, matmul) on this machine and record "
-                            "the fastest for its kernel variant; other hosts use the defaults")  # fmt: skip
-    build.add_argument("--tune-threads", type=int, default=None, metavar="N",
-                       help="threads the --tune timings run at (default 1)")  # fmt: skip
+    build.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=N", help="ONNX: bind a dynamic dim by name (repeatable)"
+    )
+    build.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="INPUT=D0,D1,...",
+        help="ONNX: the whole shape of one input (repeatable)",
+    )
+    build.add_argument(
+        "--no-expect", action="store_true", help="ONNX: do not record onnxruntime's outputs as expectations"
+    )
+    build.add_argument(
+        "--tune",
+        action="store_true",
+        help="time the register tiles of the library ops (conv2d_gemm, matmul) on this machine and record "
+        "the fastest for its kernel variant; other hosts use the defaults",
+    )
+    build.add_argument(
+        "--tune-threads", type=int, default=None, metavar="N", help="threads the --tune timings run at (default 1)"
+    )
     build.set_defaults(func=_cmd_build)
     pyz = sub.add_parser("zipapp", help="write a one-file runtime (svod_min and pyelftools in one .pyz)")
     pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")
-    pyz.add_argument("--python", default="/usr/bin/env python3", help="interpreter line (default: /usr/bin/env python3)")
+    pyz.add_argument(
+        "--python", default="/usr/bin/env python3", help="interpreter line (default: /usr/bin/env python3)"
+    )
     pyz.set_defaults(func=_cmd_zipapp)
     # `tinygrad` is dispatched in main() before parsing (its arguments are the script's); listed for --help
-    sub.add_parser("tinygrad", help="run SCRIPT [ARGS] or -m MODULE with svod_min loading tinygrad's CPU programs (W^X)")
+    sub.add_parser(
+        "tinygrad", help="run SCRIPT [ARGS] or -m MODULE with svod_min loading tinygrad's CPU programs (W^X)"
+    )
     info = sub.add_parser("info", help="devices, compilers, W^X mode, cache; or what a bundle holds")
     info.add_argument("bundle", nargs="?", help="a model bundle (.svod): its kernels, targets and this host's choice")
     info.set_defaults(func=_cmd_info)
@@ -541,7 +651,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:  # a bug of ours: still one line and a documented code
         if args.debug:
             traceback.print_exc()
-        print("error: internal error %s: %s (rerun with --debug and report it)" % (type(exc).__name__, exc), file=sys.stderr)
+        print(
+            "error: internal error %s: %s (rerun with --debug and report it)" % (type(exc).__name__, exc),
+            file=sys.stderr,
+        )
         return EXIT_DEVICE
 
 

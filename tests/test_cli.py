@@ -17,7 +17,10 @@ from svod_min.__main__ import EXIT_BAD_INPUT, EXIT_DEVICE, EXIT_OK, main
 
 def _cli(*args: str, env: "dict | None" = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "svod_min", *args], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "svod_min", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, **(env or {})),
     )
 
@@ -86,8 +89,13 @@ def test_no_command_prints_help_and_exits_2(capsys) -> None:
 @needs_cc
 def test_cli_runs_with_an_unusable_cache_dir(tmp_path) -> None:
     path = unusable_dirs(tmp_path)["under a regular file"]
-    result = subprocess.run([sys.executable, "-m", "svod_min", "run"], capture_output=True, text=True, timeout=300,
-                            env=child_env(SVOD_OBJECT_CACHE_DIR=path))
+    result = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(SVOD_OBJECT_CACHE_DIR=path),
+    )
     assert result.returncode == 0, result.stderr
     assert "verify y: ok" in result.stdout
     assert result.stderr == ""  # the debug message stays at debug level
@@ -152,7 +160,9 @@ def test_run_once_stops_at_the_first_output(tmp_path, monkeypatch, capsys) -> No
     calls: List[str] = []
     for name in ("execute", "execute_profiled"):
         real = getattr(ExecutionPlan, name)
-        monkeypatch.setattr(ExecutionPlan, name, lambda self, _real=real, _name=name: calls.append(_name) or _real(self))
+        monkeypatch.setattr(
+            ExecutionPlan, name, lambda self, _real=real, _name=name: calls.append(_name) or _real(self)
+        )
     code, out, err = _cli_in_process(["run", "--once", "--json", "--save", str(tmp_path)], capsys)
     assert code == EXIT_OK, err
     report = json.loads(out)

@@ -30,8 +30,15 @@ from support.onnx_models import LIGHT_MODELS, host_target, max_rel_error, random
 from svod_min import load_model  # noqa: E402
 from svod_min.onnx import build_onnx  # noqa: E402
 
-COLUMNS = ("model", "build s", "bundle MiB", "kernels lib/gen", "compiled at build", "compiler runs at load+run",
-           "max rel err vs ORT")  # fmt: skip
+COLUMNS = (
+    "model",
+    "build s",
+    "bundle MiB",
+    "kernels lib/gen",
+    "compiled at build",
+    "compiler runs at load+run",
+    "max rel err vs ORT",
+)
 
 
 class _CountingPopen(subprocess.Popen):  # type: ignore[type-arg]
@@ -64,10 +71,15 @@ def measure(name: str, directory: str) -> Dict[str, Any]:
     finally:
         subprocess.Popen = real_popen  # type: ignore[misc]
     errors = [max_rel_error(got[out], value) for out, value in zip(m.output_names, want)]
-    return {"model": name, "build s": "%.2f" % build_s, "bundle MiB": "%.1f" % (os.path.getsize(bundle) / 2**20),
-            "kernels lib/gen": "%d/%d" % (built.kernels.get("library", 0), built.kernels.get("generated C", 0)),
-            "compiled at build": str(built.report.objects), "compiler runs at load+run": str(_CountingPopen.started),
-            "max rel err vs ORT": "%.1e" % max(errors)}  # fmt: skip
+    return {
+        "model": name,
+        "build s": "%.2f" % build_s,
+        "bundle MiB": "%.1f" % (os.path.getsize(bundle) / 2**20),
+        "kernels lib/gen": "%d/%d" % (built.kernels.get("library", 0), built.kernels.get("generated C", 0)),
+        "compiled at build": str(built.report.objects),
+        "compiler runs at load+run": str(_CountingPopen.started),
+        "max rel err vs ORT": "%.1e" % max(errors),
+    }
 
 
 def markdown(rows: Sequence[Dict[str, Any]]) -> str:
@@ -83,7 +95,10 @@ def main(argv: List[str]) -> int:
         with tempfile.TemporaryDirectory() as directory:
             rows.append(measure(name, directory))
         print("measured %s" % name, file=sys.stderr, flush=True)
-    print("host target %s, %d CPUs, load average %.1f %.1f %.1f" % ((host_target(), os.cpu_count() or 0) + os.getloadavg()))
+    print(
+        "host target %s, %d CPUs, load average %.1f %.1f %.1f"
+        % ((host_target(), os.cpu_count() or 0) + os.getloadavg())
+    )
     print(markdown(rows))
     return 0
 

@@ -47,8 +47,11 @@ def _check(model: Any, tmp_path: Any, gone: str) -> Dict[str, int]:
 
 
 def _conv_then(act: List[Any], oc: int, consts: Dict[str, Any]) -> Any:
-    consts = dict(consts, w=(RNG.standard_normal((oc, 16, 3, 3)) * 0.2).astype(np.float32),
-                  b=(RNG.standard_normal(oc) * 0.3).astype(np.float32))  # fmt: skip
+    consts = dict(
+        consts,
+        w=(RNG.standard_normal((oc, 16, 3, 3)) * 0.2).astype(np.float32),
+        b=(RNG.standard_normal(oc) * 0.3).astype(np.float32),
+    )
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])] + act
     return graph_model(nodes, [("x", (1, 16, 9, 10))], ["y"], OPSET, consts)
 
@@ -58,7 +61,12 @@ CONV_CASES: List[Tuple[str, int, List[Any], Dict[str, Any]]] = [
     ("gelu-tanh-blocked", 32, [helper.make_node("Gelu", ["c"], ["y"], approximate="tanh")], {}),
     ("gelu-conv2d_gemm", 8, [helper.make_node("Gelu", ["c"], ["y"])], {}),  # < 16 output channels: not blocked
     ("prelu-scalar-blocked", 32, [helper.make_node("PRelu", ["c", "s"], ["y"])], {"s": np.array([0.3], np.float32)}),
-    ("prelu-scalar-conv2d_gemm", 8, [helper.make_node("PRelu", ["c", "s"], ["y"])], {"s": np.array([-0.7], np.float32)}),
+    (
+        "prelu-scalar-conv2d_gemm",
+        8,
+        [helper.make_node("PRelu", ["c", "s"], ["y"])],
+        {"s": np.array([-0.7], np.float32)},
+    ),
 ]
 
 
@@ -71,12 +79,17 @@ def test_conv_activation_is_fused(case: Tuple[str, int, List[Any], Dict[str, Any
 @pytest.mark.parametrize("act", ["Gelu", "PRelu"])
 def test_gemm_activation_is_fused(act: str, tmp_path: Any) -> None:
     consts = {"b": (RNG.standard_normal((20, 12)) * 0.3).astype(np.float32), "s": np.array(0.25, np.float32)}
-    nodes = [helper.make_node("Gemm", ["x", "b"], ["g"]), helper.make_node(act, ["g"] + (["s"] if act == "PRelu" else []), ["y"])]
+    nodes = [
+        helper.make_node("Gemm", ["x", "b"], ["g"]),
+        helper.make_node(act, ["g"] + (["s"] if act == "PRelu" else []), ["y"]),
+    ]
     _check(graph_model(nodes, [("x", (3, 20))], ["y"], OPSET, consts), tmp_path, act)
 
 
 def test_prelu_with_a_broadcast_input_slope(tmp_path: Any) -> None:
-    model = graph_model([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", (2, 6, 4, 5)), ("s", (6, 1, 1))], ["y"], OPSET, {})
+    model = graph_model(
+        [helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", (2, 6, 4, 5)), ("s", (6, 1, 1))], ["y"], OPSET, {}
+    )
     feeds = random_inputs(model)
     want = run_ort(model, feeds)
     assert np.array_equal(build_and_load(model, str(tmp_path)).run(feeds)["y"], want[0])

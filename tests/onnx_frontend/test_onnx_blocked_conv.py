@@ -18,11 +18,12 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from svod_min.onnx.geometry import ConvGeom, pad_channels  # noqa: E402
-from svod_min.onnx.kernels.ckernel import CKernel  # noqa: E402
-from svod_min.onnx.kernels.blocked_conv import blocked_conv, pack_weights  # noqa: E402
 from support import conv_ref  # noqa: E402
 from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
+
+from svod_min.onnx.geometry import ConvGeom, pad_channels  # noqa: E402
+from svod_min.onnx.kernels.blocked_conv import blocked_conv, pack_weights  # noqa: E402
+from svod_min.onnx.kernels.ckernel import CKernel  # noqa: E402
 
 #: x86-64 level -> the CPU flags (/proc/cpuinfo) it needs.
 LEVELS: Dict[str, Tuple[str, ...]] = {
@@ -71,8 +72,9 @@ def for_level(kernel: CKernel, level: Optional[str]) -> CKernel:
     if level is None:
         return kernel
     name = "%s_%s" % (kernel.name, level.replace("-", "_"))
-    return dataclasses.replace(kernel, name=name, source=kernel.source.replace(kernel.name, name),
-                               flags=kernel.flags + ("-march=" + level,))  # fmt: skip
+    return dataclasses.replace(
+        kernel, name=name, source=kernel.source.replace(kernel.name, name), flags=kernel.flags + ("-march=" + level,)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +100,13 @@ class Case:
 
     def label(self) -> str:
         sizes = ["".join(map(str, v)) for v in (self.kernel, self.strides, self.pads, self.dilations)]
-        return "%s-oc%d-k%s-s%s-p%s-d%s-%s%s" % ("x".join(map(str, self.shape)), self.oc, *sizes, self.act or "none",
-                                                 "-res" if self.residual else "") + ("-plain" if self.plain_input else "")  # fmt: skip
+        return "%s-oc%d-k%s-s%s-p%s-d%s-%s%s" % (
+            "x".join(map(str, self.shape)),
+            self.oc,
+            *sizes,
+            self.act or "none",
+            "-res" if self.residual else "",
+        ) + ("-plain" if self.plain_input else "")
 
 
 #: Big enough for several core_id calls.
@@ -116,7 +123,9 @@ CASES: List[Case] = [
     Case((1, 17, 6, 8), 20, pads=(4, 5, 4, 5), act="HardSwish"),  # padding wider than the kernel: all-padding windows
     Case((1, 16, 9, 20), 33, kernel=(5, 3), pads=(0, 2, 4, 0), residual=True),  # padding on one side only, each axis
     Case((1, 16, 10, 16), 32, kernel=(5, 5), pads=(2, 2, 2, 2), strides=(2, 2), act="Relu"),
-    Case((2, 17, 11, 29), 17, kernel=(7, 7), pads=(3, 3, 3, 3), act="LeakyRelu", residual=True),  # 7x7; OCB 2 (one pair)
+    Case(
+        (2, 17, 11, 29), 17, kernel=(7, 7), pads=(3, 3, 3, 3), act="LeakyRelu", residual=True
+    ),  # 7x7; OCB 2 (one pair)
     SEVERAL_CALLS,
     Case((1, 40, 7, 7), 70, act="Relu", residual=True),  # OW 7: tiles of 4 output blocks, the last group holds one
     Case((1, 3, 23, 21), 20, kernel=(7, 7), strides=(2, 2), pads=(3, 3, 3, 3), act="Relu", plain_input=True),  # a stem
@@ -146,7 +155,9 @@ def run_case(case: Case, level: Optional[str], seed: int = 5) -> Tuple[Any, Any]
     g = case.geometry()
     x, w, bias, residual = _weights(case, seed)
     kernel = for_level(blocked_conv(g, case.act, ACTIVATIONS[case.act][1], case.residual, case.plain_input), level)
-    inputs = [x if case.plain_input else block(x), pack_weights(w), pad_channels(bias, g.oc)] + ([block(residual)] if residual is not None else [])
+    inputs = [x if case.plain_input else block(x), pack_weights(w), pad_channels(bias, g.oc)] + (
+        [block(residual)] if residual is not None else []
+    )
     got = run(kernel, *inputs).reshape(g.n, -(-g.oc // 16), g.oh, g.ow, 16)
     return got, reference(case, x, w, bias, residual)
 
@@ -206,7 +217,6 @@ def test_pad_channels() -> None:
     assert padded.dtype == np.float32 and padded.shape == (32,)
     assert np.array_equal(padded[:17], bias) and not padded[17:].any()
     assert np.array_equal(pad_channels(None, 20), np.zeros(32, np.float32))
-
 
 
 def test_a_grouped_geometry_is_refused() -> None:

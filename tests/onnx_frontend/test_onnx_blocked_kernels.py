@@ -1,9 +1,10 @@
-"""The blocked-channel-layout kernels (svod_min/onnx/kernels/blocked.py and kernels/blocked_pool.py), compiled with the host's C compiler and
-called through ctypes for every core_id, against float64 numpy references computed on the NCHW data: the
-reorders (exact round trip, zeros in the padding channels), MaxPool and AveragePool over edge shapes (channels
-not a multiple of 16, 1x1 images, batch 2, stride above the kernel, dilation, one-sided padding, ceil_mode
-windows past the padding, count_include_pad 0 and 1, row tiles, several items per call, NaN), the global pools.
-The blocked inputs carry large finite garbage in their padding channels: none may reach a real output channel."""
+"""The blocked-channel-layout kernels (svod_min/onnx/kernels/blocked.py and kernels/blocked_pool.py), compiled with
+the host's C compiler and called through ctypes for every core_id, against float64 numpy references computed on the
+NCHW data: the reorders (exact round trip, zeros in the padding channels), MaxPool and AveragePool over edge shapes
+(channels not a multiple of 16, 1x1 images, batch 2, stride above the kernel, dilation, one-sided padding,
+ceil_mode windows past the padding, count_include_pad 0 and 1, row tiles, several items per call, NaN), the global
+pools. The blocked inputs carry large finite garbage in their padding channels: none may reach a real output
+channel."""
 
 from __future__ import annotations
 
@@ -16,16 +17,23 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
+from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
+
 from svod_min.error import NotSupportedError  # noqa: E402
 from svod_min.onnx.geometry import ConvGeom  # noqa: E402
 from svod_min.onnx.kernels import blocked as reorders  # noqa: E402
 from svod_min.onnx.kernels import blocked_pool  # noqa: E402
 from svod_min.onnx.kernels.ckernel import PROTOTYPES, CKernel  # noqa: E402
-from support.blocked_kernels import block, needs_cc, run, unblock  # noqa: E402
 
 
-def geometry(shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
-             dilations: Sequence[int] = (1, 1), ceil_mode: bool = False) -> ConvGeom:  # fmt: skip
+def geometry(
+    shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int] = (1, 1),
+    pads: Sequence[int] = (0, 0, 0, 0),
+    dilations: Sequence[int] = (1, 1),
+    ceil_mode: bool = False,
+) -> ConvGeom:
     """ONNX's output size (pads as (top, left, bottom, right)); a ceil_mode window must start inside the input or its
     start padding."""
     n, c, h, w = shape
@@ -36,8 +44,25 @@ def geometry(shape: Sequence[int], kernel: Sequence[int], strides: Sequence[int]
         if ceil_mode and (out - 1) * s >= size + before:
             out -= 1
         outs.append(out)
-    return ConvGeom(n, c, h, w, c, outs[0], outs[1], kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1], pads[2],
-                    pads[3], dilations[0], dilations[1])  # fmt: skip
+    return ConvGeom(
+        n,
+        c,
+        h,
+        w,
+        c,
+        outs[0],
+        outs[1],
+        kernel[0],
+        kernel[1],
+        strides[0],
+        strides[1],
+        pads[0],
+        pads[1],
+        pads[2],
+        pads[3],
+        dilations[0],
+        dilations[1],
+    )
 
 
 def reference_pool(op: str, x: Any, g: ConvGeom, count_include_pad: bool) -> Any:
@@ -81,7 +106,9 @@ def test_reorders_round_trip_exactly(shape: Tuple[int, int, int, int]) -> None:
 
 
 #: (op, input shape, kernel, strides, pads (t, l, b, r), dilations, ceil_mode, count_include_pad)
-POOLS: List[Tuple[str, Tuple[int, ...], Tuple[int, int], Tuple[int, int], Tuple[int, ...], Tuple[int, int], bool, bool]] = [
+POOLS: List[
+    Tuple[str, Tuple[int, ...], Tuple[int, int], Tuple[int, int], Tuple[int, ...], Tuple[int, int], bool, bool]
+] = [
     ("MaxPool", (1, 17, 9, 9), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, False),
     ("MaxPool", (1, 1, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False, False),  # a 1x1 image
     ("AveragePool", (1, 3, 1, 1), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, False),
@@ -101,8 +128,13 @@ POOLS: List[Tuple[str, Tuple[int, ...], Tuple[int, int], Tuple[int, int], Tuple[
 
 def _pool_id(case: Tuple[Any, ...]) -> str:
     op, shape, kernel, strides, pads, dil, ceil, include = case
-    return "%s-%s-k%s-s%s-p%s-d%s%s%s" % (op, "x".join(map(str, shape)), *("".join(map(str, v)) for v in (kernel, strides, pads, dil)),
-                                          "-ceil" if ceil else "", "-incl" if include else "")  # fmt: skip
+    return "%s-%s-k%s-s%s-p%s-d%s%s%s" % (
+        op,
+        "x".join(map(str, shape)),
+        *("".join(map(str, v)) for v in (kernel, strides, pads, dil)),
+        "-ceil" if ceil else "",
+        "-incl" if include else "",
+    )
 
 
 @needs_cc
@@ -119,10 +151,13 @@ def test_blocked_pool_matches_reference(case: Tuple[Any, ...]) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("shape,nans", [
-    ((1, 17, 9, 9), [(0, 16, 4, 4), (0, 0, 8, 0)]),
-    ((2, 33, 30, 30), [(1, 32, 15, 15), (0, 3, 2, 29), (1, 20, 29, 0)]),  # several calls, several items each
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape,nans",
+    [
+        ((1, 17, 9, 9), [(0, 16, 4, 4), (0, 0, 8, 0)]),
+        ((2, 33, 30, 30), [(1, 32, 15, 15), (0, 3, 2, 29), (1, 20, 29, 0)]),  # several calls, several items each
+    ],
+)
 def test_blocked_maxpool_propagates_nan(shape: Tuple[int, ...], nans: Sequence[Tuple[int, int, int, int]]) -> None:
     g = geometry(shape, (3, 3), (1, 1), (1, 1, 1, 1))
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
@@ -157,9 +192,14 @@ def test_blocked_pool_refuses_what_it_cannot_compute() -> None:
 
 def all_kernels() -> List[CKernel]:
     g = geometry((1, 17, 9, 9), (3, 3), (2, 2), (1, 1, 1, 1))
-    return [reorders.to_blocked(1, 17, 9, 9), reorders.from_blocked(1, 17, 9, 9),
-            blocked_pool.blocked_pool("MaxPool", g, False), blocked_pool.blocked_pool("AveragePool", g, True),
-            blocked_pool.blocked_global_avgpool(1, 17, 9, 9), blocked_pool.blocked_global_maxpool(1, 17, 9, 9)]  # fmt: skip
+    return [
+        reorders.to_blocked(1, 17, 9, 9),
+        reorders.from_blocked(1, 17, 9, 9),
+        blocked_pool.blocked_pool("MaxPool", g, False),
+        blocked_pool.blocked_pool("AveragePool", g, True),
+        blocked_pool.blocked_global_avgpool(1, 17, 9, 9),
+        blocked_pool.blocked_global_maxpool(1, 17, 9, 9),
+    ]
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="no clang to cross-compile with")
@@ -168,8 +208,10 @@ def test_kernels_compile_for_aarch64(tmp_path: Path) -> None:
     for kernel in all_kernels():
         src = tmp_path / (kernel.name + ".c")
         src.write_text(kernel.source)
-        subprocess.run(["clang", "--target=aarch64-linux-gnu", "-O2", "-fPIC", "-w", "-c", str(src), "-o", str(tmp_path / "k.o")],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            ["clang", "--target=aarch64-linux-gnu", "-O2", "-fPIC", "-w", "-c", str(src), "-o", str(tmp_path / "k.o")],
+            check=True,
+        )
 
 
 def test_header_lists_the_prototypes() -> None:

@@ -22,12 +22,19 @@ pytest.importorskip("onnxruntime")
 
 import onnx  # noqa: E402
 from onnx import helper  # noqa: E402
-
 from support.onnx_models import build_and_load, graph_model, max_rel_error, random_inputs, run_ort  # noqa: E402
+
 from svod_min.onnx import build  # noqa: E402,F401 - importing it fills the op table check_graph reads
 from svod_min.onnx.frontend.ir import Graph  # noqa: E402
-from svod_min.onnx.frontend.layout import (BLOCKED_AFFINE, BLOCKED_CONV, BLOCKED_GLOBAL_POOL, BLOCKED_POOL,  # noqa: E402
-                                  FROM_BLOCKED, TO_BLOCKED, block_channels)  # fmt: skip
+from svod_min.onnx.frontend.layout import (  # noqa: E402
+    BLOCKED_AFFINE,
+    BLOCKED_CONV,
+    BLOCKED_GLOBAL_POOL,
+    BLOCKED_POOL,
+    FROM_BLOCKED,
+    TO_BLOCKED,
+    block_channels,
+)
 from svod_min.onnx.frontend.parse import read_graph  # noqa: E402
 from svod_min.onnx.frontend.passes import run_passes  # noqa: E402
 from svod_min.onnx.frontend.table import check_graph  # noqa: E402
@@ -47,11 +54,22 @@ class Net:
         self.consts[name] = value.astype(np.float32)
         return name
 
-    def conv(self, x: str, y: str, c: int, oc: int, k: int = 3, pads: Sequence[int] = (1, 1, 1, 1), group: int = 1,
-             **attrs: Any) -> str:  # fmt: skip
+    def conv(
+        self,
+        x: str,
+        y: str,
+        c: int,
+        oc: int,
+        k: int = 3,
+        pads: Sequence[int] = (1, 1, 1, 1),
+        group: int = 1,
+        **attrs: Any,
+    ) -> str:
         w = self.rng.standard_normal((oc, c // group, k, k)) / np.sqrt(c // group * k * k)
         inputs = [x, self.const(y + "_w", w), self.const(y + "_b", self.rng.standard_normal(oc) * 0.3)]
-        self.nodes.append(helper.make_node("Conv", inputs, [y], kernel_shape=[k, k], pads=list(pads), group=group, **attrs))
+        self.nodes.append(
+            helper.make_node("Conv", inputs, [y], kernel_shape=[k, k], pads=list(pads), group=group, **attrs)
+        )
         return y
 
     def op(self, op: str, inputs: Sequence[str], y: str, **attrs: Any) -> str:
@@ -59,12 +77,18 @@ class Net:
         return y
 
     def batchnorm(self, x: str, y: str, c: int) -> str:
-        stats = [self.rng.standard_normal(c) * 0.5 + 1.0, self.rng.standard_normal(c) * 0.2,
-                 self.rng.standard_normal(c) * 0.2, self.rng.uniform(0.5, 1.5, c)]  # fmt: skip
+        stats = [
+            self.rng.standard_normal(c) * 0.5 + 1.0,
+            self.rng.standard_normal(c) * 0.2,
+            self.rng.standard_normal(c) * 0.2,
+            self.rng.uniform(0.5, 1.5, c),
+        ]
         names = [self.const("%s_%s" % (y, part), v) for part, v in zip(("scale", "bias", "mean", "var"), stats)]
         return self.op("BatchNormalization", [x] + names, y)
 
-    def model(self, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int = OPSET) -> onnx.ModelProto:
+    def model(
+        self, inputs: Sequence[Tuple[str, Sequence[int]]], outputs: Sequence[str], opset: int = OPSET
+    ) -> onnx.ModelProto:
         return graph_model(self.nodes, inputs, outputs, opset, self.consts)
 
 
@@ -104,8 +128,11 @@ def test_conv_chain_reorders_once_each_way(tmp_path: Any) -> None:
     net = Net(1)
     net.op("Relu", [net.conv("x", "a", 16, 32)], "ar")
     net.conv("ar", "y", 32, 32)
-    check(net.model([("x", (1, 16, 12, 12))], ["y"]), tmp_path,
-          {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Conv": 0, "Relu": 0})  # fmt: skip
+    check(
+        net.model([("x", (1, 16, 12, 12))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Conv": 0, "Relu": 0},
+    )
 
 
 def test_resnet_block_fuses_a_blocked_shortcut(tmp_path: Any) -> None:
@@ -113,8 +140,11 @@ def test_resnet_block_fuses_a_blocked_shortcut(tmp_path: Any) -> None:
     t = net.op("Relu", [net.conv("x", "a", 16, 32)], "t")
     u = net.op("Relu", [net.conv(t, "b", 32, 32)], "u")
     net.op("Relu", [net.op("Add", [net.conv(u, "c", 32, 32), t], "s")], "y")
-    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0, "Relu": 0})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 10, 10))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0, "Relu": 0},
+    )
     fused = [n for n in graph.nodes if n.op == BLOCKED_CONV and len(n.inputs) > 3]
     assert [n.inputs[3] for n in fused] == ["t~nchwc"]
 
@@ -124,8 +154,9 @@ def test_resnet_block_reorders_a_plain_input_shortcut(tmp_path: Any) -> None:
     net = Net(3)
     t = net.op("Relu", [net.conv("x", "a", 32, 32)], "t")
     net.op("Relu", [net.op("Add", [net.conv(t, "b", 32, 32), "x"], "s")], "y")
-    graph = check(net.model([("x", (2, 32, 9, 11))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0})  # fmt: skip
+    graph = check(
+        net.model([("x", (2, 32, 9, 11))], ["y"]), tmp_path, {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Add": 0}
+    )
     assert producer_of(graph, "x~nchwc").op == TO_BLOCKED
     assert [n.inputs[3] for n in graph.nodes if n.op == BLOCKED_CONV and len(n.inputs) > 3] == ["x~nchwc"]
 
@@ -135,12 +166,23 @@ def test_pools_between_blocked_convs(tmp_path: Any) -> None:
     a = net.op("Relu", [net.conv("x", "a", 16, 32)], "ar")
     p = net.op("MaxPool", [a], "p", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)  # 17 -> 8
     b = net.conv(p, "b", 32, 32)
-    q = net.op("AveragePool", [b], "q", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
-               count_include_pad=1)  # fmt: skip
+    q = net.op(
+        "AveragePool",
+        [b],
+        "q",
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+        ceil_mode=1,
+        count_include_pad=1,
+    )
     c = net.conv(q, "c", 32, 48, k=1, pads=(0, 0, 0, 0))
     net.op("AveragePool", [c], "y", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1)
-    check(net.model([("x", (2, 16, 17, 17))], ["y"]), tmp_path,
-          {BLOCKED_CONV: 3, BLOCKED_POOL: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "MaxPool": 0, "AveragePool": 0})  # fmt: skip
+    check(
+        net.model([("x", (2, 16, 17, 17))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 3, BLOCKED_POOL: 3, TO_BLOCKED: 1, FROM_BLOCKED: 1, "MaxPool": 0, "AveragePool": 0},
+    )
 
 
 def test_elementwise_ops_of_blocked_tensors_stay_blocked(tmp_path: Any) -> None:
@@ -149,8 +191,11 @@ def test_elementwise_ops_of_blocked_tensors_stay_blocked(tmp_path: Any) -> None:
     prod = net.op("Mul", [net.conv("x", "a", 16, 32), net.conv("x", "b", 16, 32)], "prod")
     pooled = net.op("MaxPool", [prod], "p", kernel_shape=[2, 2], strides=[2, 2])
     net.conv(net.op("Sigmoid", [pooled], "sig"), "y", 32, 16)
-    graph = check(net.model([("x", (1, 16, 12, 12))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 3, BLOCKED_POOL: 1, "Mul": 1, "Sigmoid": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 12, 12))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 3, BLOCKED_POOL: 1, "Mul": 1, "Sigmoid": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1},
+    )
     assert producer_of(graph, "prod~nchwc").inputs == ["a~nchwc", "b~nchwc"]
     assert producer_of(graph, "sig~nchwc").inputs == ["p~nchwc"]
 
@@ -160,8 +205,11 @@ def test_global_pool_writes_plain(pool: str, tmp_path: Any) -> None:
     net = Net(5)
     g = net.op(pool, [net.op("Relu", [net.conv("x", "a", 16, 40)], "ar")], "g")
     net.op("Flatten", [g], "y")
-    check(net.model([("x", (1, 16, 13, 13))], ["y"]), tmp_path,
-          {BLOCKED_CONV: 1, BLOCKED_GLOBAL_POOL: 1, TO_BLOCKED: 1, FROM_BLOCKED: 0})  # fmt: skip
+    check(
+        net.model([("x", (1, 16, 13, 13))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 1, BLOCKED_GLOBAL_POOL: 1, TO_BLOCKED: 1, FROM_BLOCKED: 0},
+    )
 
 
 @pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
@@ -173,8 +221,11 @@ def test_auto_pad_convs_and_pools_run_blocked(mode: str, tmp_path: Any) -> None:
     net.nodes.append(helper.make_node("Conv", ["x", w1], ["a"], kernel_shape=[3, 3], strides=[2, 2], auto_pad=mode))
     net.op("MaxPool", ["a"], "p", kernel_shape=[2, 2], auto_pad=mode)
     net.nodes.append(helper.make_node("Conv", ["p", w2], ["y"], kernel_shape=[3, 3], auto_pad=mode))
-    check(net.model([("x", (1, 16, 14, 12))], ["y"]), tmp_path,
-          {BLOCKED_CONV: 2, BLOCKED_POOL: 1, "Conv": 0, "MaxPool": 0, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
+    check(
+        net.model([("x", (1, 16, 14, 12))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, BLOCKED_POOL: 1, "Conv": 0, "MaxPool": 0, TO_BLOCKED: 1, FROM_BLOCKED: 1},
+    )
 
 
 def test_unfoldable_batchnorm_is_a_blocked_affine(tmp_path: Any) -> None:
@@ -183,8 +234,11 @@ def test_unfoldable_batchnorm_is_a_blocked_affine(tmp_path: Any) -> None:
     a = net.op("Relu", [net.conv("x", "a", 16, 24)], "ar")
     bn = net.op("Relu", [net.batchnorm(a, "bn", 24)], "bnr")
     net.conv(bn, "y", 24, 32)
-    graph = check(net.model([("x", (1, 16, 11, 11))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 2, BLOCKED_AFFINE: 1, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Relu": 0})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 11, 11))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, BLOCKED_AFFINE: 1, TO_BLOCKED: 1, FROM_BLOCKED: 1, "Relu": 0},
+    )
     affine = next(n for n in graph.nodes if n.op == BLOCKED_AFFINE)
     assert affine.fused.get("activation", ("",))[0] == "Relu"
 
@@ -193,8 +247,11 @@ def test_concat_of_whole_blocks_stays_blocked(tmp_path: Any) -> None:
     net = Net(7)
     cat = net.op("Concat", [net.conv("x", "a", 16, 16), net.conv("x", "b", 16, 32)], "cat", axis=1)
     net.conv(cat, "y", 48, 32)
-    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 10, 10))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 1, FROM_BLOCKED: 1},
+    )
     concat = producer_of(graph, "cat~nchwc")
     assert concat.op == "Concat" and concat.inputs == ["a~nchwc", "b~nchwc"]
 
@@ -204,8 +261,11 @@ def test_concat_of_partial_blocks_goes_plain(tmp_path: Any) -> None:
     net = Net(8)
     cat = net.op("Concat", [net.conv("x", "a", 16, 24), net.conv("x", "b", 16, 40)], "cat", axis=1)
     net.conv(cat, "y", 64, 32)
-    graph = check(net.model([("x", (1, 16, 10, 10))], ["y"]), tmp_path,
-                  {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 2, FROM_BLOCKED: 3})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 10, 10))], ["y"]),
+        tmp_path,
+        {BLOCKED_CONV: 3, "Concat": 1, TO_BLOCKED: 2, FROM_BLOCKED: 3},
+    )
     assert producer_of(graph, "cat").op == "Concat"
     assert producer_of(graph, "cat~nchwc").op == TO_BLOCKED
 
@@ -216,8 +276,11 @@ def test_blocked_tensor_read_by_plain_ops_reorders_once(tmp_path: Any) -> None:
     net.op("Transpose", [t], "y1", perm=[0, 2, 3, 1])
     net.op("Softmax", [t], "y2", axis=1)
     net.conv(t, "y3", 32, 16)
-    graph = check(net.model([("x", (1, 16, 8, 8))], ["y1", "y2", "y3"]), tmp_path,
-                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2, "Transpose": 1, "Softmax": 1})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 8, 8))], ["y1", "y2", "y3"]),
+        tmp_path,
+        {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2, "Transpose": 1, "Softmax": 1},
+    )
     reorders = [n for n in graph.nodes if n.op == FROM_BLOCKED]
     assert sorted(n.outputs[0] for n in reorders) == ["t", "y3"]
     order = [n.op for n in graph.nodes]
@@ -228,8 +291,9 @@ def test_blocked_tensor_that_is_a_graph_output(tmp_path: Any) -> None:
     net = Net(10)
     t = net.op("Relu", [net.conv("x", "a", 16, 32)], "t")
     net.conv(t, "y", 32, 32)
-    graph = check(net.model([("x", (1, 16, 9, 9))], ["t", "y"]), tmp_path,
-                  {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2})  # fmt: skip
+    graph = check(
+        net.model([("x", (1, 16, 9, 9))], ["t", "y"]), tmp_path, {BLOCKED_CONV: 2, TO_BLOCKED: 1, FROM_BLOCKED: 2}
+    )
     assert sorted(n.outputs[0] for n in graph.nodes if n.op == FROM_BLOCKED) == ["t", "y"]
     second = producer_of(graph, "y~nchwc")
     assert second.op == BLOCKED_CONV and second.inputs[0] == "t~nchwc"
@@ -241,7 +305,11 @@ def test_three_channel_input_is_never_reordered(tmp_path: Any) -> None:
     net = Net(11)
     a = net.op("Relu", [net.conv("x", "a", 3, 16)], "ar")
     net.conv(a, "y", 16, 32)
-    graph = check(net.model([("x", (1, 3, 14, 14))], ["y"]), tmp_path, {"Conv": 0, BLOCKED_CONV: 2, TO_BLOCKED: 0, FROM_BLOCKED: 1})
+    graph = check(
+        net.model([("x", (1, 3, 14, 14))], ["y"]),
+        tmp_path,
+        {"Conv": 0, BLOCKED_CONV: 2, TO_BLOCKED: 0, FROM_BLOCKED: 1},
+    )
     readers = [n.op for n in graph.nodes if "x" in n.inputs]
     assert readers == [BLOCKED_CONV], readers
     assert producer_of(graph, "y~nchwc").op == BLOCKED_CONV

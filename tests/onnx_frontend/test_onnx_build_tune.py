@@ -16,9 +16,9 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import helper  # noqa: E402
-
 from support.hardening import no_compiler_env, run_python  # noqa: E402
 from support.onnx_models import graph_model, host_target, run_ort  # noqa: E402
+
 from svod_min.__main__ import main  # noqa: E402
 from svod_min.kernels import find_sig, host_variant  # noqa: E402
 from svod_min.onnx import build_onnx  # noqa: E402
@@ -35,11 +35,16 @@ def _two_convs():
     """Conv 3x3 + bias + Relu, then a 1x1 Conv without bias, on a 7x7 image (seeded weights); fewer than 16 output
     channels keep both on the library's conv2d_gemm (not the blocked layout), whose tile the tuner picks."""
     rng = np.random.default_rng(0)
-    consts = {"w1": rng.standard_normal((12, 8, 3, 3)).astype(np.float32) * 0.2,
-              "b1": rng.standard_normal(12).astype(np.float32),
-              "w2": rng.standard_normal((10, 12, 1, 1)).astype(np.float32) * 0.2}  # fmt: skip
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["y"])]  # fmt: skip
+    consts = {
+        "w1": rng.standard_normal((12, 8, 3, 3)).astype(np.float32) * 0.2,
+        "b1": rng.standard_normal(12).astype(np.float32),
+        "w2": rng.standard_normal((10, 12, 1, 1)).astype(np.float32) * 0.2,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"]),
+    ]
     return graph_model(nodes, [("x", (1, 8, 7, 7))], ["y"], 17, consts)
 
 
@@ -67,7 +72,9 @@ def _tuner(doc, progress, candidates):
 
 
 def _conv_entry(tile, **params):
-    return find_sig("conv2d_gemm", VARIANT, dtype="float32", bias=True, residual=False, packed=True, **tile, **params).entry
+    return find_sig(
+        "conv2d_gemm", VARIANT, dtype="float32", bias=True, residual=False, packed=True, **tile, **params
+    ).entry
 
 
 @needs_variant
@@ -83,8 +90,10 @@ def test_cli_tune_records_the_choice_and_runs_it(tmp_path, capsys):
     assert len(tuned) >= 1 and all(set(t) == {"mr", "nr"} for t in tuned.values())
     assert _bundle_json(out, "manifest.json")["tuned"]["variant"] == VARIANT
     # every op binds the entry point of the tile its kernel records
-    want = {find_sig("conv2d_gemm", VARIANT, **plan["kernels"][op["kernel"]]["params"],
-                     **tuned[op["kernel"]]).entry for op in plan["ops"]}  # fmt: skip
+    want = {
+        find_sig("conv2d_gemm", VARIANT, **plan["kernels"][op["kernel"]]["params"], **tuned[op["kernel"]]).entry
+        for op in plan["ops"]
+    }
     assert _entries(out) == want
     assert main(["run", out]) == 0  # the expectations recorded from onnxruntime
     assert "verify y: ok" in capsys.readouterr().out
@@ -122,13 +131,34 @@ def _library_plan(tmp_path, kernel_extra):
     np.save(str(tmp_path / "x.npy"), rng.standard_normal((1, 4, 5, 5)).astype(np.float32))
     np.save(str(tmp_path / "w.npy"), rng.standard_normal((6, 4, 3, 3)).astype(np.float32))
     kernel = dict({"library": "conv2d_gemm", "params": {"dtype": "float32"}}, **kernel_extra)
-    variables = {"N": 1, "C": 4, "H": 5, "W": 5, "OC": 6, "KH": 3, "KW": 3, "sh": 1, "sw": 1, "pt": 1, "pl": 1,
-                 "pb": 1, "pr": 1, "dh": 1, "dw": 1, "groups": 1}  # fmt: skip
-    plan = {"svod_plan": 1,
-            "buffers": {"x": {"dtype": "float32", "shape": [1, 4, 5, 5], "init": {"npy": "x.npy"}},
-                        "w": {"dtype": "float32", "shape": [6, 4, 3, 3], "init": {"npy": "w.npy"}},
-                        "y": {"dtype": "float32", "shape": [1, 6, 5, 5], "output": True}},
-            "kernels": {"conv": kernel}, "ops": [{"kernel": "conv", "buffers": ["y", "x", "w"], "vars": variables}]}  # fmt: skip
+    variables = {
+        "N": 1,
+        "C": 4,
+        "H": 5,
+        "W": 5,
+        "OC": 6,
+        "KH": 3,
+        "KW": 3,
+        "sh": 1,
+        "sw": 1,
+        "pt": 1,
+        "pl": 1,
+        "pb": 1,
+        "pr": 1,
+        "dh": 1,
+        "dw": 1,
+        "groups": 1,
+    }
+    plan = {
+        "svod_plan": 1,
+        "buffers": {
+            "x": {"dtype": "float32", "shape": [1, 4, 5, 5], "init": {"npy": "x.npy"}},
+            "w": {"dtype": "float32", "shape": [6, 4, 3, 3], "init": {"npy": "w.npy"}},
+            "y": {"dtype": "float32", "shape": [1, 6, 5, 5], "output": True},
+        },
+        "kernels": {"conv": kernel},
+        "ops": [{"kernel": "conv", "buffers": ["y", "x", "w"], "vars": variables}],
+    }
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     return str(path)
@@ -138,7 +168,11 @@ def _library_plan(tmp_path, kernel_extra):
 def test_a_choice_recorded_for_another_variant_or_without_its_object_is_ignored(tmp_path, caplog):
     default = find_sig("conv2d_gemm", VARIANT, dtype="float32").entry
     other = "aarch64-baseline" if VARIANT != "aarch64-baseline" else "x86_64-v4"
-    odd = {"mr": 4, "nr": 8} if find_sig("conv2d_gemm", VARIANT, dtype="float32", mr=4, nr=8).entry != default else {"mr": 6, "nr": 16}
+    odd = (
+        {"mr": 4, "nr": 8}
+        if find_sig("conv2d_gemm", VARIANT, dtype="float32", mr=4, nr=8).entry != default
+        else {"mr": 6, "nr": 16}
+    )
     for tuned in ({other: odd}, {VARIANT: odd}):  # another variant's choice; this one's with no object for it
         path = _library_plan(tmp_path, {"tuned": tuned})
         loaded = load_plan(path)
@@ -154,8 +188,12 @@ def test_bad_library_records_are_refused_by_name(tmp_path):
     from svod_min.error import PlanFileError
 
     with pytest.raises(PlanFileError, match=r"kernels\.conv\.library_objects\[0\]\.sha256"):
-        load_plan(_library_plan(tmp_path, {"library_objects": [{"variant": "x86_64-v4", "entry": "e", "file": "x.npy",
-                                                                "sha256": "XYZ"}]}))  # fmt: skip
+        load_plan(
+            _library_plan(
+                tmp_path,
+                {"library_objects": [{"variant": "x86_64-v4", "entry": "e", "file": "x.npy", "sha256": "XYZ"}]},
+            )
+        )
     with pytest.raises(PlanFileError, match=r"kernels\.conv: a library kernel takes only"):
         load_plan(_library_plan(tmp_path, {"entry": "svod_other"}))
 

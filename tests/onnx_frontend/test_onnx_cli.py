@@ -13,17 +13,25 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
-
 from support.onnx_models import host_target, run_ort  # noqa: E402
+
 from svod_min.__main__ import main  # noqa: E402
 
 
 def _model():
-    nodes = [helper.make_node("Conv", ["gpu_0/data_0", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Flatten", ["r"], ["gpu_0/out_1"])]  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["gpu_0/data_0", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["gpu_0/out_1"]),
+    ]
     w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((2, 3, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, [1, 3, 5, 5])],
-                              [helper.make_tensor_value_info("gpu_0/out_1", TensorProto.FLOAT, [1, 50])], [w])  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("gpu_0/data_0", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("gpu_0/out_1", TensorProto.FLOAT, [1, 50])],
+        [w],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -69,7 +77,9 @@ def test_bundle_runs_without_onnx_or_numpy(tmp_path):
         (blocker / name).mkdir()
         (blocker / name / "__init__.py").write_text("raise ImportError('blocked')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), os.getcwd()]))
-    proc = subprocess.run([sys.executable, "-m", "svod_min", "run", out], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", out], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "verify gpu_0/out_1: ok" in proc.stdout
 
@@ -80,4 +90,4 @@ def test_doc_op_table_is_the_registered_one():
 
     doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "onnx.md"), encoding="utf-8").read()
     begin, end = "<!-- onnx:ops -->\n", "\n<!-- /onnx:ops -->"
-    assert doc[doc.index(begin) + len(begin):doc.index(end)] == markdown_table()
+    assert doc[doc.index(begin) + len(begin) : doc.index(end)] == markdown_table()

@@ -12,10 +12,10 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
-
 from support.onnx_models import max_rel_error, run_both, single_node, typed_model  # noqa: E402
-from svod_min.onnx.ops import conv_transpose  # noqa: E402
+
 from svod_min.onnx.build import lower_model  # noqa: E402
+from svod_min.onnx.ops import conv_transpose  # noqa: E402
 
 rng = np.random.default_rng(23)
 
@@ -40,7 +40,12 @@ def _compare(model, feeds, tmp_path):
 # batch 2, groups, bias, strides with pads and output_padding, dilation, a 1x1 window, a 1x1 image
 GEMM_CASES = [
     ("batch_groups_bias", (2, 4, 5, 3), (4, 3, 3, 3), {"group": 2, "strides": [2, 1], "pads": [1, 0, 0, 1]}),
-    ("out_padding_dilation", (1, 3, 4, 4), (3, 2, 3, 2), {"strides": [3, 2], "output_padding": [2, 1], "dilations": [1, 2]}),
+    (
+        "out_padding_dilation",
+        (1, 3, 4, 4),
+        (3, 2, 3, 2),
+        {"strides": [3, 2], "output_padding": [2, 1], "dilations": [1, 2]},
+    ),
     ("pointwise", (1, 8, 6, 7), (8, 5, 1, 1), {}),
     ("one_pixel_image", (1, 6, 1, 1), (6, 4, 4, 4), {"strides": [2, 2]}),
     ("depthwise_like", (1, 6, 5, 5), (6, 1, 2, 2), {"group": 6, "strides": [2, 2]}),
@@ -60,7 +65,9 @@ def test_constant_weights_take_the_gemm_path_and_match(case, tmp_path):
 
 def test_weights_computed_at_run_time_take_the_gather_path(tmp_path):
     nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 0, 0])]
-    model = typed_model(nodes, [("x", (2, 3, 4, 4), TensorProto.FLOAT), ("w", (3, 2, 3, 3), TensorProto.FLOAT)], ["y"], 17, {})
+    model = typed_model(
+        nodes, [("x", (2, 3, 4, 4), TensorProto.FLOAT), ("w", (3, 2, 3, 3), TensorProto.FLOAT)], ["y"], 17, {}
+    )
     kernels = _kernels(model, tmp_path)
     assert not any(k.get("library") == "matmul" for k in kernels.values())
     assert any(name.startswith("svod_onnx_convt_") for name in kernels)

@@ -36,8 +36,9 @@ CASES = [
 ]
 
 
-def _model(shape: Tuple[int, ...], k: Tuple[int, int], attrs: Dict[str, Any], bias: bool = True,
-           act: Optional[str] = None) -> Any:  # fmt: skip
+def _model(
+    shape: Tuple[int, ...], k: Tuple[int, int], attrs: Dict[str, Any], bias: bool = True, act: Optional[str] = None
+) -> Any:
     c = shape[1]
     consts = {"w": rng.standard_normal((c, 1) + k).astype(np.float32)}
     inputs = ["x", "w"]

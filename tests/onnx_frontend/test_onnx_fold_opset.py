@@ -24,12 +24,19 @@ rng = np.random.default_rng(3)
 
 
 def _conv_scale_shift_relu(opset: int) -> Any:
-    consts = {"w": rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.3,
-              "s": rng.uniform(0.5, 1.5, 6).astype(np.float32), "t": rng.uniform(-0.1, 0.1, 6).astype(np.float32)}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("Unsqueeze", ["s"], ["s3"], axes=[1, 2]), helper.make_node("Mul", ["c", "s3"], ["m"]),
-             helper.make_node("Unsqueeze", ["t"], ["t3"], axes=[1, 2]), helper.make_node("Add", ["m", "t3"], ["a"]),
-             helper.make_node("Relu", ["a"], ["y"])]  # fmt: skip
+    consts = {
+        "w": rng.standard_normal((6, 3, 3, 3)).astype(np.float32) * 0.3,
+        "s": rng.uniform(0.5, 1.5, 6).astype(np.float32),
+        "t": rng.uniform(-0.1, 0.1, 6).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Unsqueeze", ["s"], ["s3"], axes=[1, 2]),
+        helper.make_node("Mul", ["c", "s3"], ["m"]),
+        helper.make_node("Unsqueeze", ["t"], ["t3"], axes=[1, 2]),
+        helper.make_node("Add", ["m", "t3"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
     return graph_model(nodes, [("x", (1, 3, 8, 9))], ["y"], opset, consts)
 
 

@@ -5,14 +5,13 @@ runtime on a bare Python 3.8, in test_onnx_zipapp.py (each big model costs a bui
 
 from __future__ import annotations
 
-
 import pytest
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from support.onnx_models import build_and_load, max_rel_error, randomized, random_inputs, run_ort  # noqa: E402
+from support.onnx_models import build_and_load, max_rel_error, random_inputs, randomized, run_ort  # noqa: E402
 
 FAST = ["squeezenet", "shufflenet", "inception_v1"]
 
@@ -32,4 +31,3 @@ def _check(name: str, tmp_path) -> None:
 @pytest.mark.parametrize("name", FAST)
 def test_light_model_matches_onnxruntime(name, tmp_path):
     _check(name, tmp_path)
-

@@ -44,7 +44,7 @@ def test_even_window_matches_the_onnx_definition(tmp_path: Any) -> None:
     x = feeds["x"].astype(np.float64)
     want = np.empty_like(x)
     for c in range(6):
-        s = (x[:, max(0, c - 1):min(5, c + 2) + 1] ** 2).sum(axis=1)
+        s = (x[:, max(0, c - 1) : min(5, c + 2) + 1] ** 2).sum(axis=1)
         want[:, c] = x[:, c] / (1.5 + 0.5 / 4 * s) ** 0.75
     assert np.allclose(got, want, rtol=3e-6, atol=1e-7)
 

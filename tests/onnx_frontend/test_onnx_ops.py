@@ -1,4 +1,5 @@
-"""Each op's lowering against onnxruntime on single-node models: attributes, broadcasting, library vs generated paths."""
+"""Each op's lowering against onnxruntime on single-node models: attributes, broadcasting, library vs generated
+paths."""
 
 from __future__ import annotations
 
@@ -46,13 +47,37 @@ CASES = [
     ("min2", "Min", [("a", (2, 3)), ("b", (2, 3))], {}, {}),
     ("mean2", "Mean", [("a", (2, 3)), ("b", (2, 3))], {}, {}),
     ("conv", "Conv", [("x", (1, 3, 9, 9))], {"w": _w(4, 3, 3, 3), "b": _w(4)}, {"pads": [1, 1, 1, 1]}),
-    ("conv_stride_dil", "Conv", [("x", (2, 3, 11, 10))], {"w": _w(4, 3, 3, 2)}, {"strides": [2, 1], "dilations": [2, 1]}),
+    (
+        "conv_stride_dil",
+        "Conv",
+        [("x", (2, 3, 11, 10))],
+        {"w": _w(4, 3, 3, 2)},
+        {"strides": [2, 1], "dilations": [2, 1]},
+    ),
     ("conv_1x1", "Conv", [("x", (1, 8, 5, 5))], {"w": _w(6, 8, 1, 1), "b": _w(6)}, {}),
-    ("conv_groups", "Conv", [("x", (1, 4, 6, 6))], {"w": _w(6, 2, 3, 3), "b": _w(6)}, {"group": 2, "pads": [1, 1, 1, 1]}),
+    (
+        "conv_groups",
+        "Conv",
+        [("x", (1, 4, 6, 6))],
+        {"w": _w(6, 2, 3, 3), "b": _w(6)},
+        {"group": 2, "pads": [1, 1, 1, 1]},
+    ),
     ("conv_groups_1x1", "Conv", [("x", (1, 8, 5, 5))], {"w": _w(6, 4, 1, 1), "b": _w(6)}, {"group": 2}),
-    ("conv_depthwise", "Conv", [("x", (2, 12, 6, 6))], {"w": _w(12, 1, 3, 3)}, {"group": 12, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    (
+        "conv_depthwise",
+        "Conv",
+        [("x", (2, 12, 6, 6))],
+        {"w": _w(12, 1, 3, 3)},
+        {"group": 12, "pads": [1, 1, 1, 1], "strides": [2, 2]},
+    ),
     ("conv_asym", "Conv", [("x", (1, 3, 7, 7))], {"w": _w(2, 3, 3, 3)}, {"pads": [0, 1, 2, 1]}),
-    ("conv_same_upper", "Conv", [("x", (1, 3, 7, 8))], {"w": _w(2, 3, 3, 3)}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    (
+        "conv_same_upper",
+        "Conv",
+        [("x", (1, 3, 7, 8))],
+        {"w": _w(2, 3, 3, 3)},
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    ),
     ("conv_same_lower", "Conv", [("x", (1, 3, 7, 8))], {"w": _w(2, 3, 4, 4)}, {"auto_pad": "SAME_LOWER"}),
     ("conv1d", "Conv", [("x", (1, 3, 10))], {"w": _w(2, 3, 3)}, {"pads": [1, 1]}),
     ("gemm", "Gemm", [("a", (3, 5))], {"b": _w(4, 5), "c": _w(4)}, {"transB": 1, "alpha": 0.5, "beta": 2.0}),
@@ -61,17 +86,40 @@ CASES = [
     ("matmul", "MatMul", [("a", (2, 3, 5))], {"b": _w(5, 4)}, {}),
     ("matmul_batched", "MatMul", [("a", (2, 3, 5)), ("b", (2, 5, 4))], {}, {}),
     ("matmul_bcast", "MatMul", [("a", (3, 5)), ("b", (2, 5, 4))], {}, {}),
-    ("maxpool", "MaxPool", [("x", (1, 2, 7, 7))], {}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    (
+        "maxpool",
+        "MaxPool",
+        [("x", (1, 2, 7, 7))],
+        {},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},
+    ),
     ("maxpool_ceil", "MaxPool", [("x", (1, 2, 8, 8))], {}, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ("maxpool_dil", "MaxPool", [("x", (1, 2, 9, 9))], {}, {"kernel_shape": [2, 2], "dilations": [2, 2]}),
     ("avgpool", "AveragePool", [("x", (1, 2, 7, 7))], {}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
-    ("avgpool_incl", "AveragePool", [("x", (1, 2, 7, 7))], {}, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
-    ("avgpool_ceil", "AveragePool", [("x", (1, 2, 8, 8))], {}, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    (
+        "avgpool_incl",
+        "AveragePool",
+        [("x", (1, 2, 7, 7))],
+        {},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
+    (
+        "avgpool_ceil",
+        "AveragePool",
+        [("x", (1, 2, 8, 8))],
+        {},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    ),
     ("gap", "GlobalAveragePool", [("x", (2, 3, 4, 5))], {}, {}),
     ("gmp", "GlobalMaxPool", [("x", (2, 3, 4, 5))], {}, {}),
     ("lrn", "LRN", [("x", (1, 7, 3, 3))], {}, {"size": 3, "alpha": 0.01, "beta": 0.6, "bias": 1.5}),
-    ("bn", "BatchNormalization", [("x", (2, 3, 4, 4))],
-     {"s": _w(3) + 1, "bb": _w(3), "m": _w(3), "v": np.abs(_w(3)) + 0.5}, {"epsilon": 1e-3}),
+    (
+        "bn",
+        "BatchNormalization",
+        [("x", (2, 3, 4, 4))],
+        {"s": _w(3) + 1, "bb": _w(3), "m": _w(3), "v": np.abs(_w(3)) + 0.5},
+        {"epsilon": 1e-3},
+    ),
     ("concat1", "Concat", [("a", (1, 2, 3)), ("b", (1, 4, 3))], {}, {"axis": 1}),
     ("concat_inner", "Concat", [("a", (2, 2, 3)), ("b", (2, 2, 1))], {}, {"axis": -1}),
     ("reshape", "Reshape", [("x", (2, 3, 4))], {"s": np.array([4, -1], np.int64)}, {}),
@@ -84,8 +132,18 @@ CASES = [
     ("reduce_mean", "ReduceMean", [("x", (2, 3, 4))], {}, {"axes": [1, 2], "keepdims": 0}),
     ("reduce_max", "ReduceMax", [("x", (2, 3, 4))], {}, {"axes": [0]}),
     ("reduce_min", "ReduceMin", [("x", (2, 3, 4))], {}, {"axes": [2]}),
-    ("slice", "Slice", [("x", (5, 6))], {"st": np.array([1, 0], np.int64), "en": np.array([4, 6], np.int64),
-                                         "ax": np.array([0, 1], np.int64), "sp": np.array([2, 2], np.int64)}, {}),
+    (
+        "slice",
+        "Slice",
+        [("x", (5, 6))],
+        {
+            "st": np.array([1, 0], np.int64),
+            "en": np.array([4, 6], np.int64),
+            "ax": np.array([0, 1], np.int64),
+            "sp": np.array([2, 2], np.int64),
+        },
+        {},
+    ),
     ("expand", "Expand", [("x", (3, 1))], {"s": np.array([2, 3, 4], np.int64)}, {}),
     ("pad", "Pad", [("x", (2, 3))], {"p": np.array([1, 0, 0, 2], np.int64), "v": np.array(0.5, np.float32)}, {}),
     ("layernorm", "LayerNormalization", [("x", (3, 8))], {"g": _w(8) + 1, "bb": _w(8)}, {"epsilon": 1e-5}),
@@ -109,15 +167,24 @@ def test_op_matches_onnxruntime(case, tmp_path):
 def test_fused_conv_bn_relu_chain_matches(tmp_path):
     """Conv -> BatchNormalization -> Mul -> Add -> Relu folds into one conv with bias and activation."""
     from onnx import helper
-
     from support.onnx_models import graph_model
 
-    consts = {"w": _w(4, 3, 3, 3), "s": _w(4) + 1, "bb": _w(4), "m": _w(4), "v": np.abs(_w(4)) + 0.5,
-              "k": (_w(4, 1, 1) + 1), "t": _w(4, 1, 1)}  # fmt: skip
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
-             helper.make_node("Mul", ["n", "k"], ["p"]), helper.make_node("Add", ["p", "t"], ["q"]),
-             helper.make_node("Relu", ["q"], ["y"])]  # fmt: skip
+    consts = {
+        "w": _w(4, 3, 3, 3),
+        "s": _w(4) + 1,
+        "bb": _w(4),
+        "m": _w(4),
+        "v": np.abs(_w(4)) + 0.5,
+        "k": (_w(4, 1, 1) + 1),
+        "t": _w(4, 1, 1),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+        helper.make_node("Mul", ["n", "k"], ["p"]),
+        helper.make_node("Add", ["p", "t"], ["q"]),
+        helper.make_node("Relu", ["q"], ["y"]),
+    ]
     model = graph_model(nodes, [("x", (1, 3, 8, 8))], ["y"], 13, consts)
     feeds = random_inputs(model)
     want = run_ort(model, feeds)[0]

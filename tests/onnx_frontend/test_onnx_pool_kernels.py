@@ -35,26 +35,52 @@ CASES: Dict[str, Sequence[Case]] = {
     "plane": [
         ("AveragePool", (1, 2, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 2, 0, 1], "count_include_pad": 1}),
         ("MaxPool", (1, 2, 13, 13), {"kernel_shape": [3, 3]}),  # stride 1, no padding: the plane shrinks
-        ("MaxPool", (1, 3, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),  # odd padded width
+        (
+            "MaxPool",
+            (1, 3, 14, 14),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},
+        ),  # odd padded width
         ("MaxPool", (2, 2, 16, 16), {"kernel_shape": [2, 2], "strides": [2, 2]}),  # the column pass writes the output
         ("MaxPool", (1, 2, 17, 19), {"kernel_shape": [3, 3], "strides": [2, 3], "ceil_mode": 1}),
-        ("AveragePool", (1, 2, 17, 19), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1]}),
-        ("AveragePool", (1, 2, 15, 15), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1],
-                                         "count_include_pad": 1}),
+        (
+            "AveragePool",
+            (1, 2, 17, 19),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1]},
+        ),
+        (
+            "AveragePool",
+            (1, 2, 15, 15),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        ),
         ("MaxPool", (1, 2, 12, 12), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
         # row stride 3, dilation 2: the taps' rows in blocks 0, 2, 1 of the row-stride blocks
-        ("MaxPool", (1, 2, 16, 16), {"kernel_shape": [3, 3], "strides": [3, 2], "dilations": [2, 1], "pads": [1, 1, 1, 1]}),
-        ("AveragePool", (1, 2, 20, 16), {"kernel_shape": [4, 3], "strides": [3, 3], "pads": [1, 0, 1, 1], "ceil_mode": 1}),
+        (
+            "MaxPool",
+            (1, 2, 16, 16),
+            {"kernel_shape": [3, 3], "strides": [3, 2], "dilations": [2, 1], "pads": [1, 1, 1, 1]},
+        ),
+        (
+            "AveragePool",
+            (1, 2, 20, 16),
+            {"kernel_shape": [4, 3], "strides": [3, 3], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+        ),
         ("MaxPool", (1, 3, 40), {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),  # 1-D
     ],
     "rows": [
         ("MaxPool", (1, 2, 45, 45), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
         ("MaxPool", (1, 2, 40, 47), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
         ("AveragePool", (1, 2, 40, 40), {"kernel_shape": [3, 3], "pads": [1, 1, 0, 0]}),
-        ("AveragePool", (1, 2, 37, 41), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1],
-                                         "count_include_pad": 1}),
+        (
+            "AveragePool",
+            (1, 2, 37, 41),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        ),
         ("MaxPool", (1, 2, 36, 36), {"kernel_shape": [3, 2], "dilations": [2, 3], "pads": [2, 0, 1, 1]}),
-        ("MaxPool", (1, 4, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),  # rows too narrow for the plane kernel
+        (
+            "MaxPool",
+            (1, 4, 7, 7),
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        ),  # rows too narrow for the plane kernel
         ("AveragePool", (1, 4, 6, 6), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
         ("MaxPool", (1, 2, 3000), {"kernel_shape": [4], "strides": [3], "pads": [2, 1]}),  # 1-D, longer than a plane
     ],
@@ -81,8 +107,25 @@ def geometry(shape: Sequence[int], attrs: Dict[str, Any]) -> ConvGeom:
     if rank == 1:
         spatial, outs, kernel, strides, dil = [1] + spatial, [1] + outs, [1] + kernel, [1] + strides, [1] + dil
         pads = [0, pads[0], 0, pads[1]]
-    return ConvGeom(shape[0], shape[1], spatial[0], spatial[1], shape[1], outs[0], outs[1], kernel[0], kernel[1],
-                         strides[0], strides[1], pads[0], pads[1], pads[2], pads[3], dil[0], dil[1])  # fmt: skip
+    return ConvGeom(
+        shape[0],
+        shape[1],
+        spatial[0],
+        spatial[1],
+        shape[1],
+        outs[0],
+        outs[1],
+        kernel[0],
+        kernel[1],
+        strides[0],
+        strides[1],
+        pads[0],
+        pads[1],
+        pads[2],
+        pads[3],
+        dil[0],
+        dil[1],
+    )
 
 
 def kernel_of(op: str, shape: Sequence[int], attrs: Dict[str, Any]) -> str:
@@ -99,7 +142,12 @@ ALL = [(path, case) for path, cases in CASES.items() for case in cases]
 
 def _case_id(item: Tuple[str, Case]) -> str:
     path, (op, shape, attrs) = item
-    return "%s-%s-%s-%s" % (path, op, "x".join(map(str, shape)), "-".join("%s%s" % (k[:2], v) for k, v in sorted(attrs.items())))
+    return "%s-%s-%s-%s" % (
+        path,
+        op,
+        "x".join(map(str, shape)),
+        "-".join("%s%s" % (k[:2], v) for k, v in sorted(attrs.items())),
+    )
 
 
 @pytest.mark.parametrize("item", ALL, ids=_case_id)
@@ -132,7 +180,12 @@ NAN_CASES = [
     ("same", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(6, 6), (12, 0)]),
     ("plane", (1, 3, 13, 13), {"kernel_shape": [3, 3], "pads": [1, 1, 0, 0]}, [(6, 6), (12, 0)]),
     ("plane", (1, 3, 14, 14), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}, [(3, 5)]),
-    ("rows", (1, 3, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, [(3, 3)]),  # one scan, whole
+    (
+        "rows",
+        (1, 3, 7, 7),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        [(3, 3)],
+    ),  # one scan, whole
     ("rows", (1, 3, 70, 70), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, [(2, 2), (51, 40)]),
     ("rows", (1, 3, 66, 66), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, [(65, 31)]),  # the last row, scanned last
     ("same", (1, 3, 9, 12), {"kernel_shape": [5, 3], "pads": [0, 2, 4, 0]}, [(8, 11), (0, 5)]),
@@ -140,7 +193,9 @@ NAN_CASES = [
 
 
 @pytest.mark.parametrize("case", NAN_CASES, ids=lambda c: "%s-%s-%s" % (c[0], "x".join(map(str, c[1])), c[3]))
-def test_maxpool_propagates_nan_in_each_kernel(case: Tuple[str, Tuple[int, ...], Dict[str, Any], Any], tmp_path: Any) -> None:
+def test_maxpool_propagates_nan_in_each_kernel(
+    case: Tuple[str, Tuple[int, ...], Dict[str, Any], Any], tmp_path: Any
+) -> None:
     path, shape, attrs, spots = case
     assert kernel_of("MaxPool", shape, attrs) == path
     model = single_node("MaxPool", [("x", shape)], **attrs)

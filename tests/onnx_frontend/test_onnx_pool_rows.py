@@ -27,14 +27,20 @@ CASES = [
     ("AveragePool", (2, 3, 9, 11), {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
     ("AveragePool", (1, 2, 9, 11), {"kernel_shape": [3, 3], "pads": [2, 1, 0, 2], "count_include_pad": 1}),
     ("AveragePool", (1, 2, 8, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1]}),
-    ("AveragePool", (1, 2, 8, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1],
-                                   "count_include_pad": 1}),
+    (
+        "AveragePool",
+        (1, 2, 8, 8),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
     ("AveragePool", (1, 2, 10, 10), {"kernel_shape": [2, 2], "strides": [4, 3]}),
     ("AveragePool", (1, 1, 1, 1), {"kernel_shape": [2, 2], "pads": [1, 1, 0, 0]}),
     # rows stride 2 with ceil_mode's extra window
     ("MaxPool", (1, 2, 8, 9), {"kernel_shape": [3, 3], "strides": [2, 1], "ceil_mode": 1, "pads": [0, 1, 0, 1]}),
-    ("AveragePool", (1, 2, 8, 9), {"kernel_shape": [3, 2], "strides": [2, 1], "ceil_mode": 1, "pads": [1, 1, 1, 1],
-                                   "count_include_pad": 1}),
+    (
+        "AveragePool",
+        (1, 2, 8, 9),
+        {"kernel_shape": [3, 2], "strides": [2, 1], "ceil_mode": 1, "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
     ("AveragePool", (1, 4, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception-v2's 7x7 stage
     # wider output rows
     ("MaxPool", (2, 3, 9, 41), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),

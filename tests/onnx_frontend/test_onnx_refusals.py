@@ -1,4 +1,5 @@
-"""What the ONNX front end refuses, and how: UnsupportedModelError/ModelFileError naming the node, exit 2, nothing at -o."""
+"""What the ONNX front end refuses, and how: UnsupportedModelError/ModelFileError naming the node, exit 2, nothing at
+-o."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ np = pytest.importorskip("numpy")
 onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper  # noqa: E402
-
 from support.onnx_models import host_target, single_node  # noqa: E402
+
 from svod_min.__main__ import main  # noqa: E402
 from svod_min.error import ModelFileError, UnsupportedModelError  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
@@ -56,8 +57,12 @@ def test_unknown_attribute_is_a_model_error(tmp_path):
 
 def test_unsupported_dtype(tmp_path):
     node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
-                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])],
+    )
     _refused(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path, "is float64")
 
 
@@ -68,7 +73,7 @@ def test_3d_conv_refused(tmp_path):
 
 def test_not_onnx_and_truncated_files(tmp_path):
     junk = tmp_path / "junk.onnx"
-    junk.write_bytes(b"{\"svod_plan\": 1}")
+    junk.write_bytes(b'{"svod_plan": 1}')
     with pytest.raises(ModelFileError):
         lower_model(str(junk))
     good = single_node("Relu", [("x", (4, 4))], consts={})
@@ -93,8 +98,12 @@ def test_missing_external_data(tmp_path):
 
 def _dynamic_model():
     node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

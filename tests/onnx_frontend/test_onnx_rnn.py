@@ -10,21 +10,33 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
-
 from support.onnx_models import build_and_load, max_rel_error, run_ort, typed_model  # noqa: E402
+
 from svod_min.error import UnsupportedModelError  # noqa: E402
 from svod_min.onnx.build import lower_model  # noqa: E402
 
 T, B, I, H = 5, 3, 4, 6
 
 
-def _model(op, direction="forward", bias=True, lens=None, initial=False, peephole=False, outputs=("y", "yh", "yc"),
-           layout=0, runtime_lens=False, **attrs):  # fmt: skip
+def _model(
+    op,
+    direction="forward",
+    bias=True,
+    lens=None,
+    initial=False,
+    peephole=False,
+    outputs=("y", "yh", "yc"),
+    layout=0,
+    runtime_lens=False,
+    **attrs,
+):
     rng = np.random.default_rng(5)
     d = 2 if direction == "bidirectional" else 1
     g = 4 if op == "LSTM" else 3
-    consts = {"w": rng.uniform(-0.6, 0.6, (d, g * H, I)).astype(np.float32),
-              "r": rng.uniform(-0.6, 0.6, (d, g * H, H)).astype(np.float32)}  # fmt: skip
+    consts = {
+        "w": rng.uniform(-0.6, 0.6, (d, g * H, I)).astype(np.float32),
+        "r": rng.uniform(-0.6, 0.6, (d, g * H, H)).astype(np.float32),
+    }
     names = ["x", "w", "r", "", "", "", "", ""]
     inputs = [("x", (T, B, I) if layout == 0 else (B, T, I), TensorProto.FLOAT)]
     if bias:
@@ -85,8 +97,14 @@ def test_runtime_sequence_lens_no_bias_no_initial(op, tmp_path):
     _compare(model, tmp_path, {"lens": np.array([1, 5, 4], np.int32)})
 
 
-SUBSETS = [("LSTM", ("y", "", "")), ("LSTM", ("", "yh", "")), ("LSTM", ("", "", "yc")), ("LSTM", ("y", "yh", "")),
-           ("GRU", ("y", "", "")), ("GRU", ("", "yh", ""))]  # fmt: skip
+SUBSETS = [
+    ("LSTM", ("y", "", "")),
+    ("LSTM", ("", "yh", "")),
+    ("LSTM", ("", "", "yc")),
+    ("LSTM", ("y", "yh", "")),
+    ("GRU", ("y", "", "")),
+    ("GRU", ("", "yh", "")),
+]
 
 
 @pytest.mark.parametrize("op,outputs", SUBSETS)
@@ -104,7 +122,11 @@ def _as_layout_1(model):
             a.i = 1
     for t in m.graph.initializer:
         if t.name in ("h0", "c0"):
-            t.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(onnx.numpy_helper.to_array(t).transpose(1, 0, 2)), t.name))
+            t.CopyFrom(
+                onnx.numpy_helper.from_array(
+                    np.ascontiguousarray(onnx.numpy_helper.to_array(t).transpose(1, 0, 2)), t.name
+                )
+            )
     dims = m.graph.input[0].type.tensor_type.shape.dim
     dims[0].dim_value, dims[1].dim_value = dims[1].dim_value, dims[0].dim_value
     del m.graph.output[:]
@@ -152,5 +174,13 @@ def _refused(model, tmp_path, match):
 
 
 def test_refusals(tmp_path):
-    _refused(_model("LSTM", activations=["Sigmoid", "Relu", "Tanh"]), tmp_path, r"attribute activations=.*only the defaults Sigmoid/Tanh/Tanh")
-    _refused(_model("GRU", activations=["HardSigmoid", "Tanh"]), tmp_path, r"attribute activations=.*only the defaults Sigmoid/Tanh")
+    _refused(
+        _model("LSTM", activations=["Sigmoid", "Relu", "Tanh"]),
+        tmp_path,
+        r"attribute activations=.*only the defaults Sigmoid/Tanh/Tanh",
+    )
+    _refused(
+        _model("GRU", activations=["HardSigmoid", "Tanh"]),
+        tmp_path,
+        r"attribute activations=.*only the defaults Sigmoid/Tanh",
+    )

@@ -13,8 +13,8 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import helper  # noqa: E402
-
 from support.onnx_models import graph_model, host_target, single_node  # noqa: E402
+
 from svod_min.__main__ import main  # noqa: E402
 from svod_min.planfile.data import Expectation  # noqa: E402
 from svod_min.planfile.load import load_plan  # noqa: E402
@@ -61,8 +61,12 @@ def test_run_json_reports_weights_and_arena_peak(tmp_path, capsys):
     rng = np.random.default_rng(0)
     w1 = rng.standard_normal((16, 32)).astype(np.float32)
     w2 = rng.standard_normal((32, 8)).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Exp", ["h"], ["e"]),
-             helper.make_node("Add", ["h", "e"], ["s"]), helper.make_node("MatMul", ["s", "w2"], ["y"])]  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Exp", ["h"], ["e"]),
+        helper.make_node("Add", ["h", "e"], ["s"]),
+        helper.make_node("MatMul", ["s", "w2"], ["y"]),
+    ]
     out = _bundle(graph_model(nodes, [("x", (4, 16))], ["y"], 13, {"w1": w1, "w2": w2}), tmp_path)
     capsys.readouterr()
     assert main(["run", out, "--json"]) == 0
@@ -71,7 +75,9 @@ def test_run_json_reports_weights_and_arena_peak(tmp_path, capsys):
     # h, e and s (4x32 float32 each) are all live while Add runs; y is an output, not in the arena
     assert memory["arena_peak_live_bytes"] == 3 * 4 * 32 * 4
     assert main(["run", out]) == 0
-    assert "memory: weights %d bytes, arena peak live %d bytes" % (w1.nbytes + w2.nbytes, 1536) in capsys.readouterr().out
+    assert (
+        "memory: weights %d bytes, arena peak live %d bytes" % (w1.nbytes + w2.nbytes, 1536) in capsys.readouterr().out
+    )
 
 
 def test_memory_figures_count_aliased_views_once():
@@ -81,12 +87,32 @@ def test_memory_figures_count_aliased_views_once():
         def __init__(self, nbytes):
             self.nbytes = nbytes
 
-    specs = {"w": {"dtype": "float32", "shape": [10], "init": {"npy": "w.npy"}}, "x": {"dtype": "float32", "shape": [4], "input": True},
-             "y": {"dtype": "float32", "shape": [4], "output": True}, "arena": {"dtype": "int8", "shape": [256]},
-             "a": {"view_of": "arena", "offset": 0}, "a2": {"view_of": "a", "offset": 16}, "b": {"view_of": "arena", "offset": 64},
-             "c": {"view_of": "arena", "offset": 0}}  # fmt: skip
-    buffers = {"w": Buf(40), "x": Buf(16), "y": Buf(16), "arena": Buf(256), "a": Buf(64), "a2": Buf(16), "b": Buf(32), "c": Buf(64)}
-    ops = [{"kernel": "k", "buffers": ["a", "x"]}, {"kernel": "k", "buffers": ["a2", "w"]}, {"copy": {"dst": "b", "src": "a"}},
-           {"kernel": "k", "buffers": ["c", "b"]}, {"kernel": "k", "buffers": ["y", "c"]}]  # fmt: skip
+    specs = {
+        "w": {"dtype": "float32", "shape": [10], "init": {"npy": "w.npy"}},
+        "x": {"dtype": "float32", "shape": [4], "input": True},
+        "y": {"dtype": "float32", "shape": [4], "output": True},
+        "arena": {"dtype": "int8", "shape": [256]},
+        "a": {"view_of": "arena", "offset": 0},
+        "a2": {"view_of": "a", "offset": 16},
+        "b": {"view_of": "arena", "offset": 64},
+        "c": {"view_of": "arena", "offset": 0},
+    }
+    buffers = {
+        "w": Buf(40),
+        "x": Buf(16),
+        "y": Buf(16),
+        "arena": Buf(256),
+        "a": Buf(64),
+        "a2": Buf(16),
+        "b": Buf(32),
+        "c": Buf(64),
+    }
+    ops = [
+        {"kernel": "k", "buffers": ["a", "x"]},
+        {"kernel": "k", "buffers": ["a2", "w"]},
+        {"copy": {"dst": "b", "src": "a"}},
+        {"kernel": "k", "buffers": ["c", "b"]},
+        {"kernel": "k", "buffers": ["y", "c"]},
+    ]
     # a2 lies inside a: a + b = 96 bytes at op 2; c reuses a's bytes once a is dead: c + b = 96 as well
     assert memory_figures(specs, ops, buffers) == {"weights_bytes": 40, "arena_peak_live_bytes": 96}

@@ -28,8 +28,18 @@ def _softmax64(x: Any, axis: int, log: bool) -> Any:
 
 #: (shape, axis): last-axis rows (1 element, fewer than 16, not a multiple of 16, ImageNet's 1000) and middle axes
 #: whose inner size is below, past and a multiple of norm.SOFTMAX_BLOCK, and a one-element reduced axis.
-SOFTMAX_CASES = [((1, 1), -1), ((3, 7), -1), ((2, 33), -1), ((2, 1000), -1), ((2, 5, 3), 1), ((1, 21, 5, 7), 1),
-                 ((2, 3, 70), 1), ((1, 4, 128), 1), ((1, 130), 0), ((3, 4, 5), 0)]  # fmt: skip
+SOFTMAX_CASES = [
+    ((1, 1), -1),
+    ((3, 7), -1),
+    ((2, 33), -1),
+    ((2, 1000), -1),
+    ((2, 5, 3), 1),
+    ((1, 21, 5, 7), 1),
+    ((2, 3, 70), 1),
+    ((1, 4, 128), 1),
+    ((1, 130), 0),
+    ((3, 4, 5), 0),
+]
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
@@ -67,15 +77,19 @@ def test_softmax_of_far_apart_and_infinite_inputs(axis: int, tmp_path: Any) -> N
 def test_softmax_kernels_have_no_libm_exp() -> None:
     """The exp is the inline polynomial (a libm call would keep the loops scalar)."""
     for kernel in (norm.softmax_axis(4, 1000, 1, False), norm.softmax_axis(1, 21, 4096, True)):
-        body = kernel.source[kernel.source.index("softmax_exp"):]
+        body = kernel.source[kernel.source.index("softmax_exp") :]
         assert "expf(" not in body.replace("softmax_exp(", "")
 
 
 def _resize_model(shape: Sequence[int], scales: Sequence[float], axes: Sequence[int], **attrs: Any) -> Any:
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], axes=list(axes), **attrs)
-    graph = helper.make_graph([node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
-                              [numpy_helper.from_array(np.array(scales, np.float32), "scales")])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [numpy_helper.from_array(np.array(scales, np.float32), "scales")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     model.ir_version = 8
     return onnx.shape_inference.infer_shapes(model)
@@ -87,8 +101,16 @@ def _resize_model(shape: Sequence[int], scales: Sequence[float], axes: Sequence[
 RESIZE_CASES = [
     ((1, 3, 5, 7), (2.0, 2.0), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
     ((2, 3, 7, 5), (1.6, 2.4), dict(mode="nearest", coordinate_transformation_mode="half_pixel")),
-    ((1, 2, 9, 11), (0.5, 0.7), dict(mode="nearest", coordinate_transformation_mode="align_corners", nearest_mode="ceil")),
-    ((1, 8, 64, 64), (2.0, 2.0), dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
+    (
+        (1, 2, 9, 11),
+        (0.5, 0.7),
+        dict(mode="nearest", coordinate_transformation_mode="align_corners", nearest_mode="ceil"),
+    ),
+    (
+        (1, 8, 64, 64),
+        (2.0, 2.0),
+        dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+    ),
     ((1, 2, 5, 17), (2.0, 2.0), dict(mode="linear", coordinate_transformation_mode="half_pixel")),
     ((1, 3, 8, 13), (0.5, 0.5), dict(mode="linear", coordinate_transformation_mode="align_corners")),
     ((1, 2, 6, 9), (2.0, 1.5), dict(mode="cubic", coordinate_transformation_mode="half_pixel")),
@@ -122,8 +144,12 @@ def test_resize_of_the_last_axis_alone(tmp_path: Any) -> None:
 def test_two_softmax_kernels_in_one_model(tmp_path: Any) -> None:
     """Both kernels define softmax_exp: compiled in one batch, each keeps its own."""
     nodes = [helper.make_node("Softmax", ["x"], ["a"], axis=1), helper.make_node("LogSoftmax", ["a"], ["y"], axis=-1)]
-    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 20])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 20])])  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 20])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     x = np.random.default_rng(5).standard_normal((2, 3, 20)).astype(np.float32)

@@ -62,4 +62,3 @@ def test_light_model_runs_from_the_zipapp_on_bare_python38(name: str, fast_cases
 def test_big_light_model_runs_from_the_zipapp_on_bare_python38(name: str, pyz: str, tmp_path) -> None:
     case = build_pyz_case(name, str(tmp_path))
     _check(pyz, case, str(tmp_path))
-

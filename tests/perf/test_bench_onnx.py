@@ -15,9 +15,10 @@ from typing import Any, Dict, List
 
 import pytest
 
+from svod_min.perf import agreement
 from svod_min.perf.bench_suite import KEYS
-from svod_min.planfile.data import Expectation
 from svod_min.perf.benchmarks import bench_onnx
+from svod_min.planfile.data import Expectation
 
 
 def _tiny_model() -> Any:
@@ -29,12 +30,21 @@ def _tiny_model() -> Any:
     rng = np.random.default_rng(1)
     w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
     b = rng.uniform(-0.1, 0.1, 8).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["y"])]  # fmt: skip
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16]),
-                                              helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 3, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
-                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])  # fmt: skip
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 3, 3, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
@@ -42,8 +52,14 @@ def _tiny_model() -> Any:
 
 def _by_kind(table: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
     """Rows by kind; speed rows and geometric means by their setting ("speed 2 threads, spinning")."""
-    kinds = {"load average": "load", "geometric mean": "mean", "median run": "speed", "peak RSS": "rss", "cold start": "cold",
-             "profile": "profile"}  # fmt: skip
+    kinds = {
+        "load average": "load",
+        "geometric mean": "mean",
+        "median run": "speed",
+        "peak RSS": "rss",
+        "cold start": "cold",
+        "profile": "profile",
+    }
     found = {}
     for row in table:
         kind = [k for text, k in kinds.items() if text in row["measure"]]
@@ -70,7 +86,9 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert all(set(row) == set(KEYS) for row in table)
     assert not [row for row in table if "failed" in row["measure"]], table
     rows = _by_kind(table)
-    assert set(rows) == {"load", "rss", "cold", "profile"} | {"speed " + s for s in SETTINGS} | {"mean " + s for s in SETTINGS}
+    assert set(rows) == {"load", "rss", "cold", "profile"} | {"speed " + s for s in SETTINGS} | {
+        "mean " + s for s in SETTINGS
+    }
     assert rows["load"]["goal"] == "info" and "at the start" in rows["load"]["measure"]
     for label, peer in zip(SETTINGS, ("1 thread", "2 threads, allow_spinning=0", "2 threads, allow_spinning=1")):
         speed = rows["speed " + label]
@@ -90,13 +108,17 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert rows["cold"]["met"] == (rows["cold"]["svod_min"] <= rows["cold"]["peer_value"])
     text = bench_onnx.markdown(table)
     assert "\n| tiny | " in text and text.count("\n| tiny | ") == 1 and "geometric mean of 1 models" in text
-    assert text.splitlines()[0] == ("| model | 1 thread ms: svod_min / ort (ratio) | 2 threads, no spinning ms: svod_min / "
-                                    "ort (ratio) | 2 threads, spinning ms: svod_min / ort (ratio) | peak RSS MiB: svod_min / "
-                                    "ort (ratio) | cold start ms: svod_min / ort (ratio) |")  # fmt: skip
+    assert text.splitlines()[0] == (
+        "| model | 1 thread ms: svod_min / ort (ratio) | 2 threads, no spinning ms: svod_min / "
+        "ort (ratio) | 2 threads, spinning ms: svod_min / ort (ratio) | peak RSS MiB: svod_min / "
+        "ort (ratio) | cold start ms: svod_min / ort (ratio) |"
+    )
     profile = rows["profile"]
     assert "conv" in profile["measure"] and "C=3 H=16 W=16 OC=8 KH=3 KW=3" in profile["measure"]
     assert "(svod_min vs onnxruntime): Conv " in profile["measure"]  # both engines' time per kind of op
-    assert profile["peer"] == "onnxruntime, a Conv of the same shape" and profile["peer_value"] > 0  # its 8 channels padded to 16
+    assert (
+        profile["peer"] == "onnxruntime, a Conv of the same shape" and profile["peer_value"] > 0
+    )  # its 8 channels padded to 16
 
 
 def test_the_cold_start_is_the_one_file_runtime_s_own_command() -> None:
@@ -115,15 +137,32 @@ def test_both_engines_spin_or_neither(tmp_path, monkeypatch: pytest.MonkeyPatch)
 
     seen: List[Any] = []
     real_load, real_session = svod_min.load_model, bench_onnx.ort_session
-    monkeypatch.setattr(svod_min, "load_model", lambda *a, **k: seen.append(("svod", os.environ.get("SVOD_NATIVE_SPIN"),
-                                                                                k["device"].threads)) or real_load(*a, **k))
-    monkeypatch.setattr(bench_onnx, "ort_session", lambda path, threads, spinning: seen.append(("ort", spinning, threads))
-                        or real_session(path, threads, spinning))  # fmt: skip
+    monkeypatch.setattr(
+        svod_min,
+        "load_model",
+        lambda *a, **k: (
+            seen.append(("svod", os.environ.get("SVOD_NATIVE_SPIN"), k["device"].threads)) or real_load(*a, **k)
+        ),
+    )
+    monkeypatch.setattr(
+        bench_onnx,
+        "ort_session",
+        lambda path, threads, spinning: (
+            seen.append(("ort", spinning, threads)) or real_session(path, threads, spinning)
+        ),
+    )
     monkeypatch.setenv("SVOD_NATIVE_SPIN", "on")
     prepared = bench_onnx.prepare("tiny", _tiny_model, str(tmp_path))
     for setting in bench_onnx.timing_settings((1, 2), "both"):
         bench_onnx.speed(prepared, setting, reps=2, pair_seconds=0.0)
-    assert seen == [("svod", "on", 1), ("ort", False, 1), ("svod", "0", 2), ("ort", False, 2), ("svod", "1", 2), ("ort", True, 2)]
+    assert seen == [
+        ("svod", "on", 1),
+        ("ort", False, 1),
+        ("svod", "0", 2),
+        ("ort", False, 2),
+        ("svod", "1", 2),
+        ("ort", True, 2),
+    ]
     assert os.environ["SVOD_NATIVE_SPIN"] == "on"
 
 
@@ -133,7 +172,10 @@ def test_both_engines_spin_or_neither(tmp_path, monkeypatch: pytest.MonkeyPatch)
 def _gate_case(np: Any, change: str) -> Any:
     """svod_min's outputs of a two-output model, changed as ``change`` says, and onnxruntime's."""
     rng = np.random.default_rng(0)
-    want = [("y", rng.uniform(-50, 50, (1, 10)).astype(np.float32)), ("z", rng.uniform(0.5, 1, (1, 4, 1, 1)).astype(np.float32))]
+    want = [
+        ("y", rng.uniform(-50, 50, (1, 10)).astype(np.float32)),
+        ("z", rng.uniform(0.5, 1, (1, 4, 1, 1)).astype(np.float32)),
+    ]
     want[0][1][0, :2] = 50.0, 1e-3  # y's largest |value|, and one near zero
     got = {name: value.copy() for name, value in want}
     if change == "beyond":
@@ -153,9 +195,15 @@ def _gate_case(np: Any, change: str) -> Any:
     return got, want
 
 
-GATE = [("same", None), ("within", None), ("beyond", "output z element 2 is "), ("missing", "output z is missing (svod_min gives y, w)"),
-        ("fewer", "svod_min gives 1 outputs (y), onnxruntime 2 (y, z)"), ("shape", "output z has shape (1, 4), onnxruntime's (1, 4, 1, 1)"),
-        ("nan", "output y element 0 is nan")]  # fmt: skip
+GATE = [
+    ("same", None),
+    ("within", None),
+    ("beyond", "output z element 2 is "),
+    ("missing", "output z is missing (svod_min gives y, w)"),
+    ("fewer", "svod_min gives 1 outputs (y), onnxruntime 2 (y, z)"),
+    ("shape", "output z has shape (1, 4), onnxruntime's (1, 4, 1, 1)"),
+    ("nan", "output y element 0 is nan"),
+]
 
 
 @pytest.mark.parametrize("change, why", GATE, ids=[c for c, _ in GATE])
@@ -167,7 +215,7 @@ def test_the_gate_names_what_differs(change: str, why: Any) -> None:
 
     tols = {name: (RTOL, output_atol(value)) for name, value in want}  # as the build records them
     assert tols["y"][1] == pytest.approx(5e-5) and tols["z"][1] == 1e-5
-    found = bench_onnx.disagreement(got, want, tols)
+    found = agreement.disagreement(got, want, tols)
     assert found is None if why is None else found is not None and found.startswith(why), found
     if change == "beyond":
         assert "times the bundle's tolerance (rtol 0.001, atol 1e-05)" in found
@@ -176,10 +224,12 @@ def test_the_gate_names_what_differs(change: str, why: Any) -> None:
 def test_the_gate_uses_the_tolerance_the_bundle_records() -> None:
     np = pytest.importorskip("numpy")
     got, want = _gate_case(np, "beyond")
-    assert bench_onnx.disagreement(got, want, {"y": (1e-3, 1e-5), "z": (1e-2, 1e-5)}) is None  # a looser record passes it
-    assert bench_onnx.disagreement(got, want, {"y": (1e-3, 1e-5)}) == "the bundle records no tolerance for output z"
+    assert (
+        agreement.disagreement(got, want, {"y": (1e-3, 1e-5), "z": (1e-2, 1e-5)}) is None
+    )  # a looser record passes it
+    assert agreement.disagreement(got, want, {"y": (1e-3, 1e-5)}) == "the bundle records no tolerance for output z"
     model = type("M", (), {"loaded": type("L", (), {"expectations": [Expectation("y", [0.0], 1e-3, 1e-5)]})()})()
-    assert bench_onnx.tolerances(model) == {"y": (1e-3, 1e-5)}
+    assert agreement.tolerances(model) == {"y": (1e-3, 1e-5)}
 
 
 class _Changed:
@@ -199,10 +249,17 @@ class _Changed:
         return out
 
 
-@pytest.mark.parametrize("change, why", [("beyond", "1 thread: output y element "), ("missing", "1 thread: output y is missing"),
-                                         ("shape", "1 thread: output y has shape (1, 8), onnxruntime's (1, 8, 1, 1)")])  # fmt: skip
-def test_a_model_that_disagrees_is_a_failed_row_not_a_timing(change: str, why: str, pyz: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ("beyond", "1 thread: output y element "),
+        ("missing", "1 thread: output y is missing"),
+        ("shape", "1 thread: output y has shape (1, 8), onnxruntime's (1, 8, 1, 1)"),
+    ],
+)
+def test_a_model_that_disagrees_is_a_failed_row_not_a_timing(
+    change: str, why: str, pyz: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     import svod_min
@@ -225,12 +282,21 @@ def test_a_model_svod_min_refuses_is_a_failed_row() -> None:
 
     def refused() -> Any:
         node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="svod.test")
-        graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])  # fmt: skip
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("svod.test", 1)])
+        graph = helper.make_graph(
+            [node],
+            "bad",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        )
+        return helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("svod.test", 1)]
+        )
 
-    table = [row for row in bench_onnx.rows(quick=True, threads=(1,), models=[("bad", refused)], profile="none")
-             if "load average" not in row["measure"]]  # fmt: skip
+    table = [
+        row
+        for row in bench_onnx.rows(quick=True, threads=(1,), models=[("bad", refused)], profile="none")
+        if "load average" not in row["measure"]
+    ]
     assert len(table) == 2 and table[1]["measure"].startswith("onnx bad: failed: svod_min build bad.onnx failed")
     assert table[1]["met"] is False and "NoSuchOp" in table[1]["measure"]
     assert "0 of 1 models'" in table[0]["measure"] and table[0]["met"] is False and table[0]["ratio"] is None
@@ -268,15 +334,22 @@ TWO = bench_onnx.Setting(2, False)
 def test_the_geometric_mean_row() -> None:
     row = bench_onnx.geomean_row(TWO, [[0.5, 2.0, 1.0]], [], "v")
     assert row["ratio"] == 1.0 and row["met"] is True and "3 models'" in row["measure"]
-    assert row["measure"].endswith("2 threads, no spinning") and row["peer"] == "onnxruntime v, 2 threads, allow_spinning=0"
+    assert (
+        row["measure"].endswith("2 threads, no spinning")
+        and row["peer"] == "onnxruntime v, 2 threads, allow_spinning=0"
+    )
     row = bench_onnx.geomean_row(TWO, [[0.5, 0.5]], [], "v")
     assert math.isclose(row["ratio"], 0.5) and row["met"] is False
 
 
 def test_a_geometric_mean_with_a_failed_model_is_not_met() -> None:
     row = bench_onnx.geomean_row(TWO, [[2.0, 4.0]], ["vgg19"], "v")
-    assert row["ratio"] == pytest.approx(2.83, abs=0.01) and row["met"] is False  # a mean that would be met, without vgg19
-    assert row["measure"] == "onnx: geometric mean of 2 of 3 models' speed ratios, 2 threads, no spinning (failed: vgg19)"
+    assert (
+        row["ratio"] == pytest.approx(2.83, abs=0.01) and row["met"] is False
+    )  # a mean that would be met, without vgg19
+    assert (
+        row["measure"] == "onnx: geometric mean of 2 of 3 models' speed ratios, 2 threads, no spinning (failed: vgg19)"
+    )
     nothing = bench_onnx.geomean_row(TWO, [], ["a", "b"], "v")
     assert nothing["ratio"] is None and nothing["met"] is False and "0 of 2 models'" in nothing["measure"]
 
@@ -291,16 +364,28 @@ def _settings(runs: int, directory: str = "") -> Any:
 
 
 def test_runs_give_each_ratio_its_median_and_spread() -> None:
-    samples = {"a": [_sample(10, 8), _sample(10, 12), _sample(8, 10, cold=(0.3, 0.3))],  # ratios 0.8, 1.2, 1.25
-               "b": [_sample(5, 10), _sample(5, 9), _sample(4, 10)]}  # 2.0, 1.8, 2.5  # fmt: skip
+    samples = {
+        "a": [_sample(10, 8), _sample(10, 12), _sample(8, 10, cold=(0.3, 0.3))],  # ratios 0.8, 1.2, 1.25
+        "b": [_sample(5, 10), _sample(5, 9), _sample(4, 10)],
+    }  # 2.0, 1.8, 2.5
     table = bench_onnx.table_rows(["a", "b"], bench_onnx.Measured(samples, {}, {}), _settings(3))
     rows = {row["measure"].split(":")[0]: row for row in table}
     a = rows["onnx a, 2 threads, no spinning"]
     assert a["measure"] == "onnx a, 2 threads, no spinning: median run [ms]; 3 runs, ratio 0.80-1.25"
-    assert (a["svod_min"], a["peer_value"], a["ratio"], a["met"]) == (10, 10, 1.2, True)  # medians of each; median ratio
+    assert (a["svod_min"], a["peer_value"], a["ratio"], a["met"]) == (
+        10,
+        10,
+        1.2,
+        True,
+    )  # medians of each; median ratio
     mean = table[0]
-    assert mean["measure"] == "onnx: geometric mean of 2 models' speed ratios, 2 threads, no spinning; 3 runs, ratio 1.26-1.77"
-    assert mean["ratio"] == pytest.approx(math.sqrt(1.2 * 1.8), abs=0.005) and mean["met"] is True  # the runs' means 1.26, 1.47, 1.77
+    assert (
+        mean["measure"]
+        == "onnx: geometric mean of 2 models' speed ratios, 2 threads, no spinning; 3 runs, ratio 1.26-1.77"
+    )
+    assert (
+        mean["ratio"] == pytest.approx(math.sqrt(1.2 * 1.8), abs=0.005) and mean["met"] is True
+    )  # the runs' means 1.26, 1.47, 1.77
     cold = next(r for r in table if r["measure"].startswith("onnx a: cold start"))
     assert cold["measure"].endswith("; 3 runs, ratio 1.00-2.00") and cold["ratio"] == 2.0 and cold["svod_min"] == 200
     assert "| a | 10 / 10 (1.20, runs 0.80-1.25) |" in bench_onnx.markdown(table)
@@ -308,8 +393,10 @@ def test_runs_give_each_ratio_its_median_and_spread() -> None:
 
 def test_one_run_has_no_spread() -> None:
     table = bench_onnx.table_rows(["a"], bench_onnx.Measured({"a": [_sample(10, 8)]}, {}, {}), _settings(1))
-    assert [row["measure"] for row in table][:2] == ["onnx: geometric mean of 1 models' speed ratios, 2 threads, no spinning",
-                                                     "onnx a, 2 threads, no spinning: median run [ms]"]  # fmt: skip
+    assert [row["measure"] for row in table][:2] == [
+        "onnx: geometric mean of 1 models' speed ratios, 2 threads, no spinning",
+        "onnx a, 2 threads, no spinning: median run [ms]",
+    ]
     assert table[1]["ratio"] == 0.8 and table[1]["met"] is True
 
 
@@ -344,7 +431,9 @@ def test_runs_measure_every_model_again_and_drop_a_failed_one(tmp_path, monkeypa
 
 def test_pairs_alternate_which_engine_runs_first() -> None:
     order: List[str] = []
-    medians = bench_onnx.alternating_medians({"svod": lambda: order.append("svod"), "ort": lambda: order.append("ort")}, 4)
+    medians = bench_onnx.alternating_medians(
+        {"svod": lambda: order.append("svod"), "ort": lambda: order.append("ort")}, 4
+    )
     assert order == ["svod", "ort", "ort", "svod", "svod", "ort", "ort", "svod"] and set(medians) == {"svod", "ort"}
 
 
@@ -366,22 +455,30 @@ def test_op_profile_matches_a_convolution_to_onnxruntime_s_padded_one() -> None:
     assert key == (1000, 512, 1, 1, 13, 13, 13, 13)
     strided = op_profile.conv_key(dict(fixed, H=224, W=224, KH=7, KW=7, sh=2, sw=2, pt=3, pl=3, pb=3, pr=3))
     assert strided is not None and strided[-2:] == (112, 112)
-    nodes = [op_profile.OrtNode("a", "Conv", 0.002, (1008, 512, 1, 1, 13, 13, 13, 13)),  # 1000 channels padded to 1008
-             op_profile.OrtNode("b", "FusedConv", 0.004, (1008, 512, 1, 1, 13, 13, 13, 13)),
-             op_profile.OrtNode("c", "Conv", 1.0, (1024, 512, 1, 1, 13, 13, 13, 13)),  # another layer: more channels
-             op_profile.OrtNode("d", "MaxPool", 1.0, None)]  # fmt: skip
+    nodes = [
+        op_profile.OrtNode("a", "Conv", 0.002, (1008, 512, 1, 1, 13, 13, 13, 13)),  # 1000 channels padded to 1008
+        op_profile.OrtNode("b", "FusedConv", 0.004, (1008, 512, 1, 1, 13, 13, 13, 13)),
+        op_profile.OrtNode("c", "Conv", 1.0, (1024, 512, 1, 1, 13, 13, 13, 13)),  # another layer: more channels
+        op_profile.OrtNode("d", "MaxPool", 1.0, None),
+    ]
     assert op_profile.ort_conv_seconds(nodes, key) == pytest.approx(0.003)
     assert op_profile.conv_key({"N": 1, "C": 4}) is None
-    assert [op_profile.kind_of(n) for n in ("svod_conv2d_gemm_f32", "svod_onnx_pool_1a", "FusedGemm", "svod_onnx_ew")] == \
-        ["Conv", "Pool", "Gemm", "other"]
+    assert [
+        op_profile.kind_of(n) for n in ("svod_conv2d_gemm_f32", "svod_onnx_pool_1a", "FusedGemm", "svod_onnx_ew")
+    ] == ["Conv", "Pool", "Gemm", "other"]
 
 
 def test_generated_kernels_count_by_family() -> None:
     from svod_min.perf import op_profile
 
-    times = [op_profile.OpTime(0, "svod_onnx_conv_dce6cae76ced", "", 0.002, None),
-             op_profile.OpTime(1, "svod_onnx_conv_57f7f6c78b0a", "", 0.002, None),
-             op_profile.OpTime(2, "svod_conv2d_gemm_f32_8x32_relu_bias", "C=3", 0.003, 10 ** 6),
-             op_profile.OpTime(3, "svod_permute_x4", "", 0.001, None)]  # fmt: skip
-    assert op_profile.kernel_families(times) == [("svod_onnx_conv", 0.004), ("svod_conv2d_gemm_f32_8x32_relu_bias", 0.003),
-                                                 ("svod_permute_x4", 0.001)]  # fmt: skip
+    times = [
+        op_profile.OpTime(0, "svod_onnx_conv_dce6cae76ced", "", 0.002, None),
+        op_profile.OpTime(1, "svod_onnx_conv_57f7f6c78b0a", "", 0.002, None),
+        op_profile.OpTime(2, "svod_conv2d_gemm_f32_8x32_relu_bias", "C=3", 0.003, 10**6),
+        op_profile.OpTime(3, "svod_permute_x4", "", 0.001, None),
+    ]
+    assert op_profile.kernel_families(times) == [
+        ("svod_onnx_conv", 0.004),
+        ("svod_conv2d_gemm_f32_8x32_relu_bias", 0.003),
+        ("svod_permute_x4", 0.001),
+    ]

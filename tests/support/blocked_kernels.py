@@ -28,7 +28,18 @@ def library(source: str, name: str, buffers: int, flags: tuple = ()) -> Any:
     """The kernel compiled as a shared object (once per source) and its entry point."""
     path = Path(_BUILD.name)
     (path / (name + ".c")).write_text(source)
-    cmd = [str(CC), "-O2", *flags, "-shared", "-fPIC", "-w", "-o", str(path / (name + ".so")), str(path / (name + ".c")), "-lm"]
+    cmd = [
+        str(CC),
+        "-O2",
+        *flags,
+        "-shared",
+        "-fPIC",
+        "-w",
+        "-o",
+        str(path / (name + ".so")),
+        str(path / (name + ".c")),
+        "-lm",
+    ]
     subprocess.run(cmd, check=True)
     entry = getattr(ctypes.CDLL(str(path / (name + ".so"))), name)
     entry.argtypes = [ctypes.c_void_p] * buffers + [ctypes.c_int]

@@ -81,8 +81,9 @@ def _input_layout(g: ConvGeom, plain_input: bool) -> Tuple[Dict[str, Any], int]:
     return {"plain_input": False, "x_image": size}, g.n * size
 
 
-def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], residual: bool,
-                 plain_input: bool = False) -> CKernel:
+def blocked_conv(
+    g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], residual: bool, plain_input: bool = False
+) -> CKernel:
     """``out = act(conv(x, w) + bias (+ residual))`` for a group-1 2-D convolution, every tensor blocked (the input
     plain [N, C, H, W] with ``plain_input``: a first layer with few channels writes blocked without a reorder).
 
@@ -97,11 +98,35 @@ def blocked_conv(g: ConvGeom, act: Optional[str], act_params: Dict[str, Any], re
     macs = g.n * g.oc * g.oh * g.ow * g.c * g.kh * g.kw
     chunks = chunks_for(items, macs // items, GRAIN_MACS)
     layout, x_size = _input_layout(g, plain_input)
-    values = dict(layout, icb=icb, ocb=ocb, ot=ot, groups=groups, last_ot=ocb - (groups - 1) * ot, h=g.h, w=g.w,
-                  kh=g.kh, kw=g.kw, sh=g.sh, sw=g.sw, pt=g.pt, pl=g.pl, dh=g.dh, dw=g.dw, oh=g.oh, ow=g.ow,
-                  ig=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)), edges=int(_has_edges(g)),
-                  last_n=g.c - LANES * (icb - 1), kw_span=(g.kw - 1) * g.dw, block_stride=_block_stride(g),
-                  items=items, per=-(-items // chunks), residual=residual, **_epilogue(act, act_params, ocb))
+    values = dict(
+        layout,
+        icb=icb,
+        ocb=ocb,
+        ot=ot,
+        groups=groups,
+        last_ot=ocb - (groups - 1) * ot,
+        h=g.h,
+        w=g.w,
+        kh=g.kh,
+        kw=g.kw,
+        sh=g.sh,
+        sw=g.sw,
+        pt=g.pt,
+        pl=g.pl,
+        dh=g.dh,
+        dw=g.dw,
+        oh=g.oh,
+        ow=g.ow,
+        ig=-(-PARTIAL_TERMS // (LANES * g.kh * g.kw)),
+        edges=int(_has_edges(g)),
+        last_n=g.c - LANES * (icb - 1),
+        kw_span=(g.kw - 1) * g.dw,
+        block_stride=_block_stride(g),
+        items=items,
+        per=-(-items // chunks),
+        residual=residual,
+        **_epilogue(act, act_params, ocb),
+    )
     out_size = g.n * ocb * g.oh * g.ow * LANES
     extents = [out_size, x_size, ocb * icb * g.kh * g.kw * LANES * LANES, ocb * LANES]
     if residual:

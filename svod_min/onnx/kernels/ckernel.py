@@ -26,8 +26,10 @@ from typing import Any, Sequence, Tuple
 from ..ctext import flt
 from .libmath import library_math
 
-PROTOTYPES = ("float expf(float); float logf(float); float tanhf(float); float erff(float); "
-              "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n")  # fmt: skip
+PROTOTYPES = (
+    "float expf(float); float logf(float); float tanhf(float); float erff(float); "
+    "float powf(float, float); float floorf(float); float ceilf(float); float nearbyintf(float);\n"
+)
 
 
 #: Elements one core_id call handles at least: smaller tensors run on one thread.
@@ -55,7 +57,9 @@ class CKernel:
         return len(self.extents)
 
 
-def make_kernel(tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0) -> CKernel:
+def make_kernel(
+    tag: str, body: str, extents: Sequence[int], chunks: int, flags: Sequence[str] = (), flops: int = 0
+) -> CKernel:
     """A CKernel named after the hash of its text and flags (equal ones share one compiled kernel); the library math
     functions the body calls (:mod:`.libmath`) come before it."""
     text = library_math(body) + body

@@ -15,8 +15,22 @@ from .ckernel import CKernel, chunks_for, make_kernel, render
 
 def _window(g: ConvGeom) -> Dict[str, int]:
     """The geometry's sizes as template constants."""
-    return {"c": g.c, "h": g.h, "w": g.w, "oc": g.oc, "oh": g.oh, "ow": g.ow, "kh": g.kh, "kw": g.kw, "sh": g.sh,
-            "sw": g.sw, "pt": g.pt, "pl": g.pl, "dh": g.dh, "dw": g.dw}
+    return {
+        "c": g.c,
+        "h": g.h,
+        "w": g.w,
+        "oc": g.oc,
+        "oh": g.oh,
+        "ow": g.ow,
+        "kh": g.kh,
+        "kw": g.kw,
+        "sh": g.sh,
+        "sw": g.sw,
+        "pt": g.pt,
+        "pl": g.pl,
+        "dh": g.dh,
+        "dw": g.dw,
+    }
 
 
 def _share(items: int, work_per_item: int) -> Tuple[int, int]:
@@ -25,14 +39,24 @@ def _share(items: int, work_per_item: int) -> Tuple[int, int]:
     return chunks, -(-items // chunks)
 
 
-def conv2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float],
-           dtype: str = "float32") -> CKernel:
+def conv2d(
+    g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float], dtype: str = "float32"
+) -> CKernel:
     """Direct grouped convolution with any padding; bias and activation in the store."""
     cg, ocg = g.c // g.groups, g.oc // g.groups
     planes = g.n * g.oc
     chunks, per = _share(planes, g.oh * g.ow * cg * g.kh * g.kw)
-    body = render("conv.c.j2", T=C_TYPES[dtype], planes=planes, per=per, cg=cg, ocg=ocg,
-                  store=activation(act, act_params, "acc"), bias=bias, **_window(g))
+    body = render(
+        "conv.c.j2",
+        T=C_TYPES[dtype],
+        planes=planes,
+        per=per,
+        cg=cg,
+        ocg=ocg,
+        store=activation(act, act_params, "acc"),
+        bias=bias,
+        **_window(g),
+    )
     extents = [g.n * g.oc * g.oh * g.ow, g.n * g.c * g.h * g.w, g.oc * cg * g.kh * g.kw] + ([g.oc] if bias else [])
     return make_kernel("conv", body, extents, chunks)
 
@@ -51,8 +75,10 @@ DEPTHWISE_PAD_MAX = 16384
 
 def _padded_sides(g: ConvGeom) -> Dict[str, int]:
     """Rows and columns of a plane padded to hold every tap of every output."""
-    return {"ph": max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1),
-            "pw": max(g.w + g.pl, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1)}
+    return {
+        "ph": max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1),
+        "pw": max(g.w + g.pl, (g.ow - 1) * g.sw + (g.kw - 1) * g.dw + 1),
+    }
 
 
 def depthwise_padded_plane(g: ConvGeom) -> int:
@@ -61,29 +87,77 @@ def depthwise_padded_plane(g: ConvGeom) -> int:
     return sides["ph"] * sides["pw"]
 
 
-def depthwise2d(g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float],
-                dtype: str = "float32") -> CKernel:
+def depthwise2d(
+    g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float], dtype: str = "float32"
+) -> CKernel:
     """Depthwise convolution (groups = C = OC) of planes up to DEPTHWISE_PAD_MAX padded elements: each input plane
     copied into a zero-padded one (the borders filled once), then every output's fixed taps in (kh, kw) order from
     the bias, without bounds tests, so the outputs vectorise; activation in the store. The taps in the padding add
     0 x w: the sums are those of a conv that skips them."""
     planes = g.n * g.c
     chunks, per = _share(planes, g.oh * g.ow * g.kh * g.kw)
-    body = render("conv_depthwise.c.j2", T=C_TYPES[dtype], planes=planes, per=per,
-                  store=activation(act, act_params, "acc"), bias=bias, **_padded_sides(g), **_window(g))
+    body = render(
+        "conv_depthwise.c.j2",
+        T=C_TYPES[dtype],
+        planes=planes,
+        per=per,
+        store=activation(act, act_params, "acc"),
+        bias=bias,
+        **_padded_sides(g),
+        **_window(g),
+    )
     extents = [g.n * g.c * g.oh * g.ow, g.n * g.c * g.h * g.w, g.c * g.kh * g.kw] + ([g.c] if bias else [])
     return make_kernel("dwconv", body, extents, chunks)
 
 
-def conv_transpose(n: int, c: int, h: int, w: int, oc: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
-                   pt: int, pl: int, dh: int, dw: int, groups: int, bias: bool, dtype: str = "float32") -> CKernel:
+def conv_transpose(
+    n: int,
+    c: int,
+    h: int,
+    w: int,
+    oc: int,
+    oh: int,
+    ow: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    pt: int,
+    pl: int,
+    dh: int,
+    dw: int,
+    groups: int,
+    bias: bool,
+    dtype: str = "float32",
+) -> CKernel:
     """ConvTranspose as a gather: out[n, oc, y, x] = bias + sum of x[n, c, iy, ix] * w[c, oc % ocg, ky, kx] over
     the taps with y + pt = iy * sh + ky * dh (and the same for x)."""
     cg, ocg = c // groups, oc // groups
     planes = n * oc
     chunks, per = _share(planes, oh * ow * cg * kh * kw)
-    body = render("conv_transpose.c.j2", T=C_TYPES[dtype], planes=planes, per=per, cg=cg, ocg=ocg, c=c, h=h,
-                  w=w, oc=oc, oh=oh, ow=ow, kh=kh, kw=kw, sh=sh, sw=sw, pt=pt, pl=pl, dh=dh, dw=dw, bias=bias)
+    body = render(
+        "conv_transpose.c.j2",
+        T=C_TYPES[dtype],
+        planes=planes,
+        per=per,
+        cg=cg,
+        ocg=ocg,
+        c=c,
+        h=h,
+        w=w,
+        oc=oc,
+        oh=oh,
+        ow=ow,
+        kh=kh,
+        kw=kw,
+        sh=sh,
+        sw=sw,
+        pt=pt,
+        pl=pl,
+        dh=dh,
+        dw=dw,
+        bias=bias,
+    )
     extents = [n * oc * oh * ow, n * c * h * w, c * ocg * kh * kw] + ([oc] if bias else [])
     return make_kernel("convt", body, extents, chunks)
 
@@ -98,7 +172,16 @@ def col2im(g: ConvGeom, bias: bool, dtype: str = "float32") -> CKernel:
     y + pt = iy * sh + ky * dh and x + pl = ix * sw + kx * dw (iy, ix inside the input)."""
     planes = g.n * g.oc
     chunks, per = _share(planes, g.oh * g.ow * g.kh * g.kw)
-    body = render("conv_col2im.c.j2", T=C_TYPES[dtype], planes=planes, per=per, ocg=g.oc // g.groups,
-                  groups=g.groups, rows=col_rows(g), bias=bias, **_window(g))
+    body = render(
+        "conv_col2im.c.j2",
+        T=C_TYPES[dtype],
+        planes=planes,
+        per=per,
+        ocg=g.oc // g.groups,
+        groups=g.groups,
+        rows=col_rows(g),
+        bias=bias,
+        **_window(g),
+    )
     extents = [planes * g.oh * g.ow, g.n * g.groups * col_rows(g) * g.h * g.w] + ([g.oc] if bias else [])
     return make_kernel("col2im", body, extents, chunks)

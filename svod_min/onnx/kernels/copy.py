@@ -19,44 +19,72 @@ def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "f
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 
-def gather_copy(out_shape: Sequence[int], src_strides: Sequence[int], src_offset: int, src_count: int, tag: str,
-                dtype: str = "float32") -> CKernel:
+def gather_copy(
+    out_shape: Sequence[int],
+    src_strides: Sequence[int],
+    src_offset: int,
+    src_count: int,
+    tag: str,
+    dtype: str = "float32",
+) -> CKernel:
     """``out[i...] = x[offset + sum(i_k * stride_k)]``: transposes beyond 4-D, slices, expands."""
     n_out = max(1, int(math.prod(out_shape)))
     shape, (out_strides, strides) = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
     outer = [int(n) for n in shape[:-1]]
     rows = int(math.prod(outer))
     chunks = chunks_for(rows, shape[-1])
-    body = render("copy.c.j2", T=C_TYPES[dtype], per=-(-rows // chunks), rows=rows, offset=int(src_offset),
-                  outer=outer, out_strides=[int(v) for v in out_strides[:-1]],
-                  src_strides=[int(v) for v in strides[:-1]], last=int(shape[-1]), step=int(strides[-1]))
+    body = render(
+        "copy.c.j2",
+        T=C_TYPES[dtype],
+        per=-(-rows // chunks),
+        rows=rows,
+        offset=int(src_offset),
+        outer=outer,
+        out_strides=[int(v) for v in out_strides[:-1]],
+        src_strides=[int(v) for v in strides[:-1]],
+        last=int(shape[-1]),
+        step=int(strides[-1]),
+    )
     return make_kernel(tag, body, [n_out, src_count], chunks)
 
 
-def pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float,
-        dtype: str = "float32") -> CKernel:
+def pad(
+    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float, dtype: str = "float32"
+) -> CKernel:
     """Constant padding (negative pads crop): out[i] = x[i - begin] inside x, ``value`` elsewhere."""
     return _pad(in_shape, out_shape, begin, "constant", value, dtype)
 
 
-def pad_index(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str,
-              dtype: str = "float32") -> CKernel:
+def pad_index(
+    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, dtype: str = "float32"
+) -> CKernel:
     """Pad in reflect, edge or wrap mode: each output index maps to an input index along every axis."""
     if mode not in ("reflect", "edge", "wrap"):
         raise KeyError(mode)
     return _pad(in_shape, out_shape, begin, mode, 0.0, dtype)
 
 
-def _pad(in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, value: float,
-         dtype: str) -> CKernel:
+def _pad(
+    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, value: float, dtype: str
+) -> CKernel:
     """Either Pad kernel of ``templates/pad.c.j2``: ``mode`` "constant" (``value`` outside x), or how an index out of
     x folds back in."""
     rank = len(out_shape)
     n_out = max(1, int(math.prod(out_shape)))
     chunks = chunks_for(n_out, 1)
-    body = render("pad.c.j2", T=C_TYPES[dtype], mode=mode, value=value, per=-(-n_out // chunks), n_out=n_out,
-                  rank=rank, in_shape=[int(n) for n in in_shape], out_shape=[int(n) for n in out_shape],
-                  begin=[int(b) for b in begin], in_strides=contiguous_strides(in_shape))
+    body = render(
+        "pad.c.j2",
+        T=C_TYPES[dtype],
+        mode=mode,
+        value=value,
+        per=-(-n_out // chunks),
+        n_out=n_out,
+        rank=rank,
+        in_shape=[int(n) for n in in_shape],
+        out_shape=[int(n) for n in out_shape],
+        begin=[int(b) for b in begin],
+        in_strides=contiguous_strides(in_shape),
+    )
     return make_kernel("pad", body, [n_out, max(1, int(math.prod(in_shape)))], chunks)
 
 
@@ -65,6 +93,14 @@ def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str, d
     is clamped (ONNX calls it an error; a clamp keeps the read inside the buffer)."""
     rows = outer * count
     chunks = chunks_for(rows, inner)
-    body = render("gather.c.j2", T=C_TYPES[dtype], index_type=index_type, per=-(-rows // chunks), rows=rows,
-                  count=count, axis_len=axis_len, inner=inner)
+    body = render(
+        "gather.c.j2",
+        T=C_TYPES[dtype],
+        index_type=index_type,
+        per=-(-rows // chunks),
+        rows=rows,
+        count=count,
+        axis_len=axis_len,
+        inner=inner,
+    )
     return make_kernel("gather", body, [rows * inner, outer * axis_len * inner, count], chunks)

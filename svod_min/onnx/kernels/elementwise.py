@@ -9,9 +9,16 @@ from ..geometry import broadcast_strides, collapse, contiguous_strides
 from .ckernel import CKernel, chunks_for, make_kernel, render
 
 
-def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], expr: str, *, inplace: bool = False,
-                tag: str = "ew", in_types: Optional[Sequence[str]] = None,
-                out_type: str = "float") -> CKernel:
+def elementwise(
+    out_shape: Sequence[int],
+    in_shapes: Sequence[Sequence[int]],
+    expr: str,
+    *,
+    inplace: bool = False,
+    tag: str = "ew",
+    in_types: Optional[Sequence[str]] = None,
+    out_type: str = "float",
+) -> CKernel:
     """``out = expr(x0, x1, ...)`` with numpy broadcasting; ``inplace``: x0 is ``out`` itself (one buffer fewer);
     ``out_type``: the C type stored (``unsigned char`` for a bool result)."""
     n_out = max(1, int(math.prod(out_shape)))
@@ -24,9 +31,23 @@ def elementwise(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]], ex
     rows = int(math.prod(outer)) * nblocks
     chunks = chunks_for(rows, block)
     first = 1 if inplace else 0
-    body = render("elementwise.c.j2", out_type=out_type, in_types=list(in_types or ["float"] * len(in_shapes)),
-                  n_in=len(in_shapes), first=first, inplace=inplace, expr=expr, rows=rows, per=-(-rows // chunks),
-                  nblocks=nblocks, block=block, last=last, outer=outer, out_strides=[int(v) for v in strides[0][:-1]],
-                  in_strides=[[int(v) for v in s[:-1]] for s in strides[1:]], steps=[int(s[-1]) for s in strides[1:]])
+    body = render(
+        "elementwise.c.j2",
+        out_type=out_type,
+        in_types=list(in_types or ["float"] * len(in_shapes)),
+        n_in=len(in_shapes),
+        first=first,
+        inplace=inplace,
+        expr=expr,
+        rows=rows,
+        per=-(-rows // chunks),
+        nblocks=nblocks,
+        block=block,
+        last=last,
+        outer=outer,
+        out_strides=[int(v) for v in strides[0][:-1]],
+        in_strides=[[int(v) for v in s[:-1]] for s in strides[1:]],
+        steps=[int(s[-1]) for s in strides[1:]],
+    )
     extents = [n_out] + [max(1, int(math.prod(s))) for s in in_shapes[first:]]
     return make_kernel(tag, body, extents, chunks)

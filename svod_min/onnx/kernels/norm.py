@@ -32,8 +32,18 @@ def softmax_axis(outer: int, red: int, inner: int, log: bool, dtype: str = "floa
     blocks = -(-inner // block)
     items = outer * blocks
     chunks, per = _share(items, red * block * 3)
-    body = render("softmax.c.j2", T=C_TYPES[dtype], shape="blocks", log=log, per=per, items=items, block=block,
-                  blocks=blocks, red=red, inner=inner)
+    body = render(
+        "softmax.c.j2",
+        T=C_TYPES[dtype],
+        shape="blocks",
+        log=log,
+        per=per,
+        items=items,
+        block=block,
+        blocks=blocks,
+        red=red,
+        inner=inner,
+    )
     return make_kernel("softmax", body, [outer * red * inner, outer * red * inner], chunks)
 
 
@@ -53,15 +63,28 @@ def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: flo
     beta allows (0.5, 0.75, 1), powf otherwise."""
     planes = n * c
     chunks, per = _share(planes, hw * size)
-    body = render("lrn.c.j2", T=C_TYPES[dtype], per=per, planes=planes, block=LRN_BLOCK, c=c,
-                  before=(size - 1) // 2, after=-(-(size - 1) // 2), last=c - 1, hw=hw, bias=bias, scale=alpha / size,
-                  beta=beta)
+    body = render(
+        "lrn.c.j2",
+        T=C_TYPES[dtype],
+        per=per,
+        planes=planes,
+        block=LRN_BLOCK,
+        c=c,
+        before=(size - 1) // 2,
+        after=-(-(size - 1) // 2),
+        last=c - 1,
+        hw=hw,
+        bias=bias,
+        scale=alpha / size,
+        beta=beta,
+    )
     return make_kernel("lrn", body, [planes * hw, planes * hw], chunks)
 
 
 def instance_norm(planes: int, channels: int, size: int, epsilon: float, dtype: str = "float32") -> CKernel:
     """InstanceNormalization: each (n, c) plane normalised by its own mean and variance, then scale[c], bias[c]."""
     chunks, per = _share(planes, size * 3)
-    body = render("instance_norm.c.j2", T=C_TYPES[dtype], per=per, planes=planes, channels=channels,
-                  size=size, epsilon=epsilon)
+    body = render(
+        "instance_norm.c.j2", T=C_TYPES[dtype], per=per, planes=planes, channels=channels, size=size, epsilon=epsilon
+    )
     return make_kernel("instnorm", body, [planes * size, planes * size, channels, channels], chunks)

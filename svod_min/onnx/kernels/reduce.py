@@ -16,8 +16,16 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
         raise KeyError(kind)
     items = outer * inner
     chunks = chunks_for(items, red)
-    body = render("reduce.c.j2", kernel="reduce", kind=kind, T=C_TYPES[dtype], per=-(-items // chunks), items=items,
-                  red=red, inner=inner)
+    body = render(
+        "reduce.c.j2",
+        kernel="reduce",
+        kind=kind,
+        T=C_TYPES[dtype],
+        per=-(-items // chunks),
+        items=items,
+        red=red,
+        inner=inner,
+    )
     return make_kernel("reduce", body, [items, outer * red * inner], chunks)
 
 
@@ -25,6 +33,15 @@ def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool, dtyp
     """ArgMax/ArgMin over (outer, red, inner) as int64; ties go to the first index, or the last with ``last``."""
     items = outer * inner
     chunks = chunks_for(items, red)
-    body = render("reduce.c.j2", kernel="arg", largest=largest, last=last, T=C_TYPES[dtype], per=-(-items // chunks),
-                  items=items, red=red, inner=inner)
+    body = render(
+        "reduce.c.j2",
+        kernel="arg",
+        largest=largest,
+        last=last,
+        T=C_TYPES[dtype],
+        per=-(-items // chunks),
+        items=items,
+        red=red,
+        inner=inner,
+    )
     return make_kernel("arg", body, [items, outer * red * inner], chunks)

@@ -18,17 +18,46 @@ def _extents(k: Dict[str, Any]) -> List[int]:
     """The element count of each of the twelve buffers."""
     T, B, D, I, H, G = k["T"], k["B"], k["D"], k["I"], k["H"], k["G"]
     state = D * B * H
-    return [T * D * B * H, state, state, D * B * (G + H), T * B * I, D * G * I, D * G * H, D * 2 * G, B, state, state,
-            D * 3 * H]
+    return [
+        T * D * B * H,
+        state,
+        state,
+        D * B * (G + H),
+        T * B * I,
+        D * G * I,
+        D * G * H,
+        D * 2 * G,
+        B,
+        state,
+        state,
+        D * 3 * H,
+    ]
 
 
 def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any], dtype: str = "float32") -> CKernel:
     """The kernel of LSTM or GRU ``op`` with sizes and present inputs ``k`` and the node's attributes ``a``."""
     present = _present(op, k)
-    body = render("rnn.c.j2", T=C_TYPES[dtype], lstm=op == "LSTM", steps=k["T"], batch=k["B"], dirs=k["D"],
-                  n_in=k["I"], hidden=k["H"], n_gates=k["G"], batch_major=k["layout"] != 0, reverse=bool(k["reverse"]),
-                  has_y=bool(k["y"]), has_bias=bool(k["bias"]), has_lens=bool(k["lens"]), has_h0=bool(k["h0"]),
-                  has_c0=bool(k["c0"]), peephole=bool(k["peephole"]), clip=float(a["clip"]) if "clip" in a else None,
-                  input_forget=bool(a.get("input_forget", 0)), before_reset=bool(a.get("linear_before_reset", 0)))
+    body = render(
+        "rnn.c.j2",
+        T=C_TYPES[dtype],
+        lstm=op == "LSTM",
+        steps=k["T"],
+        batch=k["B"],
+        dirs=k["D"],
+        n_in=k["I"],
+        hidden=k["H"],
+        n_gates=k["G"],
+        batch_major=k["layout"] != 0,
+        reverse=bool(k["reverse"]),
+        has_y=bool(k["y"]),
+        has_bias=bool(k["bias"]),
+        has_lens=bool(k["lens"]),
+        has_h0=bool(k["h0"]),
+        has_c0=bool(k["c0"]),
+        peephole=bool(k["peephole"]),
+        clip=float(a["clip"]) if "clip" in a else None,
+        input_forget=bool(a.get("input_forget", 0)),
+        before_reset=bool(a.get("linear_before_reset", 0)),
+    )
     extents = [e for e, keep in zip(_extents(k), present) if keep]
     return make_kernel(op.lower(), body, extents, k["D"] * k["B"])

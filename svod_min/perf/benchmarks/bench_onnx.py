@@ -45,8 +45,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+from svod_min.perf.agreement import disagreement, tolerances
 from svod_min.perf.bench_suite import format_table
 
 #: Speed: geometric mean of onnxruntime / svod_min over the models, in every setting.
@@ -155,7 +156,11 @@ class Measured(NamedTuple):
 
 def missing_dependency() -> Optional[str]:
     """Why the benchmark cannot run here (the first missing package), or None."""
-    for module, why in (("numpy", "the onnx extra (numpy)"), ("onnx", "the onnx extra (onnx)"), ("onnxruntime", "onnxruntime")):
+    for module, why in (
+        ("numpy", "the onnx extra (numpy)"),
+        ("onnx", "the onnx extra (onnx)"),
+        ("onnxruntime", "onnxruntime"),
+    ):
         try:
             __import__(module)
         except ImportError:
@@ -198,8 +203,9 @@ def build_bundle(onnx_path: str, svod_path: str, expect: bool = False) -> None:
     from svod_min.error import BundleError
 
     cmd = [sys.executable, "-m", "svod_min", "build", onnx_path, "-o", svod_path, "--target", host_target()]
-    proc = subprocess.run(cmd + ([] if expect else ["--no-expect"]), capture_output=True, text=True, env=child_env(1),
-                          timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        cmd + ([] if expect else ["--no-expect"]), capture_output=True, text=True, env=child_env(1), timeout=1800
+    )
     if proc.returncode != 0:
         raise BundleError("svod_min build %s failed: %s" % (os.path.basename(onnx_path), _tail(proc.stderr)))
 
@@ -214,7 +220,7 @@ def prepare(name: str, make: Callable[[], Any], directory: str) -> Prepared:
     model = constant_initializers(make())
     onnx_path = os.path.join(directory, name + ".onnx")
     onnx.save(model, onnx_path)
-    (input_name, array), = random_inputs(model, seed=0).items()
+    ((input_name, array),) = random_inputs(model, seed=0).items()
     npy_path = os.path.join(directory, name + ".input.npy")
     np.save(npy_path, array)
     svod_path = os.path.join(directory, name + ".svod")
@@ -250,51 +256,6 @@ def svod_spinning(spin: Optional[bool]) -> Iterator[None]:
             os.environ[SPIN_ENV] = old
 
 
-def tolerances(model: Any) -> Dict[str, Tuple[float, float]]:
-    """The bundle's own (rtol, atol) per output: its ``expect`` entries, as ``svod_min build`` recorded them."""
-    return {e.buffer: (e.rtol, e.atol) for e in model.loaded.expectations}
-
-
-def excess(got: Any, want: Any, rtol: float, atol: float) -> Tuple[float, int]:
-    """The worst element's error over what the tolerance allows (<= 1: within it; NaN counts as infinite),
-    and its flat index: |got - want| <= atol + rtol * |want|, the rule ``run`` verifies a bundle with
-    (:func:`svod_min.planfile.data.check_expectation`)."""
-    import numpy as np
-
-    want = np.asarray(want, np.float64).ravel()
-    if not want.size:
-        return 0.0, 0
-    err = np.abs(np.asarray(got, np.float64).ravel() - want)
-    allowed = atol + rtol * np.abs(want)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a zero allowance: any error is infinitely over it
-        ratio = np.where(err == 0, 0.0, err / allowed)
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)
-    worst = int(np.argmax(ratio))
-    return float(ratio[worst]), worst
-
-
-def disagreement(got: Mapping[str, Any], want: Sequence[Tuple[str, Any]],
-                 tols: Mapping[str, Tuple[float, float]]) -> Optional[str]:  # fmt: skip
-    """What differs between svod_min's outputs (``got``, by name) and onnxruntime's (``want``: (name, array) in
-    order), or None: the number of outputs, then each output's presence, recorded tolerance, shape and values."""
-    if len(got) != len(want):
-        return "svod_min gives %d outputs (%s), onnxruntime %d (%s)" % (
-            len(got), ", ".join(got), len(want), ", ".join(n for n, _ in want))
-    for name, value in want:
-        if name not in got:
-            return "output %s is missing (svod_min gives %s)" % (name, ", ".join(got))
-        if name not in tols:
-            return "the bundle records no tolerance for output %s" % name
-        if tuple(got[name].shape) != tuple(value.shape):
-            return "output %s has shape %s, onnxruntime's %s" % (name, tuple(got[name].shape), tuple(value.shape))
-        rtol, atol = tols[name]
-        worst, at = excess(got[name], value, rtol, atol)
-        if not worst <= 1.0:
-            return "output %s element %d is %r, onnxruntime's %r: %.3g times the bundle's tolerance (rtol %g, atol %g)" % (
-                name, at, float(got[name].ravel()[at]), float(value.ravel()[at]), worst, rtol, atol)
-    return None
-
-
 def check_agreement(model: Any, session: Any, prepared: Prepared, label: str) -> None:
     """Both engines' outputs agree (:func:`disagreement`) before anything is timed; ExecutionError naming the
     setting and what differs otherwise."""
@@ -317,13 +278,17 @@ def speed(prepared: Prepared, setting: Setting, reps: int, pair_seconds: float =
         model = load_model(prepared.svod_path, device=CpuDevice(threads=setting.threads))
         session = ort_session(prepared.onnx_path, setting.threads, bool(setting.spin))
         check_agreement(model, session, prepared, setting.label)
-        svod_feed = {prepared.input_name: prepared.input_array}
-        ort_feed = {prepared.input_name: prepared.input_array}
-        fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(svod_feed), "ort": lambda: session.run(None, ort_feed)}
-        times = alternating_medians(fns, reps_for(fns, reps, pair_seconds))
-    del model, session, fns
+        times = _timed_pairs(model, session, prepared, reps, pair_seconds)
+    del model, session
     gc.collect()  # the next setting's copies of the weights should not sit beside these
     return times
+
+
+def _timed_pairs(model: Any, session: Any, prepared: Prepared, reps: int, pair_seconds: float) -> Dict[str, float]:
+    """Median seconds per run of the loaded bundle and the onnxruntime session on the prepared input."""
+    feed = {prepared.input_name: prepared.input_array}
+    fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(feed), "ort": lambda: session.run(None, feed)}
+    return alternating_medians(fns, reps_for(fns, reps, pair_seconds))
 
 
 def alternating_medians(fns: Dict[str, Callable[[], Any]], reps: int) -> Dict[str, float]:
@@ -358,8 +323,9 @@ def run_child(cmd: List[str], env: Dict[str, str], who: str) -> ChildRun:
     proc = subprocess.run([sys.executable, "-c", LAUNCHER] + cmd, capture_output=True, text=True, env=env, timeout=1800)
     fields = proc.stdout.split()
     if proc.returncode != 0 or len(fields) != 3 or fields[0] != "0":
-        raise ExecutionError("a fresh %s process failed (%s): %s" % (who, fields[0] if fields else proc.returncode,
-                                                                      _tail(proc.stderr)))  # fmt: skip
+        raise ExecutionError(
+            "a fresh %s process failed (%s): %s" % (who, fields[0] if fields else proc.returncode, _tail(proc.stderr))
+        )
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
     return ChildRun(float(fields[1]), int(fields[2]) * scale)
 
@@ -368,8 +334,10 @@ def fresh_commands(prepared: Prepared, pyz: str) -> Dict[str, List[str]]:
     """The two fresh processes: the one-file runtime's own command line, and a script doing onnxruntime's
     equivalent (import, session, read the .npy, run once)."""
     feed = "%s=%s" % (prepared.input_name, prepared.npy_path)
-    return {"svod": [sys.executable, pyz, "run", prepared.svod_path, "--input", feed, "--once"],
-            "ort": [sys.executable, "-c", ORT_CHILD, prepared.onnx_path, prepared.input_name, prepared.npy_path]}  # fmt: skip
+    return {
+        "svod": [sys.executable, pyz, "run", prepared.svod_path, "--input", feed, "--once"],
+        "ort": [sys.executable, "-c", ORT_CHILD, prepared.onnx_path, prepared.input_name, prepared.npy_path],
+    }
 
 
 def fresh_processes(prepared: Prepared, pyz: str, reps: int, warm: bool) -> Dict[str, List[ChildRun]]:
@@ -405,10 +373,15 @@ def speed_row(name: str, setting: Setting, runs: Sequence[Dict[str, float]], ver
     """One model in one setting: per-engine medians over the runs, the median of the runs' ratios."""
     ratios = [r["ort"] / r["svod"] for r in runs]
     ratio = statistics.median(ratios)
-    return {"measure": "onnx %s, %s: median run [ms]%s" % (name, setting.label, spread(ratios)),
-            "svod_min": _sig(statistics.median(r["svod"] for r in runs) * 1e3), "peer": setting.peer(version),
-            "peer_value": _sig(statistics.median(r["ort"] for r in runs) * 1e3), "ratio": round(ratio, 2),
-            "goal": ">= %gx peer" % GOAL_FLOOR, "met": bool(ratio >= GOAL_FLOOR)}  # fmt: skip
+    return {
+        "measure": "onnx %s, %s: median run [ms]%s" % (name, setting.label, spread(ratios)),
+        "svod_min": _sig(statistics.median(r["svod"] for r in runs) * 1e3),
+        "peer": setting.peer(version),
+        "peer_value": _sig(statistics.median(r["ort"] for r in runs) * 1e3),
+        "ratio": round(ratio, 2),
+        "goal": ">= %gx peer" % GOAL_FLOOR,
+        "met": bool(ratio >= GOAL_FLOOR),
+    }
 
 
 def geomean(ratios: Sequence[float]) -> float:
@@ -423,50 +396,102 @@ def geomean_row(setting: Setting, run_ratios: Sequence[Sequence[float]], failed:
     models = "%d models'" % measured if not failed else "%d of %d models'" % (measured, measured + len(failed))
     why = " (failed: %s)" % ", ".join(failed) if failed else ""
     mean = statistics.median(means) if means else None
-    return {"measure": "onnx: geometric mean of %s speed ratios, %s%s%s" % (models, setting.label, why, spread(means)),
-            "svod_min": None, "peer": setting.peer(version), "peer_value": None,
-            "ratio": None if mean is None else round(mean, 2), "goal": ">= %g, every model measured" % GOAL_GEOMEAN,
-            "met": bool(not failed and mean is not None and mean >= GOAL_GEOMEAN)}  # fmt: skip
+    return {
+        "measure": "onnx: geometric mean of %s speed ratios, %s%s%s" % (models, setting.label, why, spread(means)),
+        "svod_min": None,
+        "peer": setting.peer(version),
+        "peer_value": None,
+        "ratio": None if mean is None else round(mean, 2),
+        "goal": ">= %g, every model measured" % GOAL_GEOMEAN,
+        "met": bool(not failed and mean is not None and mean >= GOAL_GEOMEAN),
+    }
 
 
 def process_rows(name: str, runs: Sequence[Dict[str, List[ChildRun]]], version: str) -> List[Row]:
     """Peak RSS and cold start rows: each run's medians of its fresh processes, then their medians over the runs."""
     rss = [{k: statistics.median(c.max_rss_bytes for c in v) / 2**20 for k, v in r.items()} for r in runs]
     cold = [{k: statistics.median(c.seconds for c in v) * 1e3 for k, v in r.items()} for r in runs]
-    return [_process_row("onnx %s: peak RSS, fresh process, load + 1 run, 1 thread [MiB]" % name, rss, version,
-                         "<= %gx peer" % GOAL_RSS, lambda s, o: s <= GOAL_RSS * o),
-            _process_row("onnx %s: cold start, fresh process to first output, 1 thread [ms]" % name, cold, version,
-                         "<= peer", lambda s, o: s <= o)]  # fmt: skip
+    return [
+        _process_row(
+            "onnx %s: peak RSS, fresh process, load + 1 run, 1 thread [MiB]" % name,
+            rss,
+            version,
+            "<= %gx peer" % GOAL_RSS,
+            lambda s, o: s <= GOAL_RSS * o,
+        ),
+        _process_row(
+            "onnx %s: cold start, fresh process to first output, 1 thread [ms]" % name,
+            cold,
+            version,
+            "<= peer",
+            lambda s, o: s <= o,
+        ),
+    ]
 
 
-def _process_row(measure: str, runs: Sequence[Dict[str, float]], version: str, goal: str,
-                 met: Callable[[float, float], bool]) -> Row:  # fmt: skip
+def _process_row(
+    measure: str, runs: Sequence[Dict[str, float]], version: str, goal: str, met: Callable[[float, float], bool]
+) -> Row:
     ratios = [r["ort"] / r["svod"] for r in runs]
     svod, ort = statistics.median(r["svod"] for r in runs), statistics.median(r["ort"] for r in runs)
-    return {"measure": measure + spread(ratios), "svod_min": _sig(svod), "peer": "onnxruntime %s" % version,
-            "peer_value": _sig(ort), "ratio": round(statistics.median(ratios), 2), "goal": goal,
-            "met": bool(met(svod, ort))}  # fmt: skip
+    return {
+        "measure": measure + spread(ratios),
+        "svod_min": _sig(svod),
+        "peer": "onnxruntime %s" % version,
+        "peer_value": _sig(ort),
+        "ratio": round(statistics.median(ratios), 2),
+        "goal": goal,
+        "met": bool(met(svod, ort)),
+    }
 
 
 def load_row(before: Optional[Tuple[float, ...]], after: Optional[Tuple[float, ...]]) -> Row:
     """The machine's load average (1, 5, 15 min) when the run began and ended: how shared the cores were."""
+
     def text(load: Optional[Tuple[float, ...]]) -> str:
         return "unknown" if load is None else " ".join("%.2f" % v for v in load)
 
     measure = "onnx: load average (1, 5, 15 min) at the start: %s; at the end: %s; %d CPUs" % (
-        text(before), text(after), os.cpu_count() or 0)
-    return {"measure": measure,
-            "svod_min": None, "peer": None, "peer_value": None, "ratio": None, "goal": "info", "met": None}  # fmt: skip
+        text(before),
+        text(after),
+        os.cpu_count() or 0,
+    )
+    return {
+        "measure": measure,
+        "svod_min": None,
+        "peer": None,
+        "peer_value": None,
+        "ratio": None,
+        "goal": "info",
+        "met": None,
+    }
 
 
 def failed_row(name: str, why: str) -> Row:
-    return {"measure": "onnx %s: failed: %s" % (name, why), "svod_min": None, "peer": None, "peer_value": None,
-            "ratio": None, "goal": None, "met": False}  # fmt: skip
+    return {
+        "measure": "onnx %s: failed: %s" % (name, why),
+        "svod_min": None,
+        "peer": None,
+        "peer_value": None,
+        "ratio": None,
+        "goal": None,
+        "met": False,
+    }
 
 
 def skip_rows(names: Sequence[str], why: str) -> List[Row]:
-    return [{"measure": "onnx %s" % name, "svod_min": None, "peer": why, "peer_value": None, "ratio": None,
-             "goal": None, "met": None} for name in names]  # fmt: skip
+    return [
+        {
+            "measure": "onnx %s" % name,
+            "svod_min": None,
+            "peer": why,
+            "peer_value": None,
+            "ratio": None,
+            "goal": None,
+            "met": None,
+        }
+        for name in names
+    ]
 
 
 def table_rows(names: Sequence[str], measured: Measured, settings: Settings) -> List[Row]:
@@ -475,7 +500,9 @@ def table_rows(names: Sequence[str], measured: Measured, settings: Settings) -> 
     ok = [n for n in names if n not in measured.failures]
     out = []
     for s in settings.timing:
-        per_run = [[_ratio(measured.samples[n][r].speed[s.label]) for n in ok] for r in range(settings.runs)] if ok else []
+        per_run = (
+            [[_ratio(measured.samples[n][r].speed[s.label]) for n in ok] for r in range(settings.runs)] if ok else []
+        )
         out.append(geomean_row(s, per_run, failed, settings.version))
     for name in names:
         out += model_rows(name, measured, settings)
@@ -498,8 +525,15 @@ def _ratio(times: Dict[str, float]) -> float:
 # --- measuring: every model in every run, each model's files kept until its last run --------------
 
 
-def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[Sequence[ModelSource]] = None,
-         profile: str = "slow", pyz: Optional[str] = None, spinning: str = "both", runs: int = 1) -> List[Row]:  # fmt: skip
+def rows(
+    quick: bool = False,
+    threads: Sequence[int] = (1, 2),
+    models: Optional[Sequence[ModelSource]] = None,
+    profile: str = "slow",
+    pyz: Optional[str] = None,
+    spinning: str = "both",
+    runs: int = 1,
+) -> List[Row]:
     """Speed rows per model and setting, a geometric mean per setting, peak RSS and cold start rows per model;
     ``spinning`` above one thread: "both", "off" or "on"; ``runs``: how often the whole table is measured;
     ``profile``: "slow" (models below 0.7 at the first setting), "all" or "none"; ``pyz``: the svod_min.pyz of
@@ -516,9 +550,17 @@ def rows(quick: bool = False, threads: Sequence[int] = (1, 2), models: Optional[
 
     load_before = _load_average()
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
-        settings = Settings(timing_settings(threads, spinning), 4 if quick else 8, 0.0 if quick else PAIR_SECONDS,
-                            1 if quick else 3, runs, onnxruntime.__version__, directory,
-                            pyz or os.path.join(directory, "svod_min.pyz"), profile)  # fmt: skip
+        settings = Settings(
+            timing_settings(threads, spinning),
+            4 if quick else 8,
+            0.0 if quick else PAIR_SECONDS,
+            1 if quick else 3,
+            runs,
+            onnxruntime.__version__,
+            directory,
+            pyz or os.path.join(directory, "svod_min.pyz"),
+            profile,
+        )
         measured = measure_all(sources, settings)
     return table_rows([name for name, _ in sources], measured, settings) + [load_row(load_before, _load_average())]
 
@@ -659,7 +701,12 @@ def _cell(row: Optional[Row]) -> str:
         return "-"
     found = _SPREAD.search(str(row.get("measure") or ""))
     ratio = "%.2f" % row["ratio"] + (", runs %s" % found.group(1) if found else "")
-    return "%s / %s (%s%s)" % (_num(row["svod_min"]), _num(row["peer_value"]), ratio, "" if row["met"] else ", **missed**")
+    return "%s / %s (%s%s)" % (
+        _num(row["svod_min"]),
+        _num(row["peer_value"]),
+        ratio,
+        "" if row["met"] else ", **missed**",
+    )
 
 
 def _num(value: Any) -> str:
@@ -674,21 +721,35 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.add_argument("--markdown", action="store_true", help="print the rows as docs/performance.md shows them")
-    p.add_argument("--from-json", metavar="FILE",
-                   help="format the rows of an earlier --json run (of this or of `bench --only onnx`) instead of measuring")
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="format the rows of an earlier --json run (of this or of `bench --only onnx`) instead of measuring",
+    )
     p.add_argument("--quick", action="store_true", help="fewer timed runs and fresh processes")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated (default 1,2)")
     p.add_argument("--models", default="", help="light model names, comma-separated (default: all nine)")
-    p.add_argument("--runs", type=int, default=1,
-                   help="measure the whole table N times; each figure is the median over the runs, each ratio with its "
-                        "spread (default 1)")  # fmt: skip
-    p.add_argument("--spinning", choices=("both", "off", "on"), default="both",
-                   help="above one thread: time both engines with idle pool threads that block (off: onnxruntime "
-                        "allow_spinning=0, SVOD_NATIVE_SPIN=0), that spin (on: allow_spinning=1, svod_min's default), "
-                        "or both settings (default)")  # fmt: skip
-    p.add_argument("--profile", choices=("slow", "all", "none"), default="slow",
-                   help="a per-op profile row for models below %g at the first setting (slow), every model, or none"
-                   % GOAL_FLOOR)  # fmt: skip
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="measure the whole table N times; each figure is the median over the runs, each ratio with its "
+        "spread (default 1)",
+    )
+    p.add_argument(
+        "--spinning",
+        choices=("both", "off", "on"),
+        default="both",
+        help="above one thread: time both engines with idle pool threads that block (off: onnxruntime "
+        "allow_spinning=0, SVOD_NATIVE_SPIN=0), that spin (on: allow_spinning=1, svod_min's default), "
+        "or both settings (default)",
+    )
+    p.add_argument(
+        "--profile",
+        choices=("slow", "all", "none"),
+        default="slow",
+        help="a per-op profile row for models below %g at the first setting (slow), every model, or none" % GOAL_FLOOR,
+    )
     args = p.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as fh:
@@ -702,10 +763,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         wanted = args.models.split(",")
         unknown = sorted(set(wanted) - {name for name, _ in sources})
         if unknown:
-            p.error("--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources)))
+            p.error(
+                "--models: no light model named %s (known: %s)" % (", ".join(unknown), ", ".join(n for n, _ in sources))
+            )
         sources = [s for s in sources if s[0] in wanted]
-    table = rows(args.quick, tuple(int(t) for t in args.threads.split(",")), sources, args.profile,
-                 spinning=args.spinning, runs=args.runs)  # fmt: skip
+    table = rows(
+        args.quick,
+        tuple(int(t) for t in args.threads.split(",")),
+        sources,
+        args.profile,
+        spinning=args.spinning,
+        runs=args.runs,
+    )
     print(json.dumps(table, indent=1) if args.json else markdown(table) if args.markdown else format_table(table))
     return 0
 
