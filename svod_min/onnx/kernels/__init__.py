@@ -1,5 +1,20 @@
 """The C kernels the ONNX lowering generates where the library has none, one module per family.
 
-Every kernel is a :class:`.ckernel.CKernel`. Shapes and attributes are compiled in as constants (the bundle
-compiles each kernel for every target at build time).
+Every kernel is a :class:`.ckernel.CKernel`: its family's module computes the constants (shapes, strides,
+attributes, the work each core_id call does) and renders its Jinja template (``templates/<family>.c.j2``, with the
+shared macros of ``templates/prelude.c.j2``); shapes and attributes are compiled in, and the bundle compiles each
+kernel for every target at build time.
+
+- :mod:`.ckernel`: the kernel, its name, its chunking, the template renderer.
+- :mod:`.libmath`: the kernel library's math functions, copied into a kernel that calls them.
+- :mod:`.elementwise`: ``out = expr(x0, x1, ...)`` with broadcasting (activations, affines, comparisons).
+- :mod:`.copy`: Concat's strided copies, strided gathers, Gather, Pad.
+- :mod:`.conv`: direct, depthwise, im2col, ConvTranspose's gather and col2im.
+- :mod:`.pool`: MaxPool / AveragePool in two passes, and per output.
+- :mod:`.norm`: Softmax / LogSoftmax, LRN, InstanceNormalization.
+- :mod:`.reduce`: the reductions the library lacks, ArgMax / ArgMin.
+- :mod:`.resize`: Resize's per-axis taps and 2-D nearest.
+- :mod:`.rnn`: LSTM and GRU, one kernel looping over time.
+- :mod:`.blocked`, :mod:`.blocked_pool`, :mod:`.blocked_conv`: the blocked channel layout's reorders, pools and
+  convolution.
 """
