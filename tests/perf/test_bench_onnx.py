@@ -437,6 +437,17 @@ def test_pairs_alternate_which_engine_runs_first() -> None:
     assert order == ["svod", "ort", "ort", "svod", "svod", "ort", "ort", "svod"] and set(medians) == {"svod", "ort"}
 
 
+def test_a_run_after_the_other_engine_waits_for_its_spinning_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: List[str] = []
+    monkeypatch.setattr(bench_onnx.time, "sleep", lambda s: events.append("pause %g" % s))
+    bench_onnx.alternating_medians({"svod": lambda: events.append("svod"), "ort": lambda: events.append("ort")}, 4, 0.1)
+    switch = ["pause 0.1"]
+    assert events == ["svod"] + switch + ["ort", "ort"] + switch + ["svod", "svod"] + switch + [
+        "ort",
+        "ort",
+    ] + switch + ["svod"]
+
+
 def test_fresh_processes_alternate_too(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     order: List[str] = []
     monkeypatch.setattr(bench_onnx, "run_child", lambda cmd, env, who: order.append(who) or bench_onnx.ChildRun(0.1, 1))

@@ -60,6 +60,10 @@ GOAL_RSS = 1.2
 PAIR_SECONDS = 1.0
 #: ... up to this many pairs.
 MAX_REPS = 42
+#: Where the engines' pool threads spin, a run starts this long after the other engine's last one: onnxruntime's
+#: idle intra-op threads spin on after its run (up to 2^20 polls) and would otherwise take both CPUs of a 2-CPU
+#: host from the svod_min run timed next.
+SETTLE_S = 0.1
 #: The switch of svod_min's native runner that says whether its idle workers poll during a run.
 SPIN_ENV = "SVOD_NATIVE_SPIN"
 
@@ -278,26 +282,33 @@ def speed(prepared: Prepared, setting: Setting, reps: int, pair_seconds: float =
         model = load_model(prepared.svod_path, device=CpuDevice(threads=setting.threads))
         session = ort_session(prepared.onnx_path, setting.threads, bool(setting.spin))
         check_agreement(model, session, prepared, setting.label)
-        times = _timed_pairs(model, session, prepared, reps, pair_seconds)
+        times = _timed_pairs(model, session, prepared, reps, pair_seconds, SETTLE_S if setting.spin else 0.0)
     del model, session
     gc.collect()  # the next setting's copies of the weights should not sit beside these
     return times
 
 
-def _timed_pairs(model: Any, session: Any, prepared: Prepared, reps: int, pair_seconds: float) -> Dict[str, float]:
+def _timed_pairs(
+    model: Any, session: Any, prepared: Prepared, reps: int, pair_seconds: float, settle: float
+) -> Dict[str, float]:
     """Median seconds per run of the loaded bundle and the onnxruntime session on the prepared input."""
     feed = {prepared.input_name: prepared.input_array}
     fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(feed), "ort": lambda: session.run(None, feed)}
-    return alternating_medians(fns, reps_for(fns, reps, pair_seconds))
+    return alternating_medians(fns, reps_for(fns, reps, pair_seconds), settle)
 
 
-def alternating_medians(fns: Dict[str, Callable[[], Any]], reps: int) -> Dict[str, float]:
+def alternating_medians(fns: Dict[str, Callable[[], Any]], reps: int, settle: float = 0.0) -> Dict[str, float]:
     """Median seconds of each callable over ``reps`` pairs, the order reversed in every odd pair: neither
-    engine always runs right after the other (whose threads may still spin, or whose caches it inherits)."""
+    engine always runs right after the other (whose caches it inherits); ``settle``: seconds of pause before a
+    run that follows the other engine's (whose threads may still spin)."""
     keys = list(fns)
     samples: Dict[str, List[int]] = {k: [] for k in keys}
+    previous = None
     for i in range(reps):
         for key in keys if i % 2 == 0 else keys[::-1]:
+            if settle and previous not in (None, key):
+                time.sleep(settle)
+            previous = key
             t0 = time.perf_counter_ns()
             fns[key]()
             samples[key].append(time.perf_counter_ns() - t0)
