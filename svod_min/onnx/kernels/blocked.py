@@ -8,7 +8,7 @@ import functools
 from typing import Tuple
 
 from ..geometry import LANES, blocks
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,8 +28,8 @@ def transpose16_swaps() -> Tuple[Tuple[int, int, Tuple[int, ...], Tuple[int, ...
 def _reorder(tag: str, to_blocked: bool, n: int, c: int, h: int, w: int) -> CKernel:
     """A reorder, one (n, block, row) item at a time."""
     cb, items = blocks(c), n * blocks(c) * h
-    chunks = chunks_for(items, LANES * w)
-    sizes = dict(c=c, cb=cb, h=h, w=w, per=-(-items // chunks), items=items)
+    chunks, per = share(items, LANES * w)
+    sizes = dict(c=c, cb=cb, h=h, w=w, per=per, items=items)
     body = render("blocked_reorder.c.j2", to_blocked=to_blocked, swaps=transpose16_swaps(), **sizes)
     blocked, nchw = n * cb * h * w * LANES, n * c * h * w
     return make_kernel(tag, body, [blocked, nchw] if to_blocked else [nchw, blocked], chunks)

@@ -22,7 +22,7 @@ import numpy as np
 from ...error import NotSupportedError
 from ..activations import activation
 from ..geometry import LANES, ConvGeom, blocks
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 #: Multiply-adds one core_id call does at least: smaller convolutions run in fewer calls.
 GRAIN_MACS = 1 << 21
@@ -96,7 +96,7 @@ def blocked_conv(
     groups = -(-ocb // ot)
     items = g.n * groups * g.oh
     macs = g.n * g.oc * g.oh * g.ow * g.c * g.kh * g.kw
-    chunks = chunks_for(items, macs // items, GRAIN_MACS)
+    chunks, per = share(items, macs // items, GRAIN_MACS)
     layout, x_size = _input_layout(g, plain_input)
     values = dict(
         layout,
@@ -123,7 +123,7 @@ def blocked_conv(
         kw_span=(g.kw - 1) * g.dw,
         block_stride=_block_stride(g),
         items=items,
-        per=-(-items // chunks),
+        per=per,
         residual=residual,
         **_epilogue(act, act_params, ocb),
     )

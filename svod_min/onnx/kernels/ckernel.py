@@ -96,3 +96,9 @@ def chunks_for(items: int, work_per_item: int, grain: int = GRAIN) -> int:
     """How many core_id calls share ``items`` independent items of ``work_per_item`` elements each (each call doing
     ``grain`` of that work at least)."""
     return max(1, min(items, MAX_CHUNKS, (items * max(1, work_per_item)) // grain))
+
+
+def share(items: int, work_per_item: int, grain: int = GRAIN) -> Tuple[int, int]:
+    """(calls, items per call): :func:`chunks_for`'s calls, and the contiguous share of ``items`` each one takes."""
+    chunks = chunks_for(items, work_per_item, grain)
+    return chunks, -(-items // chunks)

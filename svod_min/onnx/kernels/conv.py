@@ -5,12 +5,12 @@ Each kernel's C is a template of ``templates/conv*.c.j2``; the functions here co
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 from ..activations import activation
 from ..ctext import C_TYPES
 from ..geometry import ConvGeom
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 
 def _window(g: ConvGeom) -> Dict[str, int]:
@@ -33,19 +33,13 @@ def _window(g: ConvGeom) -> Dict[str, int]:
     }
 
 
-def _share(items: int, work_per_item: int) -> Tuple[int, int]:
-    """The core_id calls sharing ``items`` and the items per call."""
-    chunks = chunks_for(items, work_per_item)
-    return chunks, -(-items // chunks)
-
-
 def conv2d(
     g: ConvGeom, bias: bool, act: Optional[str], act_params: Dict[str, float], dtype: str = "float32"
 ) -> CKernel:
     """Direct grouped convolution with any padding; bias and activation in the store."""
     cg, ocg = g.c // g.groups, g.oc // g.groups
     planes = g.n * g.oc
-    chunks, per = _share(planes, g.oh * g.ow * cg * g.kh * g.kw)
+    chunks, per = share(planes, g.oh * g.ow * cg * g.kh * g.kw)
     body = render(
         "conv.c.j2",
         T=C_TYPES[dtype],
@@ -64,7 +58,7 @@ def conv2d(
 def im2col(g: ConvGeom, dtype: str = "float32") -> CKernel:
     """col[(c, kh, kw), (oh, ow)] = x[c, ih, iw] (0 in the padding) for N = 1: a convolution becomes one matmul."""
     rows = g.c * g.kh * g.kw
-    chunks, per = _share(rows, g.oh * g.ow)
+    chunks, per = share(rows, g.oh * g.ow)
     body = render("conv_im2col.c.j2", T=C_TYPES[dtype], rows=rows, per=per, **_window(g))
     return make_kernel("im2col", body, [rows * g.oh * g.ow, g.c * g.h * g.w], chunks)
 
@@ -95,7 +89,7 @@ def depthwise2d(
     the bias, without bounds tests, so the outputs vectorise; activation in the store. The taps in the padding add
     0 x w: the sums are those of a conv that skips them."""
     planes = g.n * g.c
-    chunks, per = _share(planes, g.oh * g.ow * g.kh * g.kw)
+    chunks, per = share(planes, g.oh * g.ow * g.kh * g.kw)
     body = render(
         "conv_depthwise.c.j2",
         T=C_TYPES[dtype],
@@ -134,7 +128,7 @@ def conv_transpose(
     the taps with y + pt = iy * sh + ky * dh (and the same for x)."""
     cg, ocg = c // groups, oc // groups
     planes = n * oc
-    chunks, per = _share(planes, oh * ow * cg * kh * kw)
+    chunks, per = share(planes, oh * ow * cg * kh * kw)
     body = render(
         "conv_transpose.c.j2",
         T=C_TYPES[dtype],
@@ -171,7 +165,7 @@ def col2im(g: ConvGeom, bias: bool, dtype: str = "float32") -> CKernel:
     """out[n, oc, y, x] = bias + the sum of col[n, group, (oc % ocg, ky, kx), iy, ix] over the taps with
     y + pt = iy * sh + ky * dh and x + pl = ix * sw + kx * dw (iy, ix inside the input)."""
     planes = g.n * g.oc
-    chunks, per = _share(planes, g.oh * g.ow * g.kh * g.kw)
+    chunks, per = share(planes, g.oh * g.ow * g.kh * g.kw)
     body = render(
         "conv_col2im.c.j2",
         T=C_TYPES[dtype],

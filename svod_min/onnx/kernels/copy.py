@@ -8,13 +8,12 @@ from typing import Sequence
 
 from ..ctext import C_TYPES
 from ..geometry import collapse, contiguous_strides
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 
 def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "float32") -> CKernel:
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
-    chunks = chunks_for(outer, length)
-    per = -(-outer // chunks)
+    chunks, per = share(outer, length)
     body = render("concat.c.j2", T=C_TYPES[dtype], per=per, outer=outer, length=length, total=total, offset=offset)
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
@@ -32,11 +31,11 @@ def gather_copy(
     shape, (out_strides, strides) = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
     outer = [int(n) for n in shape[:-1]]
     rows = int(math.prod(outer))
-    chunks = chunks_for(rows, shape[-1])
+    chunks, per = share(rows, shape[-1])
     body = render(
         "copy.c.j2",
         T=C_TYPES[dtype],
-        per=-(-rows // chunks),
+        per=per,
         rows=rows,
         offset=int(src_offset),
         outer=outer,
@@ -71,13 +70,13 @@ def _pad(
     x folds back in."""
     rank = len(out_shape)
     n_out = max(1, int(math.prod(out_shape)))
-    chunks = chunks_for(n_out, 1)
+    chunks, per = share(n_out, 1)
     body = render(
         "pad.c.j2",
         T=C_TYPES[dtype],
         mode=mode,
         value=value,
-        per=-(-n_out // chunks),
+        per=per,
         n_out=n_out,
         rank=rank,
         in_shape=[int(n) for n in in_shape],
@@ -92,12 +91,12 @@ def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str, d
     """``out[o, j, i] = x[o, idx[j], i]``; a negative index counts from the end, and an index out of range
     is clamped (ONNX calls it an error; a clamp keeps the read inside the buffer)."""
     rows = outer * count
-    chunks = chunks_for(rows, inner)
+    chunks, per = share(rows, inner)
     body = render(
         "gather.c.j2",
         T=C_TYPES[dtype],
         index_type=index_type,
-        per=-(-rows // chunks),
+        per=per,
         rows=rows,
         count=count,
         axis_len=axis_len,

@@ -6,7 +6,7 @@ import math
 from typing import Optional, Sequence
 
 from ..geometry import broadcast_strides, collapse, contiguous_strides
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 
 def elementwise(
@@ -29,7 +29,7 @@ def elementwise(
     nblocks = -(-last // block)
     outer = [int(n) for n in shape[:-1]]
     rows = int(math.prod(outer)) * nblocks
-    chunks = chunks_for(rows, block)
+    chunks, per = share(rows, block)
     first = 1 if inplace else 0
     body = render(
         "elementwise.c.j2",
@@ -40,7 +40,7 @@ def elementwise(
         inplace=inplace,
         expr=expr,
         rows=rows,
-        per=-(-rows // chunks),
+        per=per,
         nblocks=nblocks,
         block=block,
         last=last,

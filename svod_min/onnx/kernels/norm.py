@@ -5,22 +5,14 @@ here compute its constants."""
 
 from __future__ import annotations
 
-from typing import Tuple
-
 from ..ctext import C_TYPES
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 #: Softmax over a middle axis runs this many inner positions side by side (one vector loop each step).
 SOFTMAX_BLOCK = 64
 
 #: Pixels per block of LRN's running sums (on the stack).
 LRN_BLOCK = 1024
-
-
-def _share(items: int, work_per_item: int) -> Tuple[int, int]:
-    """The core_id calls sharing ``items`` and the items per call."""
-    chunks = chunks_for(items, work_per_item)
-    return chunks, -(-items // chunks)
 
 
 def softmax_axis(outer: int, red: int, inner: int, log: bool, dtype: str = "float32") -> CKernel:
@@ -31,7 +23,7 @@ def softmax_axis(outer: int, red: int, inner: int, log: bool, dtype: str = "floa
     block = min(inner, SOFTMAX_BLOCK)
     blocks = -(-inner // block)
     items = outer * blocks
-    chunks, per = _share(items, red * block * 3)
+    chunks, per = share(items, red * block * 3)
     body = render(
         "softmax.c.j2",
         T=C_TYPES[dtype],
@@ -50,7 +42,7 @@ def softmax_axis(outer: int, red: int, inner: int, log: bool, dtype: str = "floa
 def _softmax_rows(rows: int, cols: int, log: bool, dtype: str = "float32") -> CKernel:
     """Softmax (or LogSoftmax) of contiguous rows: the max and the sum of exps in 16 lane accumulators (vector
     loops, a fixed summation order), the exps stored in the same pass as their sum, then scaled."""
-    chunks, per = _share(rows, cols * 3)
+    chunks, per = share(rows, cols * 3)
     body = render("softmax.c.j2", T=C_TYPES[dtype], shape="rows", rows=rows, log=log, per=per, cols=cols)
     return make_kernel("softmax", body, [rows * cols, rows * cols], chunks)
 
@@ -62,7 +54,7 @@ def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: flo
     channel order (the loops over pixels vectorise), then each output; the power as square roots where
     beta allows (0.5, 0.75, 1), powf otherwise."""
     planes = n * c
-    chunks, per = _share(planes, hw * size)
+    chunks, per = share(planes, hw * size)
     body = render(
         "lrn.c.j2",
         T=C_TYPES[dtype],
@@ -83,7 +75,7 @@ def lrn(n: int, c: int, hw: int, size: int, alpha: float, beta: float, bias: flo
 
 def instance_norm(planes: int, channels: int, size: int, epsilon: float, dtype: str = "float32") -> CKernel:
     """InstanceNormalization: each (n, c) plane normalised by its own mean and variance, then scale[c], bias[c]."""
-    chunks, per = _share(planes, size * 3)
+    chunks, per = share(planes, size * 3)
     body = render(
         "instance_norm.c.j2", T=C_TYPES[dtype], per=per, planes=planes, channels=channels, size=size, epsilon=epsilon
     )

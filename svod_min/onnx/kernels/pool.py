@@ -32,7 +32,7 @@ from typing import Any, Optional, Tuple
 
 from ..ctext import C_TYPES
 from ..geometry import ConvGeom
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 #: The widest padded row (elements, on the stack) the row kernel holds.
 POOL_ROW_MAX = 8192
@@ -90,13 +90,13 @@ def same_size(g: ConvGeom) -> bool:
 def _pool(template: str, g: ConvGeom, kind: str, count_include_pad: bool, dtype: str, **constants: Any) -> CKernel:
     """The pool kernel of ``template``: one work item per plane, ``constants`` beside the common ones."""
     planes = g.n * g.c
-    chunks = chunks_for(planes, g.oh * g.ow * g.kh * g.kw)
+    chunks, per = share(planes, g.oh * g.ow * g.kh * g.kw)
     body = render(
         template,
         g=asdict(g),
         kind=kind,
         include_pad=count_include_pad,
-        per=-(-planes // chunks),
+        per=per,
         planes=planes,
         T=C_TYPES[dtype],
         **constants,

@@ -4,7 +4,7 @@ rendered from ``templates/reduce.c.j2``."""
 from __future__ import annotations
 
 from ..ctext import C_TYPES
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 #: The reductions reduce_axis computes (the template's kinds).
 KINDS = ("min", "prod", "sumsquare", "l1", "l2", "logsum")
@@ -15,13 +15,13 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
     if kind not in KINDS:
         raise KeyError(kind)
     items = outer * inner
-    chunks = chunks_for(items, red)
+    chunks, per = share(items, red)
     body = render(
         "reduce.c.j2",
         kernel="reduce",
         kind=kind,
         T=C_TYPES[dtype],
-        per=-(-items // chunks),
+        per=per,
         items=items,
         red=red,
         inner=inner,
@@ -32,14 +32,14 @@ def reduce_axis(outer: int, red: int, inner: int, kind: str, dtype: str = "float
 def arg_reduce(outer: int, red: int, inner: int, largest: bool, last: bool, dtype: str = "float32") -> CKernel:
     """ArgMax/ArgMin over (outer, red, inner) as int64; ties go to the first index, or the last with ``last``."""
     items = outer * inner
-    chunks = chunks_for(items, red)
+    chunks, per = share(items, red)
     body = render(
         "reduce.c.j2",
         kernel="arg",
         largest=largest,
         last=last,
         T=C_TYPES[dtype],
-        per=-(-items // chunks),
+        per=per,
         items=items,
         red=red,
         inner=inner,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ..ctext import C_TYPES
-from .ckernel import CKernel, chunks_for, make_kernel, render
+from .ckernel import CKernel, make_kernel, render, share
 
 
 def taps(
@@ -28,12 +28,12 @@ def taps(
     if inner == 1:
         return taps_last_axis(outer, n_in, n_out, index, weight, per_out, fill, dtype)
     rows = outer * n_out
-    chunks = chunks_for(rows, inner * per_out)
+    chunks, per = share(rows, inner * per_out)
     body = render(
         "resize.c.j2",
         kernel="taps",
         T=C_TYPES[dtype],
-        per=-(-rows // chunks),
+        per=per,
         rows=rows,
         n_in=n_in,
         n_out=n_out,
@@ -58,7 +58,7 @@ def taps_last_axis(
 ) -> CKernel:
     """:func:`taps` on the last axis: per row, a loop over output positions reading its taps from the row by
     table (a vector gather), rather than one output element per row of a one-element inner loop."""
-    chunks = chunks_for(outer, n_out * per_out)
+    chunks, per = share(outer, n_out * per_out)
     # Tap t's indices and weights are contiguous tables of n_out entries, so a loop over positions loads vectors.
     tap_index = [[int(index[j * per_out + t]) for j in range(n_out)] for t in range(per_out)]
     tap_weight = [[float(weight[j * per_out + t]) for j in range(n_out)] for t in range(per_out)]
@@ -66,7 +66,7 @@ def taps_last_axis(
         "resize.c.j2",
         kernel="taps_last",
         T=C_TYPES[dtype],
-        per=-(-outer // chunks),
+        per=per,
         outer=outer,
         n_in=n_in,
         n_out=n_out,
@@ -85,12 +85,12 @@ def nearest_2d(
     row whose source row is the previous one's copies that output row (contiguous) instead of gathering again."""
     h_out, w_out = len(rows_at), len(cols_at)
     rows = outer * h_out
-    chunks = chunks_for(rows, w_out)
+    chunks, per = share(rows, w_out)
     body = render(
         "resize.c.j2",
         kernel="nearest_2d",
         T=C_TYPES[dtype],
-        per=-(-rows // chunks),
+        per=per,
         rows=rows,
         h_in=h_in,
         w_in=w_in,
