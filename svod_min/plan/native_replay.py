@@ -402,10 +402,14 @@ def native_threads(default: int) -> int:
     return max(1, env_int("SVOD_NATIVE_THREADS", default, minimum=0))
 
 
+#: The switch of the runner's idle workers: poll for the next kernel during a replay (on) or sleep at once (off).
+SPIN_ENV = "SVOD_NATIVE_SPIN"
+
+
 def native_spin() -> bool:
     """Whether the runner's idle workers poll for the next kernel during a replay (``SVOD_NATIVE_SPIN``, on by
     default) or sleep at once, woken for each threaded kernel."""
-    return env_flag("SVOD_NATIVE_SPIN", True)
+    return env_flag(SPIN_ENV, True)
 
 
 class ReplayTable:
@@ -485,8 +489,6 @@ def pack_segments(groups: Sequence[List[int]], entries: Mapping[int, NativeEntry
         segments.append(group)
     if table is not None:
         segments.append(table)
-    threads, spin = (
-        native_threads(threads),
-        native_spin(),
-    )  # bound once: a replay is then one C call per table, no lookups
+    # bound once: a replay is then one C call per table, no lookups
+    threads, spin = native_threads(threads), native_spin()
     return [seg if isinstance(seg, list) else seg.bind(threads, spin) for seg in segments]

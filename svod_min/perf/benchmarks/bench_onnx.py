@@ -49,6 +49,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 
 from svod_min.perf.agreement import disagreement, tolerances
 from svod_min.perf.bench_suite import format_table
+from svod_min.plan.native_replay import SPIN_ENV
 
 #: Speed: geometric mean of onnxruntime / svod_min over the models, in every setting.
 GOAL_GEOMEAN = 1.0
@@ -64,8 +65,6 @@ MAX_REPS = 42
 #: idle intra-op threads spin on after its run (up to 2^20 polls) and would otherwise take both CPUs of a 2-CPU
 #: host from the svod_min run timed next.
 SETTLE_S = 0.1
-#: The switch of svod_min's native runner that says whether its idle workers poll during a run.
-SPIN_ENV = "SVOD_NATIVE_SPIN"
 
 #: A model to measure: its name and a function making its ModelProto (made when its turn comes).
 ModelSource = Tuple[str, Callable[[], Any]]
