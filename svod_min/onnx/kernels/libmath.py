@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Set
 
 from ...kernels.sources import prelude
 
@@ -23,9 +23,9 @@ _FUNCTION = re.compile(r"^static inline [^(]*\b(svod_\w+)\(")
 
 
 @functools.lru_cache(maxsize=None)
-def _definitions() -> Tuple[Tuple[str, str], ...]:
-    """The prelude's typedefs and functions in file order: (name, text with the comment before it)."""
-    out: List[Tuple[str, str]] = []
+def _definitions() -> Dict[str, str]:
+    """The prelude's typedefs and functions in file order: name -> text with the comment before it."""
+    out: Dict[str, str] = {}
     comment: List[str] = []
     lines = prelude().splitlines(keepends=True)
     i = 0
@@ -33,31 +33,32 @@ def _definitions() -> Tuple[Tuple[str, str], ...]:
         line = lines[i]
         typedef, function = _TYPEDEF.match(line), _FUNCTION.match(line)
         if typedef:
-            out.append((typedef.group(1), line))
+            out[typedef.group(1)] = line
         elif function:
             end = _function_end(lines, i)
-            out.append((function.group(1), "".join(comment + lines[i:end])))
+            out[function.group(1)] = "".join(comment + lines[i:end])
             i = end
             comment = []
             continue
         comment = comment + [line] if line.startswith(("/*", "   ")) and not line.startswith("/* ----") else []
         i += 1
-    return tuple(out)
+    return out
 
 
 def _function_end(lines: List[str], start: int) -> int:
     """The index after the line that closes the function starting at ``start`` (braces balance)."""
-    depth = 0
+    depth, opened = 0, False
     for i in range(start, len(lines)):
         depth += lines[i].count("{") - lines[i].count("}")
-        if depth == 0 and "{" in "".join(lines[start : i + 1]):
+        opened = opened or "{" in lines[i]
+        if opened and depth == 0:
             return i + 1
     raise ValueError("unbalanced braces in the library prelude")
 
 
 def library_math(body: str) -> str:
     """The library definitions ``body`` calls (directly or through each other), in the prelude's order."""
-    defined: Dict[str, str] = dict(_definitions())
+    defined = _definitions()
     wanted: Set[str] = set()
     todo = [n for n in _NAME.findall(body) if n in defined]
     while todo:
@@ -66,4 +67,4 @@ def library_math(body: str) -> str:
             continue
         wanted.add(name)
         todo.extend(n for n in _NAME.findall(defined[name]) if n in defined and n != name)
-    return "".join(text for name, text in _definitions() if name in wanted)
+    return "".join(text for name, text in defined.items() if name in wanted)
