@@ -24,10 +24,10 @@ rng = np.random.default_rng(11)
 @pytest.fixture
 def every_library_kernel(monkeypatch: Any) -> None:
     """Lower onto every library kernel, including those the default set leaves to generated C."""
-    from svod_min.onnx.ops import conv as conv_kernels
+    from svod_min.onnx.ops import lowering
 
     kinds = {"conv2d_gemm", "depthwise_conv2d", "maxpool2d", "avgpool2d", "global_avgpool"}
-    monkeypatch.setattr(conv_kernels, "LIBRARY_KERNELS", frozenset(kinds))
+    monkeypatch.setattr(lowering, "LIBRARY_KERNELS", frozenset(kinds))
 
 
 def _w(*shape: int) -> Any:

@@ -15,6 +15,7 @@ from ..frontend.table import ANY, register
 from ..geometry import ConvGeom
 from ..kernels import conv as conv_kernels
 from ..kernels.elementwise import elementwise
+from . import lowering
 from .elementwise import activation_of, apply_activation
 from .lowering import F32, Lowering
 from .matmul import epilogue
@@ -136,19 +137,13 @@ def _epilogue_act(node: Node) -> Tuple[str, Dict[str, float], bool]:
     return library_epilogue(*activation_of(node))
 
 
-#: The library kernels the lowering uses. The library's depthwise_conv2d, maxpool2d and avgpool2d run
-#: slower than the generated C on the light models' shapes (docs/onnx.md, "Lowering"), so depthwise
-#: convolutions and windowed pools stay generated until those kernels catch up; the paths stay tested.
-LIBRARY_KERNELS = frozenset({"conv2d_gemm", "global_avgpool"})
-
-
 def conv_library_applies(L: Lowering, node: Node, g: ConvGeom) -> bool:
     """2-D float32 convolutions whose output size is the kernel's (all group counts, any N)."""
     if len(L.value(node.inputs[0]).shape) != 4 or L.value(node.inputs[0]).dtype != "float32":
         return False
     oh = (g.h + g.pt + g.pb - g.dh * (g.kh - 1) - 1) // g.sh + 1
     ow = (g.w + g.pl + g.pr - g.dw * (g.kw - 1) - 1) // g.sw + 1
-    if is_depthwise(g) and "depthwise_conv2d" not in LIBRARY_KERNELS:
+    if is_depthwise(g) and "depthwise_conv2d" not in lowering.LIBRARY_KERNELS:
         return False
     return (oh, ow) == (g.oh, g.ow) and min(g.pt, g.pl, g.pb, g.pr) >= 0
 

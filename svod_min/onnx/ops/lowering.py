@@ -20,6 +20,10 @@ from ..frontend.ir import Graph, Value
 from ..kernels.ckernel import CKernel
 
 ARENA = "svod.arena"
+#: The library kernels the lowering uses. The library's depthwise_conv2d, maxpool2d and avgpool2d run
+#: slower than the generated C on the light models' shapes (docs/onnx.md, "Lowering"), so depthwise
+#: convolutions and windowed pools stay generated until those kernels catch up; the paths stay tested.
+LIBRARY_KERNELS = frozenset({"conv2d_gemm", "global_avgpool"})
 #: The params of a float32 library kernel.
 F32 = {"dtype": "float32"}
 ALIGN = 64

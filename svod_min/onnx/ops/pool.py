@@ -9,7 +9,7 @@ from ..frontend.ir import Node
 from ..frontend.table import ANY, one_of, register
 from ..geometry import ConvGeom
 from ..kernels import pool as pool_kernels
-from . import conv
+from . import lowering
 from .lowering import F32, Lowering
 from .window import PAD_MODES, geometry, window_check
 
@@ -70,7 +70,7 @@ def lower_global_pool(L: Lowering, node: Node) -> None:
 def lower_pool_library(L: Lowering, node: Node, g: ConvGeom) -> bool:
     """maxpool2d / avgpool2d for a 2-D float32 pool; False where they do not apply (the caller generates C)."""
     x, out = node.inputs[0], node.outputs[0]
-    if ("maxpool2d" if node.op == "MaxPool" else "avgpool2d") not in conv.LIBRARY_KERNELS:
+    if ("maxpool2d" if node.op == "MaxPool" else "avgpool2d") not in lowering.LIBRARY_KERNELS:
         return False
     if len(L.value(x).shape) != 4 or L.value(x).dtype != "float32" or min(g.pt, g.pl, g.pb, g.pr) < 0:
         return False
