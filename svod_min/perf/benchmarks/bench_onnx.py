@@ -381,7 +381,7 @@ def spread(ratios: Sequence[float]) -> str:
 
 def speed_row(name: str, setting: Setting, runs: Sequence[Dict[str, float]], version: str) -> Row:
     """One model in one setting: per-engine medians over the runs, the median of the runs' ratios."""
-    ratios = [r["ort"] / r["svod"] for r in runs]
+    ratios = [_ratio(r) for r in runs]
     ratio = statistics.median(ratios)
     return {
         "measure": "onnx %s, %s: median run [ms]%s" % (name, setting.label, spread(ratios)),
@@ -442,7 +442,7 @@ def process_rows(name: str, runs: Sequence[Dict[str, List[ChildRun]]], version: 
 def _process_row(
     measure: str, runs: Sequence[Dict[str, float]], version: str, goal: str, met: Callable[[float, float], bool]
 ) -> Row:
-    ratios = [r["ort"] / r["svod"] for r in runs]
+    ratios = [_ratio(r) for r in runs]
     svod, ort = statistics.median(r["svod"] for r in runs), statistics.median(r["ort"] for r in runs)
     return {
         "measure": measure + spread(ratios),
@@ -529,6 +529,7 @@ def model_rows(name: str, measured: Measured, settings: Settings) -> List[Row]:
 
 
 def _ratio(times: Dict[str, float]) -> float:
+    """onnxruntime's time over svod_min's: above 1, svod_min is faster (smaller is better for both figures)."""
     return times["ort"] / times["svod"]
 
 
