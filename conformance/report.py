@@ -1,0 +1,63 @@
+"""The round's summary and the per-op table of docs/onnx.md."""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from typing import Any, Dict, List
+
+from .outcome import FAILURES, PASS, REFUSED
+
+SVOD, ORT = "svod_min", "onnxruntime"
+
+
+def op_of(record: Dict[str, Any]) -> str:
+    """The op a test is about: its only node's op, or the expanded function's name for a multi-node graph."""
+    ops = record.get("ops") or []
+    if len(ops) == 1:
+        return ops[0]
+    name = record["test"][len("test_") :]
+    return "%s (expanded)" % name.split("_expanded")[0] if "_expanded" in name else "(%s)" % name
+
+
+def summary(records: List[Dict[str, Any]]) -> List[str]:
+    """Counts per engine, and svod_min's share of the tests onnxruntime passes."""
+    lines = []
+    for engine in (SVOD, ORT):
+        if records and engine in records[0]:
+            counts = Counter(r[engine]["kind"] for r in records)
+            lines.append("%s: %s" % (engine, ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
+    if records and SVOD in records[0] and ORT in records[0]:
+        peer = [r for r in records if r[ORT]["kind"] == PASS]
+        both = sum(1 for r in peer if r[SVOD]["kind"] == PASS)
+        lines.append(
+            "svod_min passes %d of the %d tests onnxruntime passes (%.1f%%)"
+            % (both, len(peer), 100.0 * both / max(1, len(peer)))
+        )
+    bad = [r for r in records if SVOD in r and r[SVOD]["kind"] in FAILURES]
+    lines.append("svod_min crashes, hangs, signals and wrong answers: %d" % len(bad))
+    lines += ["  %s: %s %s" % (r["test"], r[SVOD]["kind"], r[SVOD]["detail"][:200]) for r in bad]
+    return lines
+
+
+def op_table(records: List[Dict[str, Any]]) -> List[str]:
+    """A Markdown table: per op, the tests, svod_min's passes and refusals, onnxruntime's passes."""
+    by_op: "OrderedDict[str, List[Dict[str, Any]]]" = OrderedDict()
+    for record in sorted(records, key=lambda r: op_of(r).lower()):
+        by_op.setdefault(op_of(record), []).append(record)
+    lines = [
+        "| op | tests | svod_min pass | svod_min refused | onnxruntime pass | first refusal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op, group in by_op.items():
+        kinds = Counter(r[SVOD]["kind"] for r in group)
+        peer = sum(1 for r in group if r.get(ORT, {}).get("kind") == PASS)
+        refusal = next((r[SVOD]["detail"] for r in group if r[SVOD]["kind"] == REFUSED), "")
+        lines.append(
+            "| %s | %d | %d | %d | %d | %s |"
+            % (op, len(group), kinds[PASS], kinds[REFUSED], peer, _cell(refusal.split(": ", 1)[-1][:90]))
+        )
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

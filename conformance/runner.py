@@ -1,0 +1,134 @@
+"""One test in a forked child per engine (svod_min, onnxruntime), with a timeout; a round over many tests."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import select
+import signal
+import tempfile
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Tuple
+
+from .outcome import CRASH, HANG, NOT_TENSOR, REFUSED, SIGNAL, Outcome, compare
+from .suite import DataSet, NodeTest, read_data_set
+
+
+def run_svod(test: NodeTest, data: DataSet) -> Outcome:
+    """Build the model in-process as ``svod_min build`` does, load the bundle, run it, compare."""
+    from svod_min.error import EXIT_BAD_INPUT, SvodError
+    from svod_min.onnx import build_onnx
+    from svod_min.planfile.load import load_model
+
+    with tempfile.TemporaryDirectory(prefix="svod-conformance-") as tmp:
+        bundle = os.path.join(tmp, "model.svod")
+        shapes = {name: list(value.shape) for name, value in data.inputs.items()}
+        try:
+            build_onnx(test.model, bundle, shapes=shapes, expect=False)
+            if data.not_tensors:
+                return Outcome(NOT_TENSOR, "built, but %s is not a tensor" % ", ".join(data.not_tensors))
+            got = load_model(bundle).run(data.inputs)
+        except SvodError as exc:
+            if exc.exit_code == EXIT_BAD_INPUT:
+                return Outcome(REFUSED, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300]))
+            return Outcome(CRASH, "exit %d %s: %s" % (exc.exit_code, type(exc).__name__, str(exc)[:300]))
+    return compare(got, data.outputs)
+
+
+def run_onnxruntime(test: NodeTest, data: DataSet) -> Outcome:
+    import onnxruntime as ort
+
+    if data.not_tensors:
+        return Outcome(NOT_TENSOR, ", ".join(data.not_tensors))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(test.model, options, providers=["CPUExecutionProvider"])
+        results = session.run(None, data.inputs)
+    except Exception as exc:  # onnxruntime's refusals come as several exception types
+        return Outcome(REFUSED, "%s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:300]))
+    names = [o.name for o in session.get_outputs()]
+    return compare(dict(zip(names, results)), data.outputs)
+
+
+ENGINES: Dict[str, Callable[[NodeTest, DataSet], Outcome]] = {"svod_min": run_svod, "onnxruntime": run_onnxruntime}
+
+
+def in_child(engine: str, test: NodeTest, timeout: float) -> Outcome:
+    """Run one engine on one test in a forked child: a signal, a hang or a traceback becomes an outcome."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        _child(engine, test, write_fd)
+    os.close(write_fd)
+    payload, timed_out = _read_until(read_fd, time.monotonic() + timeout)
+    os.close(read_fd)
+    if timed_out:
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return Outcome(HANG, "no result in %.0f s" % timeout)
+    if os.WIFSIGNALED(status):
+        return Outcome(SIGNAL, "killed by signal %d" % os.WTERMSIG(status))
+    try:
+        result = json.loads(payload.decode("utf-8"))
+    except ValueError:
+        return Outcome(CRASH, "the child exited %d without a result" % os.WEXITSTATUS(status))
+    return Outcome(result["kind"], result["detail"])
+
+
+def _child(engine: str, test: NodeTest, write_fd: int) -> None:
+    faulthandler.disable()  # the parent records a fatal signal; a traceback dump of the child's threads is noise
+    code = 0
+    try:
+        try:
+            outcome = ENGINES[engine](test, read_data_set(test))
+        except Exception:
+            outcome = Outcome(CRASH, traceback.format_exc()[-1500:])
+        os.write(write_fd, json.dumps(outcome.as_dict()).encode("utf-8"))
+    except BaseException:
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> Tuple[bytes, bool]:
+    chunks: List[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return b"".join(chunks), True
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+
+
+def run_round(
+    tests: List[NodeTest], engines: List[str], timeout: float, progress: Callable[[str], None]
+) -> List[Dict[str, Any]]:
+    """Every test through every engine; one record per test."""
+    records = []
+    for i, test in enumerate(tests):
+        record: Dict[str, Any] = {"test": test.name}
+        try:
+            record["ops"] = read_data_set(test).op_types
+        except Exception as exc:  # an unreadable test folder is the suite's problem, named in the record
+            record["ops"] = []
+            record["unreadable"] = str(exc)[:200]
+        for engine in engines:
+            record[engine] = in_child(engine, test, timeout).as_dict()
+        progress("[%d/%d] %s: %s" % (i + 1, len(tests), test.name, _line(record, engines)))
+        records.append(record)
+    return records
+
+
+def _line(record: Dict[str, Any], engines: List[str]) -> str:
+    return "  ".join("%s %s" % (e, record[e]["kind"]) for e in engines)
