@@ -40,13 +40,27 @@ def op_env(op: Union[PreparedKernel, PreparedCustomFunction]) -> Dict[str, int]:
     return env
 
 
+class NoWork:
+    """The launch of a kernel whose launch size has a 0 dimension (an empty batch): nothing is dispatched, so no
+    kernel ever sees the buffers of a launch with no work (a 0-byte buffer's pointer points at nothing)."""
+
+    graphable = False
+    timed = None
+
+    def __call__(self) -> None:
+        return None
+
+
 def launch_dims(op: PreparedKernel, env: Mapping[str, int]) -> Tuple[int, int, int]:
-    """The kernel's launch size under ``env``; each dimension must be positive."""
+    """The kernel's launch size under ``env``; each dimension must be positive, or 0 (no work: not dispatched)."""
     dims = []
     for expr in op.kernel.global_size:
         value = compile_expr(expr)(env)
-        if value <= 0:
-            raise PlanError("kernel %s: launch size %r = %d must be positive" % (op.kernel.entry_point, expr, value))
+        if value < 0:
+            raise PlanError(
+                "kernel %s: launch size %r = %d is negative (0 is no work, more runs it)"
+                % (op.kernel.entry_point, expr, value)
+            )
         dims.append(value)
     return tuple(dims)  # type: ignore[return-value]
 
@@ -79,6 +93,10 @@ def bind_kernel(op: PreparedKernel, buffers: Sequence[Any], bound: Any) -> Bound
     env = op_env(op)
     dims = launch_dims(op, env)
     check_extents(op, buffers, env)
+    if 0 in dims:
+        return BoundKernel(NoWork(), False, None, True)
+    if isinstance(bound, NoWork):
+        bound = None
     bufs = [buffers[i] for i in op.buffer_indices]
     if op.arg_check is not None:
         op.arg_check(env, bufs)
@@ -122,6 +140,7 @@ __all__ = [
     "ANY_THREADS",
     "PARALLEL_MIN_FLOPS",
     "BoundKernel",
+    "NoWork",
     "bind_kernel",
     "check_extents",
     "launch_dims",

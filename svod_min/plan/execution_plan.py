@@ -31,7 +31,7 @@ from ..error import BufferAllocationError, ExecutionError, PlanError, PlanPoison
 from ..expr import compile_expr
 from ..ordering import kahn_levels
 from ..profiler import KernelProfile
-from .binding import PARALLEL_MIN_FLOPS, bind_kernel, op_env
+from .binding import PARALLEL_MIN_FLOPS, NoWork, bind_kernel, op_env
 from .grain import GrainSplit
 from .native_replay import NativeEntry, pack_segments
 from .ops import (
@@ -485,6 +485,7 @@ class ExecutionPlan:
             if new_vals != op.vals:
                 staged.append((index, op, new_vals))
         old = [(op, op.vals) for _, op, _ in staged]
+        idle = [isinstance(self._launches[index], NoWork) for index, _, _ in staged]
         try:
             for index, op, new_vals in staged:
                 op.vals = new_vals
@@ -496,8 +497,11 @@ class ExecutionPlan:
                 self._bind_kernel(index, op)
             raise
         finally:
-            if staged and self._segment_kind != "graph":
-                self._build_segments()  # the tables hold the old values: repack (graph nodes were patched)
+            # the tables hold the old values: repack; graph nodes were patched, unless a kernel's work became none or
+            # some (its node comes or goes)
+            flipped = [isinstance(self._launches[index], NoWork) for index, _, _ in staged] != idle
+            if staged and (self._segment_kind != "graph" or flipped):
+                self._build_segments()
         self._var_values = env
 
     def execute_with_vars(self, var_vals: Mapping[str, int]) -> None:
