@@ -52,7 +52,7 @@ def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
     if args.plan is None:
         doc = default_plan_document(rows=var_values.get("rows", BATCH))
         return load_plan(doc, device=args.device, var_values=var_values)
-    return load_plan(args.plan, device=args.device, var_values=var_values)
+    return load_plan(args.plan, device=args.device, var_values=var_values, trusted_keys=args.trusted_keys)
 
 
 def _timed_runs(plan: Any, repeat: int) -> List[float]:
@@ -365,9 +365,9 @@ def _npy_to_numpy(parsed: Any) -> Any:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     if args.bundle is not None:
-        from .planfile.bundle import describe_bundle, open_bundle
+        from .planfile.signing import bundle_info_lines
 
-        print("\n".join(describe_bundle(open_bundle(args.bundle))))
+        print("\n".join(bundle_info_lines(args.bundle)))
         return EXIT_OK
     print("\n".join(info_lines()))
     return EXIT_OK
@@ -389,6 +389,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         compiler=args.cc,
         progress=lambda line: print(line, file=sys.stderr),
         tune=_plan_tuner(args),
+        sign=_signer(args.sign),
     )
     _print_build(report)
     return EXIT_OK
@@ -410,6 +411,20 @@ def _plan_tuner(args: argparse.Namespace) -> Any:
         return result.summary()
 
     return tune
+
+
+def _signer(key: Optional[str]) -> Any:
+    """``build --sign KEY``'s signer, the key read before the build starts (None without --sign)."""
+    from .planfile.signing import signer
+
+    return signer(key) if key else None
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .planfile.signing import generate_key
+
+    print("wrote %s (private, mode 0600) and %s.pub: key %s" % (args.output, args.output, generate_key(args.output)))
+    return EXIT_OK
 
 
 def _print_build(report: Any) -> None:
@@ -455,6 +470,7 @@ def _build_onnx(args: argparse.Namespace) -> int:
         expect=not args.no_expect,
         progress=lambda line: print(line, file=sys.stderr),
         tune=_plan_tuner(args),
+        sign=_signer(args.sign),
     )
     _print_build(result.report)
     return EXIT_OK
@@ -516,6 +532,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace a plan input before the run (repeatable; shape and dtype must match)",
     )
     run.add_argument("--json", action="store_true", help="machine-readable output")
+    run.add_argument(
+        "--trusted-keys",
+        metavar="DIR",
+        default=None,
+        help="run only bundles signed by a key in DIR (*.pub; default: SVOD_TRUSTED_KEYS, unset: no policy)",
+    )
     run.add_argument(
         "--once",
         action="store_true",
@@ -613,7 +635,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--tune-threads", type=int, default=None, metavar="N", help="threads the --tune timings run at (default 1)"
     )
+    build.add_argument("--sign", metavar="KEY", help="sign the bundle with this Ed25519 private key (keygen -o KEY)")
     build.set_defaults(func=_cmd_build)
+    keygen = sub.add_parser("keygen", help="write an Ed25519 key pair for build --sign: NAME (private) and NAME.pub")
+    keygen.add_argument("-o", "--output", required=True, metavar="NAME")
+    keygen.set_defaults(func=_cmd_keygen)
     pyz = sub.add_parser("zipapp", help="write a one-file runtime (svod_min and pyelftools in one .pyz)")
     pyz.add_argument("-o", "--output", required=True, metavar="svod_min.pyz")
     pyz.add_argument(

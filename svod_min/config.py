@@ -31,6 +31,8 @@ CACHE_FLAG_ENV = "SVOD_OBJECT_CACHE"
 CACHE_DIR_ENV = "SVOD_OBJECT_CACHE_DIR"
 #: Environment variables :func:`cache_root` and :func:`disk_cache_enabled` read.
 CACHE_ENV_VARS = (CACHE_FLAG_ENV, CACHE_DIR_ENV, "XDG_CACHE_HOME", "HOME")
+#: The trust policy for bundles: a directory of ``*.pub`` keys (or one key file); unset or empty: no policy.
+TRUSTED_KEYS_ENV = "SVOD_TRUSTED_KEYS"
 
 
 def env_str(name: str) -> Optional[str]:
@@ -73,6 +75,12 @@ def env_int(name: str, default: int, *, minimum: int = 1) -> int:
     return value
 
 
+def trusted_keys_path() -> Optional[str]:
+    """Where ``SVOD_TRUSTED_KEYS`` puts the trusted keys (``~`` expanded); None when no policy is set."""
+    raw = env_str(TRUSTED_KEYS_ENV)
+    return None if raw is None else os.path.expanduser(raw)
+
+
 def disk_cache_enabled() -> bool:
     """False when ``SVOD_OBJECT_CACHE`` turns every on-disk store off."""
     return env_flag(CACHE_FLAG_ENV, True)
@@ -111,6 +119,7 @@ __all__ = [
     "CACHE_FLAG_ENV",
     "FALSE_WORDS",
     "TRUE_WORDS",
+    "TRUSTED_KEYS_ENV",
     "cache_path",
     "cache_root",
     "disk_cache_enabled",
@@ -118,4 +127,5 @@ __all__ = [
     "env_int",
     "env_str",
     "parse_flag",
+    "trusted_keys_path",
 ]

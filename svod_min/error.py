@@ -30,6 +30,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     ├── BufferAllocationError          2  bad buffer size / dtype / allocation
     ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
     ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
+    ├── SignatureError                 2  a malformed Ed25519 key or signature, or one that does not verify
     ├── PlanError                      2  plan building / plan file problems
     │   ├── VariableBoundsError        2  a variable outside [min, max]
     │   │   ├── ArgumentRangeError     2  a kernel argument that does not fit its slot
@@ -38,6 +39,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   │   └── KernelNotFoundError    2  no kernel of that name
     │   ├── PlanFileError              2  with the JSON path of the offending value
     │   ├── BundleError                2  a bad model bundle (.svod), naming the entry
+    │   │   └── BundleSignatureError   2  refused by the trust policy: unsigned, untrusted or bad signature
     │   ├── UnsupportedModelError      2  an ONNX node (op, attribute, dtype) svod_min cannot lower
     │   └── ModelFileError             2  not ONNX, truncated, external data missing, bad dims
     ├── ExecutionError                 3  a dispatch failed
@@ -284,6 +286,12 @@ class KernelArgumentError(ExecutionError):
     exit_code = EXIT_BAD_INPUT
 
 
+class SignatureError(SvodError):
+    """An Ed25519 key or signature that is malformed or does not verify (svod_min.ed25519)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 # --- plan files -----------------------------------------------------------
 
 
@@ -302,6 +310,13 @@ class PlanFileError(PlanError):
 
 class BundleError(PlanError):
     """A model bundle (``.svod``) that is refused before anything runs; the message names the entry."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BundleSignatureError(BundleError):
+    """A bundle refused by a trust policy before anything is mapped: unsigned, signed by a key the policy does
+    not trust, or a signature that does not verify; the message names the bundle and what failed."""
 
     exit_code = EXIT_BAD_INPUT
 
@@ -446,6 +461,8 @@ __all__ = [
     "KernelArgumentError",
     "PlanFileError",
     "BundleError",
+    "BundleSignatureError",
+    "SignatureError",
     "UnsupportedModelError",
     "ModelFileError",
     "NoUsableTargetError",

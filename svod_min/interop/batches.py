@@ -22,6 +22,7 @@ from ..error import PlanError
 from ..planfile.bundle import BundleSource, bundle_digest, is_bundle, open_bundle
 from ..planfile.load import Model, load_model
 from ..planfile.schema import read_plan_document
+from ..planfile.signing import TrustedKeys, refuse_plan_file, trust_policy
 
 #: The names a plan's batch variable goes by when the plan has several variables.
 BATCH_VARIABLE = "batch"
@@ -55,11 +56,14 @@ class BatchLayout:
         )
 
 
-def plan_document(source: BundleSource) -> Dict[str, Any]:
-    """The plan document of a bundle (path or bytes) or plan file, read and checked, nothing compiled."""
+def plan_document(source: BundleSource, trusted_keys: TrustedKeys = None) -> Dict[str, Any]:
+    """The plan document of a bundle (path or bytes) or plan file, read and checked, nothing compiled; under a
+    trust policy (``trusted_keys``, or ``SVOD_TRUSTED_KEYS``) its signature too, so the driver refuses first."""
+    policy = trust_policy(trusted_keys)
     if isinstance(source, str) and not is_bundle(source):
+        refuse_plan_file(source, policy)
         return read_plan_document(source)
-    return open_bundle(source).plan
+    return open_bundle(source, trust=policy).plan
 
 
 def batch_layout(doc: Mapping[str, Any]) -> BatchLayout:
@@ -180,35 +184,44 @@ def _padded(rows: Any, count: int) -> Any:
     return np.concatenate([rows, pad])
 
 
-def load_runner(source: BundleSource, *, threads: int = 1, device: Any = None) -> BatchRunner:
-    """A bundle (path or bytes) loaded onto ``device`` (default: a CPU device of ``threads`` threads)."""
-    layout = batch_layout(plan_document(source))
+def load_runner(
+    source: BundleSource, *, threads: int = 1, device: Any = None, trusted_keys: TrustedKeys = None
+) -> BatchRunner:
+    """A bundle (path or bytes) loaded onto ``device`` (default: a CPU device of ``threads`` threads); under the
+    trust policy ``trusted_keys`` (None: ``SVOD_TRUSTED_KEYS``) only if one of its keys signed it."""
+    policy = trust_policy(trusted_keys)
+    layout = batch_layout(plan_document(source, policy))
     model = load_model(
         bytes(source) if not isinstance(source, str) else source,
         device=device if device is not None else CpuDevice(threads=max(1, int(threads))),
+        trusted_keys=policy,
     )
     return BatchRunner(model, layout)
 
 
-_RUNNERS: Dict[Tuple[str, int], BatchRunner] = {}
+_RUNNERS: Dict[Tuple[str, int, Optional[Tuple[str, ...]]], BatchRunner] = {}
 _RUNNERS_LOCK = threading.Lock()
 
 
-def cached_runner(source: BundleSource, *, digest: Optional[str] = None, threads: int = 1) -> BatchRunner:
+def cached_runner(
+    source: BundleSource, *, digest: Optional[str] = None, threads: int = 1, trusted_keys: TrustedKeys = None
+) -> BatchRunner:
     """This process's runner for the bundle whose sha256 is ``digest`` (computed from ``source`` if not given),
-    loaded on first use; a bundle's content, not its path, names it (the same file at two paths loads once)."""
-    key = (digest or bundle_digest(source), int(threads))
+    loaded on first use; a bundle's content, not its path, names it (the same file at two paths loads once).
+    A runner loaded under one trust policy is not reused under another (the keys are part of the key)."""
+    policy = trust_policy(trusted_keys)
+    key = (digest or bundle_digest(source), int(threads), policy.key_ids() if policy is not None else None)
     with _RUNNERS_LOCK:
         runner = _RUNNERS.get(key)
         if runner is None:
-            runner = _RUNNERS[key] = load_runner(source, threads=threads)
+            runner = _RUNNERS[key] = load_runner(source, threads=threads, trusted_keys=policy)
         return runner
 
 
 def cached_digests() -> Tuple[str, ...]:
     """The sha256 of every bundle loaded in this process (what a worker holds)."""
     with _RUNNERS_LOCK:
-        return tuple(sorted({digest for digest, _ in _RUNNERS}))
+        return tuple(sorted({key[0] for key in _RUNNERS}))
 
 
 __all__ = [

@@ -13,11 +13,12 @@ module does not import Dask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..error import BundleError, PlanError
 from ..planfile.bundle import bundle_digest
+from ..planfile.signing import TrustedKeys, TrustPolicy, trust_policy
 from .batches import BatchLayout, batch_layout, cached_runner, plan_document
 
 
@@ -28,16 +29,19 @@ class ShippedBundle:
     source: Any
     digest: str
     layout: BatchLayout
+    policy: Optional[TrustPolicy] = None  # the trust policy the driver set; each worker checks the bundle under it
 
 
-def ship(client: Any, bundle: Union[str, bytes]) -> ShippedBundle:
-    """Scatter ``bundle`` (a path the driver reads, or bytes) to every worker of ``client`` once.
+def ship(client: Any, bundle: Union[str, bytes], *, trusted_keys: TrustedKeys = None) -> ShippedBundle:
+    """Scatter ``bundle`` (a path the driver reads, or bytes) to every worker of ``client`` once; under a trust
+    policy (``trusted_keys``, None: the driver's ``SVOD_TRUSTED_KEYS``) the driver refuses it first.
 
     Workers that join later (a restarted one) fetch it from a peer when a task needs it.
     """
     data = bundle if isinstance(bundle, bytes) else _read(bundle)
-    layout = batch_layout(plan_document(data))
-    return ShippedBundle(client.scatter(data, broadcast=True, hash=False), bundle_digest(data), layout)
+    policy = trust_policy(trusted_keys)
+    layout = batch_layout(plan_document(data, policy))
+    return ShippedBundle(client.scatter(data, broadcast=True, hash=False), bundle_digest(data), layout, policy)
 
 
 def _read(path: str) -> bytes:
@@ -48,13 +52,15 @@ def _read(path: str) -> bytes:
         raise BundleError("%s: cannot read the bundle (%s)" % (path, exc.strerror or exc)) from None
 
 
-def _shipped(bundle: Any) -> ShippedBundle:
-    """What the tasks get: a :class:`ShippedBundle` as is; a path or bytes read here for its layout and digest."""
+def _shipped(bundle: Any, trusted_keys: TrustedKeys = None) -> ShippedBundle:
+    """What the tasks get: a :class:`ShippedBundle` as is (``trusted_keys`` replacing its policy when given); a
+    path or bytes read here for its layout and digest, under the policy."""
     if isinstance(bundle, ShippedBundle):
-        return bundle
+        return bundle if trusted_keys is None else replace(bundle, policy=trust_policy(trusted_keys))
     if not isinstance(bundle, (str, bytes)):
         raise PlanError("a bundle is a path, its bytes or a ShippedBundle (ship()), not %s" % type(bundle).__name__)
-    return ShippedBundle(bundle, bundle_digest(bundle), batch_layout(plan_document(bundle)))
+    policy = trust_policy(trusted_keys)
+    return ShippedBundle(bundle, bundle_digest(bundle), batch_layout(plan_document(bundle, policy)), policy)
 
 
 def worker_threads() -> int:
@@ -67,16 +73,26 @@ def worker_threads() -> int:
         return 1
 
 
-def run_rows(source: Any, digest: str, threads: Optional[int], feeds: Mapping[str, Any]) -> Dict[str, Any]:
-    """One task's rows through this process's copy of the bundle (loaded by its first task)."""
-    runner = cached_runner(source, digest=digest, threads=threads or worker_threads())
+def run_rows(
+    source: Any, digest: str, threads: Optional[int], feeds: Mapping[str, Any], policy: Optional[TrustPolicy] = None
+) -> Dict[str, Any]:
+    """One task's rows through this process's copy of the bundle (loaded by its first task, under ``policy``;
+    None: the worker's ``SVOD_TRUSTED_KEYS``)."""
+    runner = cached_runner(source, digest=digest, threads=threads or worker_threads(), trusted_keys=policy)
     return runner.run(feeds)
 
 
 # --- arrays ----------------------------------------------------------------------------
 
 
-def predict_blocks(arrays: Any, bundle: Any, *, output: Optional[str] = None, threads: Optional[int] = None) -> Any:
+def predict_blocks(
+    arrays: Any,
+    bundle: Any,
+    *,
+    output: Optional[str] = None,
+    threads: Optional[int] = None,
+    trusted_keys: TrustedKeys = None,
+) -> Any:
     """The model's ``output`` for every row of ``arrays``: one Dask array (a one-input model) or
     ``{model input: array}``, chunked along the rows only (other axes are rechunked whole).
 
@@ -86,7 +102,7 @@ def predict_blocks(arrays: Any, bundle: Any, *, output: Optional[str] = None, th
     import dask.array as da
     import numpy as np
 
-    shipped = _shipped(bundle)
+    shipped = _shipped(bundle, trusted_keys)
     layout = shipped.layout
     named = _named_arrays(arrays, layout)
     port = layout.output(output) if output else _only_output(layout)
@@ -104,6 +120,7 @@ def predict_blocks(arrays: Any, bundle: Any, *, output: Optional[str] = None, th
         source=shipped.source,
         digest=shipped.digest,
         threads=threads,
+        policy=shipped.policy,
         dtype=np.dtype(port.dtype),
         chunks=(whole[0].chunks[0],) + tuple((d,) for d in port.row_shape),
         meta=np.empty((0,) * out_ndim, dtype=port.dtype),
@@ -113,9 +130,15 @@ def predict_blocks(arrays: Any, bundle: Any, *, output: Optional[str] = None, th
 
 
 def _predict_block(
-    *blocks: Any, names: List[str], output_name: str, source: Any, digest: str, threads: Optional[int]
+    *blocks: Any,
+    names: List[str],
+    output_name: str,
+    source: Any,
+    digest: str,
+    threads: Optional[int],
+    policy: Optional[TrustPolicy] = None,
 ) -> Any:
-    return run_rows(source, digest, threads, dict(zip(names, blocks)))[output_name]
+    return run_rows(source, digest, threads, dict(zip(names, blocks)), policy)[output_name]
 
 
 def _named_arrays(arrays: Any, layout: BatchLayout) -> Dict[str, Any]:
@@ -149,6 +172,7 @@ def predict_partitions(
     inputs: Optional[Mapping[str, Sequence[str]]] = None,
     outputs: Optional[Mapping[str, Sequence[str]]] = None,
     threads: Optional[int] = None,
+    trusted_keys: TrustedKeys = None,
 ) -> Any:
     """``frame`` (a Dask dataframe) with the model's outputs added as columns, partition by partition.
 
@@ -156,7 +180,7 @@ def predict_partitions(
     one-input model: every column). ``outputs``: ``{model output: [new columns]}`` (default: every output,
     as ``NAME_0``, ``NAME_1``... or ``NAME`` for a one-value row).
     """
-    shipped = _shipped(bundle)
+    shipped = _shipped(bundle, trusted_keys)
     layout = shipped.layout
     columns_in = _input_columns(inputs, layout, list(frame.columns))
     columns_out = _output_columns(outputs, layout)
@@ -170,6 +194,7 @@ def predict_partitions(
         source=shipped.source,
         digest=shipped.digest,
         threads=threads,
+        policy=shipped.policy,
         meta=meta,
     )
 
@@ -181,8 +206,9 @@ def _predict_partition(
     source: Any,
     digest: str,
     threads: Optional[int],
+    policy: Optional[TrustPolicy] = None,
 ) -> Any:
-    result = run_rows(source, digest, threads, {name: part[cols].to_numpy() for name, cols in inputs.items()})
+    result = run_rows(source, digest, threads, {name: part[cols].to_numpy() for name, cols in inputs.items()}, policy)
     added: Dict[str, Any] = {}
     for name, cols in outputs.items():
         rows = result[name].reshape(len(part), -1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from ..error import PlanError, SvodError
+from ..planfile.signing import TrustedKeys, trust_policy
 from .batches import BatchLayout, load_runner
 
 #: Columns named after the model's outputs (a mapping), or the outputs to keep under their own names (a list).
@@ -24,7 +25,8 @@ class BundlePredictor:
 
     ``inputs``: ``{model input: batch column}`` (default: columns named as the inputs). ``outputs``:
     ``{model output: new column}`` or a list of outputs (default: every output, under its own name).
-    ``threads``: kernel threads (default: the CPUs Ray assigned to this actor, at least 1).
+    ``threads``: kernel threads (default: the CPUs Ray assigned to this actor, at least 1). ``trusted_keys``: the
+    trust policy (a TrustPolicy, a key directory the actor can read; None: the actor's ``SVOD_TRUSTED_KEYS``).
     """
 
     def __init__(
@@ -33,11 +35,12 @@ class BundlePredictor:
         inputs: Optional[Mapping[str, str]] = None,
         outputs: OutputColumns = None,
         threads: Optional[int] = None,
+        trusted_keys: TrustedKeys = None,
     ) -> None:
         self.threads = int(threads) if threads else actor_cpus()
         self.load_error: Optional[SvodError] = None
         try:
-            self.runner = load_runner(_resolved(bundle), threads=self.threads)
+            self.runner = load_runner(_resolved(bundle), threads=self.threads, trusted_keys=trusted_keys)
         except SvodError as exc:
             # raised by the first batch instead: a failed batch reaches the driver as this error and is not
             # retried, where a failed actor start reaches it as an ActorDiedError once Ray Data has spent its
@@ -109,6 +112,7 @@ def predict(
     batch_size: Optional[int] = None,
     max_retries: Optional[int] = 3,
     raise_original: bool = True,
+    trusted_keys: TrustedKeys = None,
     **map_batches_args: Any,
 ) -> Any:
     """``dataset.map_batches`` with :class:`BundlePredictor` on a pool of ``actors`` actors of ``num_cpus`` CPUs.
@@ -119,12 +123,15 @@ def predict(
     ``raise_original`` (it sets ``raise_original_map_exception`` in the dataset's ``DataContext``, which
     the whole pipeline shares) the driver gets svod_min's error itself (``BundleError``...) rather than
     Ray Data's ``UserCodeException`` wrapping its text. Ship a large bundle once:
-    ``ray.put(bundle_bytes)``, and pass the ``ObjectRef``.
+    ``ray.put(bundle_bytes)``, and pass the ``ObjectRef``. ``trusted_keys`` (None: the driver's
+    ``SVOD_TRUSTED_KEYS``) is read here and its keys sent to the actors, which load only a bundle they signed.
     """
     from ray.data import ActorPoolStrategy
 
+    policy = trust_policy(trusted_keys)
+
     args: Dict[str, Any] = dict(
-        fn_constructor_kwargs={"bundle": bundle, "inputs": inputs, "outputs": outputs},
+        fn_constructor_kwargs={"bundle": bundle, "inputs": inputs, "outputs": outputs, "trusted_keys": policy},
         batch_format="numpy",
         compute=ActorPoolStrategy(size=actors),
         num_cpus=num_cpus,

@@ -111,8 +111,10 @@ def build_onnx(
     expect: bool = True,
     progress: Callable[[str], None] = lambda line: None,
     tune: Optional[PlanTuner] = None,
+    sign: Optional[Callable[[bytes], bytes]] = None,
 ) -> OnnxBuild:
-    """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle."""
+    """Lower, record expectations, tune (``tune``: ``build --tune``'s step, None: the defaults), bundle (signed
+    by ``sign``: ``build --sign KEY``, :func:`svod_min.planfile.signing.signer`)."""
     parts = lower_model(path, dims, shapes)
     progress(
         "lowered %s: %d model nodes, %d plan ops, %d library + %d generated kernels, arena %d bytes, weights %d bytes"
@@ -141,6 +143,7 @@ def build_onnx(
         progress=progress,
         created_by="python -m svod_min build (ONNX %s)" % os.path.basename(path),
         tune=tune,
+        sign=sign,
     )
     return OnnxBuild(
         report, parts.model_nodes, len(parts.doc["ops"]), parts.kernels, parts.arena_bytes, parts.weight_bytes, note

@@ -36,6 +36,9 @@ from .schema import parse_plan_bytes
 BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
+#: The manifest's signature (planfile/signing.py); the one entry the manifest does not list, as it signs it.
+SIGNATURE = "manifest.sig"
+MAX_SIGNATURE_BYTES = 4096
 ZIP_MAGIC = b"PK\x03\x04"
 #: .npy entries above this size are stored, not deflated: weights barely deflate, and inflating them costs a cold start.
 STORE_ABOVE = 1 << 16
@@ -157,8 +160,15 @@ def _items(section: Any) -> List[Tuple[str, Any]]:
 # --- writing -----------------------------------------------------------------------------
 
 
-def write_bundle(out_path: str, files: Mapping[str, bytes], manifest: Dict[str, Any]) -> Dict[str, Any]:
-    """Write ``files`` (entry name -> bytes, ``plan.json`` among them) and the manifest as one zip.
+def write_bundle(
+    out_path: str,
+    files: Mapping[str, bytes],
+    manifest: Dict[str, Any],
+    *,
+    sign: Optional[Callable[[bytes], bytes]] = None,
+) -> Dict[str, Any]:
+    """Write ``files`` (entry name -> bytes, ``plan.json`` among them) and the manifest as one zip; ``sign``
+    (the manifest's bytes -> the signature entry, :mod:`svod_min.planfile.signing`) adds its signature.
 
     ``manifest`` gets ``svod_bundle`` and ``entries`` (size and sha256 of each file); entries are written
     in name order with fixed timestamps and modes, so the same inputs give the same bytes. The file is
@@ -166,13 +176,19 @@ def write_bundle(out_path: str, files: Mapping[str, bytes], manifest: Dict[str, 
     """
     if PLAN not in files:
         raise PlanError("a bundle needs %s" % PLAN)
+    if SIGNATURE in files:
+        raise PlanError("%r is the bundle's signature entry, not a plan file's name" % SIGNATURE)
     names = sorted(check_entry_name(n) for n in files if n != MANIFEST)
     full = dict(manifest)
     full["svod_bundle"] = BUNDLE_FORMAT
     full["entries"] = {n: {"size": len(files[n]), "sha256": sha256(files[n])} for n in names}
     payload = {MANIFEST: json.dumps(full, indent=1, sort_keys=True).encode("utf-8") + b"\n"}
+    head = [MANIFEST]
+    if sign is not None:
+        payload[SIGNATURE] = sign(payload[MANIFEST])
+        head.append(SIGNATURE)
     payload.update((n, files[n]) for n in names)
-    write_fixed_zip(out_path, [(n, payload[n]) for n in [MANIFEST] + names])
+    write_fixed_zip(out_path, [(n, payload[n]) for n in head + names])
     return full
 
 
@@ -238,6 +254,7 @@ class Bundle:
     entries: Dict[str, bytes] = field(repr=False)
     deferred: Dict[str, Tuple[zipfile.ZipInfo, str]] = field(default_factory=dict, repr=False)
     source: Any = field(default=None, repr=False)  # the open bundle file while entries are deferred
+    signature: Optional[bytes] = field(default=None, repr=False)  # the SIGNATURE entry's bytes, if signed
 
     def files(self) -> "BundleFiles":
         return BundleFiles(self)
@@ -250,6 +267,11 @@ class Bundle:
             raise BundleError("%s: entry %r does not match its sha256 in the manifest" % (self.path, name))
         self.entries[name] = data
         return data
+
+    def read_rest(self) -> None:
+        """Read and check every deferred entry now and hold it (a trust policy: all verified before any code)."""
+        for name in list(self.deferred):
+            self.read_deferred(name)
 
     def verify_rest(self) -> None:
         """Read and check every deferred entry nothing read (a bundle is checked whole, used or not)."""
@@ -389,11 +411,14 @@ def _tuned_text(kernel: Mapping[str, Any]) -> str:
     return "".join("; " + p for p in parts)
 
 
-def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_arrays: bool = False) -> Bundle:
+def open_bundle(
+    source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_arrays: bool = False, trust: Any = None
+) -> Bundle:
     """Read and check the bundle at ``source`` (a path, or the bundle's bytes) whole; BundleError (naming the
     entry) for anything wrong. A bundle read from bytes is named ``<bundle in memory, N bytes>`` in messages.
     ``defer_arrays`` (a path only): large stored arrays are read later, into their buffers (:class:`Bundle`);
-    the caller closes the bundle."""
+    the caller closes the bundle. ``trust`` (a :class:`~svod_min.planfile.signing.TrustPolicy`) checks the
+    manifest's signature before the manifest is parsed; the manifest then pins every other entry."""
     path, opened = _zip_source(source)
     try:
         raw = open(opened, "rb") if isinstance(opened, str) else opened
@@ -409,7 +434,11 @@ def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_
             raise BundleError("%s: not a readable bundle (truncated or corrupt zip: %s)" % (path, exc)) from None
         with zf:
             infos = _checked_infos(zf, path, limits)
-            manifest = _manifest(zf, infos, path, limits)
+            raw_manifest = _manifest_bytes(zf, infos, path, limits)
+            signature = _read_entry(zf, infos[SIGNATURE], path, MAX_SIGNATURE_BYTES) if SIGNATURE in infos else None
+            if trust is not None:  # the bytes checked are the bytes parsed: the manifest is read once
+                trust.check(path, raw_manifest, signature)
+            manifest = _manifest(raw_manifest, path)
             deferred: Dict[str, Tuple[zipfile.ZipInfo, str]] = {}
             entries = _entries(raw, infos, manifest, path, limits, deferred if defer else None)
         plan = _plan(entries, path)
@@ -419,7 +448,7 @@ def open_bundle(source: BundleSource, limits: Limits = DEFAULT_LIMITS, *, defer_
         raise
     if not deferred:
         raw.close()
-    return Bundle(path, manifest, plan, entries, deferred, raw if deferred else None)
+    return Bundle(path, manifest, plan, entries, deferred, raw if deferred else None, signature)
 
 
 def _zip_source(source: BundleSource) -> Tuple[str, Any]:
@@ -558,11 +587,14 @@ def _unpacked(packed: bytes, info: zipfile.ZipInfo, limit: int, bad: Any) -> byt
         raise bad(str(exc)) from None
 
 
-def _manifest(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], path: str, limits: Limits) -> Dict[str, Any]:
+def _manifest_bytes(zf: zipfile.ZipFile, infos: Dict[str, zipfile.ZipInfo], path: str, limits: Limits) -> bytes:
     info = infos.get(MANIFEST)
     if info is None:
         raise BundleError("%s: entry %r is missing (not a svod_min bundle)" % (path, MANIFEST))
-    raw = _read_entry(zf, info, path, limits.max_manifest_bytes)
+    return _read_entry(zf, info, path, limits.max_manifest_bytes)
+
+
+def _manifest(raw: bytes, path: str) -> Dict[str, Any]:
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -592,7 +624,7 @@ def _entries(
     its listed size and sha256; into ``deferred`` instead (when given), large stored arrays, read later."""
     listed: Dict[str, Any] = manifest["entries"]
     for name in infos:
-        if name != MANIFEST and name not in listed:
+        if name not in (MANIFEST, SIGNATURE) and name not in listed:
             raise BundleError("%s: entry %r is not listed in the manifest" % (path, name))
     out: Dict[str, bytes] = {}
     for name, meta in listed.items():
@@ -661,6 +693,7 @@ __all__ = [
     "Limits",
     "MANIFEST",
     "PLAN",
+    "SIGNATURE",
     "check_entry_name",
     "bundle_digest",
     "describe_bundle",

@@ -62,14 +62,16 @@ def build_bundle(
     compiler: Optional[str] = None,
     progress: Callable[[str], None] = lambda line: None,
     tune: Optional[PlanTuner] = None,
+    sign: Optional[Callable[[bytes], bytes]] = None,
 ) -> BuildReport:
     """Build ``out`` from the plan file ``plan`` (None: the default MLP plan) for ``targets`` (default: all);
-    ``tune`` first records tuned tiles in the plan (``build --tune``)."""
+    ``tune`` first records tuned tiles in the plan (``build --tune``); ``sign`` signs the manifest
+    (``build --sign KEY``: :func:`svod_min.planfile.signing.signer`)."""
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
     return build_bundle_from_document(
-        doc, entries, out, targets=targets, compiler=compiler, progress=progress, tune=tune
+        doc, entries, out, targets=targets, compiler=compiler, progress=progress, tune=tune, sign=sign
     )
 
 
@@ -83,6 +85,7 @@ def build_bundle_from_document(
     progress: Callable[[str], None] = lambda line: None,
     created_by: str = "python -m svod_min build",
     tune: Optional[PlanTuner] = None,
+    sign: Optional[Callable[[bytes], bytes]] = None,
 ) -> BuildReport:
     """Build ``out`` from a plan document held in memory and the files it names (bundle entry -> bytes).
 
@@ -122,7 +125,7 @@ def build_bundle_from_document(
     manifest["created_by"] = created_by
     if tuned:
         manifest["tuned"] = tuned
-    written = write_bundle(out, entries, manifest)
+    written = write_bundle(out, entries, manifest, sign=sign)
     library = sum(1 for o in objects.values() if "variant" in o)
     return BuildReport(
         out, [t.name for t, _ in buildable], skipped, len(sources), len(objects) - library, written, library

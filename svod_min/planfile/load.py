@@ -50,6 +50,7 @@ from .schema import (
     read_plan_document,
     var_bounds,
 )
+from .signing import TrustedKeys, refuse_plan_file, trust_policy
 
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
 
@@ -92,10 +93,18 @@ class LoadedPlan:
 
 
 def load_plan(
-    source: Any, *, device: Any = None, base_dir: Optional[str] = None, var_values: Optional[Mapping[str, int]] = None
+    source: Any,
+    *,
+    device: Any = None,
+    base_dir: Optional[str] = None,
+    var_values: Optional[Mapping[str, int]] = None,
+    trusted_keys: TrustedKeys = None,
 ) -> LoadedPlan:
     """Build a plan from a path (a plan file, or a model bundle ``.svod``), a bundle's bytes (in memory, as
-    shipped to a worker) or an already parsed document."""
+    shipped to a worker) or an already parsed document. ``trusted_keys`` (a directory of ``*.pub`` keys, a
+    key file or a TrustPolicy; None: ``SVOD_TRUSTED_KEYS``) sets a trust policy: then only a bundle signed by
+    one of its keys loads (planfile/signing.py), every entry checked before any code is mapped."""
+    policy = trust_policy(trusted_keys)
     if isinstance(source, (bytes, bytearray, memoryview)) and not is_bundle_bytes(source):
         raise BundleError(
             "%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source)
@@ -103,14 +112,18 @@ def load_plan(
     if (isinstance(source, str) and is_bundle(source)) or is_bundle_bytes(source):
         # checked whole before anything runs: its large arrays as they are read into their buffers, the
         # rest now, any array no buffer read after the build
-        bundle = open_bundle(source, defer_arrays=True)
+        bundle = open_bundle(source, defer_arrays=True, trust=policy)
         try:
-            loaded = _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files()).build()
+            reader = _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files())
+            if policy is not None:  # arrays no buffer took are checked before the kernels, not after
+                reader.before_code = bundle.read_rest
+            loaded = reader.build()
             bundle.verify_rest()
         finally:
             bundle.close()
         return loaded
     if isinstance(source, str):
+        refuse_plan_file(source, policy)
         base_dir = base_dir or os.path.dirname(os.path.abspath(source))
         doc = read_plan_document(source)
     else:
@@ -266,9 +279,10 @@ class Model:
         return buf.copyout_into(np.empty(tuple(buf.shape), dtype=dt))  # one copy, on any device
 
 
-def load_model(source: Any, *, device: Any = None) -> Model:
-    """A plan file or model bundle (``.svod``, a path or its bytes) ready to call: ``load_model("m.svod")(x=array)``."""
-    return Model(load_plan(source, device=device))
+def load_model(source: Any, *, device: Any = None, trusted_keys: TrustedKeys = None) -> Model:
+    """A plan file or model bundle (``.svod``, a path or its bytes) ready to call: ``load_model("m.svod")(x=array)``;
+    ``trusted_keys`` as :func:`load_plan` takes it."""
+    return Model(load_plan(source, device=device, trusted_keys=trusted_keys))
 
 
 class _PlanReader:
@@ -289,6 +303,7 @@ class _PlanReader:
         self.buffer_index: Dict[str, int] = {}
         self.kernels: Dict[str, Tuple[CachedKernel, Dict[str, Any]]] = {}
         self.data: Any = None  # a PlanData once the device is known
+        self.before_code: Any = None  # called once the buffers are filled, before any kernel is loaded
 
     def build(self) -> LoadedPlan:
         doc = self.doc
@@ -305,6 +320,8 @@ class _PlanReader:
         builder = ExecutionPlanBuilder(self.device)
         builder.set_var_values(self.values)
         self._buffers(builder, as_object(doc.get("buffers"), "buffers") if "buffers" in doc else missing("buffers"))
+        if self.before_code is not None:
+            self.before_code()
         self.kernels = KernelReader(self.device, self.data).read(as_object(doc.get("kernels", {}), "kernels"))
         ops = as_list(doc.get("ops"), "ops") if "ops" in doc else missing("ops")
         need(len(ops) > 0, "ops", "a plan needs at least one op")
