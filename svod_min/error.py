@@ -30,6 +30,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     ├── BufferAllocationError          2  bad buffer size / dtype / allocation
     ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
     ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
+    ├── IndexOutOfRangeError           2  an index outside its op's range (constant: at build; data: at run)
     ├── SignatureError                 2  a malformed Ed25519 key or signature, or one that does not verify
     ├── PlanError                      2  plan building / plan file problems
     │   ├── VariableBoundsError        2  a variable outside [min, max]
@@ -189,6 +190,14 @@ class UnsupportedDeviceError(DeviceError):
 
 class BufferAllocationError(SvodError):
     """A buffer of that size/dtype cannot be allocated or does not fit."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class IndexOutOfRangeError(SvodError):
+    """An index outside the range its op allows (ONNX: ``[-n, n-1]`` where negatives wrap): a constant one refused
+    at build, one read from data at run reported by the checking kernel; the message names the node, the index,
+    its position and the bound. Nothing was read or written outside a buffer."""
 
     exit_code = EXIT_BAD_INPUT
 
@@ -451,6 +460,7 @@ __all__ = [
     "BufferAllocationError",
     "CacheError",
     "ConfigError",
+    "IndexOutOfRangeError",
     "PlanError",
     "VariableBoundsError",
     "ExecutionError",

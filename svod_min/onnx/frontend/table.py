@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ...error import UnsupportedModelError
+from ...error import IndexOutOfRangeError, UnsupportedModelError
+from .indices import Operand, check_indices
 from .ir import Graph, Node
 
 Rule = Callable[[Any], Optional[str]]
@@ -83,6 +84,7 @@ def check_node(graph: Graph, node: Node) -> None:
     opset = graph.opset
     if node.domain not in ("", "ai.onnx"):
         raise refuse(node, opset, "domain %r is not supported (only the default ONNX domain)" % node.domain)
+    check_constant_indices(graph, node)
     spec = OPS.get(node.op)
     if spec is None or node.op.startswith("svod."):
         raise refuse(node, opset, "op %s is not supported (docs/onnx.md lists the ops svod_min lowers)" % node.op)
@@ -105,6 +107,18 @@ def check_node(graph: Graph, node: Node) -> None:
         why = spec.check(graph, node)
         if why is not None:
             raise refuse(node, opset, why)
+
+
+def check_constant_indices(graph: Graph, node: Node) -> None:
+    """A constant index outside its op's range (frontend/indices.py) refuses the node, whether or not the table
+    lowers the op: the model is wrong, and the message says where."""
+    operands = [
+        Operand(n, graph.values[n].shape if n in graph.values else None, graph.values[n].const if n else None)
+        for n in node.inputs
+    ]
+    bad = check_indices(node.op, node.attrs, operands, graph.opset)
+    if bad is not None:
+        raise IndexOutOfRangeError("%s, opset %d: %s" % (node.label(), graph.opset, bad.message()))
 
 
 def markdown_table() -> str:
