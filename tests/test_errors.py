@@ -38,6 +38,7 @@ EXPECTED_EXIT_CODES: Dict[str, int] = {
     "BufferAllocationError": 2,
     "CacheError": 3,
     "ConfigError": 2,
+    "IndexOutOfRangeError": 2,
     "SignatureError": 2,
     "BundleSignatureError": 2,
     "PlanError": 2,

@@ -15,7 +15,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ...error import ModelFileError, UnsupportedModelError
+from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
+from .indices import RULES as INDEX_RULES
+from .indices import Operand, check_indices
 from .ir import Graph, Node, Value
 
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
@@ -145,6 +147,7 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
+        _refuse_bad_constant_index(model)  # shape inference also trips on those; the refusal names the index
         raise ModelFileError(
             "shape inference fails on the model (an input shape that contradicts it?): %s"
             % str(exc).splitlines()[0][:400]
@@ -217,6 +220,8 @@ def _try_fold(
         return None
     if node.op_type == "Constant" and not node.attribute:
         return None
+    if _breaks_index_rule(node, consts, opset):
+        return None  # the reference evaluator wraps or clamps some such indices: the op table refuses the node
     try:
         from onnx.reference import ReferenceEvaluator
 
@@ -228,6 +233,37 @@ def _try_fold(
     if any(np.asarray(r).size > FOLD_LIMIT for r in results):
         return None
     return [np.asarray(r) for r in results]
+
+
+def _refuse_bad_constant_index(model: onnx.ModelProto) -> None:
+    """IndexOutOfRangeError for the first node whose constant indices break their op's rule (frontend/indices.py),
+    with the shapes a lenient inference finds; nothing when every such index is in range."""
+    try:
+        lenient = shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+    except Exception:
+        return
+    consts = {t.name: numpy_helper.to_array(t) for t in lenient.graph.initializer if t.name}
+    shapes = _static_shapes(lenient)
+    opset = opset_of(lenient)
+    for i, n in enumerate(lenient.graph.node):
+        if n.op_type not in INDEX_RULES or n.domain not in ("", "ai.onnx"):
+            continue
+        operands = [
+            Operand(name, tuple(consts[name].shape) if name in consts else shapes.get(name), consts.get(name))
+            for name in n.input
+        ]
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        bad = check_indices(n.op_type, attrs, operands, opset)
+        if bad is not None:
+            raise IndexOutOfRangeError("%s, opset %d: %s" % (_node(n, i).label(), opset, bad.message()))
+
+
+def _breaks_index_rule(node: Any, consts: Dict[str, np.ndarray], opset: int) -> bool:
+    if node.op_type not in INDEX_RULES:
+        return False
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    operands = [Operand(n, tuple(consts[n].shape) if n else None, consts[n] if n else None) for n in node.input]
+    return check_indices(node.op_type, attrs, operands, opset) is not None
 
 
 def _shape_of(node: Any, shape: Tuple[int, ...]) -> List[np.ndarray]:
