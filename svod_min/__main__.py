@@ -48,11 +48,18 @@ def _parse_vars(items: List[str]) -> Dict[str, int]:
 def _load(args: argparse.Namespace, var_values: Dict[str, int]) -> "LoadedPlan":
     from .planfile.default_plan import BATCH, default_plan_document
     from .planfile.load import load_plan
+    from .planfile.memory_budget import run_memory
 
     if args.plan is None:
         doc = default_plan_document(rows=var_values.get("rows", BATCH))
-        return load_plan(doc, device=args.device, var_values=var_values)
-    return load_plan(args.plan, device=args.device, var_values=var_values, trusted_keys=args.trusted_keys)
+        return load_plan(doc, device=args.device, var_values=var_values, **run_memory(args.max_memory, args.input))
+    return load_plan(
+        args.plan,
+        device=args.device,
+        var_values=var_values,
+        trusted_keys=args.trusted_keys,
+        **run_memory(args.max_memory, args.input),
+    )
 
 
 def _timed_runs(plan: Any, repeat: int) -> List[float]:
@@ -67,12 +74,13 @@ def _timed_runs(plan: Any, repeat: int) -> List[float]:
 
 def _save_outputs(loaded: "LoadedPlan", directory: str) -> List[str]:
     from .npy import write_npy
+    from .planfile.memory_budget import host_payload
 
     os.makedirs(directory, exist_ok=True)
     written = []
     for name, buf in _saved_outputs(loaded).items():
         path = os.path.join(directory, _file_name(name) + ".npy")
-        write_npy(path, buf.dtype, tuple(buf.shape), buf.copyout())
+        write_npy(path, buf.dtype, tuple(buf.shape), host_payload(buf))  # from the buffer itself: no copy
         written.append(path)
     return written
 
@@ -532,6 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace a plan input before the run (repeatable; shape and dtype must match)",
     )
     run.add_argument("--json", action="store_true", help="machine-readable output")
+    run.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        default=None,
+        help="refuse a plan whose peak memory exceeds SIZE (512M, 2G, 1.5GiB; default: SVOD_MAX_MEMORY, "
+        "else the host's available memory and cgroup room)",
+    )
     run.add_argument(
         "--trusted-keys",
         metavar="DIR",

@@ -18,6 +18,7 @@ Every on-disk store lives under :func:`cache_root`: the object cache in
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional
 
 from .error import ConfigError
@@ -81,6 +82,27 @@ def trusted_keys_path() -> Optional[str]:
     return None if raw is None else os.path.expanduser(raw)
 
 
+#: The memory budget a plan or bundle must fit (planfile/memory_budget.py); a size: ``512M``, ``2G``, ``1.5GiB``.
+MAX_MEMORY_ENV = "SVOD_MAX_MEMORY"
+#: Size suffixes (any case, with or without ``B`` or ``iB``): K M G T, powers of 1024 (memory is counted in them).
+_SIZE_UNITS = {letter + tail: 1 << 10 * power for power, letter in enumerate("kmgt", 1) for tail in ("", "b", "ib")}
+_SIZE_UNITS.update({"": 1, "b": 1})
+_SIZE_TEXT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.ASCII)
+
+
+def parse_size(raw: str, name: str) -> int:
+    """``raw`` (the value of setting ``name``) as a positive byte count: ``4096``, ``512M``, ``2G``, ``1.5GiB``;
+    :class:`~svod_min.error.ConfigError` naming ``name`` otherwise."""
+    found = _SIZE_TEXT.fullmatch(str(raw).strip().lower())
+    number, unit = (float(found.group(1)), found.group(2)) if found else (0.0, "")
+    if unit not in _SIZE_UNITS or int(number * _SIZE_UNITS[unit]) < 1:
+        raise ConfigError(
+            "%s=%r is not a size (a positive number of bytes, or of K, M, G or T (powers of 1024, "
+            "KiB and KB alike): 512M, 2G, 1.5GiB)" % (name, raw)
+        )
+    return int(number * _SIZE_UNITS[unit])
+
+
 def disk_cache_enabled() -> bool:
     """False when ``SVOD_OBJECT_CACHE`` turns every on-disk store off."""
     return env_flag(CACHE_FLAG_ENV, True)
@@ -118,6 +140,7 @@ __all__ = [
     "CACHE_ENV_VARS",
     "CACHE_FLAG_ENV",
     "FALSE_WORDS",
+    "MAX_MEMORY_ENV",
     "TRUE_WORDS",
     "TRUSTED_KEYS_ENV",
     "cache_path",
@@ -127,5 +150,6 @@ __all__ = [
     "env_int",
     "env_str",
     "parse_flag",
+    "parse_size",
     "trusted_keys_path",
 ]

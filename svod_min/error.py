@@ -28,6 +28,7 @@ returns: 0 ok, 1 verification failed, 2 bad input, 3 device or compile failure.
     │   └── ReleasedError              3  used after close() / unload()
     │       └── FreedBufferError       2  a buffer whose storage was freed
     ├── BufferAllocationError          2  bad buffer size / dtype / allocation
+    │   └── MemoryBudgetError          2  a plan whose peak memory exceeds the budget (refused before allocating)
     ├── CacheError                     3  disk cache misuse (never raised for I/O trouble)
     ├── ConfigError                    2  a bad setting (environment variable, BenchmarkConfig field)
     ├── IndexOutOfRangeError           2  an index outside its op's range (constant: at build; data: at run)
@@ -190,6 +191,13 @@ class UnsupportedDeviceError(DeviceError):
 
 class BufferAllocationError(SvodError):
     """A buffer of that size/dtype cannot be allocated or does not fit."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class MemoryBudgetError(BufferAllocationError):
+    """A plan or bundle whose estimated peak memory exceeds the memory budget, refused before anything is
+    allocated; the message names the peak, the budget, where the budget came from and the largest items."""
 
     exit_code = EXIT_BAD_INPUT
 
@@ -458,6 +466,7 @@ __all__ = [
     "InvalidDeviceError",
     "UnsupportedDeviceError",
     "BufferAllocationError",
+    "MemoryBudgetError",
     "CacheError",
     "ConfigError",
     "IndexOutOfRangeError",

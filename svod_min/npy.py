@@ -148,7 +148,7 @@ def _checked_header(header: Any, path: str) -> Tuple[DType, Tuple[int, ...], int
     return to_dtype(_DESCR[descr]), shape, count
 
 
-def write_npy(path: str, dt: DType, shape: Tuple[int, ...], payload: bytes) -> None:
+def write_npy(path: str, dt: DType, shape: Tuple[int, ...], payload: Any) -> None:
     """Write raw little-endian ``payload`` as an ``.npy`` file.
 
     numpy has no bfloat16: its bits are written as ``<u2`` (``uint16``), the
@@ -162,4 +162,5 @@ def write_npy(path: str, dt: DType, shape: Tuple[int, ...], payload: bytes) -> N
     pad = 64 - (10 + len(header) + 1) % 64
     header_bytes = (header + " " * pad + "\n").encode("latin1")
     with open(path, "wb") as fh:
-        fh.write(_MAGIC + b"\x01\x00" + struct.pack("<H", len(header_bytes)) + header_bytes + payload)
+        fh.write(_MAGIC + b"\x01\x00" + struct.pack("<H", len(header_bytes)) + header_bytes)
+        fh.write(payload)  # on its own: joined to the header it would be copied whole once more

@@ -12,15 +12,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from ..config import CACHE_ENV_VARS, cache_root, disk_cache_enabled
-from ..error import CacheError
+from ..config import CACHE_ENV_VARS, cache_root, disk_cache_enabled, parse_size
+from ..error import CacheError, ConfigError
 from .disk_format import (
     ENTRY_SUFFIX,
     HEADER,
@@ -353,12 +352,11 @@ def parse_budget(raw: Optional[str]) -> int:
     """Bytes from e.g. "1073741824", "512M", "2GiB"; default on absent or bad input."""
     if raw is None or not raw.strip():
         return DEFAULT_BUDGET
-    m = re.match(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", raw, re.IGNORECASE)
-    if m is None:
+    try:
+        return parse_size(raw, "SVOD_OBJECT_CACHE_BUDGET")
+    except ConfigError:  # the cache never fails a run over its own setting: said, and the default used
         log.warning("SVOD_OBJECT_CACHE_BUDGET=%r is not a byte count; using %d", raw, DEFAULT_BUDGET)
         return DEFAULT_BUDGET
-    scale = 1024 ** " kmgt".index(m.group(2).lower() or " ")
-    return int(m.group(1)) * scale
 
 
 def default_cache_dir() -> Optional[str]:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
+from ..planfile.memory_budget import build_warning
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
@@ -128,10 +129,13 @@ def build_onnx(
             parts.weight_bytes,
         )
     )
+    warning = build_warning(parts.doc)  # a host like this one would refuse to run it: said, not refused
+    if warning:
+        progress(warning)
     note = (
         record_expectations(path, parts, dims or {}, shapes or {})
-        if expect
-        else "no expectations recorded (--no-expect)"
+        if expect and not warning  # onnxruntime would need about as much memory, more than there is
+        else "no expectations recorded (%s)" % ("--no-expect" if not expect else "the model exceeds the budget")
     )
     progress(note)
     report = build_bundle_from_document(

@@ -6,6 +6,7 @@
 * :mod:`.kernels` — the ``kernels`` section: C, LLVM IR, library, CUDA C and PTX forms.
 * :mod:`.bundle` — ``.svod`` bundles read; :mod:`.bundle_build` writes them.
 * :mod:`.signing` — signed bundles: keys, ``build --sign``, the trust policy checked before anything loads.
+* :mod:`.memory_budget` — a plan's peak memory, computed before allocating, against the budget.
 * :mod:`.default_plan` — the embedded seeded MLP plan ``run`` uses without a file.
 * :mod:`.pyz` — the one-file runtime (``python -m svod_min zipapp``).
 """

@@ -28,6 +28,7 @@ from ..jit_loader.symbols import lookup
 from .bundle import PLAN, file_references, plan_file_entry, sha256, write_bundle
 from .data import DirectoryFiles
 from .library_objects import LibraryNeed, add_library_object, compile_library_objects, library_needs
+from .memory_budget import build_warning
 from .schema import as_list, as_object, as_text, parse_plan_bytes, read_plan_document
 
 #: Where the relocation check pretends an object is loaded (any canonical user-space address works).
@@ -68,6 +69,9 @@ def build_bundle(
     ``tune`` first records tuned tiles in the plan (``build --tune``); ``sign`` signs the manifest
     (``build --sign KEY``: :func:`svod_min.planfile.signing.signer`)."""
     doc, base_dir = _plan_document(plan)  # a fresh document: objects are added to it below
+    warning = build_warning(doc)  # a host like this one would refuse to run it: said, not refused
+    if warning:
+        progress(warning)
     files = DirectoryFiles(base_dir)
     entries = {plan_file_entry(rel, where): files.read_bytes(rel, where) for where, rel in file_references(doc)}
     return build_bundle_from_document(

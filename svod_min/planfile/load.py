@@ -35,6 +35,15 @@ from ..plan.ops import custom_function_kinds
 from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
+from .status import read_checks
+from .memory_budget import (
+    COPY_OUTPUTS,
+    bundle_limits,
+    check_bundle,
+    check_document,
+    memory_budget,
+    memory_figures_of,
+)
 from .schema import (
     FORMAT_VERSION,
     MAX_PLAN_BYTES,
@@ -52,7 +61,7 @@ from .schema import (
 )
 from .signing import TrustedKeys, refuse_plan_file, trust_policy
 
-_TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description"}
+_TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description", "checks"}
 
 
 @dataclass
@@ -99,12 +108,17 @@ def load_plan(
     base_dir: Optional[str] = None,
     var_values: Optional[Mapping[str, int]] = None,
     trusted_keys: TrustedKeys = None,
+    max_memory: Any = None,
+    run_copies: Iterable[str] = (),
 ) -> LoadedPlan:
     """Build a plan from a path (a plan file, or a model bundle ``.svod``), a bundle's bytes (in memory, as
     shipped to a worker) or an already parsed document. ``trusted_keys`` (a directory of ``*.pub`` keys, a
     key file or a TrustPolicy; None: ``SVOD_TRUSTED_KEYS``) sets a trust policy: then only a bundle signed by
-    one of its keys loads (planfile/signing.py), every entry checked before any code is mapped."""
+    one of its keys loads (planfile/signing.py), every entry checked before any code is mapped. The plan's peak
+    memory (``run_copies``: what a run copies besides, memory_budget.COPY_*) must fit ``max_memory`` (bytes or
+    a size, ``2G``; None: ``SVOD_MAX_MEMORY``, else the host's room): MemoryBudgetError before any allocation."""
     policy = trust_policy(trusted_keys)
+    budget = memory_budget(max_memory)
     if isinstance(source, (bytes, bytearray, memoryview)) and not is_bundle_bytes(source):
         raise BundleError(
             "%d bytes given as a model bundle do not start as one (a .svod bundle is a zip)" % len(source)
@@ -112,8 +126,9 @@ def load_plan(
     if (isinstance(source, str) and is_bundle(source)) or is_bundle_bytes(source):
         # checked whole before anything runs: its large arrays as they are read into their buffers, the
         # rest now, any array no buffer read after the build
-        bundle = open_bundle(source, defer_arrays=True, trust=policy)
+        bundle = open_bundle(source, bundle_limits(budget), defer_arrays=True, trust=policy)
         try:
+            peak = check_bundle(bundle, budget, run_copies)
             reader = _PlanReader(bundle.plan, base_dir or os.getcwd(), device, var_values or {}, bundle.files())
             if policy is not None:  # arrays no buffer took are checked before the kernels, not after
                 reader.before_code = bundle.read_rest
@@ -121,6 +136,7 @@ def load_plan(
             bundle.verify_rest()
         finally:
             bundle.close()
+        loaded.memory.update(memory_figures_of(peak, budget))
         return loaded
     if isinstance(source, str):
         refuse_plan_file(source, policy)
@@ -128,7 +144,10 @@ def load_plan(
         doc = read_plan_document(source)
     else:
         doc = as_object(source, "$")
-    return _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
+    peak = check_document(doc, budget, source if isinstance(source, str) else "the plan", run_copies)
+    loaded = _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
+    loaded.memory.update(memory_figures_of(peak, budget))
+    return loaded
 
 
 def _check_nan_aware(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
@@ -279,10 +298,12 @@ class Model:
         return buf.copyout_into(np.empty(tuple(buf.shape), dtype=dt))  # one copy, on any device
 
 
-def load_model(source: Any, *, device: Any = None, trusted_keys: TrustedKeys = None) -> Model:
+def load_model(source: Any, *, device: Any = None, trusted_keys: TrustedKeys = None, max_memory: Any = None) -> Model:
     """A plan file or model bundle (``.svod``, a path or its bytes) ready to call: ``load_model("m.svod")(x=array)``;
-    ``trusted_keys`` as :func:`load_plan` takes it."""
-    return Model(load_plan(source, device=device, trusted_keys=trusted_keys))
+    ``trusted_keys`` and ``max_memory`` as :func:`load_plan` takes them (a call's returned arrays counted)."""
+    return Model(
+        load_plan(source, device=device, trusted_keys=trusted_keys, max_memory=max_memory, run_copies=(COPY_OUTPUTS,))
+    )
 
 
 class _PlanReader:
@@ -324,14 +345,17 @@ class _PlanReader:
             self.before_code()
         self.kernels = KernelReader(self.device, self.data).read(as_object(doc.get("kernels", {}), "kernels"))
         ops = as_list(doc.get("ops"), "ops") if "ops" in doc else missing("ops")
-        need(len(ops) > 0, "ops", "a plan needs at least one op")
         for i, op in enumerate(ops):
             builder.add_op(self._op(i, as_object(op, "ops[%d]" % i)))
         outputs = [self.buffer_index[n] for n, spec in self.doc["buffers"].items() if spec.get("output")]
         need(bool(outputs), "buffers", 'no buffer is marked "output": true')
+        empty = all(self.buffers[n].nbytes == 0 for n, spec in self.doc["buffers"].items() if spec.get("output"))
+        need(len(ops) > 0 or empty, "ops", "a plan needs at least one op (only a plan of empty outputs has none)")
         builder.set_output_buffers(outputs)
         expectations = self.data.expectations(as_object(doc.get("expect", {}), "expect"), self.buffers)
         plan = builder.build()
+        if "checks" in doc:  # what checking kernels report, read after every run (planfile/status.py)
+            plan.after_run.append(read_checks(doc["checks"], self.buffers))
         description = as_text(doc["description"], "description") if doc.get("description", "") != "" else ""
         inputs = [n for n, spec in self.doc["buffers"].items() if spec.get("input")]
         output_names = [n for n, spec in self.doc["buffers"].items() if spec.get("output")]

@@ -170,8 +170,9 @@ class CpuBuffer:
                     view.nbytes,
                 )
             )
-        if self.nbytes:
-            view.cast("B")[:] = self.storage.mm[self.offset : self.offset + self.nbytes]
+        if self.nbytes:  # through views of the mapping: a slice of the mmap itself would be one more full copy
+            with memoryview(self.storage.mm) as whole, whole[self.offset : self.offset + self.nbytes] as part:
+                view.cast("B")[:] = part
         return dst
 
     def numpy(self) -> Any:
