@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
 from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
+from .inference_error import inference_failure
 from .ir import Graph, Node, Value
 
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
@@ -123,7 +124,7 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
             "--shape %s=%s: the model's input has rank %d" % (inp.name, ",".join(map(str, shape)), len(declared))
         )
     for axis, dim in enumerate(declared):
-        fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+        fixed = dim.dim_value if dim.HasField("dim_value") and dim.dim_value >= 0 else None
         symbol = dim.dim_param if dim.HasField("dim_param") and dim.dim_param else None
         want = shape[axis] if shape is not None else None
         if want is None and symbol is not None and symbol in dims:
@@ -137,8 +138,8 @@ def _bind_one(inp: Any, dims: Mapping[str, int], shape: Optional[Sequence[int]],
                 "input %r dim %d (%s) is dynamic: bind it with --dim %s=N or --shape %s=..."
                 % (inp.name, axis, symbol or "?", symbol or "NAME", inp.name)
             )
-        if value < 1:
-            raise ModelFileError("input %r dim %d: %d is not a positive size" % (inp.name, axis, value))
+        if value < 0:
+            raise ModelFileError("input %r dim %d: %d is not a size (0 or more)" % (inp.name, axis, value))
         dim.Clear()
         dim.dim_value = int(value)
 
@@ -148,10 +149,7 @@ def infer(model: onnx.ModelProto) -> onnx.ModelProto:
         return shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
         _refuse_bad_constant_index(model)  # shape inference also trips on those; the refusal names the index
-        raise ModelFileError(
-            "shape inference fails on the model (an input shape that contradicts it?): %s"
-            % str(exc).splitlines()[0][:400]
-        ) from None
+        raise ModelFileError(inference_failure(model, str(exc).splitlines()[0][:400], opset_of(model))) from None
 
 
 def fold_constants(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
@@ -166,9 +164,15 @@ def fold_constants(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
     consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     shapes = _static_shapes(model)
+    empties = _empty_values(model)
     keep, folded = [], False
     for node in model.graph.node:
-        results = _try_fold(node, consts, shapes, opset)
+        results = _try_fold(node, dict(empties, **consts), shapes, opset)
+        if results is None and all(name in empties for name in node.output if name) and any(node.output):
+            results = [empties[name] if name else np.zeros(0, np.float32) for name in node.output]
+        elif results is not None and node.op_type == "ReduceMean" and _known(node.input[0], empties, consts).size == 0:
+            # the spec leaves a mean over nothing undefined; onnxruntime gives 0 (numpy and onnx's reference NaN)
+            results = [np.zeros_like(r) for r in results]
         if results is None:
             keep.append(node)
             continue
@@ -194,6 +198,33 @@ def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
         if shape is not None:
             out[vi.name] = shape
     return out
+
+
+def _known(name: str, empties: Dict[str, np.ndarray], consts: Dict[str, np.ndarray]) -> np.ndarray:
+    return empties[name] if name in empties else consts[name]
+
+
+def _empty_values(model: onnx.ModelProto) -> Dict[str, np.ndarray]:
+    """Every tensor of a static shape with a 0-sized dim, as its (only possible) value: an empty tensor's contents
+    are known at build time, so a node that reads only known tensors (a reduction over nothing, a MatMul with
+    K = 0) or writes only empty ones (a Slice that selects nothing) folds into a constant."""
+    out = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        data = _empty_of(vi)
+        if data is not None:
+            out[vi.name] = data
+    return out
+
+
+def _empty_of(vi: Any) -> Optional[np.ndarray]:
+    """The value of an empty tensor of a number or bool dtype (None for any other tensor: strings stay nodes, which
+    the op table refuses by name)."""
+    shape = value_shape(vi)
+    elem = vi.type.tensor_type.elem_type
+    if shape is None or 0 not in shape or not elem:
+        return None
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    return np.zeros(shape, dtype) if dtype.kind in "biuf" else None
 
 
 def value_shape(vi: Any) -> Optional[Tuple[int, ...]]:
@@ -223,11 +254,15 @@ def _try_fold(
     if _breaks_index_rule(node, consts, opset):
         return None  # the reference evaluator wraps or clamps some such indices: the op table refuses the node
     try:
+        import warnings
+
         from onnx.reference import ReferenceEvaluator
 
-        results = ReferenceEvaluator(_one_node_model(node, consts, opset)).run(
-            None, {n: consts[n] for n in node.input if n}
-        )
+        with warnings.catch_warnings():  # numpy's "mean of empty slice" for a reduction over nothing, and such
+            warnings.simplefilter("ignore", RuntimeWarning)
+            results = ReferenceEvaluator(_one_node_model(node, consts, opset)).run(
+                None, {n: consts[n] for n in node.input if n}
+            )
     except Exception:  # not foldable here: the lowering sees the node and names what it lacks
         return None
     if any(np.asarray(r).size > FOLD_LIMIT for r in results):
@@ -330,8 +365,25 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     model = load_model(path)
     opset = opset_of(model)
     inputs = bind_inputs(model, dims, shapes)
+    _empty_inputs_as_constants(model, inputs)
     model = fold_constants(model, opset)
     return to_graph(model, inputs, opset)
+
+
+def _empty_inputs_as_constants(model: onnx.ModelProto, inputs: List[str]) -> None:
+    """Nodes read an empty input (a 0-sized dim) as the constant it is: an empty Reduce ``axes`` input is then the
+    attribute-like constant the lowering needs, and what reads only known tensors folds. The input itself stays (it
+    is fed, and holds 0 bytes)."""
+    empty = {}
+    for vi in model.graph.input:
+        data = _empty_of(vi) if vi.name in inputs else None
+        if data is not None:
+            empty[vi.name] = vi.name + "~empty"
+            model.graph.initializer.append(numpy_helper.from_array(data, empty[vi.name]))
+    for node in model.graph.node if empty else ():
+        for i, name in enumerate(node.input):
+            if name in empty:
+                node.input[i] = empty[name]
 
 
 def _one_node_model(node: Any, consts: Dict[str, np.ndarray], opset: int) -> onnx.ModelProto:

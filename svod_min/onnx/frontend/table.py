@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ...error import IndexOutOfRangeError, UnsupportedModelError
+from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
+from .contracts import contract_violation
 from .indices import Operand, check_indices
 from .ir import Graph, Node
 
@@ -107,6 +108,34 @@ def check_node(graph: Graph, node: Node) -> None:
         why = spec.check(graph, node)
         if why is not None:
             raise refuse(node, opset, why)
+    why = contract_violation(graph, node)
+    if why is not None:  # the model contradicts itself: a fault of the file, not something svod_min lacks
+        raise ModelFileError("%s, opset %d: %s" % (node.label(), opset, why))
+    why = empty_input(graph, node)
+    if why is not None:
+        raise refuse(node, opset, why)
+
+
+#: Ops whose lowering computes a non-empty result from an empty input: Concat skips the empty part, Gemm with K = 0
+#: is alpha * 0 + beta * C. Every other node with an empty input and a non-empty output is refused (the parser
+#: already folded those whose result it could compute: reductions over nothing, MatMul with K = 0, ...).
+EMPTY_INPUT_OPS = frozenset({"Concat", "Gemm"})
+
+
+def empty_input(graph: Graph, node: Node) -> Optional[str]:
+    """Why ``node`` cannot take the empty tensor it reads (None when it reads none or can): a run-time input, or a
+    constant as its data input (input 0: later constant inputs of size 0 are parameters, such as Resize's roi)."""
+    if node.op in EMPTY_INPUT_OPS or all(graph.values[o].size == 0 for o in node.outputs if o):
+        return None
+    for i, name in enumerate(node.inputs):
+        v = graph.values[name] if name else None
+        if v is not None and v.size == 0 and (v.const is None or i == 0):
+            return "input %r is empty (shape %s): %s of an empty tensor into a non-empty result is not supported" % (
+                name[: -len("~empty")] if name.endswith("~empty") else name,  # the parser's constant for an input
+                list(v.shape),
+                node.op,
+            )
+    return None
 
 
 def check_constant_indices(graph: Graph, node: Node) -> None:

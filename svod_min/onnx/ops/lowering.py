@@ -115,6 +115,8 @@ class Lowering:
     # -- ops ------------------------------------------------------------------------------------
 
     def library(self, kernel: str, params: Dict[str, Any], buffers: Sequence[str], variables: Dict[str, Any]) -> None:
+        if self.nothing_to_write(buffers[:1]):  # the library's kernels write their first buffer
+            return
         key = "lib.%s%s" % (kernel, "".join(".%s=%s" % (k, params[k]) for k in sorted(params) if k != "dtype"))
         self.kernels.setdefault(key, {"library": kernel, "params": dict(params)})
         self._op({"kernel": key, "buffers": list(buffers), "vars": dict(variables)}, buffers)
@@ -123,6 +125,8 @@ class Lowering:
         """Run generated ``kernel`` on ``buffers``;
         ``outputs``: the positions it writes (a recurrence writes several)."""
         assert len(buffers) == kernel.buffers, (kernel.name, buffers)
+        if self.nothing_to_write([buffers[i] for i in outputs]):
+            return
         self.kernels.setdefault(
             kernel.name,
             {
@@ -141,7 +145,14 @@ class Lowering:
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
     def copy(self, dst: str, src: str) -> None:
+        if self.nothing_to_write([dst]):
+            return
         self._op({"copy": {"dst": dst, "src": src}}, [dst, src])
+
+    def nothing_to_write(self, written: Sequence[str]) -> bool:
+        """An op whose every written tensor is empty has no work: it is left out of the plan (a kernel is never
+        dispatched on a 0-byte buffer)."""
+        return all(self.graph.values[n].size == 0 for n in written)
 
     def _op(self, op: Dict[str, Any], touched: Sequence[str]) -> None:
         self.ops.append(op)

@@ -64,6 +64,10 @@ def lower_gemm(L: Lowering, node: Node) -> None:
     c = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else ""
     out = node.outputs[0]
     attrs = node.attrs
+    beta = 1.0 if attrs.get("_normal") else float(attrs.get("beta", 1.0))
+    if L.value(a).size == 0:  # K = 0: A @ B is zeros, so the result is act(beta * C), or act(0) without C
+        _empty_product(L, node, out, c, beta)
+        return
     if attrs.get("transA", 0):
         a = _transposed(L, a)
     if attrs.get("transB", 0) and not attrs.get("_normal"):
@@ -72,8 +76,18 @@ def lower_gemm(L: Lowering, node: Node) -> None:
     n = L.value(b).shape[1]
     L.library("matmul", F32, [out, a, b], {"M": m, "N": n, "K": k})
     alpha = 1.0 if attrs.get("_normal") else float(attrs.get("alpha", 1.0))
-    beta = 1.0 if attrs.get("_normal") else float(attrs.get("beta", 1.0))
     epilogue(L, node, out, (m, n), c, L.value(c).shape if c else (), alpha, beta)
+
+
+def _empty_product(L: Lowering, node: Node, out: str, c: str, beta: float) -> None:
+    """A Gemm over K = 0 (the table lets Gemm take empty A and B): its output from C alone."""
+    kind, params = activation_of(node)
+    shape = L.value(out).shape
+    if not c:
+        c = L.const(np.zeros((), np.float32), out + "~zero")
+    L.source(
+        elementwise(shape, [L.value(c).shape], activation(kind, params, "%s * x0" % flt(beta)), tag="bias"), [out, c]
+    )
 
 
 def _matmul_check(graph: Graph, node: Node) -> Optional[str]:

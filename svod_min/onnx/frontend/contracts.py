@@ -1,0 +1,194 @@
+"""Shape contracts that onnx's shape inference leaves unchecked, checked per node before anything is lowered.
+
+Strict shape inference (:func:`~svod_min.onnx.frontend.parse.infer`) already refuses most contradictions (broadcast
+failures, axes out of range, a Concat of mismatched parts), but it accepts, among others, a Reshape to a shape of
+another element count, a Conv whose weight expects other channels than its input has, and per-channel parameters
+of the wrong length. Each of those would be lowered into a kernel that reads or writes past a buffer, or would be
+refused only at run; :func:`contract_violation` says which one a node breaks, naming the tensors and their shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .ir import Graph, Node
+
+Shape = Tuple[int, ...]
+
+#: Ops whose output is their input's bytes under another shape (lowered as views): the element counts must agree.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast"})
+#: Ops whose inputs broadcast together (numpy rules) into their output.
+BROADCAST_OPS = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Pow", "Sum", "Max", "Min", "Mean", "Where", "And", "Or", "Xor"}
+    | {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
+)
+
+
+def _size(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _show(graph: Graph, name: str) -> str:
+    return "%r %s" % (name, list(graph.values[name].shape))
+
+
+def broadcast(shapes: Sequence[Shape]) -> Optional[Shape]:
+    """The numpy broadcast of ``shapes``, or None when they do not broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: List[int] = []
+    for axis in range(rank):
+        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0} - {1}
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _inputs(node: Node, *positions: int) -> List[str]:
+    return [node.inputs[i] if len(node.inputs) > i else "" for i in positions]
+
+
+def _view(graph: Graph, node: Node) -> Optional[str]:
+    x, y = node.inputs[0], node.outputs[0]
+    nx, ny = graph.values[x].size, graph.values[y].size
+    if nx != ny:
+        return "%s of %s (%d elements) to %s (%d elements): the element counts differ" % (
+            node.op,
+            _show(graph, x),
+            nx,
+            _show(graph, y),
+            ny,
+        )
+    return None
+
+
+def _broadcasting(graph: Graph, node: Node) -> Optional[str]:
+    ins = [n for n in node.inputs if n]
+    if node.op in ("Add", "Sub", "Mul", "Div") and node.attrs.get("broadcast"):
+        return None  # opset < 7's legacy broadcast: its own rules, checked by the op's table entry
+    want = graph.values[node.outputs[0]].shape
+    got = broadcast([graph.values[n].shape for n in ins])
+    if got != want:
+        what = "do not broadcast" if got is None else "broadcast to %s" % list(got)
+        return "inputs %s %s, but the output %s" % (
+            ", ".join(_show(graph, n) for n in ins),
+            what,
+            _show(graph, node.outputs[0]),
+        )
+    return None
+
+
+def _conv(graph: Graph, node: Node) -> Optional[str]:
+    x, w, b = _inputs(node, 0, 1, 2)
+    xs, ws = graph.values[x].shape, graph.values[w].shape
+    group = int(node.attrs.get("group", 1))
+    if len(ws) != len(xs):
+        return "input %s and weight %s differ in rank" % (_show(graph, x), _show(graph, w))
+    if group < 1 or ws[0] % group:
+        return "weight %s has %d output channels, not a multiple of group=%d" % (_show(graph, w), ws[0], group)
+    if xs[1] != ws[1] * group:
+        return "input %s has %d channels; weight %s with group=%d expects %d" % (
+            _show(graph, x),
+            xs[1],
+            _show(graph, w),
+            group,
+            ws[1] * group,
+        )
+    if b and graph.values[b].shape != (ws[0],):
+        return "bias %s must hold the %d output channels of weight %s" % (_show(graph, b), ws[0], _show(graph, w))
+    return None
+
+
+def _conv_transpose(graph: Graph, node: Node) -> Optional[str]:
+    x, w, b = _inputs(node, 0, 1, 2)
+    xs, ws = graph.values[x].shape, graph.values[w].shape
+    group = int(node.attrs.get("group", 1))
+    if len(ws) != len(xs):
+        return "input %s and weight %s differ in rank" % (_show(graph, x), _show(graph, w))
+    if group < 1 or ws[0] % group or xs[1] != ws[0]:
+        return "input %s has %d channels; weight %s with group=%d expects %d" % (
+            _show(graph, x),
+            xs[1],
+            _show(graph, w),
+            group,
+            ws[0],
+        )
+    if b and graph.values[b].shape != (ws[1] * group,):
+        return "bias %s must hold the %d output channels" % (_show(graph, b), ws[1] * group)
+    return None
+
+
+def _per_channel(graph: Graph, node: Node) -> Optional[str]:
+    x = node.inputs[0]
+    xs = graph.values[x].shape
+    channels = xs[1] if len(xs) > 1 else 1
+    for name in node.inputs[1:]:
+        if name and graph.values[name].size != channels:
+            return "%s must hold one value per channel of input %s (%d)" % (
+                _show(graph, name),
+                _show(graph, x),
+                channels,
+            )
+    return None
+
+
+def _prelu(graph: Graph, node: Node) -> Optional[str]:
+    x, slope = node.inputs[0], node.inputs[1]
+    xs = graph.values[x].shape
+    if broadcast([xs, graph.values[slope].shape]) != xs:
+        return "slope %s does not broadcast to input %s" % (_show(graph, slope), _show(graph, x))
+    return None
+
+
+def _gemm(graph: Graph, node: Node) -> Optional[str]:
+    c = _inputs(node, 2)[0]
+    out = graph.values[node.outputs[0]].shape
+    if c and broadcast([out, graph.values[c].shape]) != out:
+        return "C %s does not broadcast to the result %s" % (_show(graph, c), list(out))
+    return None
+
+
+def _rnn(graph: Graph, node: Node) -> Optional[str]:
+    x, w, r, b = _inputs(node, 0, 1, 2, 3)
+    gates = 4 if node.op == "LSTM" else 3
+    hidden = int(node.attrs.get("hidden_size", graph.values[r].shape[-1] if r else 0))
+    dirs = 2 if node.attrs.get("direction", "forward") == "bidirectional" else 1
+    features = graph.values[x].shape[-1]
+    want = {w: (dirs, gates * hidden, features), r: (dirs, gates * hidden, hidden)}
+    if b:
+        want[b] = (dirs, 2 * gates * hidden)
+    for name, shape in want.items():
+        if graph.values[name].shape != shape:
+            return "%s must be %s (hidden_size=%d, %d direction(s), input features %d)" % (
+                _show(graph, name),
+                list(shape),
+                hidden,
+                dirs,
+                features,
+            )
+    return None
+
+
+CONTRACTS: Dict[str, Callable[[Graph, Node], Optional[str]]] = {
+    **{op: _view for op in VIEW_OPS},
+    **{op: _broadcasting for op in BROADCAST_OPS},
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "InstanceNormalization": _per_channel,
+    "BatchNormalization": _per_channel,
+    "PRelu": _prelu,
+    "Gemm": _gemm,
+    "LSTM": _rnn,
+    "GRU": _rnn,
+}
+
+
+def contract_violation(graph: Graph, node: Node) -> Optional[str]:
+    """How ``node``'s static shapes contradict its op (None when they agree or the op has no contract here)."""
+    check = CONTRACTS.get(node.op)
+    if check is None or not node.outputs or not node.outputs[0]:
+        return None
+    return check(graph, node)
