@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
+from .fold_size import too_big_to_fold
 from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
@@ -250,6 +251,8 @@ def _try_fold(
     if not all((not name) or name in consts for name in node.input):
         return None
     if node.op_type == "Constant" and not node.attribute:
+        return None
+    if too_big_to_fold(node, consts, shapes, FOLD_LIMIT):  # evaluated, it would be allocated here in numpy
         return None
     if _breaks_index_rule(node, consts, opset):
         return None  # the reference evaluator wraps or clamps some such indices: the op table refuses the node
