@@ -140,3 +140,18 @@ def test_an_op_that_cannot_take_an_empty_input_is_refused_at_build_by_name(tmp_p
         build_onnx(path, str(tmp_path / "m.svod"), targets=[host_target()], expect=False)
     assert err.value.exit_code == 2
     assert not os.path.exists(str(tmp_path / "m.svod"))
+
+
+def test_an_empty_string_input_is_refused_by_name(tmp_path) -> None:
+    """Its node folds away (an empty result), so the refusal comes from the input itself, not from a traceback."""
+    graph = helper.make_graph(
+        [N("RegexFullMatch", ["x"], ["y"], pattern="a.*")],
+        "t",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.STRING, [0])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.BOOL, [0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(model, path)
+    with pytest.raises(UnsupportedModelError, match="model input 'x' has dtype object"):
+        build_onnx(path, str(tmp_path / "m.svod"), targets=[host_target()], expect=False)

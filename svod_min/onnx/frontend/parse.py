@@ -361,6 +361,14 @@ def _check_static(graph: Graph, opset: int) -> None:
                     "%s, opset %d: tensor %r has no static shape after shape inference "
                     "(bind the inputs' dims with --dim/--shape)" % (node.label(), opset, name)
                 )
+    for what, names in (("input", graph.inputs), ("output", graph.outputs)):
+        for name in names:  # checked here too: a node folded away (an empty result) leaves no node to check them
+            v = graph.values.get(name)
+            if v is not None and np.dtype(v.dtype).kind not in "biuf":
+                raise UnsupportedModelError(
+                    "opset %d: model %s %r has dtype %s: svod_min's tensors hold numbers and bools"
+                    % (opset, what, name, v.dtype)
+                )
 
 
 def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence[int]]) -> Graph:
