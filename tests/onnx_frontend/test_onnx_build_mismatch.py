@@ -276,3 +276,19 @@ def test_a_reshape_to_another_size_exits_2_from_the_cli(tmp_path) -> None:
     assert result.returncode == 2, result.stderr
     assert "node 0 (Reshape)" in result.stderr and "the element counts differ" in result.stderr
     assert not os.path.exists(str(tmp_path / "m.svod"))
+
+
+def test_a_contract_reading_a_missing_dim_refuses_instead_of_raising() -> None:
+    """A scalar where the op reads a dim (a mutated model): a refusal naming the inputs, never an IndexError."""
+    from svod_min.onnx.frontend.contracts import contract_violation
+    from svod_min.onnx.frontend.ir import Graph, Node, Value
+
+    values = {
+        "x": Value("x", (), "float32"),
+        "w": Value("w", (1, 8, 2), "float32", _ones(1, 8, 2)),
+        "r": Value("r", (1, 8, 2), "float32", _ones(1, 8, 2)),
+        "y": Value("y", (1, 1, 1, 2), "float32"),
+    }
+    graph = Graph(values, [], ["x"], ["y"], 17)
+    why = contract_violation(graph, Node("LSTM", "", 0, ["x", "w", "r"], ["y"], {"hidden_size": 2}))
+    assert why == "inputs of ranks LSTM cannot take (inputs 'x' [], 'w' [1, 8, 2], 'r' [1, 8, 2])"

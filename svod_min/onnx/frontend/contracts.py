@@ -191,4 +191,8 @@ def contract_violation(graph: Graph, node: Node) -> Optional[str]:
     check = CONTRACTS.get(node.op)
     if check is None or not node.outputs or not node.outputs[0]:
         return None
-    return check(graph, node)
+    try:
+        return check(graph, node)
+    except IndexError:  # a dim the contract reads is missing: an input of a rank the op does not take
+        shown = ", ".join(_show(graph, n) for n in node.inputs if n)
+        return "inputs of ranks %s cannot take (inputs %s)" % (node.op, shown)
