@@ -59,6 +59,8 @@ class Limits:
     max_entry_bytes: int = 4 << 30
     max_total_bytes: int = 16 << 30
     max_manifest_bytes: int = 64 << 20
+    #: Why ``max_total_bytes`` is what it is, when it is not the default (the memory budget), for the refusal.
+    total_source: str = ""
 
 
 DEFAULT_LIMITS = Limits()
@@ -482,7 +484,8 @@ def _checked_infos(zf: zipfile.ZipFile, path: str, limits: Limits) -> Dict[str, 
         infos[name] = info
     if total > limits.max_total_bytes:
         raise BundleError(
-            "%s: entries declare %d bytes in all; the limit is %d" % (path, total, limits.max_total_bytes)
+            "%s: entries declare %d bytes in all; the limit is %d%s"
+            % (path, total, limits.max_total_bytes, " (%s)" % limits.total_source if limits.total_source else "")
         )
     return infos
 

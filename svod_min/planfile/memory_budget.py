@@ -336,7 +336,8 @@ def bundle_limits(budget: MemoryBudget, limits: Limits = DEFAULT_LIMITS) -> Limi
     (or into buffers) before the plan they hold can be estimated, so more than the budget is refused unread."""
     if budget.limit is None or budget.limit >= limits.max_total_bytes:
         return limits
-    return Limits(limits.max_entries, limits.max_entry_bytes, budget.limit, limits.max_manifest_bytes)
+    source = "the memory budget, %s: the entries would be read before the plan's peak is known" % budget.source
+    return Limits(limits.max_entries, limits.max_entry_bytes, budget.limit, limits.max_manifest_bytes, source)
 
 
 def build_warning(doc: Mapping[str, Any], budget: Optional[MemoryBudget] = None) -> Optional[str]:
