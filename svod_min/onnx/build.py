@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
-from ..planfile.memory_budget import build_warning
+from ..planfile.memory_budget import build_warning, recording_refusal
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
@@ -132,10 +132,11 @@ def build_onnx(
     warning = build_warning(parts.doc)  # a host like this one would refuse to run it: said, not refused
     if warning:
         progress(warning)
+    unrecordable = recording_refusal(parts.doc) if expect else "--no-expect"
     note = (
         record_expectations(path, parts, dims or {}, shapes or {})
-        if expect and not warning  # onnxruntime would need about as much memory, more than there is
-        else "no expectations recorded (%s)" % ("--no-expect" if not expect else "the model exceeds the budget")
+        if unrecordable is None
+        else "no expectations recorded (%s)" % unrecordable
     )
     progress(note)
     report = build_bundle_from_document(

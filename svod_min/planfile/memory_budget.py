@@ -366,6 +366,30 @@ def run_memory(max_memory: Optional[str], inputs: List[str]) -> Dict[str, Any]:
     return {"max_memory": memory_budget(max_memory, option="--max-memory"), "run_copies": copies}
 
 
+def recording_refusal(doc: Mapping[str, Any], budget: Optional[MemoryBudget] = None) -> Optional[str]:
+    """Why a build should not record plan ``doc``'s expected outputs from another runtime, or None: an output
+    larger than a bundle entry may be (the bundle would be refused), or more memory than the budget for the
+    model's peak plus each output twice (the runtime's result and its ``.npy`` bytes)."""
+    budget = budget if budget is not None else memory_budget()
+    buffers = doc.get("buffers") if isinstance(doc.get("buffers"), dict) else {}
+    outputs = {n: _buffer_bytes(s) for n, s in buffers.items() if isinstance(s, dict) and s.get("output") is True}
+    largest = max(outputs.items(), key=lambda item: item[1], default=("", 0))
+    if largest[1] > DEFAULT_LIMITS.max_entry_bytes:
+        return "output %r is %s, more than a bundle entry may hold (%s)" % (
+            largest[0],
+            format_size(largest[1]),
+            format_size(DEFAULT_LIMITS.max_entry_bytes),
+        )
+    need = plan_peak(doc, npy_in_memory=False).total + 2 * sum(outputs.values())
+    if budget.limit is not None and need > budget.limit:
+        return "recording them needs about %s, over the memory budget of %s (%s)" % (
+            format_size(need),
+            format_size(budget.limit),
+            budget.source,
+        )
+    return None
+
+
 def host_payload(buf: Any) -> Any:
     """A buffer's bytes without copying them when they are in host memory (a window of the mapping), else one
     copy (from a device): ``run --save`` writes an output once."""
@@ -400,5 +424,6 @@ __all__ = [
     "memory_figures_of",
     "plan_peak",
     "read_text",
+    "recording_refusal",
     "run_memory",
 ]

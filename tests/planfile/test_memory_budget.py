@@ -37,6 +37,7 @@ from svod_min.planfile.memory_budget import (
     host_payload,
     memory_budget,
     plan_peak,
+    recording_refusal,
 )
 
 GIB, MIB = 1 << 30, 1 << 20
@@ -290,3 +291,14 @@ def test_an_output_is_copied_once_into_the_array_a_call_returns_and_not_at_all_b
     peak = _peak_traced(lambda: _save_outputs(loaded, str(tmp_path / "saved")))
     assert peak < 1 << 20  # written from the buffer
     np.testing.assert_array_equal(np.load(str(tmp_path / "saved" / "b.npy")), x)
+
+
+def test_a_build_records_no_expectations_it_could_not_hold_or_afford() -> None:
+    assert recording_refusal(copy_plan(1000), MemoryBudget(16000, "b")) is None  # 8000, and the output twice
+    assert "needs about 15.6 KiB, over the memory budget of 15.6 KiB (b)" in str(
+        recording_refusal(copy_plan(1000), MemoryBudget(15999, "b"))
+    )
+    huge = copy_plan(1 << 31)  # an 8 GiB output: no bundle entry may hold its expected values
+    assert "output 'b' is 8.0 GiB, more than a bundle entry may hold (4.0 GiB)" == recording_refusal(
+        huge, MemoryBudget(None, "none")
+    )
