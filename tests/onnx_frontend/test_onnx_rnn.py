@@ -66,7 +66,7 @@ def _model(
     return typed_model([node], inputs, kept, 14, consts)
 
 
-def _compare(model, tmp_path, feeds=None):
+def _compare(model, tmp_path, feeds=None, tol=1e-4):
     rng = np.random.default_rng(9)
     shape = [dim.dim_value for dim in model.graph.input[0].type.tensor_type.shape.dim]
     feeds = dict(feeds or {}, x=rng.uniform(-1.5, 1.5, shape).astype(np.float32))
@@ -76,7 +76,7 @@ def _compare(model, tmp_path, feeds=None):
     assert len(want) == len(m.output_names)
     for value, name in zip(want, m.output_names):
         assert got[name].shape == value.shape, name
-        assert max_rel_error(got[name], value) < 1e-4, name
+        assert max_rel_error(got[name], value) < tol, name
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
@@ -95,6 +95,18 @@ def test_sequence_lens(op, direction, tmp_path):
 def test_runtime_sequence_lens_no_bias_no_initial(op, tmp_path):
     model = _model(op, "bidirectional", bias=False, lens=[1, 5, 4], runtime_lens=True)
     _compare(model, tmp_path, {"lens": np.array([1, 5, 4], np.int32)})
+
+
+@pytest.mark.parametrize("op,attrs", [("LSTM", {}), ("GRU", {}), ("GRU", {"linear_before_reset": 1})])
+@pytest.mark.parametrize("n_in,hidden", [(19, 20), (8, 21)])
+def test_vector_dot_products_with_tails(op, attrs, n_in, hidden, tmp_path, monkeypatch):
+    # widths of 8 and more take the kernel's 8-float vector path; 19 and 20 leave tails of 3 and 4 terms, 21 gives
+    # GRU gate ranges of 42 rows (not a multiple of 4: one row at a time). onnxruntime's gate activations are
+    # approximations; over 5 steps of these wider layers its outputs differ from exact ones by up to ~1e-4 (the
+    # scalar kernel this replaces differed by 7.6e-5 on one of them), hence the looser bound
+    monkeypatch.setitem(globals(), "I", n_in)
+    monkeypatch.setitem(globals(), "H", hidden)
+    _compare(_model(op, "bidirectional", initial=True, **attrs), tmp_path, tol=3e-4)
 
 
 SUBSETS = [

@@ -34,6 +34,10 @@ def _extents(k: Dict[str, Any]) -> List[int]:
     ]
 
 
+#: -O3: the gate rows' lane loops (templates/rnn.c.j2) become vector code at every compiler's -O3.
+OPT_FLAGS = ("-O3",)
+
+
 def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any], dtype: str = "float32") -> CKernel:
     """The kernel of LSTM or GRU ``op`` with sizes and present inputs ``k`` and the node's attributes ``a``."""
     present = _present(op, k)
@@ -60,4 +64,4 @@ def rnn_kernel(op: str, k: Dict[str, Any], a: Dict[str, Any], dtype: str = "floa
         before_reset=bool(a.get("linear_before_reset", 0)),
     )
     extents = [e for e, keep in zip(_extents(k), present) if keep]
-    return make_kernel(op.lower(), body, extents, k["D"] * k["B"])
+    return make_kernel(op.lower(), body, extents, k["D"] * k["B"], OPT_FLAGS)
