@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 #: Fixed variables that say nothing about an op's shape.
 _NOISE = ("core_id_count", "core_id", "N", "dh", "dw", "groups")
@@ -32,16 +32,42 @@ class OpTime(NamedTuple):
     seconds: float
     flops: Optional[int]
     conv: Optional[Tuple[int, ...]] = None
+    bytes_moved: Optional[int] = None
 
     @property
     def gflops(self) -> Optional[float]:
         return self.flops / self.seconds / 1e9 if self.flops and self.seconds > 0 else None
 
+    @property
+    def gbytes(self) -> Optional[float]:
+        return self.bytes_moved / self.seconds / 1e9 if self.bytes_moved and self.seconds > 0 else None
 
-def shape_of(op: Any) -> str:
-    """An op's shape from its kernel's fixed variables: ``C=256 H=56 W=56 OC=128 KH=1 KW=1 sh=2 ...``."""
+
+def shape_of(op: Any, buffers: Sequence[Any] = ()) -> str:
+    """An op's shape from its kernel's fixed variables: ``C=256 H=56 W=56 OC=128 KH=1 KW=1 sh=2 ...``; a generated
+    kernel, whose sizes are constants in its C, by its buffers: ``1x64x56x56 <- 1x64x56x56, 36864``
+    (what it writes, then the others, as the plan lays them out: a blocked tensor in its blocked shape)."""
     fixed = getattr(op, "fixedvars", None) or {}
-    return " ".join("%s=%s" % (k, v) for k, v in fixed.items() if k not in _NOISE)
+    text = " ".join("%s=%s" % (k, v) for k, v in fixed.items() if k not in _NOISE)
+    if text or not buffers:
+        return text
+    shapes = [_dims(buffers[i]) for i in getattr(op, "buffer_indices", []) if i < len(buffers)]
+    written = set(getattr(op, "output_indices", None) or [0])
+    outs = [s for n, s in enumerate(shapes) if n in written]
+    ins = [s for n, s in enumerate(shapes) if n not in written]
+    return "%s <- %s" % (", ".join(outs), ", ".join(ins)) if outs and ins else ", ".join(outs + ins)
+
+
+def _dims(buffer: Any) -> str:
+    shape = getattr(buffer, "shape", None)
+    return "x".join(str(d) for d in shape) if shape else "?"
+
+
+def buffer_bytes(op: Any, buffers: Sequence[Any]) -> Optional[int]:
+    """The bytes of an op's buffers, each read or written once: the least its kernel moves (the GB/s of an op
+    whose kernel declares no FLOP count and no bytes of its own)."""
+    sizes = [getattr(buffers[i], "nbytes", 0) for i in getattr(op, "buffer_indices", []) if i < len(buffers)]
+    return sum(s for s in sizes if s) or None
 
 
 def profiles(
@@ -65,9 +91,17 @@ def profiles(
             if session is not None:
                 session.run(None, dict(inputs))
         nodes = _ort_nodes(session, directory) if session is not None else []
-    ops = plan.prepared_ops()
+    ops, buffers = plan.prepared_ops(), plan.buffers()
     found = [
-        OpTime(i, p.name, shape_of(ops[i]), p.elapsed, p.flops, conv_key(getattr(ops[i], "fixedvars", None) or {}))
+        OpTime(
+            i,
+            p.name,
+            shape_of(ops[i], buffers),
+            p.elapsed,
+            p.flops,
+            conv_key(getattr(ops[i], "fixedvars", None) or {}),
+            p.bytes_moved or buffer_bytes(ops[i], buffers),
+        )
         for i, p in best.items()
     ]
     return sorted(found, key=lambda o: -o.seconds), nodes
@@ -181,11 +215,35 @@ def peak_gflops(times: List[OpTime]) -> Optional[float]:
     return max(rates) if rates else None
 
 
+def top_ops(times: List[OpTime], peak_gflops: Optional[float], top: int = 5) -> str:
+    """The ``top`` ops by time: ``#12 svod_conv2d_gemm_f32 (C=64 H=56 ...) 21% 118.2 GFLOP/s = 63% of peak``,
+    an op without a FLOP count at its GB/s (of the bytes its kernel declares it moves), "-" without either."""
+    total = sum(o.seconds for o in times)
+    parts = []
+    for o in times[:top]:
+        if o.gflops is not None:
+            of_peak = " = %.0f%% of peak" % (100 * o.gflops / peak_gflops) if peak_gflops else ""
+            rate = "%.1f GFLOP/s%s" % (o.gflops, of_peak)
+        elif o.gbytes is not None:
+            rate = "%.1f GB/s" % o.gbytes
+        else:
+            rate = "-"
+        share = 100 * o.seconds / total if total else 0
+        parts.append("#%d %s (%s) %.0f%% %s" % (o.index, o.kernel, o.shape or "-", share, rate))
+    return "; ".join(parts)
+
+
 def profile_row(
-    name: str, svod_path: str, inputs: Mapping[str, Any], onnx_path: Optional[str] = None, runs: int = 3
+    name: str,
+    svod_path: str,
+    inputs: Mapping[str, Any],
+    onnx_path: Optional[str] = None,
+    runs: int = 3,
+    peak: Any = None,
 ) -> Dict[str, Any]:
     """One benchmark row naming the op that takes the most time, with its GFLOP/s; with ``onnx_path``,
-    onnxruntime's time per kind of op and its GFLOP/s for a convolution of the same shape."""
+    onnxruntime's time per kind of op and its GFLOP/s for a convolution of the same shape; then the top ops with
+    their rates, against ``peak`` (a :class:`svod_min.perf.core_peak.CorePeak`) where given."""
     times, nodes = profiles(svod_path, inputs, runs, onnx_path)
     total = sum(o.seconds for o in times)
     top = times[0]
@@ -210,6 +268,8 @@ def profile_row(
             total * 1e3,
         )
     )
+    peak_rate = getattr(peak, "gflops", None)
+    measure += "; top ops%s: %s" % (" (peak %.1f GFLOP/s)" % peak_rate if peak_rate else "", top_ops(times, peak_rate))
     return {
         "measure": measure,
         "svod_min": None if top.gflops is None else round(top.gflops, 1),

@@ -59,6 +59,7 @@ def _by_kind(table: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
         "peak RSS": "rss",
         "cold start": "cold",
         "profile": "profile",
+        "FMA peak": "peak",
     }
     found = {}
     for row in table:
@@ -81,12 +82,14 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     spin_before = os.environ.get("SVOD_NATIVE_SPIN")
-    table = bench_onnx.rows(quick=True, threads=(1, 2), models=[("tiny", _tiny_model)], profile="all", pyz=pyz)
+    table = bench_onnx.rows(
+        quick=True, threads=(1, 2), models=[("tiny", _tiny_model)], profile="all", pyz=pyz, openvino=False
+    )  # OpenVINO's columns: tests/perf/test_bench_onnx_peers.py
     assert os.environ.get("SVOD_NATIVE_SPIN") == spin_before  # the settings leave the environment as they found it
     assert all(set(row) == set(KEYS) for row in table)
     assert not [row for row in table if "failed" in row["measure"]], table
     rows = _by_kind(table)
-    assert set(rows) == {"load", "rss", "cold", "profile"} | {"speed " + s for s in SETTINGS} | {
+    assert set(rows) == {"load", "rss", "cold", "profile", "peak"} | {"speed " + s for s in SETTINGS} | {
         "mean " + s for s in SETTINGS
     }
     assert rows["load"]["goal"] == "info" and "at the start" in rows["load"]["measure"]
@@ -119,6 +122,11 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert (
         profile["peer"] == "onnxruntime, a Conv of the same shape" and profile["peer_value"] > 0
     )  # its 8 channels padded to 16
+    peak = rows["peak"]  # the top ops' rates are against this core's peak, stated in a row of its own
+    assert peak["svod_min"] > 0 and "FLOP/cycle per unit" in peak["measure"] and peak["goal"] == "info"
+    top = profile["measure"].split("; top ops (peak %.1f GFLOP/s): " % peak["svod_min"])[1].split("; ")
+    assert len(top) == 2 and top[0].startswith("#0 svod_conv2d_gemm") and "GFLOP/s = " in top[0]  # conv, global pool
+    assert top[0].endswith("% of peak") and top[1].startswith("#1 svod_global_avgpool_f32 (C=8 H=16 W=16) ")
 
 
 def test_the_cold_start_is_the_one_file_runtime_s_own_command() -> None:
@@ -266,7 +274,9 @@ def test_a_model_that_disagrees_is_a_failed_row_not_a_timing(
 
     real = svod_min.load_model
     monkeypatch.setattr(svod_min, "load_model", lambda *a, **k: _Changed(real(*a, **k), change))
-    table = bench_onnx.rows(quick=True, threads=(1,), models=[("tiny", _tiny_model)], profile="none", pyz=pyz)
+    table = bench_onnx.rows(
+        quick=True, threads=(1,), models=[("tiny", _tiny_model)], profile="none", pyz=pyz, openvino=False
+    )
     measures = [row["measure"] for row in table if "load average" not in row["measure"]]
     assert len(measures) == 2 and measures[1].startswith("onnx tiny: failed: " + why), measures
     assert not [row for row in table if row["ratio"] is not None]  # nothing was timed
@@ -294,7 +304,7 @@ def test_a_model_svod_min_refuses_is_a_failed_row() -> None:
 
     table = [
         row
-        for row in bench_onnx.rows(quick=True, threads=(1,), models=[("bad", refused)], profile="none")
+        for row in bench_onnx.rows(quick=True, threads=(1,), models=[("bad", refused)], profile="none", openvino=False)
         if "load average" not in row["measure"]
     ]
     assert len(table) == 2 and table[1]["measure"].startswith("onnx bad: failed: svod_min build bad.onnx failed")

@@ -24,10 +24,16 @@ outputs for the bundle's example inputs with a tolerance. Then:
   read the input, run once, exit), against a fresh ``python3`` that imports onnxruntime, creates
   the session, reads the same ``.npy`` and runs once. Medians; goal: svod_min <= peer.
 
+* OpenVINO, where it is installed (:mod:`svod_min.perf.openvino_peer`): two more peers in the same
+  timed pairs, float32 forced and its default precision (bf16 on an AMX/AVX512-BF16 host), at the
+  setting's thread count; ratio = OpenVINO / svod_min, a geometric mean per peer and setting, each
+  peer's error against onnxruntime beside its speed. Without it a note row says so.
+
 ``--runs N`` measures the whole table N times (the bundles stay on disk meanwhile) and reports each
 ratio's median over the runs, with its spread (lowest-highest) in the measure.
-For a model below 0.7 at the first setting, a profile row names the op holding it back: its kernel,
-shape, share of the run and GFLOP/s, beside the best rate any op reached in the same run.
+Each model gets a profile row (``--profile all``, the default; ``slow``: only those below 0.7 at the
+first setting): the op holding it back, and the top ops with their kernel, shape, share of the run and
+GFLOP/s (or GB/s) against one core's float32 peak (:mod:`svod_min.perf.core_peak`, a row of its own).
 Without numpy, onnx or onnxruntime every row says which is missing and nothing is measured.
 """
 
@@ -39,7 +45,6 @@ import gc
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -47,8 +52,10 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+from svod_min.perf import openvino_peer
 from svod_min.perf.agreement import disagreement, tolerances
 from svod_min.perf.bench_suite import format_table
+from svod_min.perf.benchmarks.onnx_markdown import markdown
 from svod_min.plan.native_replay import SPIN_ENV
 
 #: Speed: geometric mean of onnxruntime / svod_min over the models, in every setting.
@@ -135,6 +142,8 @@ class Settings(NamedTuple):
     directory: str
     pyz: str
     profile: str
+    openvino: Optional[str] = None  # OpenVINO's version where it is timed too
+    peak: Any = None  # this core's CorePeak, the profile rows' yardstick
 
 
 class ChildRun(NamedTuple):
@@ -259,9 +268,9 @@ def svod_spinning(spin: Optional[bool]) -> Iterator[None]:
             os.environ[SPIN_ENV] = old
 
 
-def check_agreement(model: Any, session: Any, prepared: Prepared, label: str) -> None:
+def check_agreement(model: Any, session: Any, prepared: Prepared, label: str) -> Tuple[Any, List[Tuple[str, Any]]]:
     """Both engines' outputs agree (:func:`disagreement`) before anything is timed; ExecutionError naming the
-    setting and what differs otherwise."""
+    setting and what differs otherwise. Returns both engines' outputs."""
     from svod_min.error import ExecutionError
 
     feed = {prepared.input_name: prepared.input_array}
@@ -270,29 +279,47 @@ def check_agreement(model: Any, session: Any, prepared: Prepared, label: str) ->
     why = disagreement(got, want, tolerances(model))
     if why is not None:
         raise ExecutionError("%s: %s" % (label, why))
+    return got, want
 
 
-def speed(prepared: Prepared, setting: Setting, reps: int, pair_seconds: float = PAIR_SECONDS) -> Dict[str, float]:
-    """Median seconds per run of svod_min and onnxruntime in ``setting``, timed in turn in this process."""
+def speed(
+    prepared: Prepared, setting: Setting, reps: int, pair_seconds: float = PAIR_SECONDS, openvino: bool = False
+) -> Dict[str, Any]:
+    """Median seconds per run of svod_min and onnxruntime in ``setting``, timed in turn in this process; with
+    ``openvino`` OpenVINO's two peers too (:mod:`svod_min.perf.openvino_peer`), with their errors."""
     from svod_min import load_model
     from svod_min.devices.cpu.device import CpuDevice
 
     with svod_spinning(setting.spin):
         model = load_model(prepared.svod_path, device=CpuDevice(threads=setting.threads))
         session = ort_session(prepared.onnx_path, setting.threads, bool(setting.spin))
-        check_agreement(model, session, prepared, setting.label)
-        times = _timed_pairs(model, session, prepared, reps, pair_seconds, SETTLE_S if setting.spin else 0.0)
-    del model, session
+        got, want = check_agreement(model, session, prepared, setting.label)
+        feed = {prepared.input_name: prepared.input_array}
+        peers = openvino_peer.peers_of(prepared.onnx_path, setting.threads, feed, want, got) if openvino else {}
+        extra = {k: fn for k, (fn, _) in peers.items() if fn is not None}
+        times: Dict[str, Any] = _timed_pairs(
+            model, session, prepared, reps, pair_seconds, SETTLE_S if setting.spin else 0.0, extra
+        )
+        for _, facts in peers.values():
+            times.update(facts)
+    del model, session, peers, extra
     gc.collect()  # the next setting's copies of the weights should not sit beside these
     return times
 
 
 def _timed_pairs(
-    model: Any, session: Any, prepared: Prepared, reps: int, pair_seconds: float, settle: float
+    model: Any,
+    session: Any,
+    prepared: Prepared,
+    reps: int,
+    pair_seconds: float,
+    settle: float,
+    extra: Optional[Dict[str, Callable[[], Any]]] = None,
 ) -> Dict[str, float]:
-    """Median seconds per run of the loaded bundle and the onnxruntime session on the prepared input."""
+    """Median seconds per run of the loaded bundle, the onnxruntime session and any ``extra`` peer on the input."""
     feed = {prepared.input_name: prepared.input_array}
     fns: Dict[str, Callable[[], Any]] = {"svod": lambda: model.run(feed), "ort": lambda: session.run(None, feed)}
+    fns.update(extra or {})
     return alternating_medians(fns, reps_for(fns, reps, pair_seconds), settle)
 
 
@@ -514,6 +541,9 @@ def table_rows(names: Sequence[str], measured: Measured, settings: Settings) -> 
             [[_ratio(measured.samples[n][r].speed[s.label]) for n in ok] for r in range(settings.runs)] if ok else []
         )
         out.append(geomean_row(s, per_run, failed, settings.version))
+        if settings.openvino and ok:
+            runs = [[measured.samples[n][r].speed[s.label] for n in ok] for r in range(settings.runs)]
+            out += openvino_peer.peer_means(s.label, runs, settings.openvino, spread)
     for name in names:
         out += model_rows(name, measured, settings)
     return out
@@ -524,6 +554,8 @@ def model_rows(name: str, measured: Measured, settings: Settings) -> List[Row]:
         return [failed_row(name, measured.failures[name])]
     samples = measured.samples[name]
     out = [speed_row(name, s, [x.speed[s.label] for x in samples], settings.version) for s in settings.timing]
+    for s in settings.timing if settings.openvino else ():
+        out += openvino_peer.peer_rows(name, s.label, [x.speed[s.label] for x in samples], settings.openvino, spread)
     out += process_rows(name, [x.fresh for x in samples], settings.version)
     return out + ([measured.profiles[name]] if name in measured.profiles else [])
 
@@ -540,15 +572,18 @@ def rows(
     quick: bool = False,
     threads: Sequence[int] = (1, 2),
     models: Optional[Sequence[ModelSource]] = None,
-    profile: str = "slow",
+    profile: str = "all",
     pyz: Optional[str] = None,
     spinning: str = "both",
     runs: int = 1,
+    openvino: bool = True,
 ) -> List[Row]:
     """Speed rows per model and setting, a geometric mean per setting, peak RSS and cold start rows per model;
     ``spinning`` above one thread: "both", "off" or "on"; ``runs``: how often the whole table is measured;
-    ``profile``: "slow" (models below 0.7 at the first setting), "all" or "none"; ``pyz``: the svod_min.pyz of
-    the cold starts (default: one built from this svod_min into a temporary folder)."""
+    ``profile``: "slow" (models below 0.7 at the first setting), "all" or "none", with one core's float32 peak
+    (:mod:`svod_min.perf.core_peak`) as their yardstick; ``pyz``: the svod_min.pyz of the cold starts (default:
+    one built from this svod_min into a temporary folder); ``openvino``: time OpenVINO too where it is installed
+    (a note row says when it is not)."""
     from svod_min.error import ConfigError
 
     if runs < 1:
@@ -559,6 +594,11 @@ def rows(
         return skip_rows([name for name, _ in sources], why)
     import onnxruntime
 
+    from svod_min.perf.core_peak import core_peak, peak_row
+
+    ov_version = openvino_peer.openvino_version() if openvino else None
+    notes = [] if ov_version or not openvino else [openvino_peer.missing_row()]
+    peak = core_peak() if profile != "none" else None
     load_before = _load_average()
     with tempfile.TemporaryDirectory(prefix="svod_bench_onnx_") as directory:
         settings = Settings(
@@ -571,9 +611,14 @@ def rows(
             directory,
             pyz or os.path.join(directory, "svod_min.pyz"),
             profile,
+            ov_version,
+            peak,
         )
         measured = measure_all(sources, settings)
-    return table_rows([name for name, _ in sources], measured, settings) + [load_row(load_before, _load_average())]
+    notes += [peak_row(peak)] if peak is not None else []
+    return (
+        table_rows([name for name, _ in sources], measured, settings) + notes + [load_row(load_before, _load_average())]
+    )
 
 
 def timing_settings(threads: Sequence[int], spinning: str) -> Tuple[Setting, ...]:
@@ -605,7 +650,10 @@ def measure_all(sources: Sequence[ModelSource], settings: Settings) -> Measured:
 
 def measure_model(prepared: Prepared, settings: Settings) -> Sample:
     """One run of one model: every speed setting, then the fresh processes."""
-    times = {s.label: speed(prepared, s, settings.reps, settings.pair_seconds) for s in settings.timing}
+    times = {
+        s.label: speed(prepared, s, settings.reps, settings.pair_seconds, bool(settings.openvino))
+        for s in settings.timing
+    }
     fresh = fresh_processes(prepared, settings.pyz, settings.fresh_reps, warm=settings.fresh_reps > 1)
     return Sample(times, fresh)
 
@@ -618,7 +666,9 @@ def profile_if_slow(prepared: Prepared, measured: Measured, settings: Settings) 
         from svod_min.perf.op_profile import profile_row
 
         feed = {prepared.input_name: prepared.input_array}
-        measured.profiles[prepared.name] = profile_row(prepared.name, prepared.svod_path, feed, prepared.onnx_path)
+        measured.profiles[prepared.name] = profile_row(
+            prepared.name, prepared.svod_path, feed, prepared.onnx_path, peak=settings.peak
+        )
 
 
 def _remove(prepared: Prepared) -> None:
@@ -654,80 +704,6 @@ def _tail(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
-# --- the table of docs/performance.md ------------------------------------------------------------
-
-_SPEED = re.compile(r"^onnx (\S+), (.+): median run \[ms\]")
-_PROCESS = re.compile(r"^onnx (\S+): (peak RSS|cold start)")
-_SPREAD = re.compile(r"; \d+ runs, ratio ([0-9.]+-[0-9.]+)$")
-_UNITS = {"peak RSS": "peak RSS MiB", "cold start": "cold start ms"}
-
-
-def markdown(table: List[Row]) -> str:
-    """The rows as docs/performance.md shows them: one line per model (a column per setting, then peak RSS and
-    cold start), then the means, the failures, the profiles, the load."""
-    models: Dict[str, Dict[str, Row]] = {}
-    columns: List[str] = []
-    notes: List[str] = []
-    for row in table:
-        kind, name = _kind(row)
-        if kind is None:
-            notes.append(_note(row))
-            continue
-        if kind not in columns:
-            columns.append(kind)
-        models.setdefault(name, {})[kind] = row
-    columns.sort(key=lambda k: k in _UNITS)  # the speed settings first, in their order
-    head = ["model"] + ["%s: svod_min / ort (ratio)" % (_UNITS.get(k) or k + " ms") for k in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, kinds in models.items():
-        lines.append("| %s | %s |" % (name, " | ".join(_cell(kinds.get(k)) for k in columns)))
-    return "\n".join(lines + [""] + ["- " + n for n in notes])
-
-
-def _kind(row: Row) -> Tuple[Optional[str], str]:
-    """(column, model) of a model's speed, peak RSS or cold start row; (None, "") for any other row."""
-    measure = str(row.get("measure") or "")
-    if str(row.get("peer") or "").startswith("skipped"):
-        return None, ""
-    speed_match, process_match = _SPEED.match(measure), _PROCESS.match(measure)
-    if speed_match:
-        return speed_match.group(2), speed_match.group(1)
-    if process_match:
-        return process_match.group(2), process_match.group(1)
-    return None, ""
-
-
-def _note(row: Row) -> str:
-    measure = str(row.get("measure") or "")
-    if str(row.get("peer") or "").startswith("skipped"):
-        return "%s: %s" % (measure, row["peer"])
-    if "geometric mean" in measure:
-        return "%s: **%s** (goal %s: %s)" % (measure, row["ratio"], row["goal"], _met(row["met"]))
-    value = "" if row.get("svod_min") is None else ": %s (%s: %s)" % (row["svod_min"], row["peer"], row["peer_value"])
-    return measure + value
-
-
-def _cell(row: Optional[Row]) -> str:
-    if row is None or row.get("ratio") is None:
-        return "-"
-    found = _SPREAD.search(str(row.get("measure") or ""))
-    ratio = "%.2f" % row["ratio"] + (", runs %s" % found.group(1) if found else "")
-    return "%s / %s (%s%s)" % (
-        _num(row["svod_min"]),
-        _num(row["peer_value"]),
-        ratio,
-        "" if row["met"] else ", **missed**",
-    )
-
-
-def _num(value: Any) -> str:
-    return "%.0f" % value if abs(value) >= 100 else "%.3g" % value
-
-
-def _met(met: Any) -> str:
-    return "met" if met else "not met" if met is False else "-"
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
@@ -758,8 +734,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument(
         "--profile",
         choices=("slow", "all", "none"),
-        default="slow",
-        help="a per-op profile row for models below %g at the first setting (slow), every model, or none" % GOAL_FLOOR,
+        default="all",
+        help="a per-op profile row (the top kernels, their rates against one core's peak) for every model (all, "
+        "the default), for models below %g at the first setting (slow), or none" % GOAL_FLOOR,
+    )
+    p.add_argument(
+        "--openvino",
+        choices=("auto", "off"),
+        default="auto",
+        help="time OpenVINO (f32 forced, and its default precision) beside onnxruntime where it is installed "
+        "(auto, the default), or not (off)",
     )
     args = p.parse_args(argv)
     if args.from_json:
@@ -785,6 +769,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.profile,
         spinning=args.spinning,
         runs=args.runs,
+        openvino=args.openvino == "auto",
     )
     print(json.dumps(table, indent=1) if args.json else markdown(table) if args.markdown else format_table(table))
     return 0
