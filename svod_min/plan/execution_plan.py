@@ -198,6 +198,9 @@ class ExecutionPlan:
         self.graphs = env_flag("SVOD_CUDA_GRAPHS", True)  # eager launches are the reference
         self._var_values: Dict[str, int] = {}
         self._programs: List[Tuple[str, Any]] = []  # (kernel name, program): checked for close() before runs
+        #: Called after every run, under the plan lock: a plan file's run-time checks (planfile/status.py) read what
+        #: the kernels reported and raise; they do not poison the plan.
+        self.after_run: List[Callable[[], None]] = []
         self._release_seen = 0  # RELEASE_EPOCH's value when the programs were last checked
 
     @classmethod
@@ -364,7 +367,10 @@ class ExecutionPlan:
                 self._check_runnable()
                 if prepare is not None:
                     prepare()
-                return self._poisoning(body)
+                result = self._poisoning(body)
+                for check in self.after_run:  # what the kernels reported (bad data: not a plan failure)
+                    check()
+                return result
             finally:
                 self._owner = None
 

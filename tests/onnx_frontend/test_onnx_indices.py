@@ -206,3 +206,179 @@ def test_gather_nd_checks_each_component_against_its_own_axis():
     assert (bad.value, bad.position, bad.lo, bad.hi) == (-3, (1, 0), -2, 1)
     batched = check_indices("GatherND", {"batch_dims": 1}, [data, Operand("i", (2, 1), np.array([[2], [3]]))], 13)
     assert (batched.value, batched.position, batched.lo, batched.hi) == (3, (1, 0), -3, 2)
+
+
+# -- indices from data: checked by the kernel at run, on both run paths ------------------------------------------
+
+PATHS = [True, False]  # native replay, the Python path
+
+
+def _set_path(model, native):
+    assert model.loaded.plan.set_native_replay(native) == native
+    return model
+
+
+@pytest.fixture(scope="module")
+def data_gathers(tmp_path_factory):
+    """Gather of x [2, N, 3] along axis 1 with indices [2] from an int64 and an int32 input, built once."""
+    from support.onnx_models import build_and_load
+
+    out = {}
+    for name, dtype in (("int64", I64), ("int32", I32)):
+        nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=1, name="pick")]
+        model = _model(nodes, [("x", (2, N, 3), F), ("idx", (2,), dtype)], {}, [("y", F, 3)])
+        directory = str(tmp_path_factory.mktemp("gather_" + name))
+        out[name] = (model, build_and_load(model, directory))
+    return out
+
+
+X = np.arange(2 * N * 3, dtype=np.float32).reshape(2, N, 3) + 1
+
+
+@pytest.mark.parametrize("native", PATHS)
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_indices_from_data_at_the_edges(data_gathers, dtype, native):
+    model, m = data_gathers[dtype]
+    _set_path(m, native)
+    for i in EDGES:
+        if dtype == "int32" and abs(i) >= 1 << 31:
+            i = int(np.sign(i)) * ((1 << 31) - 1)  # as far out as an int32 goes
+        idx = np.array([0, i], dtype)
+        if i in OK:
+            got = m.run({"x": X, "idx": idx})["y"]
+            np.testing.assert_array_equal(got, run_ort(model, {"x": X, "idx": idx})[0])
+            np.testing.assert_array_equal(got, np.take(X, [0, i], axis=1))
+            continue
+        with pytest.raises(Exception):  # onnxruntime refuses it too
+            run_ort(model, {"x": X, "idx": idx})
+        with pytest.raises(IndexOutOfRangeError) as info:
+            m.run({"x": X, "idx": idx})
+        text = str(info.value)
+        assert info.value.exit_code == 2
+        for word in ("node 0 (Gather, 'pick')", "index %d at position [1]" % i, "'idx'", "[-4, 3]"):
+            assert word in text, (word, text)
+    # not poisoned: the next call with good indices runs and is right
+    good = np.array([N - 1, -N], dtype)
+    np.testing.assert_array_equal(m.run({"x": X, "idx": good})["y"], np.take(X, [N - 1, -N], axis=1))
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_the_lowest_bad_position_is_named_whatever_the_calls(native, tmp_path):
+    """Enough work for several core_id calls, bad indices in more than one: the report names the lowest position."""
+    from support.onnx_models import build_and_load
+
+    inner, count = 4096, 32
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=0, name="rows")]
+    model = _model(nodes, [("x", (N, inner), F), ("idx", (count,), I64)], {}, [("y", F, 2)])
+    m = _set_path(build_and_load(model, str(tmp_path)), native)
+    slots = m.loaded.buffers["svod.status"].nbytes // 64
+    assert slots > 1, "the case must split the rows over several calls"
+    x = np.random.default_rng(0).standard_normal((N, inner)).astype(np.float32)
+    idx = np.arange(count, dtype=np.int64) % N
+    idx[[29, 11, 30]] = [FAR, -N - 1, N]
+    with pytest.raises(IndexOutOfRangeError, match=r"index -5 at position \[11\]"):
+        m.run({"x": x, "idx": idx})
+    idx[[29, 11, 30]] = [-1, 2, 3]
+    np.testing.assert_array_equal(m.run({"x": x, "idx": idx})["y"], x[idx])
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_computed_indices_are_checked(native, tmp_path):
+    """Indices computed in the graph (ArgMax over 6 elements) gathering along an axis of 4."""
+    from support.onnx_models import build_and_load
+
+    nodes = [
+        helper.make_node("ArgMax", ["s"], ["k"], axis=1, keepdims=0),
+        helper.make_node("Gather", ["x", "k"], ["y"], axis=0, name="by_argmax"),
+    ]
+    model = _model(nodes, [("x", (N, 3), F), ("s", (2, 6), F)], {}, [("y", F, 2)])
+    m = _set_path(build_and_load(model, str(tmp_path)), native)
+    x = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
+    s = np.zeros((2, 6), np.float32)
+    s[0, 3], s[1, 1] = 1, 1
+    np.testing.assert_array_equal(m.run({"x": x, "s": s})["y"], run_ort(model, {"x": x, "s": s})[0])
+    s[1, 1], s[1, 5] = 0, 1
+    with pytest.raises(IndexOutOfRangeError, match=r"by_argmax.*index 5 at position \[1\]"):
+        m.run({"x": x, "s": s})
+
+
+def test_run_exits_2_naming_the_node_for_an_int64_npy(tmp_path, capsys):
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=1, name="pick")]
+    model = _model(nodes, [("x", (2, N, 3), F), ("idx", (2,), I64)], {}, [("y", F, 3)])
+    path, bundle = str(tmp_path / "m.onnx"), str(tmp_path / "m.svod")
+    onnx.save(model, path)
+    assert main(["build", path, "-o", bundle, "--target", host_target(), "--no-expect"]) == 0
+    np.save(str(tmp_path / "x.npy"), X)
+    for name, idx, code in (("good", [3, -4], 0), ("bad", [1, FAR], 2)):
+        np.save(str(tmp_path / (name + ".npy")), np.array(idx, np.int64))
+        argv = ["run", bundle, "--once", "--input", "x=%s" % (tmp_path / "x.npy")]
+        argv += ["--input", "idx=%s" % (tmp_path / (name + ".npy")), "--save", str(tmp_path / name)]
+        assert main(argv) == code, capsys.readouterr()
+        if code:
+            err = capsys.readouterr().err
+            assert "node 0 (Gather, 'pick')" in err and "index %d at position [1]" % FAR in err, err
+        else:
+            np.testing.assert_array_equal(np.load(str(tmp_path / name / "y.npy")), np.take(X, idx, axis=1))
+
+
+@pytest.mark.parametrize("native", PATHS)
+def test_nothing_is_written_past_the_output(native):
+    """The gather kernel on a plan of its own: its output a view between two guard bands of one buffer, the data a
+    view inside another; a bad index leaves the guards and its own rows untouched and the good rows written."""
+    from svod_min.onnx.kernels.copy import gather
+    from svod_min.planfile.load import load_plan
+    from svod_min.planfile.status import SLOT_WORDS
+
+    outer, inner, count, guard = 2, 3, 3, 16
+    k = gather(outer, N, inner, count, "long long")
+    rows = outer * count * inner
+    doc = {
+        "svod_plan": 1,
+        "buffers": {
+            "mem": {"dtype": "float32", "shape": [rows + 2 * guard]},
+            "out": {"dtype": "float32", "shape": [rows], "view_of": "mem", "offset": 4 * guard},
+            "src": {"dtype": "float32", "shape": [outer * N * inner + 2 * guard]},
+            "x": {"dtype": "float32", "shape": [outer * N * inner], "view_of": "src", "offset": 4 * guard},
+            "idx": {"dtype": "int64", "shape": [count], "input": True},
+            "svod.status": {"dtype": "int64", "shape": [k.chunks * SLOT_WORDS]},
+            "done": {"dtype": "float32", "shape": [1], "output": True},
+        },
+        "kernels": {
+            k.name: {
+                "source": k.source,
+                "buffers": 4,
+                "outputs": [0, 3],
+                "vars": ["core_id"],
+                "global_size": [k.chunks, 1, 1],
+                "extents": {str(i): e for i, e in enumerate(k.extents)},
+            }
+        },
+        "ops": [
+            {"kernel": k.name, "buffers": ["out", "x", "idx", "svod.status"]},
+            {"copy": {"dst": "done", "src": "done"}},
+        ],
+        "checks": {
+            "buffer": "svod.status",
+            "records": [
+                {"offset": 0, "slots": k.chunks, "node": "the gather", "what": "idx", "shape": [count], "why": "4"}
+            ],
+        },
+    }
+    loaded = load_plan(doc)
+    assert loaded.plan.set_native_replay(native) == native
+    sentinel = np.full(rows + 2 * guard, -7.0, np.float32)
+    data = np.arange(outer * N * inner + 2 * guard, dtype=np.float32)
+    loaded.buffers["mem"].copyin(sentinel.tobytes())
+    loaded.buffers["src"].copyin(data.tobytes())
+    idx = np.array([1, N, -1], np.int64)
+    loaded.set_input("idx", "int64", (count,), idx.tobytes())
+    with pytest.raises(IndexOutOfRangeError, match=r"the gather: index 4 at position \[1\] of idx"):
+        loaded.plan.execute()
+    mem = np.frombuffer(loaded.buffers["mem"].copyout(), np.float32)
+    assert (mem[:guard] == -7).all() and (mem[-guard:] == -7).all(), "a guard band was written"
+    got = mem[guard:-guard].reshape(outer, count, inner)
+    x = data[guard:-guard].reshape(outer, N, inner)
+    np.testing.assert_array_equal(got[:, 0], x[:, 1])
+    np.testing.assert_array_equal(got[:, 2], x[:, N - 1])
+    assert (got[:, 1] == -7).all(), "the bad index's rows were written"
+    assert not any(loaded.buffers["svod.status"].copyout()), "the status is cleared for the next run"

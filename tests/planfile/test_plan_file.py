@@ -140,7 +140,7 @@ MALFORMED_WITH_PATH = [
         "unknown-top-level-key",
         set_key("bogus", value=1),
         "$",
-        "unknown key(s) ['bogus'] (allowed: ['buffers', 'description'",
+        "unknown key(s) ['bogus'] (allowed: ['buffers', 'checks', 'description'",
     ),
     ("vars-min-gt-max", set_key("vars", "n", value={"min": 5, "max": 1, "default": 1}), "vars.n", "min 5 > max 1"),
     (

@@ -1,11 +1,12 @@
-"""Kernels that move elements: Concat's strided slices, strided gathers (transposes, slices, expands), Gather,
-and Pad (constant, edge, reflect, wrap)."""
+"""Kernels that move elements: Concat's strided slices, strided gathers (transposes, slices, expands), Gather
+(checking indices from data), and Pad (constant, edge, reflect, wrap)."""
 
 from __future__ import annotations
 
 import math
 from typing import Sequence
 
+from ...planfile.status import SLOT_WORDS
 from ..ctext import C_TYPES
 from ..geometry import collapse, contiguous_strides
 from .ckernel import CKernel, make_kernel, render, share
@@ -87,9 +88,13 @@ def _pad(
     return make_kernel("pad", body, [n_out, max(1, int(math.prod(in_shape)))], chunks)
 
 
-def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str, dtype: str = "float32") -> CKernel:
-    """``out[o, j, i] = x[o, idx[j], i]``; a negative index counts from the end, and an index out of range
-    is clamped (ONNX calls it an error; a clamp keeps the read inside the buffer)."""
+def gather(
+    outer: int, axis_len: int, inner: int, count: int, index_type: str, dtype: str = "float32", checked: bool = True
+) -> CKernel:
+    """``out[o, j, i] = x[o, idx[j], i]``. ``checked`` (indices from data): each index is checked against
+    ``[-axis_len, axis_len-1]`` (a negative one counts from the end); a bad one leaves its row unwritten and is
+    reported in the status buffer, the kernel's fourth pointer, one slot per call (planfile/status.py). Unchecked:
+    constant indices, checked and wrapped at build."""
     rows = outer * count
     chunks, per = share(rows, inner)
     body = render(
@@ -101,5 +106,8 @@ def gather(outer: int, axis_len: int, inner: int, count: int, index_type: str, d
         count=count,
         axis_len=axis_len,
         inner=inner,
+        checked=checked,
+        words=SLOT_WORDS,
     )
-    return make_kernel("gather", body, [rows * inner, outer * axis_len * inner, count], chunks)
+    extents = [rows * inner, outer * axis_len * inner, count] + ([chunks * SLOT_WORDS] if checked else [])
+    return make_kernel("gather", body, extents, chunks)

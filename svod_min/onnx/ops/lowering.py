@@ -16,10 +16,14 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from ...planfile.status import SLOT_WORDS
 from ..frontend.ir import Graph, Value
 from ..kernels.ckernel import CKernel
 
 ARENA = "svod.arena"
+#: The status buffer checking kernels report into (planfile/status.py): its own root, never in the arena, so it
+#: starts each run zeroed and nothing else writes it.
+STATUS = "svod.status"
 #: The library kernels the lowering uses. The library's depthwise_conv2d, maxpool2d and avgpool2d run
 #: slower than the generated C on the light models' shapes (docs/onnx.md, "Lowering"), so depthwise
 #: convolutions and windowed pools stay generated until those kernels catch up; the paths stay tested.
@@ -59,6 +63,7 @@ class Lowering:
         self.kernels: Dict[str, Dict[str, Any]] = {}
         self.alias: Dict[str, Tuple[str, int]] = {}
         self.counter = 0
+        self.checks: List[Dict[str, Any]] = []  # the status buffer's records, one per checking op
 
     # -- values ---------------------------------------------------------------------------------
 
@@ -144,6 +149,18 @@ class Lowering:
             self.kernels[kernel.name]["flops"] = kernel.flops
         self._op({"kernel": kernel.name, "buffers": list(buffers)}, buffers)
 
+    def status_slots(self, node: str, what: str, shape: Sequence[int], why: str, slots: int) -> str:
+        """The status buffer's part for one checking op: ``slots`` slots (one per core_id call) and the record that
+        names what the op checks (``node``: its label; ``what``: the index input; ``why``: where the bound comes
+        from), as a view the kernel writes."""
+        offset = sum(c["slots"] for c in self.checks) * SLOT_WORDS
+        self.checks.append(
+            {"offset": offset, "slots": slots, "node": node, "what": what, "shape": [int(d) for d in shape], "why": why}
+        )
+        words = offset + slots * SLOT_WORDS
+        self.graph.values[STATUS] = Value(STATUS, (words,), "int64")
+        return self.subview(STATUS, 8 * offset, [slots * SLOT_WORDS], "int64")
+
     def copy(self, dst: str, src: str) -> None:
         if self.nothing_to_write([dst]):
             return
@@ -173,6 +190,8 @@ class Lowering:
         )
         if arena:
             buffers[ARENA] = {"dtype": "int8", "shape": [arena]}
+        if self.checks:
+            buffers[STATUS] = {"dtype": "int64", "shape": list(self.graph.values[STATUS].shape)}
         for name, (root, off) in roots.items():
             if name in buffers:
                 continue
@@ -181,6 +200,8 @@ class Lowering:
             buffers[name] = {"dtype": v.dtype, "shape": list(v.shape), "view_of": base, "offset": start}
         ops = [dict(op, deps=[i - 1]) if i else dict(op) for i, op in enumerate(self.ops)]
         doc = {"svod_plan": 1, "description": description, "buffers": buffers, "kernels": self.kernels, "ops": ops}
+        if self.checks:
+            doc["checks"] = {"buffer": STATUS, "records": self.checks}
         return PlanParts(doc, files, examples, arena, weight_bytes)
 
     def _outputs_written(self) -> None:
@@ -202,7 +223,7 @@ class Lowering:
         for i, names in enumerate(self.access):
             for n in names:
                 r = roots[n][0]
-                if g.values[r].const is None and r not in g.inputs and r not in g.outputs:
+                if g.values[r].const is None and r not in g.inputs and r not in g.outputs and r != STATUS:
                     s = span.setdefault(r, [i, i])
                     s[1] = i
         live: List[Tuple[int, int, int]] = []  # (offset, size, last use)

@@ -227,19 +227,28 @@ def _gather_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["Gather"],
-    "generated C; int64/int32 indices, constant or run-time; negative indices count from the end",
+    "generated C; int64/int32 indices, constant (checked at build) or run-time (checked by the kernel: a bad one "
+    "is reported, exit 2); negative indices count from the end",
     check=_gather_check,
     dtypes=("float32", "int64", "int32"),
     axis=ANY,
 )
 def lower_gather(L: Lowering, node: Node) -> None:
-    data, indices = node.inputs[0], node.inputs[1]
+    data, indices, out = node.inputs[0], node.inputs[1], node.outputs[0]
     shape = L.value(data).shape
     axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
-    if L.graph.is_const(indices):
+    if L.value(out).size == 0:
+        return  # nothing to write (and no index to check)
+    checked = not L.graph.is_const(indices)
+    if not checked:  # in range: frontend/indices.py refused the node otherwise
         raw = L.graph.const(indices).astype(np.int64)
         indices = L.const(np.where(raw < 0, raw + shape[axis], raw).reshape(-1), indices)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
     index_type = "int" if L.value(indices).dtype == "int32" else "long long"
-    kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type)
-    L.source(kernel, [node.outputs[0], data, indices])
+    kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type, checked=checked)
+    if not checked:
+        L.source(kernel, [out, data, indices])
+        return
+    why = "axis %d of %r has %d elements" % (axis, data, shape[axis])
+    status = L.status_slots(node.label(), "indices %r" % indices, L.value(indices).shape, why, kernel.chunks)
+    L.source(kernel, [out, data, indices, status], outputs=(0, 3))
