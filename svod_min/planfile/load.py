@@ -34,8 +34,8 @@ from ..plan.execution_plan import (
 from ..plan.ops import custom_function_kinds
 from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
+from .host_io import HostIO
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
-from .status import read_checks
 from .memory_budget import (
     COPY_OUTPUTS,
     bundle_limits,
@@ -60,6 +60,7 @@ from .schema import (
     var_bounds,
 )
 from .signing import TrustedKeys, refuse_plan_file, trust_policy
+from .status import read_checks
 
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description", "checks"}
 
@@ -269,26 +270,41 @@ class Model:
         self.input_names = list(loaded.inputs)
         self.output_names = list(loaded.outputs)
         self._lock = threading.Lock()
+        self._io: Optional[HostIO] = None  # the buffers' numpy views, made by the first call (numpy needed then)
 
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
         return self.run(inputs)
 
     def run(self, inputs: Mapping[str, Any], var_values: Optional[Mapping[str, int]] = None) -> Dict[str, Any]:
         """The same call with a mapping (input names need not be identifiers: ``gpu_0/data_0``); ``var_values``
-        sets plan variables for this run (a symbolic batch: ``{"batch": 9}``), checked against their bounds."""
+        sets plan variables for this run (a symbolic batch: ``{"batch": 9}``), checked against their bounds.
+        Each call returns new arrays (never overwritten by a later call)."""
+        with self._lock:
+            io = self._io
+            if io is None:
+                io = self._io = HostIO(self.loaded)
+            for name, value in inputs.items():
+                if not io.copy_in(name, value):  # an array of the buffer's dtype and shape: one assignment
+                    self._set_input(name, value)
+            plan = self.loaded.plan
+            if var_values:
+                plan.execute_with_vars(var_values)
+            else:
+                plan.execute()
+            plan.synchronize()
+            out = {}
+            for name in self.output_names:
+                arr = io.copy_out(name)
+                out[name] = self._array(name) if arr is None else arr
+            return out
+
+    def _set_input(self, name: str, value: Any) -> None:
+        """The general way in: any array-like, checked by set_input (which names what does not match)."""
         import numpy as np
 
-        with self._lock:
-            for name, value in inputs.items():
-                arr = np.ascontiguousarray(value)
-                payload = memoryview(arr).cast("B") if arr.nbytes else b""  # the array's bytes, not a copy
-                self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), payload)
-            if var_values:
-                self.loaded.plan.execute_with_vars(var_values)
-            else:
-                self.loaded.plan.execute()
-            self.loaded.plan.synchronize()
-            return {name: self._array(name) for name in self.output_names}
+        arr = np.ascontiguousarray(value)
+        payload = memoryview(arr).cast("B") if arr.nbytes else b""  # the array's bytes, not a copy
+        self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), payload)
 
     def _array(self, name: str) -> Any:
         import numpy as np
