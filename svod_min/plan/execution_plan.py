@@ -194,6 +194,7 @@ class ExecutionPlan:
         self._native_entries: Dict[int, NativeEntry] = {}
         self._segments: Optional[List[Any]] = None
         self._segment_kind: Optional[str] = None  # "native" (C runner tables) or "graph" (device graphs)
+        self._lone: Optional[Callable[[], int]] = None  # the one native table that is the whole plan, if it is
         self.native = env_flag("SVOD_NATIVE_REPLAY", True)  # the Python path is the reference
         self.graphs = env_flag("SVOD_CUDA_GRAPHS", True)  # eager launches are the reference
         self._var_values: Dict[str, int] = {}
@@ -256,6 +257,10 @@ class ExecutionPlan:
         elif self.native:
             self._segments = pack_segments(groups, self._native_entries, self._device.threads)
             self._segment_kind = None if self._segments is None else "native"
+        segments = self._segments
+        lone = self._segment_kind == "native" and segments is not None and len(segments) == 1
+        # a plan of native kernels only: a replay is that one call (no groups, so no grain to measure)
+        self._lone = segments[0] if lone and type(segments[0]) is not list else None  # type: ignore[index]
 
     @property
     def native_replay(self) -> bool:
@@ -405,6 +410,11 @@ class ExecutionPlan:
         self._guarded(self._run_levels)
 
     def _run_levels(self) -> None:
+        lone = self._lone
+        if lone is not None:
+            if lone() == -1:
+                raise ExecutionError("the native runner refused a malformed kernel table; nothing of it ran")
+            return
         if self._segments is not None:
             for segment in self._segments:
                 if type(segment) is list:
@@ -617,7 +627,7 @@ class ExecutionPlan:
             self._buffers = [b if i in keep else None for i, b in enumerate(self._buffers)]
             self._launches, self._calls = [None] * len(self._ops), [None] * len(self._ops)
             self._native_entries.clear()
-            self._segments, self._segment_kind = None, None
+            self._segments, self._segment_kind, self._lone = None, None, None
             self._released = how
 
     def replicate(self) -> "ExecutionPlan":

@@ -438,8 +438,15 @@ class ReplayTable:
         return self._array
 
     def bind(self, threads: int, spin: bool = True) -> "functools.partial":
-        """A zero-argument callable replaying the table (no per-call lookups); ``spin``: see :func:`native_spin`."""
-        return functools.partial(runner(), self.freeze(), len(self._words), threads, int(spin))
+        """A zero-argument callable replaying the table (no per-call lookups); ``spin``: see :func:`native_spin`.
+
+        Its arguments are ctypes objects made here (the table's address, a c_long, two c_ints), which the runner's
+        argument types pass as they are: a replay converts nothing, a third of the foreign call's cost on a tiny
+        model. The pointer keeps the table alive.
+        """
+        table = ctypes.cast(self.freeze(), ctypes.POINTER(ctypes.c_uint64))
+        words, workers, polls = ctypes.c_long(len(self._words)), ctypes.c_int(threads), ctypes.c_int(int(spin))
+        return functools.partial(runner(), table, words, workers, polls)
 
     def run(self, threads: int, spin: bool = True) -> int:
         return self.bind(threads, spin)()

@@ -394,7 +394,8 @@ def test_native_spin_follows_the_one_on_off_rule(monkeypatch) -> None:
     assert native_replay.native_spin() is False
     entry = (0xABC, [1], 4, 0, 2)
     segments = native_replay.pack_segments([[0]], {0: entry}, 2)
-    assert segments is not None and segments[0].args[2:] == (2, 0)  # threads, spin: bound into the table's call
+    assert segments is not None  # threads, spin: bound into the table's call as ctypes objects made once
+    assert tuple(arg.value for arg in segments[0].args[2:]) == (2, 0)
     monkeypatch.setenv("SVOD_NATIVE_SPIN", "sometimes")
     with pytest.raises(ConfigError, match="SVOD_NATIVE_SPIN='sometimes' is not an on/off value"):
         native_replay.native_spin()
