@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 from .error import ConfigError
 
@@ -34,6 +34,10 @@ CACHE_DIR_ENV = "SVOD_OBJECT_CACHE_DIR"
 CACHE_ENV_VARS = (CACHE_FLAG_ENV, CACHE_DIR_ENV, "XDG_CACHE_HOME", "HOME")
 #: The trust policy for bundles: a directory of ``*.pub`` keys (or one key file); unset or empty: no policy.
 TRUSTED_KEYS_ENV = "SVOD_TRUSTED_KEYS"
+#: Sanitizers generated kernels are compiled with (``undefined``, ``address``; comma-separated), for fuzzing and
+#: debugging; unset or empty: none, and the objects are the default ones (docs/fuzzing.md).
+SANITIZE_ENV = "SVOD_SANITIZE"
+SANITIZERS = ("undefined", "address")
 
 
 def env_str(name: str) -> Optional[str]:
@@ -101,6 +105,20 @@ def parse_size(raw: str, name: str) -> int:
             "KiB and KB alike): 512M, 2G, 1.5GiB)" % (name, raw)
         )
     return int(number * _SIZE_UNITS[unit])
+
+
+def sanitizers() -> Tuple[str, ...]:
+    """The sanitizers ``SVOD_SANITIZE`` names, in :data:`SANITIZERS` order; ConfigError for any other name."""
+    raw = env_str(SANITIZE_ENV)
+    if raw is None:
+        return ()
+    names = {part.strip().lower() for part in raw.split(",") if part.strip()}
+    unknown = sorted(names - set(SANITIZERS))
+    if unknown:
+        raise ConfigError(
+            "%s=%r: %s is not a sanitizer (%s)" % (SANITIZE_ENV, raw, ", ".join(unknown), ", ".join(SANITIZERS))
+        )
+    return tuple(n for n in SANITIZERS if n in names)
 
 
 def disk_cache_enabled() -> bool:

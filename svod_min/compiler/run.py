@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..config import sanitizers
 from ..error import CompilationError, CompilerNotFoundError
 from .probe import CompilerInfo, find_compiler
 
@@ -53,10 +54,25 @@ ARCH_FAMILY_FLAGS: Dict[Tuple[str, str], Tuple[str, ...]] = {
 }
 
 
+# SVOD_SANITIZE's flags per compiler family. UBSan traps (ud2: SIGILL at the faulty instruction) instead of
+# calling its runtime, which the loader could not resolve; ASan's checks call the ASan runtime, which the process
+# must have loaded (LD_PRELOAD, docs/fuzzing.md).
+SANITIZER_FLAGS: Dict[Tuple[str, str], Tuple[str, ...]] = {
+    ("clang", "undefined"): ("-fsanitize=undefined", "-fsanitize-trap=undefined"),
+    ("gcc", "undefined"): ("-fsanitize=undefined", "-fsanitize-undefined-trap-on-error"),
+    ("clang", "address"): ("-fsanitize=address", "-mllvm", "-asan-globals=0", "-mllvm", "-asan-constructor-kind=none"),
+    ("gcc", "address"): ("-fsanitize=address",),
+}
+
+
 def family_flags(info: CompilerInfo) -> Tuple[str, ...]:
-    """The driver's own flags for this compiler family (and its target architecture)."""
+    """The driver's own flags for this compiler family (and its target architecture), and the sanitizers'
+    that ``SVOD_SANITIZE`` asks for (none by default: the default objects do not change)."""
     arch = info.target.split("-", 1)[0]
-    return FAMILY_FLAGS.get(info.family, ()) + ARCH_FAMILY_FLAGS.get((info.family, arch), ())
+    flags = FAMILY_FLAGS.get(info.family, ()) + ARCH_FAMILY_FLAGS.get((info.family, arch), ())
+    for name in sanitizers():
+        flags += SANITIZER_FLAGS.get((info.family, name), ())
+    return flags
 
 
 def compiler_flags(info: CompilerInfo, extra_flags: Sequence[str]) -> List[str]:

@@ -71,6 +71,8 @@ def activation_params(op: str, attrs: Dict[str, object], bounds: Sequence[Option
     for name, bound in zip(("min", "max"), bounds):
         if bound is not None:
             params[name] = bound
+    if op == "Clip" and params["min"] > params["max"]:
+        params["min"] = params["max"]  # ONNX: with min > max every value becomes max (onnxruntime agrees)
     return params
 
 

@@ -105,6 +105,14 @@ def test_constant_gather_result_matches_onnxruntime(tmp_path):
             got = build_and_load(model, str(tmp_path), "g%d%s" % (i + N, dtype.__name__)).run({"x": x})["y"]
             np.testing.assert_array_equal(got, want)
             np.testing.assert_array_equal(got, x[:, [0, i]])
+    for i in (-N, N - 1):  # GatherElements of run-time data with constant indices (not folded)
+        idx = np.array([[0, i], [i, 1]], np.int64)
+        nodes = [helper.make_node("GatherElements", ["x", "idx"], ["y"], axis=1)]
+        model = _model(nodes, [("x", (2, N), F)], {"idx": idx}, [("y", F, 2)])
+        x = np.arange(2 * N, dtype=np.float32).reshape(2, N)
+        got = build_and_load(model, str(tmp_path), "ge%d" % (i + N)).run({"x": x})["y"]
+        np.testing.assert_array_equal(got, run_ort(model, {"x": x})[0])
+        np.testing.assert_array_equal(got, np.take_along_axis(x, idx % N, axis=1))
 
 
 def test_the_refusal_names_the_node_the_index_its_position_and_the_bound(tmp_path):
@@ -220,34 +228,47 @@ def _set_path(model, native):
 
 @pytest.fixture(scope="module")
 def data_gathers(tmp_path_factory):
-    """Gather of x [2, N, 3] along axis 1 with indices [2] from an int64 and an int32 input, built once."""
+    """Gather and GatherElements of x [2, N, 3] along axis 1 with indices from an int64 and an int32 input, built
+    once: Gather's indices [2], GatherElements' [1, 2, 1]."""
     from support.onnx_models import build_and_load
 
     out = {}
-    for name, dtype in (("int64", I64), ("int32", I32)):
-        nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=1, name="pick")]
-        model = _model(nodes, [("x", (2, N, 3), F), ("idx", (2,), dtype)], {}, [("y", F, 3)])
-        directory = str(tmp_path_factory.mktemp("gather_" + name))
-        out[name] = (model, build_and_load(model, directory))
+    for op, shape, rank in (("Gather", (2,), 3), ("GatherElements", (1, 2, 1), 3)):
+        for name, dtype in (("int64", I64), ("int32", I32)):
+            nodes = [helper.make_node(op, ["x", "idx"], ["y"], axis=1, name="pick")]
+            model = _model(nodes, [("x", (2, N, 3), F), ("idx", shape, dtype)], {}, [("y", F, rank)])
+            directory = str(tmp_path_factory.mktemp("%s_%s" % (op, name)))
+            out[op, name] = (model, build_and_load(model, directory))
     return out
 
 
 X = np.arange(2 * N * 3, dtype=np.float32).reshape(2, N, 3) + 1
+#: op -> (the indices [0, i] in its index shape, the position of i, numpy's result for in-range indices)
+DATA_CASES = {
+    "Gather": (lambda i, t: np.array([0, i], t), "[1]", lambda idx: np.take(X, idx, axis=1)),
+    "GatherElements": (
+        lambda i, t: np.array([0, i], t).reshape(1, 2, 1),
+        "[0, 1, 0]",
+        lambda idx: np.take_along_axis(X[:1, :, :1], idx.astype(np.int64) % N, axis=1),
+    ),
+}
 
 
 @pytest.mark.parametrize("native", PATHS)
 @pytest.mark.parametrize("dtype", ["int64", "int32"])
-def test_indices_from_data_at_the_edges(data_gathers, dtype, native):
-    model, m = data_gathers[dtype]
+@pytest.mark.parametrize("op", sorted(DATA_CASES))
+def test_indices_from_data_at_the_edges(data_gathers, op, dtype, native):
+    model, m = data_gathers[op, dtype]
+    make, position, reference = DATA_CASES[op]
     _set_path(m, native)
     for i in EDGES:
         if dtype == "int32" and abs(i) >= 1 << 31:
             i = int(np.sign(i)) * ((1 << 31) - 1)  # as far out as an int32 goes
-        idx = np.array([0, i], dtype)
+        idx = make(i, dtype)
         if i in OK:
             got = m.run({"x": X, "idx": idx})["y"]
             np.testing.assert_array_equal(got, run_ort(model, {"x": X, "idx": idx})[0])
-            np.testing.assert_array_equal(got, np.take(X, [0, i], axis=1))
+            np.testing.assert_array_equal(got, reference(idx))
             continue
         with pytest.raises(Exception):  # onnxruntime refuses it too
             run_ort(model, {"x": X, "idx": idx})
@@ -255,11 +276,11 @@ def test_indices_from_data_at_the_edges(data_gathers, dtype, native):
             m.run({"x": X, "idx": idx})
         text = str(info.value)
         assert info.value.exit_code == 2
-        for word in ("node 0 (Gather, 'pick')", "index %d at position [1]" % i, "'idx'", "[-4, 3]"):
+        for word in ("node 0 (%s, 'pick')" % op, "index %d at position %s" % (i, position), "'idx'", "[-4, 3]"):
             assert word in text, (word, text)
     # not poisoned: the next call with good indices runs and is right
-    good = np.array([N - 1, -N], dtype)
-    np.testing.assert_array_equal(m.run({"x": X, "idx": good})["y"], np.take(X, [N - 1, -N], axis=1))
+    good = make(N - 1, dtype)
+    np.testing.assert_array_equal(m.run({"x": X, "idx": good})["y"], reference(good))
 
 
 @pytest.mark.parametrize("native", PATHS)

@@ -1,5 +1,5 @@
-"""Kernels that move elements: Concat's strided slices, strided gathers (transposes, slices, expands), Gather
-(checking indices from data), and Pad (constant, edge, reflect, wrap)."""
+"""Kernels that move elements: Concat's strided slices, strided gathers (transposes, slices, expands), Gather and
+GatherElements (checking indices from data), and Pad (constant, edge, reflect, wrap)."""
 
 from __future__ import annotations
 
@@ -111,3 +111,33 @@ def gather(
     )
     extents = [rows * inner, outer * axis_len * inner, count] + ([chunks * SLOT_WORDS] if checked else [])
     return make_kernel("gather", body, extents, chunks)
+
+
+def gather_elements(
+    data_shape: Sequence[int],
+    index_shape: Sequence[int],
+    axis: int,
+    index_type: str,
+    dtype: str = "float32",
+    checked: bool = True,
+) -> CKernel:
+    """GatherElements: ``out[i...] = x[i...]`` with the ``axis`` coordinate taken from ``idx[i...]`` (indices no
+    larger than x along the other axes). ``checked``: indices from data, checked like :func:`gather`'s."""
+    total = max(1, int(math.prod(index_shape)))
+    strides = contiguous_strides(data_shape)
+    dims = [(int(n), 0 if d == axis else int(strides[d])) for d, n in reversed(list(enumerate(index_shape)))]
+    chunks, per = share(total, 1)
+    body = render(
+        "gather_elements.c.j2",
+        T=C_TYPES[dtype],
+        index_type=index_type,
+        per=per,
+        total=total,
+        axis_len=int(data_shape[axis]),
+        axis_stride=int(strides[axis]),
+        dims=dims,
+        checked=checked,
+        words=SLOT_WORDS,
+    )
+    extents = [total, max(1, int(math.prod(data_shape))), total] + ([chunks * SLOT_WORDS] if checked else [])
+    return make_kernel("gather_elements", body, extents, chunks)

@@ -95,6 +95,9 @@ def unary_expr(node: Node, graph: Graph) -> str:
 def _clip_check(graph: Graph, node: Node) -> Optional[str]:
     if any(n and not graph.is_const(n) for n in node.inputs[1:]):
         return "min/max must be constants (they are compiled into the kernel)"
+    for name in node.inputs[1:3]:
+        if name and graph.values[name].shape != ():
+            return "min/max must be scalars (ONNX: shape []); %r is %s" % (name, list(graph.values[name].shape))
     return None
 
 

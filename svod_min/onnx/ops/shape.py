@@ -1,15 +1,16 @@
-"""Data movement: Reshape-like ops as views, Concat in place, Transpose, Slice, Split, Expand, Pad."""
+"""Data movement: Reshape-like ops as views, Concat in place, Transpose, Slice, Split, Expand, Pad, Gather and
+GatherElements (indices checked: docs/onnx.md, "Indices")."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
 from ..geometry import broadcast_strides, collapse, contiguous_strides
-from ..kernels.copy import gather, gather_copy, pad, pad_index, slice_copy
+from ..kernels.copy import gather, gather_copy, gather_elements, pad, pad_index, slice_copy
 from .lowering import F32, Lowering
 
 
@@ -246,9 +247,54 @@ def lower_gather(L: Lowering, node: Node) -> None:
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
     index_type = "int" if L.value(indices).dtype == "int32" else "long long"
     kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type, checked=checked)
+    _indexing(L, node, kernel, [out, data, indices], checked, axis)
+
+
+def _indexing(L: Lowering, node: Node, kernel: Any, buffers: List[str], checked: bool, axis: int) -> None:
+    """Emit an index-taking kernel on ``[out, data, indices]``; a checked one (indices from data) also gets its slots
+    of the status buffer, named after the node, its indices and the bound (docs/onnx.md, "Indices")."""
     if not checked:
-        L.source(kernel, [out, data, indices])
+        L.source(kernel, buffers)
         return
-    why = "axis %d of %r has %d elements" % (axis, data, shape[axis])
+    out, data, indices = buffers
+    why = "axis %d of %r has %d elements" % (axis, data, L.value(data).shape[axis])
     status = L.status_slots(node.label(), "indices %r" % indices, L.value(indices).shape, why, kernel.chunks)
     L.source(kernel, [out, data, indices, status], outputs=(0, 3))
+
+
+def _gather_elements_check(graph: Graph, node: Node) -> Optional[str]:
+    why = _gather_check(graph, node)
+    if why is not None:
+        return why
+    data, indices = graph.values[node.inputs[0]].shape, graph.values[node.inputs[1]].shape
+    axis = normalize_axis(int(node.attrs.get("axis", 0)), len(data))
+    if len(indices) != len(data) or any(i > d for a, (i, d) in enumerate(zip(indices, data)) if a != axis):
+        return "indices of shape %s on data of shape %s (same rank, no larger off the axis)" % (
+            list(indices),
+            list(data),
+        )
+    return None
+
+
+@register(
+    ["GatherElements"],
+    "generated C; int64/int32 indices, constant (checked at build) or run-time (checked by the kernel: a bad one "
+    "is reported, exit 2); negative indices count from the end",
+    check=_gather_elements_check,
+    dtypes=("float32", "int64", "int32"),
+    axis=ANY,
+)
+def lower_gather_elements(L: Lowering, node: Node) -> None:
+    data, indices, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    shape = L.value(data).shape
+    axis = normalize_axis(int(node.attrs.get("axis", 0)), len(shape))
+    if L.value(out).size == 0:
+        return
+    checked = not L.graph.is_const(indices)
+    index_shape = L.value(indices).shape
+    if not checked:  # in range: frontend/indices.py refused the node otherwise
+        raw = L.graph.const(indices).astype(np.int64)
+        indices = L.const(np.where(raw < 0, raw + shape[axis], raw), indices)
+    index_type = "int" if L.value(indices).dtype == "int32" else "long long"
+    kernel = gather_elements(shape, index_shape, axis, index_type, checked=checked)
+    _indexing(L, node, kernel, [out, data, indices], checked, axis)
