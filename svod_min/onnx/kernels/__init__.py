@@ -8,7 +8,8 @@ kernel for every target at build time.
 - :mod:`.ckernel`: the kernel, its name, its chunking, the template renderer.
 - :mod:`.libmath`: the kernel library's math functions, copied into a kernel that calls them.
 - :mod:`.elementwise`: ``out = expr(x0, x1, ...)`` with broadcasting (activations, affines, comparisons).
-- :mod:`.copy`: Concat's strided copies, strided gathers, Gather, Pad.
+- :mod:`.copy`: Concat's strided copies, strided gathers, Gather and GatherElements (indices from data checked
+  through prelude's ``index_check``), Pad.
 - :mod:`.conv`: direct, depthwise, im2col, ConvTranspose's gather and col2im.
 - :mod:`.pool`: MaxPool / AveragePool in two passes, and per output.
 - :mod:`.norm`: Softmax / LogSoftmax, LRN, InstanceNormalization.
