@@ -21,6 +21,10 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+#: Below this many FLOP per byte of its buffers an op is bound by memory on one core (~180 GFLOP/s over ~20 GB/s):
+#: its top-ops entry gives its GB/s beside its GFLOP/s (a matrix-vector product's 2% of peak is its bandwidth).
+MEMORY_BOUND_FLOP_PER_BYTE = 8.0
+
 #: Fixed variables that say nothing about an op's shape.
 _NOISE = ("core_id_count", "core_id", "N", "dh", "dw", "groups")
 
@@ -217,13 +221,16 @@ def peak_gflops(times: List[OpTime]) -> Optional[float]:
 
 def top_ops(times: List[OpTime], peak_gflops: Optional[float], top: int = 5) -> str:
     """The ``top`` ops by time: ``#12 svod_conv2d_gemm_f32 (C=64 H=56 ...) 21% 118.2 GFLOP/s = 63% of peak``,
-    an op without a FLOP count at its GB/s (of the bytes its kernel declares it moves), "-" without either."""
+    an op without a FLOP count at its GB/s (of the bytes its kernel declares it moves), "-" without either; an op
+    of fewer than :data:`MEMORY_BOUND_FLOP_PER_BYTE` FLOP per byte at both."""
     total = sum(o.seconds for o in times)
     parts = []
     for o in times[:top]:
         if o.gflops is not None:
             of_peak = " = %.0f%% of peak" % (100 * o.gflops / peak_gflops) if peak_gflops else ""
             rate = "%.1f GFLOP/s%s" % (o.gflops, of_peak)
+            if o.gbytes is not None and o.gflops < MEMORY_BOUND_FLOP_PER_BYTE * o.gbytes:
+                rate += ", %.1f GB/s" % o.gbytes
         elif o.gbytes is not None:
             rate = "%.1f GB/s" % o.gbytes
         else:

@@ -96,6 +96,10 @@ def test_top_ops_name_kernel_shape_share_and_rate_against_the_peak() -> None:
         "#2 svod_onnx_bpool_max_0a1b2c3d4e5f (-) 25% 2.0 GB/s; #3 view (-) 25% -"
     )
     assert op_profile.top_ops(times, peak_gflops=None, top=1).endswith("50.0 GFLOP/s")
+    gemv = op_profile.OpTime(4, "svod_matmul_f32_8x32", "M=1 K=9216", 0.02, 2 * 9216 * 4096, None, 4 * 9216 * 4096)
+    assert op_profile.top_ops([gemv], 100.0) == (  # half a FLOP per byte: its bandwidth says more
+        "#4 svod_matmul_f32_8x32 (M=1 K=9216) 100% 3.8 GFLOP/s = 4% of peak, 7.5 GB/s"
+    )
 
 
 class _Buffer:
