@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(ASan: needs clang 15+ as SVOD_CC, default clang-16 where installed; the fuzzer restarts itself with "
         "the ASan runtime preloaded); sets SVOD_SANITIZE",
     )
+    p.add_argument(
+        "--keep",
+        default="",
+        help="also save the cases of these outcomes (comma-separated, e.g. ort-refuses,nonfinite) under DIR/kept/",
+    )
     p.add_argument("--quiet", action="store_true", help="print failures and the summary only")
     return p
 
@@ -92,6 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         only=tuple(m for m in args.only.split(",") if m),
         first=args.case or 0,
         env=env,
+        keep=tuple(k for k in args.keep.split(",") if k),
     )
 
     def progress(line: str) -> None:

@@ -43,6 +43,7 @@ class Options:
     only: Sequence[str] = ()
     first: int = 0
     env: Dict[str, str] = field(default_factory=dict)
+    keep: Sequence[str] = ()
 
 
 @dataclass
@@ -160,6 +161,10 @@ def run_round(options: Options, progress: Callable[[str], None] = lambda line: N
                 summary.failures.append(where)
                 progress("%s %s: %s (%s) -> %s" % (case_id, result.outcome.upper(), seed_name, "; ".join(lines), where))
             else:
+                if result.outcome in options.keep:
+                    save_reproducer(
+                        options.out, case_id, path, result, lines, seed_name, options.limits, options.env, "kept"
+                    )
                 progress(
                     "%s %s: %s (%s)%s"
                     % (

@@ -225,9 +225,10 @@ def save_reproducer(
     seed_name: str,
     limits: Limits,
     env: Dict[str, str],
+    folder: str = "failures",
 ) -> str:
-    """``<out_dir>/failures/<case>-<outcome>/``: the mutant, the commands (repro.sh) and every step's output."""
-    where = os.path.join(out_dir, "failures", "%s-%s" % (case_id, result.outcome))
+    """``<out_dir>/<folder>/<case>-<outcome>/``: the mutant, the commands (repro.sh) and every step's output."""
+    where = os.path.join(out_dir, folder, "%s-%s" % (case_id, result.outcome))
     os.makedirs(where, exist_ok=True)
     shutil.copyfile(model_path, os.path.join(where, "model.onnx"))
     expect = result.steps[0].rc == 0

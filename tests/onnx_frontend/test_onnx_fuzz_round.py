@@ -47,3 +47,34 @@ def test_fuzz_round_has_no_failures(tmp_path):
     assert summary.cases >= 20, summary.line()
     assert summary.outcomes["pass"] > 0, "no mutant built and ran: the round tests nothing (%s)" % summary.line()
     assert not failed, "%s\n%s" % (summary.line(), "\n".join(failed))
+
+
+def test_a_seed_gives_the_same_cases():
+    from fuzz.campaign import SeedPool, make_case
+    from fuzz.seeds import seed_names
+
+    pool = SeedPool(seed_names(("ops",), None), None)
+    first = [make_case(pool, 5, i, ()) for i in range(30)]
+    again = [make_case(pool, 5, i, ()) for i in range(30)]
+    assert [(n, m.SerializeToString(), ln) for n, m, ln in first] == [
+        (n, m.SerializeToString(), ln) for n, m, ln in again
+    ]
+    assert len({m.SerializeToString() for _, m, _ in first}) > 20  # and the cases differ from one another
+
+
+def test_every_mutator_applies_to_every_op_family_seed():
+    """Each mutation leaves a model protobuf can serialize (the round never stops at a mutation)."""
+    import random
+
+    from fuzz.mutate import MUTATORS, reinfer
+    from fuzz.seeds import family_names, load_seed
+
+    applied = 0
+    for name in family_names():
+        for mutator, _ in MUTATORS.values():
+            model = load_seed(name)
+            if mutator(model, random.Random(name)) is not None:
+                applied += 1
+            reinfer(model)
+            model.SerializeToString()
+    assert applied > len(family_names()) * len(MUTATORS) // 2
