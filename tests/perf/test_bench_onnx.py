@@ -126,7 +126,7 @@ def test_rows_of_one_tiny_model(pyz: str) -> None:
     assert peak["svod_min"] > 0 and "FLOP/cycle per unit" in peak["measure"] and peak["goal"] == "info"
     top = profile["measure"].split("; top ops (peak %.1f GFLOP/s): " % peak["svod_min"])[1].split("; ")
     assert len(top) == 2 and top[0].startswith("#0 svod_conv2d_gemm") and "GFLOP/s = " in top[0]  # conv, global pool
-    assert top[0].endswith("% of peak") and top[1].startswith("#1 svod_global_avgpool_f32 (C=8 H=16 W=16) ")
+    assert "% of peak" in top[0] and top[1].startswith("#1 svod_global_avgpool_f32 (C=8 H=16 W=16) ")
 
 
 def test_the_cold_start_is_the_one_file_runtime_s_own_command() -> None:
