@@ -8,8 +8,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence, Tuple
 
-#: Where .ci/run and developers keep the suite's data, unpacked from the onnx 1.19 wheel (1.23 no longer ships it).
-DEFAULT_DATA = os.path.join(os.path.expanduser("~"), ".cache", "svod-ci", "onnx-node-tests", "node")
+#: Where .ci/run keeps the suite's data, unpacked from the onnx 1.19 wheel (1.23 no longer ships it);
+#: ``SVOD_ONNX_NODE_TESTS`` names another folder.
+DEFAULT_DATA = os.environ.get("SVOD_ONNX_NODE_TESTS") or os.path.join(
+    os.path.expanduser("~"), ".cache", "svod-ci", "onnx-node-tests", "node"
+)
 
 
 @dataclass(frozen=True)
