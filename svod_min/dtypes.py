@@ -143,6 +143,16 @@ def unpack_values(dt: DType, data: Union[bytes, memoryview]) -> List[Any]:
     return values
 
 
+#: a bool byte as given -> as stored
+_BOOL_BYTES = bytes([0] + [1] * 255)
+
+
+def bool_bytes(data: Union[bytes, bytearray, memoryview]) -> bytes:
+    """Bool data as stored: one byte, 0 or 1, per element. numpy reads any nonzero byte of a bool array as
+    true, C kernels test a bool byte as 0 or 1 (``x == 1``, ``a & b``): a 2 or a 255 becomes 1."""
+    return bytes(data).translate(_BOOL_BYTES)
+
+
 def _refuse_text(values: Sequence[Any]) -> None:
     for v in values:
         if v is None or isinstance(v, (str, bytes, bytearray)):
@@ -168,6 +178,7 @@ __all__ = [
     "bf16_bits_to_float",
     "bfloat16",
     "bool_",
+    "bool_bytes",
     "dtype",
     "float16",
     "float32",

@@ -30,8 +30,19 @@ _DESCR = {
     "<u4": "uint32",
     "<u8": "uint64",
     "|b1": "bool",
+    # numpy has no bfloat16: ml_dtypes' bfloat16 arrays are saved by np.save as 2-byte void
+    "<V2": "bfloat16",
+    "|V2": "bfloat16",
 }
 _NAME_TO_DESCR = {v: k for k, v in _DESCR.items()}
+#: numpy's own descr of each dtype that has one; bfloat16's bits are written as uint16 (np.load reads them)
+_NAME_TO_DESCR["bfloat16"] = "<u2"
+
+
+def holds(file_dtype: DType, want: DType) -> bool:
+    """``.npy`` data of ``file_dtype`` fills a buffer of ``want``: the same dtype, or uint16 bits for bfloat16
+    (how write_npy and numpy users store bfloat16; ``<V2``, ml_dtypes' np.save, reads as bfloat16 itself)."""
+    return file_dtype.name == want.name or (want.name == "bfloat16" and file_dtype.name == "uint16")
 
 
 _MAX_HEADER = 1 << 16  # numpy's own headers are a few hundred bytes
@@ -39,7 +50,7 @@ _MAX_HEADER = 1 << 16  # numpy's own headers are a few hundred bytes
 #: padding): read by this pattern, any other spelling by ``ast.literal_eval``. A model's hundred weights
 #: would otherwise cost ~5 ms of literal_eval and the ast import.
 _NUMPY_HEADER = re.compile(
-    r"\{'descr': '([<|>=][a-z][0-9]+)', 'fortran_order': (False|True), "
+    r"\{'descr': '([<|>=][a-zV][0-9]+)', 'fortran_order': (False|True), "
     r"'shape': \(((?:[0-9]+, )*[0-9]+,?)?\), \}[ ]*\n?\Z"
 )
 
@@ -154,7 +165,7 @@ def write_npy(path: str, dt: DType, shape: Tuple[int, ...], payload: Any) -> Non
     numpy has no bfloat16: its bits are written as ``<u2`` (``uint16``), the
     form the kernel library accepts for bfloat16 buffers.
     """
-    descr = _NAME_TO_DESCR.get("uint16" if dt.name == "bfloat16" else dt.name)
+    descr = _NAME_TO_DESCR.get(dt.name)
     if descr is None:
         raise PlanError("cannot save dtype %s as .npy" % dt.name)
     shape_txt = "(%s)" % "".join("%d, " % d for d in shape) if len(shape) != 1 else "(%d,)" % shape[0]

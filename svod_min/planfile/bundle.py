@@ -372,6 +372,7 @@ def describe_bundle(bundle: Bundle) -> List[str]:
         "this host: %s, target %s; would use %s"
         % (host_arch(), host_target() or "unknown", chosen or ("nothing here" if targets else "-"))
     )
+    lines.extend(_io_lines(bundle.plan))
     tuned = m.get("tuned")
     if isinstance(tuned, dict):
         lines.append(
@@ -394,6 +395,19 @@ def describe_bundle(bundle: Bundle) -> List[str]:
         source = any(f in k for f in ("source", "file", "llvm_ir", "ir_file"))
         use = pick or ("compile the source" if source and "library" not in k else "-" if not kts else "NONE")
         lines.append("kernel %s: %s; uses %s%s" % (name, form, use, _tuned_text(k)))
+    return lines
+
+
+def _io_lines(plan: Mapping[str, Any]) -> List[str]:
+    """``input NAME: DTYPE [SHAPE]`` and ``output ...`` of the plan's buffers (what ``run --input`` takes and
+    ``--save`` writes; bfloat16 as its uint16 bits, numpy having no bfloat16)."""
+    buffers = plan.get("buffers")
+    lines = []
+    for role in ("input", "output"):
+        for name, b in buffers.items() if isinstance(buffers, dict) else ():
+            if isinstance(b, dict) and b.get(role) is True:
+                bits = " (.npy: its uint16 bits)" if b.get("dtype") == "bfloat16" else ""
+                lines.append("%s %s: %s %s%s" % (role, name, b.get("dtype"), b.get("shape"), bits))
     return lines
 
 

@@ -14,10 +14,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..dtypes import DType, pack_values, unpack_values
+from ..dtypes import DType, bool_bytes, pack_values, unpack_values
 from ..dtypes import dtype as to_dtype
 from ..error import BufferAllocationError, PlanError, PlanFileError, SvodError
-from ..npy import parse_npy
+from ..npy import holds, parse_npy
 from .schema import as_int, as_list, as_number, as_object, as_text, flatten, known_keys, need, product
 
 MAX_BUFFER_BYTES = 1 << 34
@@ -129,7 +129,7 @@ class PlanData:
         need(len(init) == 1, path, "expected one of zeros, ones, arange, {random}, {values}, {npy}")
         kind, arg = next(iter(init.items()))
         if kind == "values":
-            values = flatten(as_list(arg, path + ".values"), path + ".values")
+            values = flatten(as_list(arg, path + ".values"), path + ".values", dt.name == "bool")
             need(len(values) == count, path + ".values", "%d values for a buffer of %d elements" % (len(values), count))
             return pack_values(dt, values)
         if kind == "random":
@@ -156,12 +156,14 @@ class PlanData:
         """The buffer of an ``{"npy": ...}`` init that the files can read straight into it (a bundle's large
         stored arrays: no copy of the weights in between), or None: read it the usual way."""
         read_into = getattr(self.files, "read_npy_into", None)
+        if dt.name == "bool":  # its bytes are made 0/1 on the way in: read the usual way
+            return None
         if read_into is None or not isinstance(init, dict) or len(init) != 1 or not isinstance(init.get("npy"), str):
             return None
         rel, made = init["npy"], []
 
         def destination(file_dt: DType, file_shape: Tuple[int, ...]) -> Any:
-            need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
+            need(holds(file_dt, dt), path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
             need(
                 product(file_shape) == product(shape),
                 path,
@@ -182,13 +184,13 @@ class PlanData:
 
     def _npy(self, rel: str, dt: DType, shape: Tuple[int, ...], path: str) -> memoryview:
         file_dt, file_shape, payload = self.read_npy_file(rel, path)
-        need(file_dt.name == dt.name, path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
+        need(holds(file_dt, dt), path, "%s holds %s, the buffer is %s" % (rel, file_dt.name, dt.name))
         need(
             product(file_shape) == product(shape),
             path,
             "%s has shape %s, the buffer %s" % (rel, list(file_shape), list(shape)),
         )
-        return payload
+        return memoryview(bool_bytes(payload)) if dt.name == "bool" else payload
 
     def read_npy_file(self, rel: str, path: str) -> Tuple[DType, Tuple[int, ...], memoryview]:
         """A ``.npy`` file the plan names: (dtype, shape, raw little-endian payload)."""
@@ -218,11 +220,15 @@ class PlanData:
             e = as_object(e, path)
             known_keys(e, {"values", "npy", "rtol", "atol", "count"}, path)
             buf = buffers[name]
+            buf_dt = to_dtype(buf.dtype)
             if "npy" in e:
                 dt, _shape, payload = self.read_npy_file(as_text(e["npy"], path + ".npy"), path + ".npy")
-                values = unpack_values(dt, payload)
+                # a bfloat16 buffer's expected values may be stored as its uint16 bits
+                values = unpack_values(buf_dt if holds(dt, buf_dt) else dt, payload)
             else:
-                values = flatten(as_list(e.get("values"), path + ".values"), path + ".values")
+                values = flatten(as_list(e.get("values"), path + ".values"), path + ".values", buf_dt.name == "bool")
+            if buf_dt.name == "bool":  # a bool buffer holds 0 and 1: any nonzero expected value means true
+                values = [1 if v else 0 for v in values]
             # count: only the leading elements are described (a buffer sized for a variable's maximum)
             count = as_int(e["count"], path + ".count", 1, len(buf)) if "count" in e else len(buf)
             need(
@@ -231,10 +237,19 @@ class PlanData:
                 "%d expected values for %s of %d elements"
                 % (len(values), "a count" if "count" in e else "a buffer", count),
             )
-            rtol = as_number(e.get("rtol", 1e-5), path + ".rtol")
-            atol = as_number(e.get("atol", 1e-6), path + ".atol")
+            rtol_default, atol_default = _TOLERANCE.get(buf_dt.name, (1e-5, 1e-6))
+            rtol = as_number(e.get("rtol", rtol_default), path + ".rtol")
+            atol = as_number(e.get("atol", atol_default), path + ".atol")
             out.append(Expectation(name, [_number(v) for v in values], rtol, atol))
         return out
+
+
+#: ``expect``'s default (rtol, atol) by the buffer's dtype: integers and bool compare exactly; float16 and
+#: bfloat16 hold 11 and 8 significant bits, so values written in decimal match within a rounding of theirs
+_TOLERANCE = {"float16": (1e-3, 1e-6), "bfloat16": (8e-3, 1e-6)}
+_TOLERANCE.update(
+    (name, (0.0, 0.0)) for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+)
 
 
 def packed_chunks(dt: DType, count: int, values: Callable[[int, int], Iterable[Any]]) -> bytes:

@@ -9,21 +9,56 @@ assignment into the view (strided inputs included: numpy gathers them as ``ascon
 output is one ``copy()`` of its view. Anything else (another dtype, shape or type, a device buffer, a name
 the plan lacks) goes the general way, which converts nothing and refuses what it refused before. Outputs are
 always new arrays: a returned array is never overwritten by a later call.
+
+numpy has no bfloat16: a bfloat16 buffer's view is its uint16 bits, so a bfloat16 input takes uint16 arrays
+(or ml_dtypes' bfloat16 arrays, viewed as their bits) and a bfloat16 output comes back as uint16 bits, as
+``run --save`` writes it. A bool buffer holds bytes 0 and 1 only: a fed byte other than 0 is stored as 1 (numpy
+reads any nonzero byte as true; a C kernel testing ``x == 1`` or computing ``a & b`` would not agree on a 2).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+from ..dtypes import bool_bytes
+from ..error import PlanError
+
 #: (numpy view of the buffer, its numpy dtype, its shape)
 Slot = Tuple[Any, Any, Tuple[int, ...]]
 
 
+def host_dtype_name(dtype_name: str) -> str:
+    """The numpy dtype name of a host array holding a buffer of ``dtype_name`` (bfloat16: its uint16 bits)."""
+    return "uint16" if dtype_name == "bfloat16" else dtype_name
+
+
+def checked_feed(
+    name: str, want: Tuple[str, Tuple[int, ...]], dtype_name: str, shape: Tuple[int, ...], payload: Any
+) -> Any:
+    """The bytes to copy into input ``name`` whose buffer is ``want`` (dtype name, shape) from a feed of
+    ``dtype_name`` and ``shape``; PlanError naming the input, the feed and the buffer when they differ."""
+    want_dtype, want_shape = want
+    if dtype_name not in (want_dtype, host_dtype_name(want_dtype)) or tuple(shape) != want_shape:
+        hint = " (fed as its uint16 bits or an ml_dtypes bfloat16 array)" if want_dtype == "bfloat16" else ""
+        raise PlanError(
+            "input %r: got %s %s, the plan's input is %s %s%s"
+            % (name, dtype_name, list(shape), want_dtype, list(want_shape), hint)
+        )
+    if want_dtype == "bool":
+        return bool_bytes(payload)
+    return payload
+
+
 def _slot(buf: Any) -> Optional[Slot]:
     """The buffer's view, or None where it is not host memory or numpy has no dtype for it."""
-    if not getattr(buf, "on_host", False) or getattr(buf.dtype, "numpy_name", None) is None:
+    if not getattr(buf, "on_host", False):
         return None
     if buf.nbytes == 0:  # numpy() gives a detached zeros array for an empty buffer: nothing to share
+        return None
+    name = getattr(buf.dtype, "name", None)
+    if name == "bfloat16":  # its bits
+        buf = buf.view(0, buf.nbytes, dtype="uint16", shape=tuple(buf.shape))
+    elif getattr(buf.dtype, "numpy_name", None) is None:
         return None
     view = buf.numpy()
     return view, view.dtype, tuple(view.shape)
@@ -36,6 +71,7 @@ class HostIO:
         import numpy as np
 
         self.ndarray = np.ndarray
+        self.not_equal, self.uint8 = np.not_equal, np.uint8
         self.inputs: Dict[str, Slot] = {}
         for name in loaded.inputs:
             slot = _slot(loaded.buffers[name])
@@ -52,7 +88,10 @@ class HostIO:
         view, dtype, shape = slot
         if value.dtype != dtype or value.shape != shape:
             return False
-        view[...] = value
+        if dtype.kind == "b":  # stored as 0/1 whatever bytes the feed holds
+            self.not_equal(value.view(self.uint8), 0, out=view)
+        else:
+            view[...] = value
         return True
 
     def copy_out(self, name: str) -> Optional[Any]:
@@ -61,4 +100,4 @@ class HostIO:
         return None if slot is None else slot[0].copy()
 
 
-__all__ = ["HostIO"]
+__all__ = ["HostIO", "checked_feed", "host_dtype_name"]

@@ -34,7 +34,7 @@ from ..plan.execution_plan import (
 from ..plan.ops import custom_function_kinds
 from .bundle import is_bundle, is_bundle_bytes, open_bundle
 from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
-from .host_io import HostIO
+from .host_io import HostIO, checked_feed, host_dtype_name
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
 from .memory_budget import (
     COPY_OUTPUTS,
@@ -93,13 +93,8 @@ class LoadedPlan:
                 % (name, ", ".join(repr(n) for n in self.inputs) or "none")
             )
         buf = self.buffers[name]
-        want_dtype, want_shape = buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype), tuple(buf.shape)
-        if dtype_name != want_dtype or tuple(shape) != want_shape:
-            raise PlanError(
-                "input %r: got %s %s, the plan's input is %s %s"
-                % (name, dtype_name, list(shape), want_dtype, list(want_shape))
-            )
-        buf.copyin(payload)
+        want = (buf.dtype.name if hasattr(buf.dtype, "name") else str(buf.dtype), tuple(buf.shape))
+        buf.copyin(checked_feed(name, want, dtype_name, shape, payload))
 
 
 def load_plan(
@@ -303,6 +298,8 @@ class Model:
         import numpy as np
 
         arr = np.ascontiguousarray(value)
+        if arr.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: its bits
+            arr = arr.view(np.uint16)
         payload = memoryview(arr).cast("B") if arr.nbytes else b""  # the array's bytes, not a copy
         self.loaded.set_input(name, arr.dtype.name, tuple(arr.shape), payload)
 
@@ -310,7 +307,7 @@ class Model:
         import numpy as np
 
         buf = self.loaded.buffers[name]
-        dt = buf.dtype.numpy_name if hasattr(buf.dtype, "numpy_name") else str(buf.dtype)
+        dt = host_dtype_name(buf.dtype.name) if hasattr(buf.dtype, "name") else str(buf.dtype)
         return buf.copyout_into(np.empty(tuple(buf.shape), dtype=dt))  # one copy, on any device
 
 

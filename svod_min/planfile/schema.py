@@ -185,15 +185,16 @@ def product(dims: Sequence[int]) -> int:
     return out
 
 
-def flatten(values: List[Any], path: str) -> List[Any]:
-    """Nested lists of numbers -> flat list, checking every element."""
+def flatten(values: List[Any], path: str, booleans: bool = False) -> List[Any]:
+    """Nested lists of numbers -> flat list, checking every element; ``booleans``: true and false are numbers
+    too (the values of a bool buffer)."""
     out: List[Any] = []
     for j, v in enumerate(values):
         if isinstance(v, list):
-            out.extend(flatten(v, "%s[%d]" % (path, j)))
+            out.extend(flatten(v, "%s[%d]" % (path, j), booleans))
         else:
             need(
-                isinstance(v, (int, float)) and not isinstance(v, bool),
+                isinstance(v, (int, float)) and (booleans or not isinstance(v, bool)),
                 "%s[%d]" % (path, j),
                 "expected a number, got %s" % describe(v),
             )
