@@ -106,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     summary = run_round(options, progress)
     print(summary.line())
+    for sig, count in summary.signatures.most_common():
+        print("  %4d x %s" % (count, sig))
     for where in summary.failures:
         print("  reproducer: %s" % where)
     return 1 if summary.failed() else 0

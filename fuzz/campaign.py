@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import onnx
 
-from .case import FAILURES, OUTCOMES, Limits, run_case, save_reproducer
+from .case import FAILURES, OUTCOMES, Limits, run_case, save_reproducer, signature
 from .child import address_space_limit
 from .mutate import mutate
 from .seeds import load_seed, seed_names
@@ -52,6 +52,7 @@ class Summary:
     seconds: float = 0.0
     outcomes: Counter = field(default_factory=Counter)
     failures: List[str] = field(default_factory=list)
+    signatures: Counter = field(default_factory=Counter)
     by_mutator: Dict[str, Counter] = field(default_factory=dict)
 
     def failed(self) -> int:
@@ -67,6 +68,7 @@ class Summary:
             "seconds": round(self.seconds, 1),
             "outcomes": {o: self.outcomes[o] for o in OUTCOMES},
             "failures": self.failures,
+            "signatures": dict(self.signatures.most_common()),
             "by_mutator": {k: dict(v) for k, v in sorted(self.by_mutator.items())},
         }
 
@@ -159,6 +161,7 @@ def run_round(options: Options, progress: Callable[[str], None] = lambda line: N
                     options.out, case_id, path, result, lines, seed_name, options.limits, options.env
                 )
                 summary.failures.append(where)
+                summary.signatures[signature(result)] += 1
                 progress("%s %s: %s (%s) -> %s" % (case_id, result.outcome.upper(), seed_name, "; ".join(lines), where))
             else:
                 if result.outcome in options.keep:

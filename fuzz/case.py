@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import zipfile
 from dataclasses import dataclass, field
@@ -157,6 +158,25 @@ def run_case(model_path: str, workdir: str, limits: Limits, limit_bytes: Optiona
         result.outcome = "unchecked"
         result.note = next((ln for ln in build.stderr.splitlines() if "no expectations" in ln), "")
     return result
+
+
+def signature(result: CaseResult) -> str:
+    """A failure in a few words, numbers and names left out, so that one bug's many cases count as one: the
+    outcome, the step, and the last line of its error or traceback."""
+    step = result.steps[-1] if result.steps else None
+    if step is None:
+        return result.outcome
+    where = ""
+    if step.name.endswith("-debug"):
+        frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', step.stderr)
+        where = " at %s %s" % (os.path.basename(frames[-1][0]), frames[-1][1]) if frames else ""
+        step = result.steps[-2]
+    lines = [ln.strip() for ln in step.stderr.splitlines() if ln.strip() and not ln.startswith(" ")]
+    last = next((ln for ln in reversed(lines) if ln.startswith("error: ") or "Error" in ln), lines[-1] if lines else "")
+    last = re.sub(r"'[^']*'|\"[^\"]*\"", "'_'", last)
+    last = re.sub(r"\d+(\.\d+)?", "N", last)
+    last = re.sub(r"N\.? ?[KMGT]i?B", "SIZE", re.sub(r"\((N, )*N,?\)", "(SHAPE)", last))
+    return "%s in %s%s: %s" % (result.outcome, step.name, where, last[:160])
 
 
 def _error_line(step: StepResult) -> str:

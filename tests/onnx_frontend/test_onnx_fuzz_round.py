@@ -46,7 +46,8 @@ def test_fuzz_round_has_no_failures(tmp_path):
     failed = [ln for ln in lines if ln.split(" ", 2)[1].rstrip(":").lower() in FAILURES]
     assert summary.cases >= 20, summary.line()
     assert summary.outcomes["pass"] > 0, "no mutant built and ran: the round tests nothing (%s)" % summary.line()
-    assert not failed, "%s\n%s" % (summary.line(), "\n".join(failed))
+    distinct = "\n".join("%d x %s" % (n, sig) for sig, n in summary.signatures.most_common())
+    assert not failed, "%s\n%s\n%s" % (summary.line(), distinct, "\n".join(failed))
 
 
 def test_a_seed_gives_the_same_cases():
