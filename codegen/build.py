@@ -137,6 +137,12 @@ def clang_version(program: str = DEFAULT_COMPILER) -> Optional[str]:
 
 
 def compile_variant(name: str, source: str) -> bytes:
+    from svod_min.config import SANITIZE_ENV, sanitizers
+
+    if sanitizers():  # the prebuilt objects ship to every user: never with a fuzzing build's sanitizers
+        raise SystemExit(
+            "codegen: %s is set; the prebuilt library is built without sanitizers (unset it)" % SANITIZE_ENV
+        )
     _arch, flags, _req, _prio = VARIANTS[name]
     return svod_clang.compile_c(source, extra_flags=flags, compiler=variant_compiler(name))
 
