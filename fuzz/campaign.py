@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import onnx
 
 from .case import FAILURES, OUTCOMES, Limits, run_case, save_reproducer, signature
-from .child import address_space_limit
+from .child import address_space_limit, run_child
 from .mutate import mutate
 from .seeds import load_seed, seed_names
 
@@ -100,7 +100,7 @@ class SeedPool:
 
 
 def make_case(
-    pool: SeedPool, seed: int, index: int, only: Sequence[str]
+    pool: SeedPool, seed: int, index: int, only: Sequence[str], infer: bool = True
 ) -> Tuple[str, Optional[onnx.ModelProto], List[str]]:
     """Case ``index``: the seed's name, the mutant (None when the seed cannot be made) and what was mutated."""
     rng = random.Random(seed * 1_000_003 + index)
@@ -108,8 +108,36 @@ def make_case(
     model = pool.model(name)
     if model is None:
         return name, None, []
-    lines = mutate(model, rng, rng.choice(STEPS), only)
+    lines = mutate(model, rng, rng.choice(STEPS), only, infer)
     return name, model, lines
+
+
+def write_case(
+    pool: SeedPool, options: Options, index: int, path: str, limit_bytes: int
+) -> Tuple[str, Optional[List[str]]]:
+    """Case ``index`` made in a child and written to ``path``: onnx's shape inference, which the mutation step
+    runs, can crash on a mutant (a segfault in onnx_cpp2py_export was seen), and the round must go on. Where it
+    crashes, the mutant is made again without it (svod_min's build then meets the same model). Returns the seed's
+    name and the mutations (None: no mutant)."""
+    name = pool.pick(random.Random(options.seed * 1_000_003 + index))
+    if pool.model(name) is None:  # made here, once: the children find the seed ready
+        return name, None
+    work = os.path.dirname(path)
+    for infer in (True, False):
+
+        def body() -> int:
+            _, model, lines = make_case(pool, options.seed, index, options.only, infer)
+            with open(path, "wb") as f:
+                f.write(model.SerializeToString())  # type: ignore[union-attr]
+            with open(path + ".json", "w") as f:
+                json.dump(lines, f)
+            return 0
+
+        step = run_child("mutate", ["mutate"], body, work, 60.0, limit_bytes)
+        if step.rc == 0:
+            with open(path + ".json") as f:
+                return name, json.load(f)
+    return name, None
 
 
 def run_round(options: Options, progress: Callable[[str], None] = lambda line: None) -> Summary:
@@ -134,16 +162,14 @@ def run_round(options: Options, progress: Callable[[str], None] = lambda line: N
                 break
             if options.seconds is not None and time.monotonic() - start >= options.seconds:
                 break
-            seed_name, model, lines = make_case(pool, options.seed, index, options.only)
             case_id = "s%d-c%d" % (options.seed, index)
-            index += 1
-            if model is None:
-                continue
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(work)
             path = os.path.join(work, "model.onnx")
-            with open(path, "wb") as f:
-                f.write(model.SerializeToString())
+            seed_name, lines = write_case(pool, options, index, path, limit_bytes)
+            index += 1
+            if lines is None:
+                continue
             slow = KIND_SLOWNESS.get(seed_name.split("/", 1)[0], 1.0)
             limits = replace(
                 options.limits,

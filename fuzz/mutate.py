@@ -499,8 +499,11 @@ MUTATORS: Dict[str, Tuple[Mutator, int]] = {
 }
 
 
-def mutate(model: onnx.ModelProto, rng: random.Random, steps: int, only: Sequence[str] = ()) -> List[str]:
-    """Apply ``steps`` mutations (from ``only`` when given); the lines say what each did."""
+def mutate(
+    model: onnx.ModelProto, rng: random.Random, steps: int, only: Sequence[str] = (), infer: bool = True
+) -> List[str]:
+    """Apply ``steps`` mutations (from ``only`` when given), then :func:`reinfer` (unless ``infer`` is False: onnx's
+    shape inference can crash on a mutant); the lines say what each did."""
     names = [n for n in MUTATORS if not only or n in only]
     weights = [MUTATORS[n][1] for n in names]
     done: List[str] = []
@@ -514,7 +517,8 @@ def mutate(model: onnx.ModelProto, rng: random.Random, steps: int, only: Sequenc
             line = "%s: not applied (%s)" % (name, str(exc)[:80])
         if line is not None:
             done.append(line)
-    reinfer(model)
+    if infer:
+        reinfer(model)
     return done
 
 
