@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .frontend.layout import block_channels
 from .frontend.parse import read_graph
 from .frontend.passes import run_passes
 from .frontend.table import OPS, check_graph
-from .ops import blocked, conv, conv_transpose, elementwise, matmul, norm, pool, reduce, resize, rnn, shape  # noqa: F401 - they fill the op table
+from .ops import blocked, conv, conv_transpose, elementwise, matmul, norm, pool, quant, reduce, resize, rnn, shape  # noqa: F401 - they fill the op table
 from .ops.lowering import Lowering, PlanParts, npy_bytes
 
 #: Tolerance recorded with the expected outputs (onnxruntime's float32 sums run in another order): an element may
@@ -89,16 +89,48 @@ def record_expectations(
     options.intra_op_num_threads = 1
     try:
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        results = session.run(None, dict(parts.example_inputs))
+        results = _run_session(ort, session, parts)
     except Exception as exc:  # onnxruntime refusing a model we lower is worth a note, not a failed build
         return "no expectations recorded (onnxruntime: %s)" % str(exc).splitlines()[0][:200]
     expect: Dict[str, Any] = {}
     for i, (meta, value) in enumerate(zip(session.get_outputs(), results)):
         entry = "expect/out%d.npy" % i
         parts.files[entry] = npy_bytes(np.asarray(value))
-        expect[meta.name] = {"npy": entry, "rtol": RTOL, "atol": output_atol(np.asarray(value))}
+        shown = np.asarray(value)
+        if parts.doc["buffers"][meta.name]["dtype"] == "bfloat16":  # its bits: the values are their top halves
+            shown = (shown.astype(np.uint32) << 16).view(np.float32)
+        expect[meta.name] = {"npy": entry, "rtol": RTOL, "atol": output_atol(shown)}
     parts.doc["expect"] = expect
     return "expectations recorded from onnxruntime %s for the example inputs" % ort.__version__
+
+
+def _run_session(ort: Any, session: Any, parts: PlanParts) -> List[np.ndarray]:
+    """onnxruntime's outputs for the example inputs. numpy has no bfloat16 onnxruntime takes: where an input or an
+    output is bfloat16 its bits are bound as OrtValues of that type, and the output comes back as its uint16 bits
+    (the form a bfloat16 expectation is stored in, docs/plan-format.md)."""
+    buffers = parts.doc["buffers"]
+    names = [o.name for o in session.get_outputs()]
+    if all(buffers[n]["dtype"] != "bfloat16" for n in list(parts.example_inputs) + names):
+        return session.run(None, dict(parts.example_inputs))
+    binding = session.io_binding()
+    for name, value in parts.example_inputs.items():
+        binding.bind_ortvalue_input(name, _ort_value(ort, np.ascontiguousarray(value), buffers[name]["dtype"]))
+    results = []
+    for name in names:
+        b = buffers[name]
+        out = np.zeros(b["shape"], "uint16" if b["dtype"] == "bfloat16" else b["dtype"])
+        binding.bind_ortvalue_output(name, _ort_value(ort, out, b["dtype"]))
+        results.append(out)
+    session.run_with_iobinding(binding)
+    return results
+
+
+def _ort_value(ort: Any, array: np.ndarray, dtype: str) -> Any:
+    """``array`` as an OrtValue sharing its memory: a bfloat16 one (ml_dtypes' or its uint16 bits) as ONNX's
+    BFLOAT16 (element type 16)."""
+    if dtype == "bfloat16":
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), 16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 def build_onnx(

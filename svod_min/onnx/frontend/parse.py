@@ -21,6 +21,7 @@ from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
 from .inference_error import inference_failure
 from .ir import Graph, Node, Value
+from .quant_fold import dequantize_constant, quantize_constant
 
 #: Folded results above this many elements stay nodes (a constant Conv on a 100 MB tensor is not folded).
 FOLD_LIMIT = 1 << 26
@@ -256,6 +257,8 @@ def _try_fold(
         return None
     if _breaks_index_rule(node, consts, opset):
         return None  # the reference evaluator wraps or clamps some such indices: the op table refuses the node
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):  # the reference lacks opsets 10-18; round as onnxruntime
+        return (quantize_constant if node.op_type == "QuantizeLinear" else dequantize_constant)(node, consts)
     try:
         import warnings
 
@@ -364,7 +367,7 @@ def _check_static(graph: Graph, opset: int) -> None:
     for what, names in (("input", graph.inputs), ("output", graph.outputs)):
         for name in names:  # checked here too: a node folded away (an empty result) leaves no node to check them
             v = graph.values.get(name)
-            if v is not None and np.dtype(v.dtype).kind not in "biuf":
+            if v is not None and np.dtype(v.dtype).kind not in "biuf" and v.dtype != "bfloat16":  # ml_dtypes' kind V
                 raise UnsupportedModelError(
                     "opset %d: model %s %r has dtype %s: svod_min's tensors hold numbers and bools"
                     % (opset, what, name, v.dtype)

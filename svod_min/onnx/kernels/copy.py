@@ -1,21 +1,42 @@
 """Kernels that move elements: Concat's strided slices, strided gathers (transposes, slices, expands), Gather and
-GatherElements (checking indices from data), and Pad (constant, edge, reflect, wrap)."""
+GatherElements (checking indices from data), and Pad (constant, edge, reflect, wrap).
+
+They only move elements, so they take any dtype: every dtype but float32 is moved as the unsigned integer of its
+size (:func:`move_type`), which copies its bits exactly (a NaN's payload, -0.0) and lets dtypes of one size share
+one compiled kernel. float32 keeps ``float`` (its kernels' names stay those of bundles built before)."""
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import struct
+from typing import Sequence, Union
 
+from ...dtypes import dtype as dtype_of
 from ...planfile.status import SLOT_WORDS
-from ..ctext import C_TYPES
+from ..ctext import flt
 from ..geometry import collapse, contiguous_strides
 from .ckernel import CKernel, make_kernel, render, share
+
+#: The C type that moves an element of each size (in bytes) as its bits.
+MOVE_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+
+
+def move_type(dtype: str) -> str:
+    """The C type a kernel moves ``dtype``'s elements as: ``float`` for float32, else the unsigned integer of its
+    size."""
+    return "float" if dtype == "float32" else MOVE_TYPES[dtype_of(dtype).itemsize]
+
+
+def bits_literal(raw: bytes) -> str:
+    """One element's stored bytes (little-endian, as numpy's ``tobytes`` gives them on the hosts svod_min builds on)
+    as a C constant of the unsigned type of that size: Pad's fill, exact for any dtype."""
+    return "(%s)%dULL" % (MOVE_TYPES[len(raw)], int.from_bytes(raw, "little"))
 
 
 def slice_copy(outer: int, length: int, total: int, offset: int, dtype: str = "float32") -> CKernel:
     """Concat's strided case: ``out[o, offset:offset+length] = x[o, :]`` for each of ``outer`` rows of ``total``."""
     chunks, per = share(outer, length)
-    body = render("concat.c.j2", T=C_TYPES[dtype], per=per, outer=outer, length=length, total=total, offset=offset)
+    body = render("concat.c.j2", T=move_type(dtype), per=per, outer=outer, length=length, total=total, offset=offset)
     return make_kernel("concat", body, [outer * total, outer * length], chunks)
 
 
@@ -35,7 +56,7 @@ def gather_copy(
     chunks, per = share(rows, shape[-1])
     body = render(
         "copy.c.j2",
-        T=C_TYPES[dtype],
+        T=move_type(dtype),
         per=per,
         rows=rows,
         offset=int(src_offset),
@@ -49,10 +70,27 @@ def gather_copy(
 
 
 def pad(
-    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], value: float, dtype: str = "float32"
+    in_shape: Sequence[int],
+    out_shape: Sequence[int],
+    begin: Sequence[int],
+    value: Union[float, bytes],
+    dtype: str = "float32",
 ) -> CKernel:
-    """Constant padding (negative pads crop): out[i] = x[i - begin] inside x, ``value`` elsewhere."""
-    return _pad(in_shape, out_shape, begin, "constant", value, dtype)
+    """Constant padding (negative pads crop): out[i] = x[i - begin] inside x, ``value`` elsewhere: a float for
+    float32, one element's stored bytes for any dtype."""
+    if isinstance(value, bytes) and dtype != "float32":
+        fill = bits_literal(value)
+    elif isinstance(value, bytes):
+        number = struct.unpack("<f", value)[0]
+        # flt writes every float32 but a NaN exactly; a NaN keeps its sign and payload through a union's bits
+        fill = (
+            flt(number)
+            if number == number
+            else "((union { unsigned int u; float f; }){%dU}).f" % (int.from_bytes(value, "little"))
+        )
+    else:
+        fill = flt(float(value)) if dtype == "float32" else "(%s)%r" % (move_type(dtype), value)
+    return _pad(in_shape, out_shape, begin, "constant", fill, dtype)
 
 
 def pad_index(
@@ -61,22 +99,22 @@ def pad_index(
     """Pad in reflect, edge or wrap mode: each output index maps to an input index along every axis."""
     if mode not in ("reflect", "edge", "wrap"):
         raise KeyError(mode)
-    return _pad(in_shape, out_shape, begin, mode, 0.0, dtype)
+    return _pad(in_shape, out_shape, begin, mode, "0", dtype)
 
 
 def _pad(
-    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, value: float, dtype: str
+    in_shape: Sequence[int], out_shape: Sequence[int], begin: Sequence[int], mode: str, fill: str, dtype: str
 ) -> CKernel:
-    """Either Pad kernel of ``templates/pad.c.j2``: ``mode`` "constant" (``value`` outside x), or how an index out of
-    x folds back in."""
+    """Either Pad kernel of ``templates/pad.c.j2``: ``mode`` "constant" (``fill``, a C constant, outside x), or how an
+    index out of x folds back in."""
     rank = len(out_shape)
     n_out = max(1, int(math.prod(out_shape)))
     chunks, per = share(n_out, 1)
     body = render(
         "pad.c.j2",
-        T=C_TYPES[dtype],
+        T=move_type(dtype),
         mode=mode,
-        value=value,
+        fill=fill,
         per=per,
         n_out=n_out,
         rank=rank,
@@ -99,7 +137,7 @@ def gather(
     chunks, per = share(rows, inner)
     body = render(
         "gather.c.j2",
-        T=C_TYPES[dtype],
+        T=move_type(dtype),
         index_type=index_type,
         per=per,
         rows=rows,
@@ -129,7 +167,7 @@ def gather_elements(
     chunks, per = share(total, 1)
     body = render(
         "gather_elements.c.j2",
-        T=C_TYPES[dtype],
+        T=move_type(dtype),
         index_type=index_type,
         per=per,
         total=total,

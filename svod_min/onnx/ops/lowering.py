@@ -274,7 +274,7 @@ class Lowering:
 
 def _example(rng: Any, v: Value) -> np.ndarray:
     """A seeded example input the bundle runs (and verifies) by default."""
-    if np.dtype(v.dtype).kind == "f":
+    if np.dtype(v.dtype).kind == "f" or v.dtype == "bfloat16":  # ml_dtypes' bfloat16 is of kind V
         return rng.uniform(-1.0, 1.0, v.shape).astype(v.dtype)
     if v.dtype == "bool":
         return rng.integers(0, 2, v.shape).astype(bool)

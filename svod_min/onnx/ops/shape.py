@@ -1,5 +1,8 @@
-"""Data movement: Reshape-like ops as views, Concat in place, Transpose, Slice, Split, Expand, Pad, Gather and
-GatherElements (indices checked: docs/onnx.md, "Indices")."""
+"""Data movement: Reshape-like ops as views, Concat in place, Transpose, Slice, Split, Expand, Pad, Tile, Gather and
+GatherElements (indices checked: docs/onnx.md, "Indices").
+
+These ops only move elements, so each takes every run-time dtype (``MOVABLE``): offsets are in elements times the
+dtype's size, and the generated kernels move an element as the unsigned integer of its size (kernels/copy.py)."""
 
 from __future__ import annotations
 
@@ -7,25 +10,35 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
+from ...dtypes import ALL_DTYPES
 from ..frontend.ir import Graph, Node, normalize_axis
 from ..frontend.table import ANY, one_of, register
 from ..geometry import broadcast_strides, collapse, contiguous_strides
 from ..kernels.copy import gather, gather_copy, gather_elements, pad, pad_index, slice_copy
 from .lowering import F32, Lowering
 
+#: Every run-time dtype: what the ops of this module move.
+MOVABLE = tuple(d.name for d in ALL_DTYPES)
+
+
+def _itemsize(L: Lowering, name: str) -> int:
+    return int(np.dtype(L.value(name).dtype).itemsize)
+
 
 @register(
     ["Reshape", "Flatten", "Squeeze", "Unsqueeze"],
-    "a view (no copy); shapes from shape inference",
+    "a view (no copy), any dtype; shapes from shape inference",
+    dtypes=MOVABLE,
     axis=ANY,
     axes=ANY,
     allowzero=ANY,
     shape=ANY,
 )
-@register(["Identity"], "a view")
+@register(["Identity"], "a view, any dtype", dtypes=MOVABLE)
 @register(
     ["Dropout"],
-    "inference: a view; the mask output is not supported",
+    "inference: a view, any dtype; the mask output is not supported",
+    dtypes=MOVABLE,
     ratio=ANY,
     seed=ANY,
     is_test=ANY,
@@ -39,17 +52,19 @@ from .lowering import F32, Lowering
         )
     ),
 )
-@register(["Cast"], "float32 to float32 only (other casts of run-time tensors are refused)", to=one_of(1), saturate=ANY)
 def lower_view(L: Lowering, node: Node) -> None:
     L.view(node.outputs[0], node.inputs[0])
 
 
 @register(
-    ["Concat"], "inputs written in place into the output where the slices are contiguous; a copy otherwise", axis=ANY
+    ["Concat"],
+    "any dtype; inputs written in place into the output where the slices are contiguous; a copy otherwise",
+    dtypes=MOVABLE,
+    axis=ANY,
 )
 def lower_concat(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
-    shape = L.value(out).shape
+    shape, dtype, size = L.value(out).shape, L.value(out).dtype, _itemsize(L, out)
     axis = int(node.attrs["axis"]) % len(shape)
     outer = int(np.prod(shape[:axis]))
     inner = int(np.prod(shape[axis + 1 :]))
@@ -59,20 +74,22 @@ def lower_concat(L: Lowering, node: Node) -> None:
             continue
         part = L.value(name).shape[axis] * inner
         if outer == 1:
-            if not L.place_into(name, out, 4 * at):
-                L.copy(L.subview(out, 4 * at, L.value(name).shape), name)
+            if not L.place_into(name, out, size * at):
+                L.copy(L.subview(out, size * at, L.value(name).shape, dtype), name)
         elif part:
-            L.source(slice_copy(outer, part, shape[axis] * inner, at), [out, name])
+            L.source(slice_copy(outer, part, shape[axis] * inner, at, dtype), [out, name])
         at += part
 
 
 def permuted(
     L: Lowering, out: str, x: str, out_shape: Sequence[int], src_strides: Sequence[int], offset: int, tag: str
 ) -> None:
-    """out = x read with ``src_strides`` from ``offset``: library permute up to 4 collapsed dims, C beyond."""
+    """out = x read with ``src_strides`` from ``offset``: float32's library permute up to 4 collapsed dims, C beyond
+    and for every other dtype."""
     shape, strides = collapse(out_shape, [contiguous_strides(out_shape), list(src_strides)])
     src = strides[1]
-    if offset == 0 and len(shape) <= 4:
+    dtype = L.value(x).dtype
+    if offset == 0 and len(shape) <= 4 and dtype == "float32":
         pad = 4 - len(shape)
         e = [1] * pad + list(shape)
         t = [0] * pad + list(src)
@@ -83,10 +100,15 @@ def permuted(
             dict([("e%d" % i, e[i]) for i in range(4)] + [("t%d" % i, t[i]) for i in range(4)]),
         )
         return
-    L.source(gather_copy(out_shape, src_strides, offset, L.value(x).size, tag), [out, x])
+    L.source(gather_copy(out_shape, src_strides, offset, L.value(x).size, tag, dtype), [out, x])
 
 
-@register(["Transpose"], "library permute (up to 4 dims after merging), generated C beyond", perm=ANY)
+@register(
+    ["Transpose"],
+    "any dtype; library permute (float32, up to 4 dims after merging), generated C beyond",
+    dtypes=MOVABLE,
+    perm=ANY,
+)
 def lower_transpose(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     shape = L.value(x).shape
@@ -126,8 +148,9 @@ def _slice_params(graph: Graph, node: Node) -> Optional[tuple]:
 
 @register(
     ["Slice"],
-    "a strided copy (library permute where it fits); starts/ends/axes/steps constant",
+    "any dtype; a strided copy (float32: library permute where it fits); starts/ends/axes/steps constant",
     check=lambda g, n: None if _slice_params(g, n) is not None else "starts/ends/axes/steps must be constants",
+    dtypes=MOVABLE,
     starts=ANY,
     ends=ANY,
     axes=ANY,
@@ -142,10 +165,11 @@ def lower_slice(L: Lowering, node: Node) -> None:
 
 @register(
     ["Split"],
-    "views where the parts are contiguous, strided copies otherwise; split sizes constant",
+    "any dtype; views where the parts are contiguous, strided copies otherwise; split sizes constant",
     check=lambda g, n: (
         None if len(n.inputs) < 2 or not n.inputs[1] or g.is_const(n.inputs[1]) else "split sizes must be constants"
     ),
+    dtypes=MOVABLE,
     axis=ANY,
     split=ANY,
     num_outputs=ANY,
@@ -160,7 +184,7 @@ def lower_split(L: Lowering, node: Node) -> None:
     for out in node.outputs:
         part = L.value(out).shape[axis]
         if out and outer == 1 and out not in L.graph.outputs:
-            L.alias[out] = (x, 4 * at * strides[axis])
+            L.alias[out] = (x, _itemsize(L, x) * at * strides[axis])
         elif out:
             permuted(L, out, x, L.value(out).shape, strides, at * strides[axis], "split")
         at += part
@@ -168,8 +192,9 @@ def lower_split(L: Lowering, node: Node) -> None:
 
 @register(
     ["Expand"],
-    "a broadcasting copy (library permute with zero strides where it fits)",
+    "any dtype; a broadcasting copy (float32: library permute with zero strides where it fits)",
     check=lambda g, n: None if g.is_const(n.inputs[1]) else "the shape must be a constant",
+    dtypes=MOVABLE,
 )
 def lower_expand(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
@@ -185,8 +210,10 @@ def _pad_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["Pad"],
-    "constant, reflect, edge and wrap modes; generated C; pads constant",
+    "any dtype (the constant of the data's dtype, its bits kept); constant, reflect, edge and wrap modes; generated C; "
+    "pads constant",
     check=_pad_check,
+    dtypes=MOVABLE,
     mode=one_of("constant", "reflect", "edge", "wrap"),
     pads=ANY,
     paddings=ANY,
@@ -196,12 +223,14 @@ def lower_pad(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     in_shape, out_shape = L.value(x).shape, L.value(out).shape
     rank = len(in_shape)
-    if L.graph.opset < 11:
+    dtype = L.value(x).dtype
+    if L.graph.opset < 11:  # float types only before opset 11: the value attribute is a float
         pads = list(node.attrs["pads"] if "pads" in node.attrs else node.attrs["paddings"])  # opset 1 says paddings
-        value = float(node.attrs.get("value", 0.0))
+        fill = np.array(float(node.attrs.get("value", 0.0))).astype(dtype)
     else:
         raw = [int(v) for v in L.graph.const(node.inputs[1]).reshape(-1)]
-        value = float(L.graph.const(node.inputs[2]).reshape(-1)[0]) if len(node.inputs) > 2 and node.inputs[2] else 0.0
+        given = len(node.inputs) > 2 and node.inputs[2] and L.graph.const(node.inputs[2]).size
+        fill = L.graph.const(node.inputs[2]).reshape(-1)[:1] if given else np.zeros(1, np.dtype(dtype))
         axes = (
             [int(a) % rank for a in L.graph.const(node.inputs[3]).reshape(-1)]
             if len(node.inputs) > 3 and node.inputs[3]
@@ -212,26 +241,17 @@ def lower_pad(L: Lowering, node: Node) -> None:
             pads[a], pads[a + rank] = raw[i], raw[i + len(axes)]
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
-        L.source(pad(in_shape, out_shape, pads[:rank], value), [out, x])
+        raw = np.ascontiguousarray(np.asarray(fill).reshape(-1)[:1]).tobytes()
+        L.source(pad(in_shape, out_shape, pads[:rank], raw, dtype), [out, x])
     else:
-        L.source(pad_index(in_shape, out_shape, pads[:rank], mode), [out, x])
-
-
-def _gather_check(graph: Graph, node: Node) -> Optional[str]:
-    data = graph.values[node.inputs[0]]
-    if data.const is None and data.dtype != "float32":
-        return "run-time data must be float32"
-    if data.const is not None and data.const.dtype != np.float32 and not graph.is_const(node.inputs[1]):
-        return "constant data of dtype %s (float32 only)" % data.const.dtype
-    return None
+        L.source(pad_index(in_shape, out_shape, pads[:rank], mode, dtype), [out, x])
 
 
 @register(
     ["Gather"],
-    "generated C; int64/int32 indices, constant (checked at build) or run-time (checked by the kernel: a bad one "
-    "is reported, exit 2); negative indices count from the end",
-    check=_gather_check,
-    dtypes=("float32", "int64", "int32"),
+    "generated C; data of any dtype, int64/int32 indices, constant (checked at build) or run-time (checked by the "
+    "kernel: a bad one is reported, exit 2); negative indices count from the end",
+    dtypes=MOVABLE,
     axis=ANY,
 )
 def lower_gather(L: Lowering, node: Node) -> None:
@@ -246,7 +266,7 @@ def lower_gather(L: Lowering, node: Node) -> None:
         indices = L.const(np.where(raw < 0, raw + shape[axis], raw).reshape(-1), indices)
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
     index_type = "int" if L.value(indices).dtype == "int32" else "long long"
-    kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type, checked=checked)
+    kernel = gather(outer, shape[axis], inner, L.value(indices).size, index_type, L.value(data).dtype, checked)
     _indexing(L, node, kernel, [out, data, indices], checked, axis)
 
 
@@ -262,10 +282,20 @@ def _indexing(L: Lowering, node: Node, kernel: Any, buffers: List[str], checked:
     L.source(kernel, [out, data, indices, status], outputs=(0, 3))
 
 
+@register(
+    ["Tile"],
+    "any dtype; a wrapping copy (generated C: Pad's wrap mode from the origin); repeats constant",
+    check=lambda g, n: None if g.is_const(n.inputs[1]) else "repeats must be a constant",
+    dtypes=MOVABLE,
+)
+def lower_tile(L: Lowering, node: Node) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    in_shape = L.value(x).shape
+    # out[i] = x[i mod shape]: index i - 0 wrapped into each axis is exactly what Pad's wrap mode reads
+    L.source(pad_index(in_shape, L.value(out).shape, [0] * len(in_shape), "wrap", L.value(x).dtype), [out, x])
+
+
 def _gather_elements_check(graph: Graph, node: Node) -> Optional[str]:
-    why = _gather_check(graph, node)
-    if why is not None:
-        return why
     data, indices = graph.values[node.inputs[0]].shape, graph.values[node.inputs[1]].shape
     axis = normalize_axis(int(node.attrs.get("axis", 0)), len(data))
     if len(indices) != len(data) or any(i > d for a, (i, d) in enumerate(zip(indices, data)) if a != axis):
@@ -278,10 +308,10 @@ def _gather_elements_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["GatherElements"],
-    "generated C; int64/int32 indices, constant (checked at build) or run-time (checked by the kernel: a bad one "
-    "is reported, exit 2); negative indices count from the end",
+    "generated C; data of any dtype, int64/int32 indices, constant (checked at build) or run-time (checked by the "
+    "kernel: a bad one is reported, exit 2); negative indices count from the end",
     check=_gather_elements_check,
-    dtypes=("float32", "int64", "int32"),
+    dtypes=MOVABLE,
     axis=ANY,
 )
 def lower_gather_elements(L: Lowering, node: Node) -> None:
@@ -296,5 +326,5 @@ def lower_gather_elements(L: Lowering, node: Node) -> None:
         raw = L.graph.const(indices).astype(np.int64)
         indices = L.const(np.where(raw < 0, raw + shape[axis], raw), indices)
     index_type = "int" if L.value(indices).dtype == "int32" else "long long"
-    kernel = gather_elements(shape, index_shape, axis, index_type, checked=checked)
+    kernel = gather_elements(shape, index_shape, axis, index_type, L.value(data).dtype, checked)
     _indexing(L, node, kernel, [out, data, indices], checked, axis)

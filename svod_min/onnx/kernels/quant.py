@@ -1,0 +1,52 @@
+"""QuantizeLinear and DequantizeLinear kernels (per tensor, per axis, blocked), rendered from
+``templates/quant.c.j2``."""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+from .ckernel import CKernel, make_kernel, render, share
+
+#: The integer dtypes of quantized tensors: their C type and range.
+QUANT_TYPES: Dict[str, Tuple[str, int, int]] = {
+    "int8": ("signed char", -128, 127),
+    "uint8": ("unsigned char", 0, 255),
+    "int16": ("short", -32768, 32767),
+    "uint16": ("unsigned short", 0, 65535),
+    "int32": ("int", -(1 << 31), (1 << 31) - 1),
+}
+#: How the scales map onto x (the template's modes).
+MODES = ("tensor", "axis", "block")
+
+
+def quant_kernel(
+    kernel: str, qtype: str, outer: int, axis_len: int, inner: int, mode: str, block: int = 1, blocks: int = 1
+) -> CKernel:
+    """``kernel`` ("quantize": float32 x -> ``qtype`` y; "dequantize": ``qtype`` x -> float32 y) over x viewed as
+    (outer, axis_len, inner), scales per ``mode`` (blocked: ``block`` indices of the axis per scale, ``blocks``
+    scales along it)."""
+    if kernel not in ("quantize", "dequantize") or mode not in MODES:
+        raise KeyError((kernel, mode))
+    ctype, lo, hi = QUANT_TYPES[qtype]
+    rows = outer * axis_len
+    chunks, per = share(rows, inner)
+    body = render(
+        "quant.c.j2",
+        kernel=kernel,
+        mode=mode,
+        X="float" if kernel == "quantize" else ctype,
+        Y=ctype if kernel == "quantize" else "float",
+        Z=ctype,
+        lo=lo,
+        hi=hi,
+        rows=rows,
+        per=per,
+        D=axis_len,
+        inner=inner,
+        block=block,
+        blocks=blocks,
+    )
+    scales = 1 if mode == "tensor" else axis_len if mode == "axis" else outer * blocks * inner
+    return make_kernel(
+        "q" if kernel == "quantize" else "dq", body, [rows * inner, rows * inner, scales, scales], chunks
+    )
