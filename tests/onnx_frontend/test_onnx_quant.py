@@ -136,6 +136,32 @@ def test_quantize_of_a_constant_folds_as_onnxruntime_rounds(dtype: str, tmp_path
     _same(model, {"a": np.zeros(shape, np.float32)}, tmp_path, "qf")
 
 
+@pytest.mark.parametrize("elem", [TensorProto.INT4, TensorProto.UINT4])
+def test_int4_weights_fold_at_build(elem: int, tmp_path: Any) -> None:
+    """Blocked int4/uint4 weights (weight-only quantization, opset 21) are dequantized at build; MatMul reads the
+    float32 result."""
+    k, n, block = 16, 6, 8
+    lo, hi = (-8, 8) if elem == TensorProto.INT4 else (0, 16)
+    w = helper.make_tensor("w", elem, [k, n], RNG.integers(lo, hi, k * n).tolist())
+    z = helper.make_tensor("z", elem, [k // block, n], RNG.integers(lo, hi, k // block * n).tolist())
+    scale = onnx.numpy_helper.from_array(RNG.uniform(0.01, 0.1, [k // block, n]).astype(np.float32), "s")
+    dq = helper.make_node("DequantizeLinear", ["w", "s", "z"], ["d"], axis=0, block_size=block)
+    mm = helper.make_node("MatMul", ["x", "d"], ["y"])
+    graph = helper.make_graph(
+        [dq, mm],
+        "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])],
+        [w, z, scale],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    x = RNG.uniform(-1, 1, [2, k]).astype(np.float32)
+    want = run_ort(model, {"x": x})[0]
+    got = build_and_load(model, str(tmp_path), "i4").run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_run_time_scale_and_zero_point(tmp_path: Any) -> None:
     """Scales and zero points fed at run time (as ONNX's own node tests do), per axis."""
     q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=0)

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from onnx import helper
 
-#: The integer dtypes folded here (QuantizeLinear: the first four; others go to the reference evaluator, or stay
-#: nodes the op table checks).
-INTEGERS = ("int8", "uint8", "int16", "uint16", "int32")
+#: The integer dtypes folded here (QuantizeLinear: the first four; DequantizeLinear all: int4/uint4 weights, ml_dtypes'
+#: types in numpy, fold only here, the run-time kernels take none); others stay nodes the op table checks.
+INTEGERS = ("int8", "uint8", "int16", "uint16", "int32", "int4", "uint4")
 
 
 def dequantize_constant(node: Any, consts: Dict[str, np.ndarray]) -> Optional[List[np.ndarray]]:

@@ -71,7 +71,12 @@ def _check(graph: Graph, node: Node) -> Optional[str]:
     if (x.dtype if quantize else y.dtype) != "float32":
         return "%s %s; only float32 is supported" % ("x is" if quantize else "y is", x.dtype if quantize else y.dtype)
     if qtype not in (Q_TYPES if quantize else DQ_TYPES):
-        return "quantized dtype %s is not supported (only %s)" % (qtype, ", ".join(Q_TYPES if quantize else DQ_TYPES))
+        folded = "" if quantize else "; int4 and uint4 only as constants, dequantized at build"
+        return "quantized dtype %s is not supported (only %s%s)" % (
+            qtype,
+            ", ".join(Q_TYPES if quantize else DQ_TYPES),
+            folded,
+        )
     if zp and graph.values[zp].dtype != qtype:
         return "zero point %r is %s, the quantized tensor %s" % (zp, graph.values[zp].dtype, qtype)
     return _layout(graph, node)[0]
