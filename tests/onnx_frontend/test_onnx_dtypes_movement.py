@@ -265,3 +265,69 @@ def test_int64_transpose_reshape_model(tmp_path: Any) -> None:
     got = build_and_load(model, str(tmp_path)).run({"x": x})["y"]
     assert got.dtype == np.int64
     assert got.tolist() == x.T.reshape(-1).tolist()
+
+
+def test_bfloat16_bundle_records_and_verifies_expectations(tmp_path: Any) -> None:
+    """A bfloat16 model's build records onnxruntime's outputs (bound through OrtValues: numpy has no bfloat16 it
+    takes) and ``run`` verifies them."""
+    from support.onnx_models import host_target
+
+    from svod_min.onnx import build_onnx
+
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+        helper.make_node("Concat", ["t", "t"], ["y"], axis=1),
+    ]
+    path = str(tmp_path / "bf16.onnx")
+    onnx.save(typed_model(nodes, [("x", (2, 3), TP.BFLOAT16)], ["y"], 17, {}), path)
+    notes: List[str] = []
+    build_onnx(path, str(tmp_path / "bf16.svod"), targets=[host_target()], progress=notes.append)
+    assert any(n.startswith("expectations recorded from onnxruntime") for n in notes), notes
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "svod_min", "run", str(tmp_path / "bf16.svod")], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert "verify y: ok" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("op", ["Reshape", "Unsqueeze"])
+def test_run_time_shape_input_is_refused(op: str, tmp_path: Any) -> None:
+    """A shape or axes fed at run time is refused by name, though an int64 tensor is a dtype these ops take: the
+    output's shape is fixed at build (the op table refuses it; without the declared output shape, shape inference
+    finds none first)."""
+    from svod_min.error import UnsupportedModelError
+
+    node = helper.make_node(op, ["x", "s"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "t",
+        [helper.make_tensor_value_info("x", TP.INT64, [2, 3]), helper.make_tensor_value_info("s", TP.INT64, [1])],
+        [helper.make_tensor_value_info("y", TP.INT64, [6] if op == "Reshape" else [1, 2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(UnsupportedModelError, match="must be a constant|has no static shape"):
+        build_and_load(model, str(tmp_path))
+
+
+def test_op_table_refuses_a_run_time_shape() -> None:
+    """The op table's own rule, on IR where the output's shape is known (declared): a Reshape whose shape is a
+    run-time int64 tensor is refused naming the input."""
+    from svod_min.error import UnsupportedModelError
+    from svod_min.onnx.build import OPS  # noqa: F401 - the op table, filled
+    from svod_min.onnx.frontend.ir import Graph, Node, Value
+    from svod_min.onnx.frontend.table import check_node
+
+    values = {
+        "x": Value("x", (2, 3), "int64"),
+        "s": Value("s", (1,), "int64"),
+        "y": Value("y", (6,), "int64"),
+    }
+    node = Node("Reshape", "r", 0, ["x", "s"], ["y"], {})
+    with pytest.raises(UnsupportedModelError, match="the shape input must be a constant"):
+        check_node(Graph(values, [node], ["x", "s"], ["y"], 17), node)
+    values["s"] = Value("s", (1,), "int64", np.array([6], I64))
+    check_node(Graph(values, [node], ["x"], ["y"], 17), node)

@@ -27,7 +27,12 @@ def _itemsize(L: Lowering, name: str) -> int:
 
 @register(
     ["Reshape", "Flatten", "Squeeze", "Unsqueeze"],
-    "a view (no copy), any dtype; shapes from shape inference",
+    "a view (no copy), any dtype; shapes from shape inference; the shape or axes input constant",
+    check=lambda g, n: (
+        None
+        if all(g.is_const(name) for name in n.inputs[1:] if name)
+        else "the %s input must be a constant (shapes are fixed at build)" % ("shape" if n.op == "Reshape" else "axes")
+    ),
     dtypes=MOVABLE,
     axis=ANY,
     axes=ANY,
