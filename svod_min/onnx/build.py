@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planfile.bundle_build import BuildReport, PlanTuner, build_bundle_from_document
-from ..planfile.memory_budget import build_warning, recording_refusal
+from ..planfile.memory_budget import build_warning, check_build_values, recording_refusal
 from .frontend.ir import Graph
 from .frontend.layout import block_channels
 from .frontend.parse import read_graph
@@ -52,6 +52,10 @@ class OnnxBuild:
 def lower_graph(graph: Graph, description: str) -> PlanParts:
     """Checked IR -> plan document and files (passes included)."""
     check_graph(graph)
+    check_build_values(
+        ((name, v.shape, v.dtype) for name, v in graph.values.items() if v.const is None),
+        ((name, graph.values[name].shape, graph.values[name].dtype) for name in graph.inputs),
+    )
     model_nodes = len(graph.nodes)
     graph = block_channels(run_passes(graph))
     lowering = Lowering(graph)

@@ -390,6 +390,41 @@ def recording_refusal(doc: Mapping[str, Any], budget: Optional[MemoryBudget] = N
     return None
 
 
+def check_build_values(
+    values: Iterable[Tuple[str, Tuple[int, ...], str]],
+    examples: Iterable[Tuple[str, Tuple[int, ...], str]],
+    budget: Optional[MemoryBudget] = None,
+) -> None:
+    """Refuse, before a build allocates anything for them, a model ``value`` (name, shape, dtype) larger than a
+    buffer may be (the plan could never hold it), or example inputs that do not fit this host's budget: the
+    build makes each one in memory (drawn in float64, then converted) to run and record the model."""
+    for name, shape, dtype in values:
+        nbytes = _product(shape) * to_dtype(dtype).itemsize
+        if nbytes > MAX_BUFFER_BYTES:
+            raise MemoryBudgetError(
+                "value %r (%s %s) needs %s, more than a buffer may hold (%s)"
+                % (name, dtype, list(shape), format_size(nbytes), format_size(MAX_BUFFER_BYTES))
+            )
+    budget = budget if budget is not None else memory_budget()
+    sized = [(name, _product(shape) * (8 + to_dtype(dtype).itemsize)) for name, shape, dtype in examples]
+    need = sum(n for _, n in sized)
+    if budget.limit is not None and need > budget.limit:
+        largest = ", ".join("%s %s" % (name, format_size(n)) for name, n in sorted(sized, key=lambda x: -x[1])[:3])
+        raise MemoryBudgetError(
+            "the build makes example inputs of about %s in memory, over the memory budget of %s (%s); largest: %s; "
+            "nothing was allocated (build with smaller --shape values, or set the budget with %s)"
+            % (format_size(need), format_size(budget.limit), budget.source, largest, MAX_MEMORY_ENV)
+        )
+
+
+def _product(shape: Iterable[int]) -> int:
+    """Elements of a shape in Python integers (numpy's int64 product wraps for absurd dims)."""
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
+
+
 def host_payload(buf: Any) -> Any:
     """A buffer's bytes without copying them when they are in host memory (a window of the mapping), else one
     copy (from a device): ``run --save`` writes an output once."""

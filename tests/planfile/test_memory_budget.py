@@ -33,6 +33,7 @@ from svod_min.planfile.memory_budget import (
     VERIFY_BYTES_PER_ELEMENT,
     MemoryBudget,
     cgroup_room,
+    check_build_values,
     host_budget,
     host_payload,
     memory_budget,
@@ -302,3 +303,12 @@ def test_a_build_records_no_expectations_it_could_not_hold_or_afford() -> None:
     assert "output 'b' is 8.0 GiB, more than a bundle entry may hold (4.0 GiB)" == recording_refusal(
         huge, MemoryBudget(None, "none")
     )
+
+
+def test_a_build_refuses_a_value_no_buffer_can_hold_and_examples_over_the_budget() -> None:
+    budget = MemoryBudget(GIB, "a test's budget")
+    check_build_values([("x", (1 << 20, 4), "float32")], [("x", (1 << 20, 4), "float32")], budget)
+    with pytest.raises(MemoryBudgetError, match=r"value 'y' \(float32 \[1099511627776, 1099511627776\]\)"):
+        check_build_values([("y", (1 << 40, 1 << 40), "float32")], [], budget)  # int64 products would wrap
+    with pytest.raises(MemoryBudgetError, match=r"example inputs of about 1.5 GiB.*a test's budget.*largest: big"):
+        check_build_values([], [("big", (1 << 27,), "float32"), ("small", (4,), "int8")], budget)
