@@ -331,3 +331,29 @@ def test_op_table_refuses_a_run_time_shape() -> None:
         check_node(Graph(values, [node], ["x", "s"], ["y"], 17), node)
     values["s"] = Value("s", (1,), "int64", np.array([6], I64))
     check_node(Graph(values, [node], ["x"], ["y"], 17), node)
+
+
+def test_empty_parts_of_other_dtypes(tmp_path: Any) -> None:
+    """Empty int64 and bool tensors: Concat skips the empty part, a Transpose of nothing gives nothing, as
+    onnxruntime does."""
+    node = helper.make_node
+    nodes = [
+        node("Concat", ["e64", "b64"], ["cat64"], axis=1),
+        node("Transpose", ["e64"], ["t64"]),
+        node("Concat", ["b1", "e1"], ["cat1"], axis=1),
+        node("Slice", ["b1", "c_s", "c_e"], ["s1"]),
+    ]
+    inputs = [("e64", (2, 0), TP.INT64), ("b64", (2, 3), TP.INT64), ("e1", (2, 0), TP.BOOL), ("b1", (2, 3), TP.BOOL)]
+    consts = {"c_s": np.array([1], I64), "c_e": np.array([1], I64)}
+    model = typed_model(nodes, inputs, ["cat64", "t64", "cat1", "s1"], 17, consts)
+    feeds = {
+        "e64": np.zeros((2, 0), I64),
+        "b64": np.array([[np.iinfo(I64).min, -1, 0], [1, 2, np.iinfo(I64).max]], I64),
+        "e1": np.zeros((2, 0), bool),
+        "b1": np.array([[True, False, True], [False, False, True]]),
+    }
+    got = build_and_load(model, str(tmp_path)).run(feeds)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for name, want in zip(["cat64", "t64", "cat1", "s1"], session.run(None, feeds)):
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        assert got[name].tolist() == want.tolist(), name
