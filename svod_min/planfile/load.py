@@ -13,7 +13,6 @@ plan, buffers and their initial data, expectations), :mod:`svod_min.planfile.ker
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Tuple
@@ -33,7 +32,7 @@ from ..plan.execution_plan import (
 )
 from ..plan.ops import custom_function_kinds
 from .bundle import is_bundle, is_bundle_bytes, open_bundle
-from .data import MAX_BUFFER_BYTES, Expectation, PlanData, check_expectation
+from .data import MAX_BUFFER_BYTES, Expectation, PlanData
 from .host_io import HostIO, checked_feed, host_dtype_name
 from .kernels import CPU_ONLY_VARS, KernelReader, check_threading, global_size_exprs, with_global_size
 from .memory_budget import (
@@ -61,6 +60,7 @@ from .schema import (
 )
 from .signing import TrustedKeys, refuse_plan_file, trust_policy
 from .status import read_checks
+from .verify import verify_buffer
 
 _TOP_KEYS = {"svod_plan", "device", "vars", "buffers", "kernels", "ops", "expect", "description", "checks"}
 
@@ -82,7 +82,7 @@ class LoadedPlan:
 
     def verify(self) -> List[Tuple[str, bool, float]]:
         """(buffer, ok, max abs error) for every expectation; NaN where NaN is expected counts as equal."""
-        return [_check_nan_aware(self.buffers[e.buffer], e) for e in self.expectations]
+        return [verify_buffer(self.buffers[e.buffer], e) for e in self.expectations]
 
     def set_input(self, name: str, dtype_name: str, shape: Tuple[int, ...], payload: Any) -> None:
         """Replace input buffer ``name``'s contents from ``payload`` (bytes-like: its bytes; shape and dtype must be
@@ -144,27 +144,6 @@ def load_plan(
     loaded = _PlanReader(doc, base_dir or os.getcwd(), device, var_values or {}).build()
     loaded.memory.update(memory_figures_of(peak, budget))
     return loaded
-
-
-def _check_nan_aware(buf: Any, e: Expectation) -> Tuple[str, bool, float]:
-    """:func:`check_expectation` with NaN == NaN at the same position (a model may compute NaN on purpose)."""
-    nan_at = [i for i, w in enumerate(e.values) if isinstance(w, float) and math.isnan(w)]
-    if not nan_at:
-        return check_expectation(buf, e)
-    got = buf.tolist()
-    flat: List[Any] = []
-    stack = [got]
-    while stack:  # flatten without recursion limits
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(reversed(item))
-        else:
-            flat.append(item)
-    if any(not math.isnan(float(flat[i])) for i in nan_at if i < len(flat)):
-        return e.buffer, False, float("inf")
-    keep = [i for i in range(len(e.values)) if i not in set(nan_at)]
-    rest = Expectation(e.buffer, [e.values[i] for i in keep], e.rtol, e.atol)
-    return check_expectation(_Values([flat[i] for i in keep]), rest)
 
 
 def memory_figures(specs: Dict[str, Any], ops: List[Any], buffers: Mapping[str, Any]) -> Dict[str, int]:
@@ -239,16 +218,6 @@ def _union_bytes(ranges: List[Tuple[str, int, int]]) -> int:
         total += max(0, hi - max(lo, end))
         end = max(end, hi)
     return total
-
-
-class _Values:
-    """Plain values standing in for a buffer in :func:`check_expectation`."""
-
-    def __init__(self, values: List[Any]) -> None:
-        self.values = values
-
-    def tolist(self) -> List[Any]:
-        return self.values
 
 
 class Model:
