@@ -3,6 +3,7 @@
 * :mod:`.load` — ``load_plan``: a plan document, file or bundle to a runnable ``LoadedPlan``.
 * :mod:`.schema` — the document's value checks (one error per wrong field, naming its path).
 * :mod:`.data` — buffer contents (inline, ``.npy``, raw files) and the files a plan names.
+* :mod:`.verify` — a run's outputs against the plan's expected values (numpy where it is installed).
 * :mod:`.status` — run-time checks: the status buffer checking kernels report into, read after each run.
 * :mod:`.kernels` — the ``kernels`` section: C, LLVM IR, library, CUDA C and PTX forms.
 * :mod:`.bundle` — ``.svod`` bundles read; :mod:`.bundle_build` writes them.
