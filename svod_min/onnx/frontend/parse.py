@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
+from .contrib import rewrite_contrib
 from .fold_size import too_big_to_fold
 from .indices import RULES as INDEX_RULES
 from .indices import Operand, check_indices
@@ -52,6 +53,12 @@ def load_model(path: str) -> onnx.ModelProto:
     if not model.graph.node and not model.graph.output:
         raise ModelFileError("%s: not an ONNX model (no graph): truncated, corrupt or another format" % path)
     _load_external_data(model, os.path.dirname(os.path.abspath(path)), path)
+    try:
+        opset = opset_of(model)
+    except UnsupportedModelError:
+        opset = 0  # refused after the checker has had its say
+    if opset:  # before the checker: it refuses onnxruntime's contrib ops of the default domain
+        rewrite_contrib(model, opset)
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
@@ -379,9 +386,50 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     model = load_model(path)
     opset = opset_of(model)
     inputs = bind_inputs(model, dims, shapes)
+    declared = drop_shape_hints(model)
     _empty_inputs_as_constants(model, inputs)
     model = fold_constants(model, opset)
+    check_declared_outputs(model, declared)
     return to_graph(model, inputs, opset)
+
+
+def drop_shape_hints(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
+    """Clear the shapes the model declares for intermediates and outputs; the outputs' declared dims (None where
+    unknown: a symbol, -1) are returned for :func:`check_declared_outputs`.
+
+    Exporters leave stale ``value_info`` and write ``-1`` or ``0`` for an unknown dim; onnxruntime takes declared
+    shapes as hints and runs such models. Strict shape inference would take them as facts and refuse, so shapes are
+    inferred from the bound inputs alone (a declared elem type stays: a type that contradicts inference is refused,
+    as onnxruntime does). A hint is also never trusted where inference finds nothing: lowering sees inferred shapes.
+    """
+    del model.graph.value_info[:]
+    declared: Dict[str, List[Optional[int]]] = {}
+    for out in model.graph.output:
+        tt = out.type.tensor_type
+        if not out.type.HasField("tensor_type") or not tt.HasField("shape"):
+            continue
+        declared[out.name] = [
+            int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim
+        ]
+        tt.ClearField("shape")
+    return declared
+
+
+def check_declared_outputs(model: onnx.ModelProto, declared: Mapping[str, List[Optional[int]]]) -> None:
+    """Warn where an output's declared shape differs from the one inferred from the bound inputs (which is used:
+    onnxruntime too runs such a model and returns the computed shape)."""
+    import warnings
+
+    for out in model.graph.output:
+        want, got = declared.get(out.name), value_shape(out)
+        if want is None or got is None:
+            continue
+        if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
+            warnings.warn(
+                "output %r is declared with shape %s, but the bound inputs give %s: the model's declaration is a "
+                "stale hint, %s is used" % (out.name, ["?" if w is None else w for w in want], list(got), list(got)),
+                stacklevel=2,
+            )
 
 
 def _empty_inputs_as_constants(model: onnx.ModelProto, inputs: List[str]) -> None:

@@ -1,0 +1,340 @@
+"""onnxruntime's contrib ops rewritten into ONNX ops the op table lowers, on the protobuf level, before any check.
+
+Exported and optimised models carry ops of the ``com.microsoft`` domain (and a few onnxruntime registers in the
+default domain below the opset that standardised them). The rewrite runs first, before the ONNX checker and shape
+inference, because neither knows those ops: each becomes a short chain of default-domain nodes of the model's own
+opset (``Gelu`` and ``LayerNormalization`` where the opset has them, else their decomposition into Erf/Tanh and
+ReduceMean/Sqrt/Div). Semantics follow onnxruntime's contrib op documentation:
+
+- ``Gelu``, ``BiasGelu`` (A + B first): ``x * 0.5 * (1 + erf(x / sqrt 2))``;
+  ``FastGelu`` (optional bias): the tanh form; ``QuickGelu``: ``x * sigmoid(alpha * x)``.
+- ``SkipLayerNormalization`` / ``SkipSimplifiedLayerNormalization``: ``s = input + skip (+ bias)``, then
+  LayerNorm (gamma, beta) / RMS norm (gamma) over the last axis; output 3 is ``s``, outputs 1 and 2 (mean,
+  inverse standard deviation: training outputs) are refused when something reads them.
+- ``SimplifiedLayerNormalization`` (RMS norm, default domain in onnxruntime), and the default domain's
+  ``LayerNormalization`` below opset 17 (onnxruntime runs it as a contrib op there): decomposed.
+- ``FusedMatMul``: Transpose of the last two dims where ``transA``/``transB``, MatMul, Mul by ``alpha``.
+- ``FusedConv``: Conv, ``+ Z`` when given, then its ``activation`` (Relu, Tanh, Sigmoid, LeakyRelu, Clip,
+  HardSigmoid with ``activation_params``).
+- ``BiasAdd``: ``X + bias + skip``.
+
+Any other ``com.microsoft`` op is refused by name. Constants take the dtype of the tensor they meet, which a
+lenient shape inference tells; a node whose input's dtype or rank it cannot tell yet waits for the next round
+(its producer is then rewritten and inferred).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ...error import ModelFileError, UnsupportedModelError
+
+MS = "com.microsoft"
+#: onnxruntime's contrib ops registered in the default domain, with the opset from which ONNX has them itself.
+DEFAULT_DOMAIN = {"SimplifiedLayerNormalization": 10**6, "LayerNormalization": 17}
+
+Known = Tuple[Dict[str, int], Dict[str, int]]  # elem type and rank by tensor name
+
+
+class _Emit:
+    """Appends default-domain nodes (fresh names derived from the contrib node's) and constant initializers."""
+
+    def __init__(self, model: onnx.ModelProto, node: Any, index: int, opset: int, known: Known) -> None:
+        self.model, self.node, self.index, self.opset = model, node, index, opset
+        self.types, self.ranks = known
+        self.nodes: List[Any] = []
+        self.base = (node.output[0] if node.output and node.output[0] else "contrib%d" % index) + "~" + node.op_type
+        self.count = 0
+
+    def label(self) -> str:
+        return "node %d (%s%s)" % (self.index, self.node.op_type, ", %r" % self.node.name if self.node.name else "")
+
+    def fresh(self) -> str:
+        self.count += 1
+        return "%s~%d" % (self.base, self.count)
+
+    def op(self, op: str, inputs: List[str], out: Optional[str] = None, **attrs: Any) -> str:
+        out = out or self.fresh()
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def const(self, value: Any, like: str) -> str:
+        """A constant of the dtype of ``like`` (an intermediate the rewrite made has the contrib node's input 0's)."""
+        dtype = helper.tensor_dtype_to_np_dtype(self.types.get(like) or self.types[self.node.input[0]])
+        name = self.fresh()
+        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype), name))
+        return name
+
+    def ints(self, values: List[int]) -> str:
+        name = self.fresh()
+        self.model.graph.initializer.append(numpy_helper.from_array(np.asarray(values, np.int64), name))
+        return name
+
+    def attrs(self) -> Dict[str, Any]:
+        return {a.name: helper.get_attribute_value(a) for a in self.node.attribute}
+
+    def inp(self, i: int, required: bool = True) -> str:
+        name = self.node.input[i] if i < len(self.node.input) else ""
+        if required and not name:
+            raise ModelFileError("%s: input %d is required and missing" % (self.label(), i))
+        return name
+
+    def out(self, i: int) -> str:
+        return self.node.output[i] if i < len(self.node.output) else ""
+
+    def refuse(self, what: str) -> UnsupportedModelError:
+        return UnsupportedModelError("%s, %s: %s" % (self.label(), self.node.domain or "ai.onnx", what))
+
+    def reduce_mean(self, x: str, axes: List[int]) -> str:
+        if self.opset >= 18:
+            return self.op("ReduceMean", [x, self.ints(axes)], keepdims=1)
+        return self.op("ReduceMean", [x], axes=axes, keepdims=1)
+
+
+def _gelu(e: _Emit, x: str, out: str, tanh: bool) -> None:
+    if e.opset >= 20:
+        e.op("Gelu", [x], out, approximate="tanh" if tanh else "none")
+        return
+    if tanh:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = e.op("Mul", [e.op("Mul", [x, x]), x])
+        inner = e.op("Add", [x, e.op("Mul", [cube, e.const(0.044715, x)])])
+        core = e.op("Tanh", [e.op("Mul", [inner, e.const(math.sqrt(2 / math.pi), x)])])
+    else:
+        core = e.op("Erf", [e.op("Mul", [x, e.const(1 / math.sqrt(2), x)])])
+    half = e.op("Mul", [x, e.const(0.5, x)])
+    e.op("Mul", [half, e.op("Add", [core, e.const(1.0, x)])], out)
+
+
+def _rw_gelu(e: _Emit) -> None:
+    _gelu(e, e.inp(0), e.out(0), tanh=False)
+
+
+def _rw_bias_gelu(e: _Emit) -> None:
+    _gelu(e, e.op("Add", [e.inp(0), e.inp(1)]), e.out(0), tanh=False)
+
+
+def _rw_fast_gelu(e: _Emit) -> None:
+    x, bias = e.inp(0), e.inp(1, required=False)
+    _gelu(e, e.op("Add", [x, bias]) if bias else x, e.out(0), tanh=True)
+
+
+def _rw_quick_gelu(e: _Emit) -> None:
+    x = e.inp(0)
+    alpha = float(e.attrs().get("alpha", 1.702))
+    e.op("Mul", [x, e.op("Sigmoid", [e.op("Mul", [x, e.const(alpha, x)])])], e.out(0))
+
+
+def _rw_bias_add(e: _Emit) -> None:
+    e.op("Add", [e.op("Add", [e.inp(0), e.inp(1)]), e.inp(2)], e.out(0))
+
+
+def _norm(e: _Emit, x: str, scale: str, bias: str, axis: int, eps: float, out: str, rms: bool) -> None:
+    """LayerNorm (or RMS norm: no centring, no bias) of ``x`` over the axes from ``axis`` on."""
+    rank = e.ranks[x]
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ModelFileError("%s: axis %d is outside the input's rank %d" % (e.label(), axis, rank))
+    if not rms and e.opset >= 17:
+        e.op("LayerNormalization", [x, scale] + ([bias] if bias else []), out, axis=axis, epsilon=eps)
+        return
+    axes = list(range(axis - rank, 0))  # negative: the trailing axes whatever the rank
+    centred = x if rms else e.op("Sub", [x, e.reduce_mean(x, axes)])
+    var = e.reduce_mean(e.op("Mul", [centred, centred]), axes)
+    normed = e.op("Div", [centred, e.op("Sqrt", [e.op("Add", [var, e.const(eps, x)])])])
+    e.op("Mul", [normed, scale], None if bias else out)
+    if bias:
+        e.op("Add", [e.nodes[-1].output[0], bias], out)
+
+
+def _unused_outputs(e: _Emit, which: Dict[int, str], readers: Dict[str, int]) -> None:
+    for i, what in which.items():
+        name = e.out(i)
+        if name and readers.get(name, 0):
+            raise e.refuse(
+                "output %d (%s, %r) is read; only the normalised output and the sum are supported" % (i, what, name)
+            )
+
+
+def _skip_norm(rms: bool) -> Callable[[_Emit, Dict[str, int]], None]:
+    def rewrite(e: _Emit, readers: Dict[str, int]) -> None:
+        _unused_outputs(e, {1: "mean", 2: "inv_std_var"}, readers)
+        x, skip, gamma = e.inp(0), e.inp(1), e.inp(2)
+        beta = "" if rms else e.inp(3, required=False)
+        bias = e.inp(3 if rms else 4, required=False)
+        total = e.op("Add", [x, skip], None if bias else (e.out(3) or None))
+        if bias:
+            total = e.op("Add", [total, bias], e.out(3) or None)
+        eps = float(e.attrs().get("epsilon", 1e-12))
+        e.ranks[total] = e.ranks[x]
+        _norm(e, total, gamma, beta, -1, eps, e.out(0), rms)
+
+    return rewrite
+
+
+def _rw_simplified_ln(e: _Emit, readers: Dict[str, int]) -> None:
+    _unused_outputs(e, {1: "inv_std_var"}, readers)
+    a = e.attrs()
+    _norm(e, e.inp(0), e.inp(1), "", int(a.get("axis", -1)), float(a.get("epsilon", 1e-5)), e.out(0), rms=True)
+
+
+def _rw_layer_norm(e: _Emit, readers: Dict[str, int]) -> None:
+    _unused_outputs(e, {1: "mean", 2: "inv_std_dev"}, readers)
+    a = e.attrs()
+    x, scale, bias = e.inp(0), e.inp(1), e.inp(2, required=False)
+    _norm(e, x, scale, bias, int(a.get("axis", -1)), float(a.get("epsilon", 1e-5)), e.out(0), rms=False)
+
+
+def _rw_fused_matmul(e: _Emit) -> None:
+    a = e.attrs()
+    for name in ("transBatchA", "transBatchB"):
+        if a.get(name, 0):
+            raise e.refuse("attribute %s=%r is not supported (only 0)" % (name, a[name]))
+    operands = []
+    for i, trans in ((0, a.get("transA", 0)), (1, a.get("transB", 0))):
+        x = e.inp(i)
+        if trans:
+            rank = e.ranks[x]
+            if rank < 2:
+                raise e.refuse("transA/transB of a %d-D operand is not supported" % rank)
+            x = e.op("Transpose", [x], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+        operands.append(x)
+    alpha = float(a.get("alpha", 1.0))
+    if alpha == 1.0:
+        e.op("MatMul", operands, e.out(0))
+    else:
+        e.op("Mul", [e.op("MatMul", operands), e.const(alpha, e.inp(0))], e.out(0))
+
+
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def _rw_fused_conv(e: _Emit) -> None:
+    a = e.attrs()
+    act = a.get("activation", b"")
+    act = act.decode() if isinstance(act, bytes) else str(act)
+    params = [float(p) for p in a.get("activation_params", [])]
+    need = {"": 0, "Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2}
+    if act not in need:
+        raise e.refuse("activation %r is not supported (Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid)" % act)
+    if len(params) < need[act]:
+        raise ModelFileError("%s: activation %s needs %d activation_params" % (e.label(), act, need[act]))
+    x, w, b, z = e.inp(0), e.inp(1), e.inp(2, required=False), e.inp(3, required=False)
+    conv_attrs = {k: v for k, v in a.items() if k in CONV_ATTRS}
+    if isinstance(conv_attrs.get("auto_pad"), bytes):
+        conv_attrs["auto_pad"] = conv_attrs["auto_pad"].decode()
+    last = not z and not act
+    y = e.op("Conv", [x, w] + ([b] if b else []), e.out(0) if last else None, **conv_attrs)
+    if z:
+        y = e.op("Add", [y, z], e.out(0) if not act else None)
+    if not act:
+        return
+    if act == "LeakyRelu":
+        e.op("LeakyRelu", [y], e.out(0), alpha=params[0])
+    elif act == "HardSigmoid":
+        e.op("HardSigmoid", [y], e.out(0), alpha=params[0], beta=params[1])
+    elif act == "Clip" and e.opset >= 11:
+        e.op("Clip", [y, e.const(params[0], x), e.const(params[1], x)], e.out(0))
+    elif act == "Clip":
+        e.op("Clip", [y], e.out(0), min=params[0], max=params[1])
+    else:
+        e.op(act, [y], e.out(0))
+
+
+#: op -> (rewrite, whether it needs the readers count, which inputs' ranks it needs)
+REWRITES: Dict[str, Tuple[Callable[..., None], bool, Tuple[int, ...]]] = {
+    "Gelu": (_rw_gelu, False, ()),
+    "BiasGelu": (_rw_bias_gelu, False, ()),
+    "FastGelu": (_rw_fast_gelu, False, ()),
+    "QuickGelu": (_rw_quick_gelu, False, ()),
+    "BiasAdd": (_rw_bias_add, False, ()),
+    "SkipLayerNormalization": (_skip_norm(rms=False), True, (0,)),
+    "SkipSimplifiedLayerNormalization": (_skip_norm(rms=True), True, (0,)),
+    "SimplifiedLayerNormalization": (_rw_simplified_ln, True, (0,)),
+    "FusedMatMul": (_rw_fused_matmul, False, (0, 1)),
+    "FusedConv": (_rw_fused_conv, False, ()),
+}
+
+
+def _is_contrib(node: Any, opset: int) -> bool:
+    if node.domain == MS:
+        return True
+    return node.domain in ("", "ai.onnx") and opset < DEFAULT_DOMAIN.get(node.op_type, 0)
+
+
+def _known(model: onnx.ModelProto) -> Known:
+    """Elem types and ranks a lenient shape inference finds (it skips the ops it does not know)."""
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # the strict inference after the rewrite names what is wrong
+        inferred = model
+    types: Dict[str, int] = {}
+    ranks: Dict[str, int] = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.elem_type:
+            types[vi.name] = tt.elem_type
+            if tt.HasField("shape"):
+                ranks[vi.name] = len(tt.shape.dim)
+    for t in inferred.graph.initializer:
+        types[t.name], ranks[t.name] = t.data_type, len(t.dims)
+    return types, ranks
+
+
+def rewrite_contrib(model: onnx.ModelProto, opset: int) -> int:
+    """Replace every contrib node by default-domain nodes (in place); the number replaced. Refuses, naming the node,
+    a contrib op not in :data:`REWRITES` and one whose input's dtype or rank stays unknown."""
+    done = 0
+    for _ in range(64):  # each round rewrites every node whose inputs' dtypes (and needed ranks) are known
+        pending = [(i, n) for i, n in enumerate(model.graph.node) if _is_contrib(n, opset)]
+        if not pending:
+            return done
+        for i, n in pending:
+            if n.op_type not in REWRITES:
+                raise UnsupportedModelError(
+                    "node %d (%s%s): %s op %s is not supported (docs/onnx.md lists the contrib ops svod_min rewrites)"
+                    % (i, n.op_type, ", %r" % n.name if n.name else "", n.domain or "ai.onnx", n.op_type)
+                )
+        known = _known(model)
+        readers: Dict[str, int] = {}
+        for n in model.graph.node:
+            for name in n.input:
+                readers[name] = readers.get(name, 0) + 1
+        for o in model.graph.output:
+            readers[o.name] = readers.get(o.name, 0) + 1
+        new_nodes: List[Any] = []
+        progress = 0
+        for i, n in enumerate(model.graph.node):
+            fn, wants_readers, rank_of = (
+                REWRITES.get(n.op_type, (None, False, ())) if _is_contrib(n, opset) else (None, False, ())
+            )
+            if fn is None or not _ready(n, rank_of, known):
+                new_nodes.append(n)
+                continue
+            e = _Emit(model, n, i, opset, (dict(known[0]), dict(known[1])))
+            if wants_readers:
+                fn(e, readers)
+            else:
+                fn(e)
+            new_nodes.extend(e.nodes)
+            progress += 1
+        del model.graph.node[:]
+        model.graph.node.extend(new_nodes)
+        done += progress
+        if not progress:
+            i, n = next((i, n) for i, n in enumerate(model.graph.node) if _is_contrib(n, opset))
+            raise UnsupportedModelError(
+                "node %d (%s%s): %s op %s: the dtype or rank of its inputs cannot be inferred"
+                % (i, n.op_type, ", %r" % n.name if n.name else "", n.domain or "ai.onnx", n.op_type)
+            )
+    return done
+
+
+def _ready(node: Any, rank_of: Tuple[int, ...], known: Known) -> bool:
+    types, ranks = known
+    x = node.input[0] if node.input else ""
+    return bool(x) and x in types and all(i < len(node.input) and node.input[i] in ranks for i in rank_of)
