@@ -43,9 +43,9 @@ def test_unsupported_attribute_value(tmp_path):
     _refused(model, tmp_path, "count_include_pad=2")
 
 
-def test_unimplemented_attribute_value_of_cast(tmp_path):
-    model = single_node("Cast", [("x", (2,))], to=TensorProto.INT64)
-    _refused(model, tmp_path, "attribute to=7 is not supported")
+def test_cast_to_a_float8_is_refused_by_dtype(tmp_path):
+    model = single_node("Cast", [("x", (2,))], to=TensorProto.FLOAT8E4M3FN)
+    _refused(model, tmp_path, "float8")
 
 
 def test_unknown_attribute_is_a_model_error(tmp_path):

@@ -6,6 +6,7 @@ import math
 from typing import Optional, Sequence
 
 from ..geometry import broadcast_strides, collapse, contiguous_strides
+from .arith import DT, Arith
 from .ckernel import CKernel, make_kernel, render, share
 
 
@@ -18,9 +19,24 @@ def elementwise(
     tag: str = "ew",
     in_types: Optional[Sequence[str]] = None,
     out_type: str = "float",
+    in_dtypes: Optional[Sequence[DT]] = None,
+    out_dtype: Optional[DT] = None,
+    arith: Optional[Arith] = None,
 ) -> CKernel:
     """``out = expr(x0, x1, ...)`` with numpy broadcasting; ``inplace``: x0 is ``out`` itself (one buffer fewer);
-    ``out_type``: the C type stored (``unsigned char`` for a bool result)."""
+    ``out_type``: the C type stored (``unsigned char`` for a bool result). With ``in_dtypes``/``out_dtype``
+    (:mod:`.arith`'s), each input loads as its dtype's compute type and the result stores as ``out_dtype``;
+    ``arith`` brings the helpers and libm prototypes ``expr`` calls."""
+    n = len(in_shapes)
+    if in_dtypes is not None:
+        in_types = [d.c for d in in_dtypes]
+        load_types = [d.compute for d in in_dtypes]
+        loads = [d.load for d in in_dtypes]
+    else:
+        load_types, loads = ["float"] * n, [("(float)", "")] * n
+    store = ("", "")
+    if out_dtype is not None:
+        out_type, store = out_dtype.c, out_dtype.store
     n_out = max(1, int(math.prod(out_shape)))
     arrays = [contiguous_strides(out_shape)] + [broadcast_strides(s, out_shape) for s in in_shapes]
     shape, strides = collapse(out_shape, arrays)
@@ -35,6 +51,11 @@ def elementwise(
         "elementwise.c.j2",
         out_type=out_type,
         in_types=list(in_types or ["float"] * len(in_shapes)),
+        load_types=load_types,
+        load_wraps=loads,
+        store=store,
+        prototypes=arith.prototypes if arith else [],
+        helpers=arith.helpers() if arith else "",
         n_in=len(in_shapes),
         first=first,
         inplace=inplace,

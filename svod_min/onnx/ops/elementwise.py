@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..activations import ACTIVATIONS, activation
-from ..ctext import C_TYPES, flt
+from ..ctext import flt
 from ..frontend.ir import Graph, Node
 from ..frontend.passes import AFFINE, activation_params_of
 from ..frontend.table import ANY, one_of, register
+from ..kernels.arith import COMPARISONS, DTYPES, EVERY, FLOATS, LOGIC, NUMERIC, SIGNED, Arith
 from ..kernels.elementwise import elementwise
 from .lowering import F32, Lowering
 
@@ -38,7 +37,7 @@ UNARY: Dict[str, Unary] = {
     "Floor": Unary("floorf({x})"),
     "Ceil": Unary("ceilf({x})"),
     "Erf": Unary("erff({x})"),
-    "Sign": Unary("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : {x}))"),
+    "Sign": Unary("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : ({x} == {x} ? 0.0f : {x})))"),  # -0.0 gives 0
     "Softsign": Unary("({x} / (1.0f + __builtin_fabsf({x})))"),
     "Softplus": Unary("({x} > 20.0f ? {x} : svod_logf(1.0f + svod_expf({x})))"),
     "Round": Unary("nearbyintf({x})"),
@@ -101,9 +100,39 @@ def _clip_check(graph: Graph, node: Node) -> Optional[str]:
     return None
 
 
+#: Unary ops that run on every dtype their registration names (not float32 only): the others are float32 C text.
+TYPED_UNARY = ("Abs", "Neg", "Sign")
+#: The trigonometric and hyperbolic functions: libm's, in float (float32) or double (float64).
+LIBM_UNARY = {
+    "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+    "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+}  # fmt: skip
+
+
+def lower_typed_unary(L: Lowering, node: Node) -> None:
+    """Abs, Neg, Sign on any numeric dtype and libm's functions on float32/float64 (:mod:`..kernels.arith`)."""
+    x, out = node.inputs[0], node.outputs[0]
+    d = DTYPES[L.value(x).dtype]
+    A = Arith()
+    if node.op in LIBM_UNARY:
+        expr = A.libm_unary(LIBM_UNARY[node.op], d, "x0")
+    else:
+        expr = A.unary(node.op, d, "x0")
+    kernel = elementwise(
+        L.value(out).shape, [L.value(x).shape], expr, tag=node.op.lower(), in_dtypes=[d], out_dtype=d, arith=A
+    )
+    L.source(kernel, [out, x])
+
+
+register(LIBM_UNARY, "generated C (libm), float32 and float64", dtypes=("float32", "float64"))(lower_typed_unary)
+
+
 def lower_unary(L: Lowering, node: Node) -> None:
     x, out = node.inputs[0], node.outputs[0]
     v = L.value(out)
+    if v.dtype != "float32":
+        lower_typed_unary(L, node)
+        return
     library = LIBRARY_UNARY.get(node.op)
     if library and not node.fused:
         L.library(library, F32, [out, x], {"n": v.size})
@@ -117,6 +146,9 @@ def lower_unary(L: Lowering, node: Node) -> None:
 _UNARY_REGISTRATION = {
     "Gelu": dict(note="generated C (erf or tanh form)", approximate=one_of("none", "tanh")),
     "Clip": dict(note="generated C; min/max constant", check=_clip_check),
+    "Abs": dict(note="library kernel (same-shape float32); generated C for the other dtypes", dtypes=NUMERIC),
+    "Neg": dict(note="library kernel (same-shape float32); generated C for the other dtypes", dtypes=FLOATS + SIGNED),
+    "Sign": dict(note="generated C", dtypes=NUMERIC),
 }
 
 
@@ -160,22 +192,34 @@ def _broadcast_check(graph: Graph, node: Node) -> Optional[str]:
 
 @register(
     ["Add", "Sub", "Mul", "Div"],
-    "library kernel for equal shapes, generated C for broadcasting (+ fused activation)",
+    "library kernel for equal shapes, generated C for broadcasting (+ fused activation); integers wrap, "
+    "x / 0 = 0 (docs/onnx.md)",
     check=_broadcast_check,
+    dtypes=NUMERIC,
     broadcast=ANY,
     axis=ANY,
     consumed_inputs=ANY,
 )
 @register(["Pow"], "generated C (broadcasting)")
 @register(
-    ["Sum", "Max", "Min", "Mean"],
-    "variadic, broadcasting; library add/max/min for two equal shapes",
+    ["Sum", "Mean"],
+    "variadic, broadcasting; library add for a Sum of two equal float32 shapes",
     consumed_inputs=ANY,
+    dtypes=FLOATS,
+)
+@register(
+    ["Max", "Min"],
+    "variadic, broadcasting; library max/min for two equal float32 shapes; NaN propagates",
+    consumed_inputs=ANY,
+    dtypes=NUMERIC,
 )
 def lower_nary(L: Lowering, node: Node) -> None:
     out = node.outputs[0]
     v = L.value(out)
     ins = [n for n in node.inputs if n]
+    if v.dtype != "float32":
+        lower_typed_nary(L, node, ins)
+        return
     same = all(L.value(n).shape == v.shape for n in ins)
     if len(ins) == 2 and same and node.op in LIB_BINARY and not node.fused:
         L.library(LIB_BINARY[node.op], F32, [out] + ins, {"n": v.size})
@@ -188,11 +232,46 @@ def lower_nary(L: Lowering, node: Node) -> None:
         op = "Add" if node.op in ("Sum", "Mean") else node.op
         expr = C_BINARY[op].replace("x1", "x%d" % k).replace("x0", "(%s)" % expr)  # x1 first: expr holds x1
     if node.op == "Mean":
-        expr = "(%s) / %s" % (expr, flt(float(len(ins))))
+        expr = "(%s) * (1.0f / %s)" % (expr, flt(float(len(ins))))  # onnxruntime's: times the reciprocal
     kind, params = activation_of(node)
     L.source(
         elementwise(v.shape, [L.value(n).shape for n in ins], activation(kind, params, expr), tag="ew"), [out] + ins
     )
+
+
+def lower_typed_nary(L: Lowering, node: Node, ins: List[str], fmod: int = 0) -> None:
+    """A variadic op on a dtype other than float32 (:mod:`..kernels.arith`). float16/bfloat16 compute the whole op
+    in float and round once, and Mean multiplies by 1/n, as onnxruntime does."""
+    out = node.outputs[0]
+    v = L.value(out)
+    d = DTYPES[v.dtype]
+    A = Arith()
+    op = "Add" if node.op in ("Sum", "Mean") else node.op
+    expr = "x0"
+    for k in range(1, len(ins)):
+        expr = A.binary(op, d, expr, "x%d" % k, fmod)
+    if node.op == "Mean":
+        expr = "(%s * ((%s)1 / (%s)%d))" % (expr, d.compute, d.compute, len(ins))
+    shapes = [L.value(n).shape for n in ins]
+    kernel = elementwise(v.shape, shapes, expr, tag=node.op.lower(), in_dtypes=[d] * len(ins), out_dtype=d, arith=A)
+    L.source(kernel, [out] + ins)
+
+
+def _mod_check(graph: Graph, node: Node) -> Optional[str]:
+    if graph.values[node.inputs[0]].dtype in FLOATS and not node.attrs.get("fmod", 0):
+        return "fmod=0 on floating-point tensors (ONNX requires fmod=1 for them)"
+    return None
+
+
+@register(
+    ["Mod"],
+    "generated C (broadcasting); integers: fmod=0 takes the divisor's sign, fmod=1 the dividend's; x mod 0 = 0",
+    check=_mod_check,
+    dtypes=NUMERIC,
+    fmod=one_of(0, 1),
+)
+def lower_mod(L: Lowering, node: Node) -> None:
+    lower_typed_nary(L, node, list(node.inputs), int(node.attrs.get("fmod", 0)))
 
 
 @register([AFFINE], "x * scale[c] + shift[c] (from BatchNormalization and per-channel Mul/Add)")
@@ -213,7 +292,7 @@ def _where_check(graph: Graph, node: Node) -> Optional[str]:
     return None if c.const is not None or c.dtype == "bool" else "the condition must be bool"
 
 
-@register(["Where"], "generated C; bool condition", check=_where_check, dtypes=("float32", "bool"))
+@register(["Where"], "generated C; bool condition", check=_where_check, dtypes=EVERY)
 def lower_where(L: Lowering, node: Node) -> None:
     c, a, b = node.inputs
     out = node.outputs[0]
@@ -221,45 +300,42 @@ def lower_where(L: Lowering, node: Node) -> None:
     if L.graph.is_const(c):
         cond = L.const(L.graph.const(c).astype(bool), c)
     shapes = [L.value(n).shape for n in (cond, a, b)]
+    dtype = L.value(out).dtype
+    d = DTYPES["uint16" if dtype in ("float16", "bfloat16") else dtype]  # a choice copies bits: NaNs keep theirs
     kernel = elementwise(
-        L.value(out).shape, shapes, "(x0 != 0.0f ? x1 : x2)", tag="where", in_types=["unsigned char", "float", "float"]
+        L.value(out).shape, shapes, "(x0 ? x1 : x2)", tag="where", in_dtypes=[DTYPES["bool"], d, d], out_dtype=d
     )
     L.source(kernel, [out, cond, a, b])
 
 
-COMPARE = {
-    "Equal": "(x0 == x1)",
-    "Less": "(x0 < x1)",
-    "Greater": "(x0 > x1)",
-    "LessOrEqual": "(x0 <= x1)",
-    "GreaterOrEqual": "(x0 >= x1)",
-    "And": "(x0 != 0.0f && x1 != 0.0f)",
-    "Or": "(x0 != 0.0f || x1 != 0.0f)",
-    "Xor": "((x0 != 0.0f) != (x1 != 0.0f))",
-    "Not": "(x0 == 0.0f)",
-}
-
-
 @register(
-    ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"],
+    ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"],
     "generated C (broadcasting); bool result",
-    dtypes=("float32", "bool"),
+    dtypes=EVERY,
 )
+@register(["And", "Or", "Xor", "Not"], "generated C (broadcasting); bool result", dtypes=("float32", "bool"))
 def lower_compare(L: Lowering, node: Node) -> None:
+    runtime = [L.value(n).dtype for n in node.inputs if not L.graph.is_const(n)]
+    dtype = runtime[0] if runtime else L.value(node.inputs[0]).dtype
     ins = []
     for name in node.inputs:
-        if L.graph.is_const(name):  # a constant of another dtype (int64 zero, ...) compares as float32 here
-            data = L.graph.const(name)
-            name = L.const(data.astype(bool if data.dtype == np.bool_ else np.float32), name)
+        if L.graph.is_const(name) and L.value(name).dtype != dtype:  # an int64 zero beside a float32 tensor, ...
+            name = L.const(L.graph.const(name).astype(bool if dtype == "bool" else dtype), name)
         ins.append(name)
+    d = DTYPES[dtype]
+    if node.op in COMPARISONS:
+        expr = "(x0 %s x1)" % COMPARISONS[node.op]
+    elif node.op == "Not":
+        expr = "(!x0)"
+    else:
+        expr = LOGIC[node.op].format(a="x0", b="x1")
     out = node.outputs[0]
-    types = [C_TYPES[L.value(n).dtype] for n in ins]
     kernel = elementwise(
         L.value(out).shape,
         [L.value(n).shape for n in ins],
-        COMPARE[node.op],
+        expr,
         tag=node.op.lower(),
-        in_types=types,
-        out_type="unsigned char",
+        in_dtypes=[d] * len(ins),
+        out_dtype=DTYPES["bool"],
     )
     L.source(kernel, [out] + ins)
