@@ -16,6 +16,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ...error import IndexOutOfRangeError, ModelFileError, UnsupportedModelError
+from .branch import inline_if
 from .contrib import rewrite_contrib
 from .fold_size import too_big_to_fold
 from .indices import RULES as INDEX_RULES
@@ -176,6 +177,11 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
     empties = _empty_values(model)
     keep, folded = [], False
     for node in model.graph.node:
+        branch = inline_if(node, consts[node.input[0]], model) if _constant_if(node, consts) else None
+        if branch is not None:
+            keep.extend(branch)
+            folded = True
+            continue
         results = _try_fold(node, dict(empties, **consts), shapes, opset)
         if results is None and all(name in empties for name in node.output if name) and any(node.output):
             results = [empties[name] if name else np.zeros(0, np.float32) for name in node.output]
@@ -198,6 +204,10 @@ def _fold_round(model: onnx.ModelProto, opset: int) -> bool:
         del model.graph.value_info[:]
         model.graph.value_info.extend(kept_vi)
     return folded
+
+
+def _constant_if(node: Any, consts: Dict[str, np.ndarray]) -> bool:
+    return node.op_type == "If" and node.domain in ("", "ai.onnx") and bool(node.input) and node.input[0] in consts
 
 
 def _static_shapes(model: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
