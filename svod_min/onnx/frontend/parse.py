@@ -403,35 +403,54 @@ def read_graph(path: str, dims: Mapping[str, int], shapes: Mapping[str, Sequence
     return to_graph(model, inputs, opset)
 
 
-def drop_shape_hints(model: onnx.ModelProto) -> Dict[str, List[Optional[int]]]:
-    """Clear the shapes the model declares for intermediates and outputs; the outputs' declared dims (None where
-    unknown: a symbol, -1) are returned for :func:`check_declared_outputs`.
+def drop_shape_hints(model: onnx.ModelProto) -> Dict[str, Tuple[int, Optional[List[Optional[int]]]]]:
+    """Clear the types the model declares for intermediates and outputs; each output's declared elem type and dims
+    (None where unknown: a symbol, -1) are returned for :func:`check_declared_outputs`.
 
     Exporters leave stale ``value_info`` and write ``-1`` or ``0`` for an unknown dim; onnxruntime takes declared
     shapes as hints and runs such models. Strict shape inference would take them as facts and refuse, so shapes are
-    inferred from the bound inputs alone (a declared elem type stays: a type that contradicts inference is refused,
-    as onnxruntime does). A hint is also never trusted where inference finds nothing: lowering sees inferred shapes.
+    inferred from the bound inputs alone. A hint is also never trusted where inference finds nothing: lowering sees
+    inferred shapes only.
     """
     del model.graph.value_info[:]
-    declared: Dict[str, List[Optional[int]]] = {}
+    declared: Dict[str, Tuple[int, Optional[List[Optional[int]]]]] = {}
+    names = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
     for out in model.graph.output:
         tt = out.type.tensor_type
-        if not out.type.HasField("tensor_type") or not tt.HasField("shape"):
-            continue
-        declared[out.name] = [
-            int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim
-        ]
+        if not out.type.HasField("tensor_type") or out.name in names:
+            continue  # an output that is an input or a constant keeps what it is
+        dims = None
+        if tt.HasField("shape"):
+            dims = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim]
+        declared[out.name] = (tt.elem_type, dims)
         tt.ClearField("shape")
+        tt.elem_type = onnx.TensorProto.UNDEFINED
     return declared
 
 
-def check_declared_outputs(model: onnx.ModelProto, declared: Mapping[str, List[Optional[int]]]) -> None:
-    """Warn where an output's declared shape differs from the one inferred from the bound inputs (which is used:
-    onnxruntime too runs such a model and returns the computed shape)."""
+def check_declared_outputs(
+    model: onnx.ModelProto, declared: Mapping[str, Tuple[int, Optional[List[Optional[int]]]]]
+) -> None:
+    """Refuse an output whose declared elem type differs from the inferred one (onnxruntime refuses it too); warn
+    where its declared shape differs (the inferred one is used: onnxruntime too runs such a model and returns the
+    computed shape)."""
     import warnings
 
     for out in model.graph.output:
-        want, got = declared.get(out.name), value_shape(out)
+        if out.name not in declared:
+            continue
+        elem, want = declared[out.name]
+        got_elem = out.type.tensor_type.elem_type
+        if elem and got_elem and elem != got_elem:
+            raise ModelFileError(
+                "output %r is declared %s, but the model computes %s"
+                % (
+                    out.name,
+                    onnx.TensorProto.DataType.Name(elem).lower(),
+                    onnx.TensorProto.DataType.Name(got_elem).lower(),
+                )
+            )
+        got = value_shape(out)
         if want is None or got is None:
             continue
         if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
